@@ -1,0 +1,49 @@
+# steadyrl set-up. Two commands matter: `make demo` and `make test` (see README.md).
+# Both create .venv when it is missing and are no-ops for the install the second time.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+
+# Without CUDA we pin the CPU build: an unpinned torch pulls a multi-GB CUDA build.
+# Override with e.g. `make test TORCH_SPEC="torch==2.5.1"`.
+HAVE_CUDA  := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
+TORCH_SPEC ?= $(if $(HAVE_CUDA),torch>=2.4,torch==2.13.0)
+
+PYTEST_ARGS ?=
+
+.PHONY: demo test bench venv clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.torch: | $(PY)
+	$(PIP) install "$(TORCH_SPEC)"
+	touch $@
+
+$(VENV)/.base: pyproject.toml $(VENV)/.torch
+	$(PIP) install -e .
+	touch $@
+
+$(VENV)/.dev: pyproject.toml $(VENV)/.torch
+	$(PIP) install -e ".[dev]"
+	touch $@
+
+$(VENV)/.bench: pyproject.toml $(VENV)/.dev
+	$(PIP) install -e ".[dev,bench]" "$(TORCH_SPEC)"
+	touch $@
+
+venv: $(VENV)/.dev
+
+demo: $(VENV)/.base
+	$(VENV)/bin/steadyrl train --output-dir runs/demo
+
+test: $(VENV)/.dev
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(VENV)/.bench
+	$(PY) -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .hypothesis

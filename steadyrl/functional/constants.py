@@ -1,0 +1,73 @@
+"""Every epsilon, clamp and default of the functional core, in one place, with the note it comes from.
+
+The seed notes live in ``shared/seeds/``; the tag after each constant names the one it comes from:
+
+* seed 000 — ROLL's epsilon hierarchy (masked ops, reward normalisation, divergences, running stats).
+* seed 001 — ROLL's reward pipeline (clips, normalisation, difficulty mask and weights).
+* seed 002 — open-instruct's log-prob difference clamp before any KL estimator.
+* seed 003 — ROLL's PPO defaults (clip range, dual clip, GAE, gradient norm).
+
+Constants without a seed tag are steadyrl's own choices; the reason is given beside each.
+"""
+
+# --- seed 000: the epsilon hierarchy -------------------------------------------------------------
+MASK_EPS = 1e-8
+"""Denominator epsilon of masked means and of loss aggregation: ``sum / (count + 1e-8)``."""
+
+WHITEN_EPS = 1e-8
+"""Variance epsilon of whitening: ``(x - mean) * rsqrt(var + 1e-8)``."""
+
+NORM_EPS = 1e-6
+"""Std epsilon of reward and advantage normalisation: ``(r - mean) / (std + 1e-6)``."""
+
+RUNNING_COUNT_INIT = 1e-24
+"""Initial count of running statistics, so the first update never divides by zero."""
+
+K3_VALUE_CLAMP = 10.0
+"""The k3 KL value is clamped to ``[-10, 10]``."""
+
+# --- seed 002: log-prob differences --------------------------------------------------------------
+LOGPROB_DIFF_CLAMP = 40.0
+"""``logprobs - ref_logprobs`` is clamped to ``[-40, 40]`` before any KL estimator."""
+
+# --- steadyrl: importance ratios -----------------------------------------------------------------
+LOG_RATIO_CLAMP = 20.0
+"""``logprobs - old_logprobs`` is clamped to ``[-20, 20]`` before ``exp`` (as verl does): the ratio
+stays below ~4.9e8, finite in float32 with room for the product with an advantage, and any token
+that far off-policy is clipped anyway."""
+
+# --- seed 001: reward pipeline --------------------------------------------------------------------
+DIFFICULTY_LOW = 0.1
+"""A group is kept by the difficulty mask when ``DIFFICULTY_LOW < group mean``."""
+
+DIFFICULTY_HIGH = 0.95
+"""... and ``group mean < DIFFICULTY_HIGH``."""
+
+DIFFICULTY_WEIGHT_MIN = 0.5
+"""Weight of the easiest group (accuracy 1) in difficulty weighting."""
+
+DIFFICULTY_WEIGHT_MAX = 2.0
+"""Weight of the hardest group (accuracy 0) in difficulty weighting."""
+
+# --- seed 003: PPO defaults -----------------------------------------------------------------------
+PG_CLIP = 0.2
+"""PPO clip range: the ratio is clipped to ``[1 - 0.2, 1 + 0.2]``; low and high may differ."""
+
+GAE_LAMBDA = 0.95
+"""GAE lambda."""
+
+GAMMA = 1.0
+"""Discount: 1.0, since a response is one episode."""
+
+MAX_GRAD_NORM = 1.0
+"""Gradient-norm clip."""
+
+
+def dual_clip_default(clip: float = PG_CLIP) -> float:
+    """Seed 003's dual-clip constant ``c = 1 + 2 * clip``: 1.4 for the default clip of 0.2."""
+    return 1.0 + 2.0 * clip
+
+
+# --- steadyrl: KL controller ----------------------------------------------------------------------
+KL_CTL_PROPORTIONAL_CLIP = 0.2
+"""The adaptive KL controller's proportional error is clipped to ``[-0.2, 0.2]`` (Ziegler et al.)."""

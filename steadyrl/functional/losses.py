@@ -1,0 +1,244 @@
+"""Policy losses (in a registry by name) and the value loss.
+
+Every policy loss has one signature::
+
+    fn(logprobs, old_logprobs, advantages, response_mask, *, clip_low, clip_high, dual_clip,
+       loss_agg_mode, **aggregation) -> (loss, metrics)
+
+``logprobs`` carry the gradient; ``old_logprobs`` and ``advantages`` are constants. The per-token
+loss is reduced by :func:`~steadyrl.functional.aggregation.aggregate_loss` (``aggregation`` takes
+``global_tokens``, ``global_seqs``, ``norm_length``, ``sample_weights``). ``metrics`` are detached
+float32 scalars over valid tokens only: ratio statistics, clip fractions, ``approx_kl`` (k3 of
+the new policy against the old).
+
+The importance ratio is ``r = exp(clamp(logprobs - old_logprobs, -20, 20))``: finite always.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .aggregation import aggregate_loss
+from .constants import LOG_RATIO_CLAMP, PG_CLIP
+from .kl import kl_penalty
+from .stats import masked_mean
+
+__all__ = [
+    "POLICY_LOSSES",
+    "register_policy_loss",
+    "ppo_policy_loss",
+    "gspo_policy_loss",
+    "cispo_policy_loss",
+    "vanilla_pg_loss",
+    "value_loss",
+]
+
+POLICY_LOSSES: dict[str, Callable] = {}
+
+
+def register_policy_loss(name: str):
+    """Decorator: register a policy loss under ``name``."""
+
+    def wrap(fn):
+        if name in POLICY_LOSSES:
+            raise ValueError(f"policy loss {name!r} is already registered")
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return wrap
+
+
+def _log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> torch.Tensor:
+    return (logprobs.float() - old_logprobs.detach().float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+
+def _masked_extreme(x: torch.Tensor, keep: torch.Tensor, largest: bool) -> torch.Tensor:
+    if not keep.any():
+        return torch.zeros((), dtype=torch.float32, device=x.device)
+    fill = float("-inf") if largest else float("inf")
+    filled = torch.where(keep, x, torch.full((), fill, dtype=x.dtype, device=x.device))
+    return filled.max() if largest else filled.min()
+
+
+def _ratio_metrics(ratio, logprobs, old_logprobs, keep) -> dict[str, torch.Tensor]:
+    ratio = ratio.detach()
+    return {
+        "ratio_mean": masked_mean(ratio, keep),
+        "ratio_max": _masked_extreme(ratio, keep, largest=True),
+        "ratio_min": _masked_extreme(ratio, keep, largest=False),
+        "approx_kl": masked_mean(kl_penalty(logprobs.detach(), old_logprobs.detach(), "k3"), keep),
+    }
+
+
+def _check_clip(clip_low: float, clip_high: float, dual_clip: float | None) -> None:
+    if not (0 <= clip_low and 0 <= clip_high):
+        raise ValueError(f"clip ranges must be >= 0, got clip_low={clip_low}, clip_high={clip_high}")
+    if dual_clip is not None and not dual_clip > 1:
+        raise ValueError(f"dual_clip must be > 1 (seed 003 uses 1 + 2 * clip), got {dual_clip}")
+
+
+def _clipped_surrogate(ratio, advantages, keep, clip_low, clip_high, dual_clip):
+    """Per-token PPO loss ``max(-A r, -A clip(r))``, with the dual clip bound ``-c A`` for A < 0."""
+    adv = advantages.detach().float()
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    r = ratio.detach()
+    metrics = {
+        "clipfrac_low": masked_mean(((r < 1.0 - clip_low) & (adv < 0)).float(), keep),
+        "clipfrac_high": masked_mean(((r > 1.0 + clip_high) & (adv > 0)).float(), keep),
+    }
+    metrics["clipfrac"] = metrics["clipfrac_low"] + metrics["clipfrac_high"]
+    if dual_clip is not None:
+        bound = -adv * dual_clip
+        dual_active = (adv < 0) & (loss > bound)
+        loss = torch.where(adv < 0, torch.minimum(loss, bound), loss)
+        metrics["clipfrac_dual"] = masked_mean(dual_active.float(), keep)
+    else:
+        metrics["clipfrac_dual"] = torch.zeros((), device=ratio.device)
+    return loss, metrics
+
+
+@register_policy_loss("ppo")
+def ppo_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_low: float = PG_CLIP,
+    clip_high: float = PG_CLIP,
+    dual_clip: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    **aggregation,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO clipped surrogate (seed 003) with an asymmetric range and an optional dual clip.
+
+    ``L = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))``; with ``dual_clip = c`` and
+    ``A < 0``, ``L = min(L, -c A)`` so a huge ratio on a bad token cannot blow the loss up
+    (the trainer's default ``c`` is ``1 + 2 * clip``). ``clipfrac_low`` / ``clipfrac_high`` count
+    valid tokens where the lower / upper clip is active, ``clipfrac_dual`` where the dual bound is.
+    """
+    _check_clip(clip_low, clip_high, dual_clip)
+    keep = response_mask != 0
+    ratio = torch.exp(_log_ratio(logprobs, old_logprobs))
+    per_token, metrics = _clipped_surrogate(ratio, advantages, keep, clip_low, clip_high, dual_clip)
+    loss = aggregate_loss(per_token, response_mask, loss_agg_mode, **aggregation)
+    return loss, {**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)}
+
+
+@register_policy_loss("gspo")
+def gspo_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    dual_clip: float | None = None,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    **aggregation,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GSPO: a sequence-level ratio ``s_i = exp(mean_t (logp - old_logp))`` (length-normalised),
+    applied per token as ``s_i,t = sg[s_i] * exp(logp_t - sg[logp_t])`` (same value as ``s_i``,
+    gradient of the token), then the PPO clipped surrogate. Its clip ranges are tiny (the paper
+    uses 3e-4 / 4e-4) because a sequence ratio moves far less than a token ratio.
+    """
+    _check_clip(clip_low, clip_high, dual_clip)
+    keep = response_mask != 0
+    seq_log_ratio = masked_mean(_log_ratio(logprobs, old_logprobs), keep, dim=-1)
+    lp = logprobs.float()
+    token_log_ratio = seq_log_ratio.detach().unsqueeze(-1) + lp - lp.detach()
+    ratio = torch.exp(token_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    per_token, metrics = _clipped_surrogate(ratio, advantages, keep, clip_low, clip_high, dual_clip)
+    loss = aggregate_loss(per_token, response_mask, loss_agg_mode, **aggregation)
+    return loss, {**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)}
+
+
+@register_policy_loss("cispo")
+def cispo_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_low: float = 1.0,
+    clip_high: float = 0.28,
+    dual_clip: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    **aggregation,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CISPO (MiniMax-M1): ``L = -sg[clip(r, 1 - clip_low, 1 + clip_high)] * A * logp``.
+
+    The importance weight is clipped and detached, so every token keeps a gradient (none is
+    dropped by clipping, unlike PPO). ``clip_low = 1`` (the default) means no lower bound.
+    ``dual_clip`` is ignored.
+    """
+    _check_clip(clip_low, clip_high, None)
+    keep = response_mask != 0
+    ratio = torch.exp(_log_ratio(logprobs, old_logprobs))
+    weight = ratio.detach().clamp(1.0 - clip_low, 1.0 + clip_high)
+    per_token = -weight * advantages.detach().float() * logprobs.float()
+    r = ratio.detach()
+    metrics = {
+        "clipfrac_low": masked_mean((r < 1.0 - clip_low).float(), keep),
+        "clipfrac_high": masked_mean((r > 1.0 + clip_high).float(), keep),
+        "clipfrac_dual": torch.zeros((), device=ratio.device),
+    }
+    metrics["clipfrac"] = metrics["clipfrac_low"] + metrics["clipfrac_high"]
+    loss = aggregate_loss(per_token, response_mask, loss_agg_mode, **aggregation)
+    return loss, {**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)}
+
+
+@register_policy_loss("vanilla_pg")
+def vanilla_pg_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_low: float = PG_CLIP,
+    clip_high: float = PG_CLIP,
+    dual_clip: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    **aggregation,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Unclipped importance-weighted policy gradient ``L = -A * r``; on-policy (``r = 1``) its
+    gradient is REINFORCE's ``-A * grad logp``. The clip arguments are ignored."""
+    keep = response_mask != 0
+    ratio = torch.exp(_log_ratio(logprobs, old_logprobs))
+    per_token = -advantages.detach().float() * ratio
+    zero = torch.zeros((), device=ratio.device)
+    metrics = {"clipfrac": zero, "clipfrac_low": zero, "clipfrac_high": zero, "clipfrac_dual": zero}
+    loss = aggregate_loss(per_token, response_mask, loss_agg_mode, **aggregation)
+    return loss, {**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)}
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_range: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    **aggregation,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Critic loss ``0.5 * (V - R)^2``; with ``clip_range = c`` the PPO value clip
+    ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)``.
+
+    Metrics: ``vf_clipfrac`` (valid tokens where the clipped term is larger), ``vpred_mean``.
+    """
+    keep = response_mask != 0
+    v = values.float()
+    ret = returns.detach().float()
+    loss = (v - ret).square()
+    vf_clipfrac = torch.zeros((), device=v.device)
+    if clip_range is not None:
+        if not clip_range > 0:
+            raise ValueError(f"value clip_range must be > 0 or None, got {clip_range}")
+        old = old_values.detach().float()
+        clipped = old + (v - old).clamp(-clip_range, clip_range)
+        clipped_loss = (clipped - ret).square()
+        vf_clipfrac = masked_mean((clipped_loss > loss).float().detach(), keep)
+        loss = torch.maximum(loss, clipped_loss)
+    agg = aggregate_loss(0.5 * loss, response_mask, loss_agg_mode, **aggregation)
+    return agg, {"vf_clipfrac": vf_clipfrac, "vpred_mean": masked_mean(v.detach(), keep)}
