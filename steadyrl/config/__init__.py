@@ -1,0 +1,17 @@
+"""Typed, validated run configuration: schema, presets, YAML + dotted overrides, rendering."""
+
+from .loading import config_to_dict, load_config, parse_override, save_config
+from .presets import ALGORITHM_PRESETS, DEMO_CONFIG
+from .schema import Config
+from .show import render_config
+
+__all__ = [
+    "Config",
+    "load_config",
+    "parse_override",
+    "save_config",
+    "config_to_dict",
+    "render_config",
+    "ALGORITHM_PRESETS",
+    "DEMO_CONFIG",
+]

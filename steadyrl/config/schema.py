@@ -1,0 +1,272 @@
+"""The typed configuration of a steadyrl run: every hyperparameter, its default and its help text.
+
+Validated by pydantic when loaded, before any model is loaded. Defaults follow the seed notes
+(``shared/seeds/``): clip 0.2, dual-clip constant ``1 + 2 * clip``, GAE lambda 0.95, gamma 1.0,
+max_grad_norm 1.0, ppo_epochs 1, difficulty mask (0.1, 0.95). Algorithm presets
+(:mod:`steadyrl.config.presets`) fill the ``algorithm`` section's unset keys explicitly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..functional.constants import (
+    DIFFICULTY_HIGH,
+    DIFFICULTY_LOW,
+    GAE_LAMBDA,
+    GAMMA,
+    MAX_GRAD_NORM,
+    PG_CLIP,
+    dual_clip_default,
+)
+
+NormType = Literal["batch", "group", "running", "none"]
+AdvantageName = Literal[
+    "grpo", "gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "grpo_passk"
+]
+PolicyLossName = Literal["ppo", "gspo", "cispo", "vanilla_pg"]
+LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+KLEstimator = Literal["k1", "k2", "k3", "abs"]
+PresetName = Literal["grpo", "dr_grpo", "ppo", "rloo", "reinforce_plus_plus"]
+
+
+def F(default: Any, help: str, **constraints: Any) -> Any:
+    """A field with its help text (shown by ``steadyrl config show``)."""
+    return Field(default, description=help, **constraints)
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraConfig(Section):
+    enabled: bool = F(False, "Train LoRA adapters (PEFT) instead of all weights; the reference "
+                      "policy is the base model with the adapter disabled (no second copy).")
+    r: int = F(16, "LoRA rank.", ge=1)
+    alpha: float = F(32.0, "LoRA alpha (scaling = alpha / r).", gt=0)
+    dropout: float = F(0.0, "LoRA dropout.", ge=0, lt=1)
+    target_modules: str | list[str] = F("all-linear", "Modules to adapt: 'all-linear' or a list of names.")
+
+
+class ModelConfig(Section):
+    name_or_path: str | None = F(None, "Policy model: a hub name or a local directory "
+                                 "(AutoModelForCausalLM). null = the built-in demo model.")
+    tokenizer: str | None = F(None, "Tokenizer hub name or directory; null = the model's.")
+    revision: str | None = F(None, "Hub revision (branch, tag or commit) of the model.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = F(
+        "auto", "Weights dtype. auto = bfloat16 on a CUDA GPU that supports it, else float32.")
+    trust_remote_code: bool = F(False, "Allow custom modelling code from the hub.")
+    attn_implementation: str | None = F(None, "Attention kernel (e.g. sdpa, flash_attention_2); "
+                                        "null = transformers' default.")
+    gradient_checkpointing: bool = F(False, "Recompute activations in the backward pass to save memory.")
+    critic_name_or_path: str | None = F(None, "Critic backbone for GAE (PPO); null = the policy's.")
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+
+
+class DataConfig(Section):
+    train_path: str | None = F(None, "Training prompts: JSONL, JSON, Parquet, CSV or a "
+                               "datasets.save_to_disk directory. null = the built-in demo task.")
+    eval_path: str | None = F(None, "Held-out prompts for evaluation (same formats); null = no eval "
+                              "(the demo has its own held-out split).")
+    format: Literal["jsonl", "json", "parquet", "csv", "arrow"] | None = F(
+        None, "File format; null = inferred from the extension.")
+    split: str | None = F(None, "Split of a DatasetDict directory; null = 'train'.")
+    prompt_key: str = F("prompt", "Column holding the prompt (a string or a list of chat messages).")
+    answer_key: str = F("answer", "Column holding the reference answer, passed to reward functions.")
+    extra_keys: list[str] | None = F(None, "Other columns passed to reward functions; null = all.")
+    chat_template: bool | None = F(None, "Render prompts with the tokenizer's chat template. "
+                                   "null = when the prompt is a list of messages.")
+    max_prompt_tokens: int = F(1024, "Prompts longer than this (in tokens) are dropped, with a count "
+                               "in the log.", ge=1)
+    shuffle: bool = F(True, "Shuffle the prompts every epoch (seeded by trainer.seed).")
+    max_eval_prompts: int | None = F(None, "Evaluate on at most this many held-out prompts.", ge=1)
+
+
+class RewardConfig(Section):
+    name: str = F(..., "A built-in reward (math, exact_match, normalized_match, regex_format, "
+                  "length_penalty) or a user function 'module:function' / 'path/file.py:function'.")
+    weight: float = F(1.0, "Weight of this reward in the combined score.")
+    options: dict[str, Any] = F({}, "Keyword options of a built-in reward factory.")
+    timeout_s: float = F(60.0, "Time limit of one call (one batch); a time-out invalidates the batch "
+                         "for this reward.", gt=0)
+
+
+class VLLMConfig(Section):
+    gpu_memory_utilization: float = F(0.4, "Fraction of GPU memory vLLM may take.", gt=0, le=1)
+    tis_cap: float | None = F(None, "Truncated importance sampling: weight each token by "
+                              "exp(clamp(logp_train - logp_vllm, -10, 10)) capped at this value "
+                              "(2.0 is typical). null = off.", gt=0)
+
+
+class RolloutConfig(Section):
+    engine: Literal["hf", "vllm"] = F("hf", "Generation engine: hf (transformers generate, CPU or "
+                                      "GPU) or vllm (GPU, optional extra).")
+    prompts_per_step: int = F(8, "Prompts sampled per training step.", ge=1)
+    group_size: int = F(8, "Responses generated per prompt (the GRPO group).", ge=1)
+    max_new_tokens: int = F(512, "Longest response; a response that reaches it without EOS is "
+                            "'truncated'.", ge=1)
+    temperature: float = F(1.0, "Sampling temperature (log-probs are recomputed with the same).", gt=0)
+    top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
+    top_k: int = F(0, "Top-k sampling; 0 = off.", ge=0)
+    generation_batch_size: int | None = F(None, "Prompts per generate call; null = all at once.", ge=1)
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+
+
+class AlgorithmConfig(Section):
+    preset: PresetName = F("grpo", "Named set of defaults for this section: grpo, dr_grpo, ppo, rloo, "
+                           "reinforce_plus_plus. Keys you set yourself always win.")
+    advantage_estimator: AdvantageName = F("grpo", "Advantage estimator (see steadyrl.functional.advantages).")
+    norm_by_std: bool = F(True, "GRPO / pass@k: divide by the group std (false = Dr. GRPO).")
+    policy_loss: PolicyLossName = F("ppo", "Policy loss: ppo (clipped surrogate), gspo, cispo, vanilla_pg.")
+    loss_agg_mode: LossAggMode = F("token-mean", "How per-token losses become one scalar.")
+    norm_length: int | None = F(None, "Constant length of seq-mean-token-sum-norm; null = "
+                                "rollout.max_new_tokens.", ge=1)
+    pg_clip: float = F(PG_CLIP, "PPO clip range: the ratio is kept in [1 - clip, 1 + clip].", ge=0)
+    pg_clip_low: float | None = F(None, "Lower clip range (asymmetric); null = pg_clip.", ge=0)
+    pg_clip_high: float | None = F(None, "Upper clip range (clip-higher); null = pg_clip.", ge=0)
+    dual_clip: bool = F(False, "Dual clip for negative advantages: loss bounded by -c * A.")
+    dual_clip_c: float | None = F(None, "Dual-clip constant c; null = 1 + 2 * pg_clip (seed 003).", gt=1)
+    gamma: float = F(GAMMA, "Discount (GAE, REINFORCE++).", ge=0, le=1)
+    lam: float = F(GAE_LAMBDA, "GAE lambda.", ge=0, le=1)
+    reward_clip: float | None = F(None, "Clip rewards to [-c, c] at the response and token level "
+                                  "(5-10 typical); null = off.", gt=0)
+    reward_norm_mean: NormType = F("none", "Reward normalisation mean: batch, group, running or none.")
+    reward_norm_std: NormType = F("none", "Reward normalisation std: batch, group, running or none.")
+    whiten_advantages: bool = F(False, "Whiten advantages over the batch's valid tokens.")
+    advantage_clip: float | None = F(None, "Clip advantages to [-c, c]; null = off.", gt=0)
+    kl_mode: Literal["none", "loss", "reward"] = F("loss", "KL to the reference: none, a loss term, "
+                                                   "or a per-token penalty in the reward.")
+    kl_coef: float = F(0.001, "KL coefficient beta (initial value when adaptive).", ge=0)
+    kl_estimator: KLEstimator = F("k3", "KL estimator: k1, k2, k3 (low variance) or abs.")
+    kl_target: float | None = F(None, "Target KL of the adaptive controller; null = fixed beta.", gt=0)
+    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller.", ge=1)
+    entropy_coef: float = F(0.0, "Entropy bonus coefficient.", ge=0)
+    difficulty_mask: bool = F(False, "Train only on groups with low < mean score < high.")
+    difficulty_low: float = F(DIFFICULTY_LOW, "Difficulty mask lower bound.")
+    difficulty_high: float = F(DIFFICULTY_HIGH, "Difficulty mask upper bound.")
+    difficulty_weighting: bool = F(False, "Weight samples by group difficulty, in [0.5, 2.0].")
+    mask_truncated: bool = F(False, "Leave truncated responses out of the loss (overlong filtering).")
+    value_clip: float | None = F(0.5, "PPO value clip range; null = off.", gt=0)
+
+    @property
+    def clip_low(self) -> float:
+        return self.pg_clip if self.pg_clip_low is None else self.pg_clip_low
+
+    @property
+    def clip_high(self) -> float:
+        return self.pg_clip if self.pg_clip_high is None else self.pg_clip_high
+
+    @property
+    def dual_clip_value(self) -> float | None:
+        if not self.dual_clip:
+            return None
+        return dual_clip_default(self.pg_clip) if self.dual_clip_c is None else self.dual_clip_c
+
+    @model_validator(mode="after")
+    def _check(self) -> "AlgorithmConfig":
+        if not self.difficulty_low < self.difficulty_high:
+            raise ValueError(
+                f"difficulty_low ({self.difficulty_low}) must be < difficulty_high ({self.difficulty_high})"
+            )
+        return self
+
+
+class OptimConfig(Section):
+    lr: float = F(1e-6, "Policy learning rate (AdamW).", gt=0)
+    critic_lr: float = F(1e-5, "Critic learning rate (PPO).", gt=0)
+    weight_decay: float = F(0.0, "AdamW weight decay.", ge=0)
+    betas: tuple[float, float] = F((0.9, 0.999), "AdamW betas.")
+    eps: float = F(1e-8, "AdamW epsilon.", gt=0)
+    schedule: Literal["constant", "linear", "cosine"] = F("constant", "Learning-rate decay after warm-up.")
+    warmup_steps: int = F(0, "Linear warm-up steps.", ge=0)
+    min_lr_ratio: float = F(0.0, "Final learning rate of linear/cosine decay, as a fraction of lr.", ge=0, le=1)
+    max_grad_norm: float = F(MAX_GRAD_NORM, "Clip the gradient norm to this (seed 003).", gt=0)
+
+
+class TrainerConfig(Section):
+    max_steps: int = F(100, "Training steps (one step = one batch of prompts).", ge=1)
+    seed: int = F(42, "Seed of data order, sampling and initialisation.")
+    ppo_epochs: int = F(1, "Passes over each rollout batch.", ge=1)
+    mini_batch_size: int | None = F(None, "Samples per optimizer step; null = the whole batch "
+                                    "(one optimizer step per epoch).", ge=1)
+    micro_batch_size: int = F(8, "Samples per forward/backward (gradient accumulation).", ge=1)
+    save_every: int = F(50, "Checkpoint every N steps (and at the end); 0 = only at the end.", ge=0)
+    keep_checkpoints: int = F(2, "Keep the newest N checkpoints.", ge=1)
+    eval_every: int = F(0, "Evaluate every N steps; 0 = only before and after training.", ge=0)
+    samples_every: int = F(10, "Log a table of sample completions every N steps; 0 = never.", ge=0)
+    logprob_impl: Literal["fused", "naive"] = F("fused", "fused = log-probs from hidden states in chunks "
+                                                "(no [B, T, V] logits); naive = from full logits.")
+    logprob_chunk_size: int | None = F(None, "Tokens per log-prob chunk; null = automatic.", ge=1)
+    device: Literal["auto", "cpu", "cuda"] = F("auto", "auto = cuda when available.")
+    num_threads: int | None = F(None, "torch CPU threads; null = torch's default.", ge=1)
+    max_consecutive_skips: int = F(3, "Stop after this many optimizer steps in a row skipped for a "
+                                   "non-finite loss or gradient norm.", ge=1)
+    trackers: list[str] = F([], "Extra trackers besides metrics.jsonl: tensorboard, wandb, mlflow, trackio.")
+    project: str | None = F(None, "Project name for wandb / mlflow / trackio.")
+    run_name: str | None = F(None, "Run name for trackers; null = the output directory's name.")
+
+
+class EvalConfig(Section):
+    num_samples: int = F(4, "Sampled completions per prompt for pass@k (0 = greedy only).", ge=0)
+    temperature: float = F(1.0, "Sampling temperature of the pass@k samples.", gt=0)
+    max_new_tokens: int | None = F(None, "null = rollout.max_new_tokens.", ge=1)
+    accuracy_reward: str | None = F(None, "Reward whose score decides correctness; null = the first.")
+    correct_threshold: float = F(1.0, "A completion is correct when that reward is >= this.")
+    batch_size: int = F(64, "Prompts per generate call during evaluation.", ge=1)
+
+
+class DemoConfig(Section):
+    """The built-in demo (used when ``data.train_path`` is null): a tiny model learns to reverse
+    strings; a short supervised warm-start, then RL."""
+
+    n_layers: int = F(2, "Transformer layers of the demo model.", ge=1)
+    hidden_size: int = F(64, "Hidden size of the demo model.", ge=8)
+    n_heads: int = F(4, "Attention heads of the demo model.", ge=1)
+    min_len: int = F(3, "Shortest string to reverse.", ge=1)
+    max_len: int = F(6, "Longest string to reverse.", ge=1)
+    num_train: int = F(2000, "Training prompts.", ge=1)
+    num_eval: int = F(200, "Held-out prompts.", ge=1)
+    warmstart_steps: int = F(150, "Supervised warm-start steps before RL (0 = none).", ge=0)
+    warmstart_lr: float = F(3e-3, "Warm-start learning rate.", gt=0)
+    warmstart_batch_size: int = F(32, "Warm-start batch size.", ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "DemoConfig":
+        if self.min_len > self.max_len:
+            raise ValueError(f"min_len ({self.min_len}) must be <= max_len ({self.max_len})")
+        if self.hidden_size % self.n_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by n_heads ({self.n_heads})")
+        return self
+
+
+class Config(Section):
+    """A whole run."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    rewards: list[RewardConfig] = F([], "Reward functions and weights; empty = the task's default "
+                                    "(the demo's reverse-match reward, or 'math').")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    demo: DemoConfig = Field(default_factory=DemoConfig)
+
+    @property
+    def is_demo(self) -> bool:
+        return self.data.train_path is None
+
+    @model_validator(mode="after")
+    def _check(self) -> "Config":
+        if self.model.name_or_path is None and self.data.train_path is not None:
+            raise ValueError(
+                "model.name_or_path is null (the built-in demo model) but data.train_path is set: "
+                "name a model for your data, or unset data.train_path for the demo"
+            )
+        if self.algorithm.advantage_estimator == "gae" and self.model.lora.enabled:
+            raise ValueError("algorithm.advantage_estimator 'gae' needs a critic, which is not "
+                             "supported with model.lora.enabled yet; use grpo/rloo or full fine-tuning")
+        return self

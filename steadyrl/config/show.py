@@ -1,0 +1,47 @@
+"""Render a resolved config as commented YAML: every key, its value, and its help text.
+
+Values a preset filled are marked ``[preset]``, so nothing the preset chose is hidden.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from .schema import Config
+
+
+def _scalar(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    return text.removesuffix("\n...").removesuffix("...").strip()
+
+
+def _render(model: BaseModel, indent: int, prefix: str, preset_keys: set[str], out: list[str]) -> None:
+    pad = "  " * indent
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        path = f"{prefix}{name}"
+        help_text = (field.description or "").strip()
+        if isinstance(value, BaseModel):
+            doc = (type(value).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+            out.append(f"{pad}{name}:" + (f"  # {doc}" if doc and "Field" not in doc else ""))
+            _render(value, indent + 1, path + ".", preset_keys, out)
+            continue
+        if isinstance(value, list) and value and isinstance(value[0], BaseModel):
+            out.append(f"{pad}{name}:  # {help_text}")
+            for item in value:
+                out.append(f"{pad}  -")
+                _render(item, indent + 2, path + "[].", preset_keys, out)
+            continue
+        tag = " [preset]" if path in preset_keys else ""
+        comment = f"  # {help_text}{tag}" if help_text or tag else ""
+        out.append(f"{pad}{name}: {_scalar(value)}{comment}")
+
+
+def render_config(config: Config, preset_keys: set[str] | None = None) -> str:
+    """The whole config as YAML with a help comment on every key (loadable back with YAML)."""
+    out: list[str] = []
+    _render(config, 0, "", preset_keys or set(), out)
+    return "\n".join(out) + "\n"
