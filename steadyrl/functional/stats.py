@@ -48,15 +48,36 @@ def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> t
     return x.sum() if dim is None else x.sum(dim)
 
 
+def _mean(x: torch.Tensor, m: torch.Tensor, dim: int | None, keepdim: bool = False) -> torch.Tensor:
+    """Masked mean of ``x`` (masked entries already 0) about a shift ``c``, a valid entry:
+    ``c + sum(mask * (x - c)) / (n + 1e-8)``.
+
+    Without the shift, ``1e-8`` in the denominator is not absorbed by ``n`` in float64, and the sum
+    rounds in float32, so equal values (or a single one) would not have themselves as their mean;
+    their "spread" would then be divided by a ~0 std. With it, the mean of equal values is exact.
+    """
+    keep = m.bool()
+    if dim is None:  # reduce everything, as a 1-D tensor
+        x, keep, m = x.reshape(-1), keep.reshape(-1), m.reshape(-1)
+    d = -1 if dim is None else dim
+    lowest = torch.full((), float("-inf"), dtype=x.dtype, device=x.device)
+    shift = torch.where(keep, x.detach(), lowest).amax(d, keepdim=True)
+    shift = torch.where(keep.any(d, keepdim=True), shift, torch.zeros_like(shift))
+    centered = torch.where(keep, x - shift, torch.zeros((), dtype=x.dtype, device=x.device))
+    mean = shift + centered.sum(d, keepdim=True) / (m.sum(d, keepdim=True) + MASK_EPS)
+    if dim is None:
+        return mean.reshape(())
+    return mean if keepdim else mean.squeeze(d)
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """``sum(x * mask) / (sum(mask) + 1e-8)`` (seed 000).
+    """``sum(x * mask) / (sum(mask) + 1e-8)`` (seed 000), taken about a valid entry so that the
+    mean of equal values is exactly that value (see :func:`_mean`).
 
     With ``dim``, a row whose mask is all zero gives 0, never NaN.
     """
     x, m = _masked(x, mask)
-    if dim is None:
-        return x.sum() / (m.sum() + MASK_EPS)
-    return x.sum(dim) / (m.sum(dim) + MASK_EPS)
+    return _mean(x, m, dim)
 
 
 def masked_var(
@@ -69,9 +90,7 @@ def masked_var(
     """
     x, m = _masked(x, mask)
     n = m.sum() if dim is None else m.sum(dim)
-    mean = x.sum() / (n + MASK_EPS) if dim is None else x.sum(dim) / (n + MASK_EPS)
-    if dim is not None:
-        mean = mean.unsqueeze(dim)
+    mean = _mean(x, m, dim, keepdim=True)
     centered = torch.where(m.bool(), x - mean, torch.zeros((), dtype=x.dtype, device=x.device))
     sq = centered.square().sum() if dim is None else centered.square().sum(dim)
     var = sq / (n + MASK_EPS)
@@ -89,7 +108,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) 
     0 (or the entry itself without the shift), never NaN.
     """
     values, m = _masked(x, mask)
-    mean = values.sum() / (m.sum() + MASK_EPS)
+    mean = _mean(values, m, None)
     var = masked_var(x, mask, unbiased=True)
     whitened = (values - mean) * torch.rsqrt(var + WHITEN_EPS)
     if not shift_mean:
