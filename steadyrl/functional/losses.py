@@ -5,7 +5,10 @@ Every policy loss has one signature::
     fn(logprobs, old_logprobs, advantages, response_mask, *, clip_low, clip_high, dual_clip,
        loss_agg_mode, **aggregation) -> (loss, metrics)
 
-``logprobs`` carry the gradient; ``old_logprobs`` and ``advantages`` are constants. The per-token
+``logprobs`` carry the gradient; ``old_logprobs`` and ``advantages`` are constants. Padding entries of
+every input are replaced by 0 before any arithmetic, so NaN or inf there (a pad label whose logit is
+masked to -inf has log-prob -inf) reaches neither the loss nor the gradient. Everything is computed
+in float32 (float64 for float64 ``logprobs``/``values``). The per-token
 loss is reduced by :func:`~steadyrl.functional.aggregation.aggregate_loss` (``aggregation`` takes
 ``global_tokens``, ``global_seqs``, ``norm_length``, ``sample_weights``). ``metrics`` are detached
 float32 scalars over valid tokens only: ratio statistics, clip fractions, ``approx_kl`` (k3 of
@@ -23,7 +26,7 @@ import torch
 from .aggregation import aggregate_loss
 from .constants import LOG_RATIO_CLAMP, PG_CLIP
 from .kl import kl_penalty
-from .stats import masked_mean
+from .stats import acc_dtype, masked_mean
 
 __all__ = [
     "POLICY_LOSSES",
@@ -50,8 +53,23 @@ def register_policy_loss(name: str):
     return wrap
 
 
+def _valid(response_mask: torch.Tensor, x: torch.Tensor, *others: torch.Tensor):
+    """The mask as bool, then ``x`` (keeps its gradient) and ``others`` (detached) in ``x``'s
+    accumulation dtype with padding set to 0 by ``torch.where`` (whose gradient on padding is 0)."""
+    keep = response_mask != 0
+    dtype = acc_dtype(x)
+    zero = torch.zeros((), dtype=dtype, device=x.device)
+    out = [torch.where(keep, x.to(dtype), zero)]
+    out += [torch.where(keep, o.detach().to(dtype), zero) for o in others]
+    return (keep, *out)
+
+
 def _log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> torch.Tensor:
-    return (logprobs.float() - old_logprobs.detach().float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return (logprobs - old_logprobs.detach()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+
+def _f32(metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to(torch.float32) for k, v in metrics.items()}
 
 
 def _masked_extreme(x: torch.Tensor, keep: torch.Tensor, largest: bool) -> torch.Tensor:
@@ -81,7 +99,7 @@ def _check_clip(clip_low: float, clip_high: float, dual_clip: float | None) -> N
 
 def _clipped_surrogate(ratio, advantages, keep, clip_low, clip_high, dual_clip):
     """Per-token PPO loss ``max(-A r, -A clip(r))``, with the dual clip bound ``-c A`` for A < 0."""
-    adv = advantages.detach().float()
+    adv = advantages.detach()
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss = torch.maximum(unclipped, clipped)
@@ -121,11 +139,11 @@ def ppo_policy_loss(
     valid tokens where the lower / upper clip is active, ``clipfrac_dual`` where the dual bound is.
     """
     _check_clip(clip_low, clip_high, dual_clip)
-    keep = response_mask != 0
+    keep, logprobs, old_logprobs, advantages = _valid(response_mask, logprobs, old_logprobs, advantages)
     ratio = torch.exp(_log_ratio(logprobs, old_logprobs))
     per_token, metrics = _clipped_surrogate(ratio, advantages, keep, clip_low, clip_high, dual_clip)
     loss = aggregate_loss(per_token, response_mask, loss_agg_mode, **aggregation)
-    return loss, {**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)}
+    return loss, _f32({**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)})
 
 
 @register_policy_loss("gspo")
@@ -146,14 +164,14 @@ def gspo_policy_loss(
     uses 3e-4 / 4e-4) because a sequence ratio moves far less than a token ratio.
     """
     _check_clip(clip_low, clip_high, dual_clip)
-    keep = response_mask != 0
+    keep, logprobs, old_logprobs, advantages = _valid(response_mask, logprobs, old_logprobs, advantages)
     seq_log_ratio = masked_mean(_log_ratio(logprobs, old_logprobs), keep, dim=-1)
-    lp = logprobs.float()
+    lp = logprobs
     token_log_ratio = seq_log_ratio.detach().unsqueeze(-1) + lp - lp.detach()
     ratio = torch.exp(token_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     per_token, metrics = _clipped_surrogate(ratio, advantages, keep, clip_low, clip_high, dual_clip)
     loss = aggregate_loss(per_token, response_mask, loss_agg_mode, **aggregation)
-    return loss, {**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)}
+    return loss, _f32({**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)})
 
 
 @register_policy_loss("cispo")
@@ -175,10 +193,10 @@ def cispo_policy_loss(
     ``dual_clip`` is ignored.
     """
     _check_clip(clip_low, clip_high, None)
-    keep = response_mask != 0
+    keep, logprobs, old_logprobs, advantages = _valid(response_mask, logprobs, old_logprobs, advantages)
     ratio = torch.exp(_log_ratio(logprobs, old_logprobs))
     weight = ratio.detach().clamp(1.0 - clip_low, 1.0 + clip_high)
-    per_token = -weight * advantages.detach().float() * logprobs.float()
+    per_token = -weight * advantages * logprobs
     r = ratio.detach()
     metrics = {
         "clipfrac_low": masked_mean((r < 1.0 - clip_low).float(), keep),
@@ -187,7 +205,7 @@ def cispo_policy_loss(
     }
     metrics["clipfrac"] = metrics["clipfrac_low"] + metrics["clipfrac_high"]
     loss = aggregate_loss(per_token, response_mask, loss_agg_mode, **aggregation)
-    return loss, {**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)}
+    return loss, _f32({**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)})
 
 
 @register_policy_loss("vanilla_pg")
@@ -204,13 +222,13 @@ def vanilla_pg_loss(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Unclipped importance-weighted policy gradient ``L = -A * r``; on-policy (``r = 1``) its
     gradient is REINFORCE's ``-A * grad logp``. The clip arguments are ignored."""
-    keep = response_mask != 0
+    keep, logprobs, old_logprobs, advantages = _valid(response_mask, logprobs, old_logprobs, advantages)
     ratio = torch.exp(_log_ratio(logprobs, old_logprobs))
-    per_token = -advantages.detach().float() * ratio
+    per_token = -advantages * ratio
     zero = torch.zeros((), device=ratio.device)
     metrics = {"clipfrac": zero, "clipfrac_low": zero, "clipfrac_high": zero, "clipfrac_dual": zero}
     loss = aggregate_loss(per_token, response_mask, loss_agg_mode, **aggregation)
-    return loss, {**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)}
+    return loss, _f32({**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)})
 
 
 def value_loss(
@@ -227,18 +245,15 @@ def value_loss(
 
     Metrics: ``vf_clipfrac`` (valid tokens where the clipped term is larger), ``vpred_mean``.
     """
-    keep = response_mask != 0
-    v = values.float()
-    ret = returns.detach().float()
+    keep, v, ret, old = _valid(response_mask, values, returns, old_values)
     loss = (v - ret).square()
     vf_clipfrac = torch.zeros((), device=v.device)
     if clip_range is not None:
         if not clip_range > 0:
             raise ValueError(f"value clip_range must be > 0 or None, got {clip_range}")
-        old = old_values.detach().float()
         clipped = old + (v - old).clamp(-clip_range, clip_range)
         clipped_loss = (clipped - ret).square()
         vf_clipfrac = masked_mean((clipped_loss > loss).float().detach(), keep)
         loss = torch.maximum(loss, clipped_loss)
     agg = aggregate_loss(0.5 * loss, response_mask, loss_agg_mode, **aggregation)
-    return agg, {"vf_clipfrac": vf_clipfrac, "vpred_mean": masked_mean(v.detach(), keep)}
+    return agg, _f32({"vf_clipfrac": vf_clipfrac, "vpred_mean": masked_mean(v.detach(), keep)})
