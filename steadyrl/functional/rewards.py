@@ -51,7 +51,8 @@ def _check_groups(scores: torch.Tensor, group_size: int) -> int:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     if scores.shape[0] % group_size:
         raise ValueError(
-            f"batch of {scores.shape[0]} scores is not a whole number of groups of {group_size}"
+            f"group_size={group_size} does not divide the batch of {scores.shape[0]} scores: "
+            f"group_size must be a divisor of the batch size (rows g*n .. g*n+n-1 are one group)"
         )
     return scores.shape[0] // group_size
 
