@@ -1,0 +1,80 @@
+"""A run's ``metrics.jsonl`` as plottable series, and the smoothing the dashboard applies."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+from ..tracking import METRICS_FILE, STATE_FILE, read_metrics
+
+RAW_POINTS_MAX = 30
+"""Series this short are drawn raw, with markers; longer ones get an EMA over faint raw values."""
+
+
+@dataclass
+class Run:
+    """A run's metrics as ``key -> (steps, values)``, finite values only."""
+
+    name: str
+    series: dict[str, tuple[np.ndarray, np.ndarray]]
+
+    def get(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+        return self.series.get(key)
+
+    def skipped_steps(self) -> np.ndarray:
+        """Steps at which ``health/skipped_steps`` (cumulative) went up."""
+        s = self.get("health/skipped_steps")
+        if s is None:
+            return np.array([])
+        steps, counts = s
+        return steps[np.diff(counts, prepend=0.0) > 0]
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Read ``run_dir/metrics.jsonl``; a DataError when it is missing or holds no step."""
+    run_dir = Path(run_dir)
+    rows = read_metrics(run_dir)
+    if not rows:
+        where = run_dir if run_dir.suffix == ".jsonl" else run_dir / METRICS_FILE
+        state = "is empty" if where.exists() else "does not exist"
+        raise DataError(f"{where} {state}: nothing to plot (is RUN_DIR the run's output directory?)")
+    cols: dict[str, tuple[list, list]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                if np.isfinite(value):
+                    cols.setdefault(key, ([], []))[0].append(row["step"])
+                    cols[key][1].append(float(value))
+    series = {k: (np.asarray(s, dtype=float), np.asarray(v, dtype=float)) for k, (s, v) in cols.items()}
+    name = run_dir.parent.name if run_dir.suffix == ".jsonl" else run_dir.name
+    state_file = (run_dir.parent if run_dir.suffix == ".jsonl" else run_dir) / STATE_FILE
+    if state_file.exists():
+        try:
+            name = json.loads(state_file.read_text()).get("run_name") or name
+        except (ValueError, OSError):
+            pass
+    return Run(name or "run", series)
+
+
+def ema(values: np.ndarray, span: float) -> np.ndarray:
+    """Debiased exponential moving average: ``s_t = (1-a) s_{t-1} + a x_t``, ``a = 2 / (span + 1)``,
+    divided by ``1 - (1-a)^t`` so the start is not pulled towards 0."""
+    if span <= 1 or len(values) < 2:
+        return values
+    a, s, w = 2.0 / (span + 1.0), 0.0, 0.0
+    out = np.empty_like(values)
+    for i, x in enumerate(values):
+        s, w = (1 - a) * s + a * x, (1 - a) * w + a
+        out[i] = s / w
+    return out
+
+
+def smoothing_span(n: int) -> float:
+    """EMA span for a series of ``n`` points: none up to RAW_POINTS_MAX, then ``n / 30``."""
+    return 1.0 if n <= RAW_POINTS_MAX else n / 30.0
+
+
