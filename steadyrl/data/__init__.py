@@ -1,0 +1,27 @@
+"""steadyrl.data: prompt data sets, chat templates, length filtering and batching.
+
+* :func:`load_records`: JSONL / JSON / Parquet / CSV / ``save_to_disk`` folders to records
+  ``{"prompt", "answer"?, <extra columns>}``;
+* :func:`render_prompt`, :func:`encode_prompt`: a prompt as model input, chat template or not;
+* :func:`filter_by_length`: drop prompts over ``max_prompt_tokens``;
+* :class:`PromptSampler`: an endless, seeded, resumable stream of full batches.
+
+See ``docs/data.md``.
+"""
+
+from .chat import encode_prompt, filter_by_length, prompt_lengths, render_prompt, uses_chat_template
+from .loading import DATA_FORMATS, DataFormat, is_chat, load_records
+from .sampler import PromptSampler
+
+__all__ = [
+    "DATA_FORMATS",
+    "DataFormat",
+    "PromptSampler",
+    "encode_prompt",
+    "filter_by_length",
+    "is_chat",
+    "load_records",
+    "prompt_lengths",
+    "render_prompt",
+    "uses_chat_template",
+]

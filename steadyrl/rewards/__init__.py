@@ -1,0 +1,54 @@
+"""steadyrl.rewards: reward functions (verifiers), the registry that loads user callables, and
+batch scoring with time limits.
+
+A reward function follows TRL's convention,
+``fn(prompts, completions, **columns) -> list[float | None]``. Built-ins by name (``math``,
+``exact_match``, ``normalized_match``, ``regex_format``, ``length_penalty``) are factories in
+:data:`BUILTIN_REWARDS`; :func:`load_reward` also takes ``package.module:function`` and
+``path/to/file.py:function``. :class:`RewardScorer` / :func:`score_batch` call each function once
+per batch under a time limit and turn every failure into an invalid sample, never an exception.
+See ``docs/rewards.md``.
+"""
+
+from . import math_verifier, verifiers  # noqa: F401  (registers the built-ins)
+from .loader import load_reward, reward_name
+from .math_verifier import math_reward, parse_gold
+from .metrics import reward_metrics
+from .registry import BUILTIN_REWARDS, RewardFactory, RewardFn, register_reward
+from .runners import ISOLATIONS, Isolation, default_isolation
+from .scoring import DEFAULT_TIMEOUT_S, FAILURE_KINDS, RewardScorer, RewardSpec, ScoreResult, score_batch
+from .verifiers import (
+    exact_match,
+    extract_answer,
+    length_penalty,
+    normalize_answer,
+    normalized_match,
+    regex_format,
+)
+
+__all__ = [
+    "BUILTIN_REWARDS",
+    "DEFAULT_TIMEOUT_S",
+    "FAILURE_KINDS",
+    "ISOLATIONS",
+    "Isolation",
+    "RewardFactory",
+    "RewardFn",
+    "RewardScorer",
+    "RewardSpec",
+    "ScoreResult",
+    "default_isolation",
+    "exact_match",
+    "extract_answer",
+    "length_penalty",
+    "load_reward",
+    "math_reward",
+    "normalize_answer",
+    "normalized_match",
+    "parse_gold",
+    "regex_format",
+    "register_reward",
+    "reward_metrics",
+    "reward_name",
+    "score_batch",
+]

@@ -1,0 +1,154 @@
+"""``load_reward``: a reward function from a spec string.
+
+A spec is one of:
+
+* a built-in name: ``math``, ``exact_match``, ``normalized_match``, ``regex_format``,
+  ``length_penalty``; the options go to its factory;
+* ``package.module:function``: imported with :func:`importlib.import_module` (so the package must
+  be on ``sys.path`` / ``PYTHONPATH``);
+* ``path/to/file.py:function``: the file is executed as a module (relative to the current
+  directory, or absolute); its folder is *not* put on ``sys.path``.
+
+For a user function the options are bound as keyword arguments (``functools.partial``), so
+``load_reward("my.py:fn", threshold=0.5)`` calls ``fn(prompts, completions, threshold=0.5,
+**columns)``. ``function`` may be dotted (``module:Class.method``).
+
+Anything that goes wrong raises :class:`~steadyrl.errors.RewardLoadError` naming the spec.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+
+from ..errors import RewardLoadError
+from . import math_verifier, verifiers  # noqa: F401  (registers the built-ins)
+from .registry import BUILTIN_REWARDS, RewardFn
+
+__all__ = ["load_reward", "reward_name"]
+
+
+def _err(spec: str, what: str) -> RewardLoadError:
+    return RewardLoadError(f"reward {spec!r}: {what}")
+
+
+def _builtin(name: str, options: dict) -> RewardFn:
+    factory = BUILTIN_REWARDS[name]
+    params = inspect.signature(factory).parameters
+    unknown = sorted(set(options) - set(params))
+    if unknown:
+        raise _err(name, f"unknown option(s) {unknown}; valid options: {sorted(params)}")
+    missing = [p.name for p in params.values() if p.default is p.empty and p.name not in options]
+    if missing:
+        raise _err(name, f"missing required option(s) {missing}; valid options: {sorted(params)}")
+    return factory(**options)
+
+
+def _unknown_name(spec: str) -> RewardLoadError:
+    names = sorted(BUILTIN_REWARDS)
+    close = difflib.get_close_matches(spec, names, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return _err(
+        spec,
+        f"not a built-in reward; {hint}built-ins: {names}; "
+        "a function of your own is 'package.module:function' or 'path/to/file.py:function'",
+    )
+
+
+def _import_file(spec: str, target: str):
+    path = Path(target).expanduser().resolve()
+    if not path.is_file():
+        raise _err(spec, f"file {str(path)!r} does not exist")
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    module_name = f"_steadyrl_reward_{path.stem}_{digest}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise _err(spec, f"{str(path)!r} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module  # so classes and pickling inside it find their module
+    try:
+        module_spec.loader.exec_module(module)
+    except (Exception, SystemExit) as err:
+        del sys.modules[module_name]
+        raise _err(spec, f"running {str(path)!r} raised {type(err).__name__}: {err}") from err
+    return module
+
+
+def _import_module(spec: str, target: str):
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as err:
+        if err.name and (target == err.name or target.startswith(err.name + ".")):
+            raise _err(
+                spec,
+                f"no module named {err.name!r} (is it on sys.path / PYTHONPATH? "
+                "a file is given as 'path/to/file.py:function')",
+            ) from err
+        raise _err(spec, f"importing {target!r} raised ModuleNotFoundError: {err}") from err
+    except (Exception, SystemExit) as err:
+        raise _err(spec, f"importing {target!r} raised {type(err).__name__}: {err}") from err
+
+
+def _attribute(spec: str, module, attr: str):
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            public = sorted(n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None)))
+            close = difflib.get_close_matches(part, public, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; callables defined there: {public[:20]}"
+            raise _err(spec, f"{getattr(obj, '__name__', obj)!r} has no attribute {part!r}{hint}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _check_signature(spec: str, fn, options: dict) -> None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # no introspectable signature (some C callables): trust it
+    kinds = {p.kind for p in sig.parameters.values()}
+    if inspect.Parameter.VAR_KEYWORD not in kinds:
+        raise _err(
+            spec,
+            f"the function must accept **kwargs (the dataset's columns are passed as keyword "
+            f"arguments); its signature is {sig}",
+        )
+    try:
+        sig.bind([], [], **options)
+    except TypeError as err:
+        raise _err(spec, f"cannot be called as fn(prompts, completions, **columns): {err}; signature {sig}")
+
+
+def load_reward(spec: str, **options) -> RewardFn:
+    """The reward function named by ``spec`` (see the module docstring)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise RewardLoadError(f"reward spec must be a non-empty string, got {spec!r}")
+    spec = spec.strip()
+    if spec in BUILTIN_REWARDS:
+        return _builtin(spec, options)
+    if ":" not in spec:
+        raise _unknown_name(spec)
+    target, attr = spec.rsplit(":", 1)  # rsplit: a Windows path has a drive colon
+    if not target or not attr:
+        raise _err(spec, "expected 'package.module:function' or 'path/to/file.py:function'")
+    is_file = target.endswith(".py") or "/" in target or "\\" in target
+    module = _import_file(spec, target) if is_file else _import_module(spec, target)
+    fn = _attribute(spec, module, attr)
+    if not callable(fn):
+        raise _err(spec, f"{attr!r} is a {type(fn).__name__}, not a callable")
+    _check_signature(spec, fn, options)
+    return functools.partial(fn, **options) if options else fn
+
+
+def reward_name(spec: str) -> str:
+    """A short name for a spec, for metrics: the built-in name or the function's name."""
+    spec = spec.strip()
+    return spec.rsplit(":", 1)[1].rsplit(".", 1)[-1] if ":" in spec else spec

@@ -1,0 +1,236 @@
+"""Scoring a batch with several reward functions: ``RewardSpec``, ``RewardScorer``, ``score_batch``.
+
+Each reward function is called once per batch, under its own time limit (see
+:mod:`steadyrl.rewards.runners` for how), all of them at the same time. For sample ``i``::
+
+    scores_i = sum_f weight_f * r_f,i     if every function f returned a finite float for i
+    scores_i = 0, valid_i = False         otherwise
+
+A function fails a sample in one of four ways (the failure *kinds*, counted per function):
+
+* ``exception``: it raised (or called ``sys.exit``), returned something that is not a list of
+  ``float | None``, or returned a list of the wrong length - every sample of the batch;
+* ``timeout``: it ran past ``timeout_s`` - every sample of the batch;
+* ``none``: it returned ``None`` for the sample ("cannot score this one");
+* ``nonfinite``: it returned NaN or +-inf for the sample.
+
+Nothing a reward function does propagates out of :meth:`RewardScorer.score`: failures are counted,
+the first traceback (or time-out message) of each function is kept in ``ScoreResult.errors`` for
+the trainer to show once, and the affected samples leave the update through ``valid``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from ..errors import ConfigError
+from .loader import load_reward, reward_name
+from .registry import RewardFn
+from .runners import ISOLATIONS, InlineRunner, Isolation, default_isolation, make_runner
+
+__all__ = ["RewardSpec", "ScoreResult", "RewardScorer", "score_batch", "FAILURE_KINDS", "DEFAULT_TIMEOUT_S"]
+
+FAILURE_KINDS: tuple[str, ...] = ("exception", "timeout", "none", "nonfinite")
+
+DEFAULT_TIMEOUT_S = 60.0
+"""Time limit of one reward-function call (one whole batch), in seconds."""
+
+_RESERVED_COLUMNS = ("prompts", "completions")
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@dataclass
+class RewardSpec:
+    """One reward function in the mix.
+
+    ``timeout_s`` bounds one call (the whole batch); ``None`` waits forever. ``isolation`` is how
+    the call is run and stopped (``"process"``, ``"thread"``, ``"inline"``; ``None``: the
+    scorer's default); ``"inline"`` has no time limit.
+    """
+
+    name: str
+    fn: RewardFn
+    weight: float = 1.0
+    timeout_s: float | None = DEFAULT_TIMEOUT_S
+    isolation: Isolation | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or "/" in self.name:
+            raise ConfigError(f"reward name {self.name!r} must be a non-empty string without '/'")
+        where = f"reward {self.name!r}"
+        if not callable(self.fn):
+            raise ConfigError(f"{where}: fn must be callable, got {type(self.fn).__name__}")
+        if not _is_number(self.weight) or not math.isfinite(self.weight):
+            raise ConfigError(f"{where}: weight={self.weight!r} must be a finite number")
+        if self.timeout_s is not None and not (_is_number(self.timeout_s) and 0 < self.timeout_s < math.inf):
+            raise ConfigError(f"{where}: timeout_s={self.timeout_s!r} must be seconds > 0, or None")
+        if self.isolation is not None and self.isolation not in ISOLATIONS:
+            valid = list(ISOLATIONS)
+            raise ConfigError(f"{where}: isolation={self.isolation!r} must be one of {valid} or None")
+        self.weight = float(self.weight)
+
+    @classmethod
+    def load(
+        cls,
+        spec: str,
+        *,
+        name: str | None = None,
+        weight: float = 1.0,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
+        isolation: Isolation | None = None,
+        **options,
+    ) -> RewardSpec:
+        """``load_reward(spec, **options)`` wrapped in a spec, named after the built-in or function."""
+        fn = load_reward(spec, **options)
+        return cls(name or reward_name(spec), fn, weight, timeout_s, isolation)
+
+
+@dataclass
+class ScoreResult:
+    """Scores of one batch. ``raw[name]`` is what the function returned, converted to
+    ``float | None`` (all ``None`` when the call failed), so NaN and inf are kept there."""
+
+    names: list[str]
+    weights: dict[str, float]
+    raw: dict[str, list[float | None]]
+    scores: torch.Tensor  # float32 [B], 0 where invalid
+    valid: torch.Tensor  # bool [B]
+    failures: dict[str, dict[str, int]]  # name -> kind -> samples
+    errors: dict[str, str] = field(default_factory=dict)  # name -> traceback / time-out message
+    elapsed_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.scores.shape[0])
+
+    def function_valid(self, name: str) -> list[bool]:
+        """Where function ``name`` returned a finite float."""
+        return [x is not None and math.isfinite(x) for x in self.raw[name]]
+
+    def failed(self, name: str) -> int:
+        """Samples function ``name`` failed on (all kinds)."""
+        return sum(self.failures[name].values())
+
+
+def _check_specs(specs: Sequence[RewardSpec]) -> list[RewardSpec]:
+    specs = list(specs)
+    if not specs:
+        raise ConfigError("rewards: at least one reward function is needed, got none")
+    for spec in specs:
+        if not isinstance(spec, RewardSpec):
+            raise ConfigError(f"rewards: expected RewardSpec objects, got {type(spec).__name__}")
+    names = [s.name for s in specs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"rewards: reward names must be distinct (they name metrics); repeated: {dupes}")
+    return specs
+
+
+def _check_batch(prompts, completions, columns) -> dict[str, list]:
+    size = len(completions)
+    if len(prompts) != size:
+        raise ValueError(f"{len(prompts)} prompts for {size} completions: give one prompt per completion")
+    columns = dict(columns or {})
+    for key in _RESERVED_COLUMNS:
+        if key in columns:
+            raise ValueError(f"a column may not be named {key!r}: it would clash with that argument")
+    for key, values in columns.items():
+        if len(values) != size:
+            raise ValueError(f"column {key!r} has {len(values)} values for a batch of {size}")
+    return columns
+
+
+def _assemble(specs: list[RewardSpec], outcomes: list, size: int) -> ScoreResult:
+    raw, failures, errors, elapsed = {}, {}, {}, {}
+    total = [0.0] * size
+    ok = [True] * size
+    for spec, out in zip(specs, outcomes):
+        counts = dict.fromkeys(FAILURE_KINDS, 0)
+        status, scores, error = out.status, out.scores, out.error
+        if status == "ok" and len(scores) != size:
+            status = "exception"
+            error = f"returned {len(scores)} scores for a batch of {size} (the whole batch is invalid)"
+        if status != "ok":
+            scores, counts[status], errors[spec.name] = [None] * size, size, error
+            ok = [False] * size
+        else:
+            for i, x in enumerate(scores):
+                if x is not None and math.isfinite(x):
+                    total[i] += spec.weight * x
+                    continue
+                counts["none" if x is None else "nonfinite"] += 1
+                ok[i] = False
+        raw[spec.name], failures[spec.name], elapsed[spec.name] = scores, counts, out.elapsed_s
+    combined = torch.tensor(total, dtype=torch.float64).to(torch.float32)
+    valid = torch.tensor(ok, dtype=torch.bool) & torch.isfinite(combined)  # float32 overflow, too
+    combined = torch.where(valid, combined, torch.zeros_like(combined))
+    return ScoreResult(
+        names=[s.name for s in specs],
+        weights={s.name: s.weight for s in specs},
+        raw=raw,
+        scores=combined,
+        valid=valid,
+        failures=failures,
+        errors=errors,
+        elapsed_s=elapsed,
+    )
+
+
+class RewardScorer:
+    """Scores batches with a fixed set of reward functions, keeping their workers between batches.
+
+    ``isolation`` is the default for specs that do not set their own (``None``: ``"process"`` on
+    Linux, ``"thread"`` elsewhere). Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, specs: Sequence[RewardSpec], *, isolation: Isolation | None = None):
+        if isolation is not None and isolation not in ISOLATIONS:
+            raise ConfigError(f"isolation={isolation!r} must be one of {list(ISOLATIONS)} or None")
+        self.specs = _check_specs(specs)
+        default = isolation or default_isolation()
+        self.isolations = [s.isolation or default for s in self.specs]
+        self._runners = [make_runner(s.fn, iso) for s, iso in zip(self.specs, self.isolations)]
+
+    def score(self, prompts: Sequence, completions: Sequence, columns: dict | None = None) -> ScoreResult:
+        """Call every reward function once on the batch; never raises for a function's failure."""
+        columns = _check_batch(prompts, completions, columns)
+        # Inline functions run last, while the isolated ones work in parallel.
+        order = sorted(range(len(self.specs)), key=lambda i: isinstance(self._runners[i], InlineRunner))
+        calls = {}
+        for i in order:  # each function gets its own copies: none sees another's mutations
+            cols = {k: list(v) for k, v in columns.items()}
+            calls[i] = self._runners[i].start(list(prompts), list(completions), cols)
+        outcomes = [calls[i].wait(spec.timeout_s) for i, spec in enumerate(self.specs)]
+        return _assemble(self.specs, outcomes, len(completions))
+
+    def close(self) -> None:
+        """Stop the worker processes (idle ones exit at once)."""
+        for runner in self._runners:
+            runner.close()
+
+    def __enter__(self) -> RewardScorer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def score_batch(
+    specs: Sequence[RewardSpec],
+    prompts: Sequence,
+    completions: Sequence,
+    columns: dict | None = None,
+    *,
+    isolation: Isolation | None = None,
+) -> ScoreResult:
+    """Score one batch (a one-off :class:`RewardScorer`; a training loop keeps one instead, so
+    that worker processes are forked once, not per batch)."""
+    with RewardScorer(specs, isolation=isolation) as scorer:
+        return scorer.score(prompts, completions, columns)

@@ -1,0 +1,135 @@
+"""load_reward: built-in names, module:function and file.py:function specs, and their errors."""
+
+import sys
+import textwrap
+
+import pytest
+
+from steadyrl.errors import ConfigError, RewardLoadError
+from steadyrl.rewards import RewardSpec, load_reward, reward_name
+
+USER_MODULE = textwrap.dedent(
+    '''
+    CALLS = []
+    NOT_CALLABLE = 3
+
+
+    def contains_answer(prompts, completions, answer=None, bonus=0.0, **kwargs):
+        CALLS.append(len(completions))
+        return [float(str(a) in c) + bonus for c, a in zip(completions, answer)]
+
+
+    def no_kwargs(prompts, completions):
+        return [1.0] * len(completions)
+
+
+    class Scorers:
+        @staticmethod
+        def half(prompts, completions, **kwargs):
+            return [0.5] * len(completions)
+    '''
+)
+
+
+@pytest.fixture
+def user_file(tmp_path):
+    path = tmp_path / "my_rewards.py"
+    path.write_text(USER_MODULE)
+    return path
+
+
+def test_a_builtin_name_gives_its_factory_product():
+    fn = load_reward("exact_match")
+    assert fn(["q"], ["4"], answer=["4"]) == [1.0]
+
+
+def test_a_misspelt_builtin_suggests_the_nearest_name():
+    with pytest.raises(RewardLoadError, match="'maht'.*did you mean 'math'") as info:
+        load_reward("maht")
+    assert isinstance(info.value, ConfigError)  # exit status 2
+    assert "module:function" in str(info.value)
+
+
+def test_unknown_and_missing_builtin_options_list_the_valid_ones():
+    with pytest.raises(RewardLoadError, match=r"unknown option\(s\) \['answer_column'\].*'answer_key'"):
+        load_reward("math", answer_column="x")
+    with pytest.raises(RewardLoadError, match=r"missing required option\(s\) \['pattern'\]"):
+        load_reward("regex_format")
+
+
+def test_a_file_spec_loads_relative_to_the_current_directory(user_file, monkeypatch):
+    monkeypatch.chdir(user_file.parent)
+    fn = load_reward("my_rewards.py:contains_answer")
+    assert fn(["q", "q"], ["it is 42", "it is 41"], answer=[42, 42], extra=["x", "y"]) == [1.0, 0.0]
+    assert fn is load_reward(f"{user_file}:contains_answer")  # absolute path, same module object
+
+
+def test_options_of_a_user_function_are_bound_as_keyword_arguments(user_file):
+    fn = load_reward(f"{user_file}:contains_answer", bonus=0.5)
+    assert fn(["q"], ["42"], answer=["42"]) == [1.5]
+
+
+def test_a_module_spec_imports_from_sys_path(user_file, monkeypatch):
+    monkeypatch.syspath_prepend(str(user_file.parent))
+    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)
+    fn = load_reward("my_rewards:contains_answer")
+    assert fn(["q"], ["7"], answer=["7"]) == [1.0]
+    assert load_reward("my_rewards:Scorers.half")(["q"], ["x"]) == [0.5]
+    assert reward_name("my_rewards:Scorers.half") == "half"
+
+
+def test_a_missing_module_names_it(monkeypatch):
+    with pytest.raises(RewardLoadError, match="no module named 'surely_not_a_module_xyz'.*PYTHONPATH"):
+        load_reward("surely_not_a_module_xyz:fn")
+
+
+def test_a_missing_file_names_its_absolute_path(tmp_path):
+    with pytest.raises(RewardLoadError, match="does not exist") as info:
+        load_reward(f"{tmp_path}/nope.py:fn")
+    assert str(tmp_path / "nope.py") in str(info.value)
+
+
+def test_a_file_that_fails_to_import_reports_the_error(tmp_path):
+    bad = tmp_path / "broken.py"
+    bad.write_text("import math\nx = 1 / 0\n")
+    with pytest.raises(RewardLoadError, match="raised ZeroDivisionError: division by zero"):
+        load_reward(f"{bad}:fn")
+    syntax = tmp_path / "syntax.py"
+    syntax.write_text("def f(:\n")
+    with pytest.raises(RewardLoadError, match="SyntaxError"):
+        load_reward(f"{syntax}:f")
+
+
+def test_a_missing_attribute_suggests_the_nearest_callable(user_file):
+    with pytest.raises(RewardLoadError, match="no attribute 'contains_anwser'.*did you mean 'contains_answer'"):
+        load_reward(f"{user_file}:contains_anwser")
+
+
+def test_a_non_callable_attribute_is_refused(user_file):
+    with pytest.raises(RewardLoadError, match="'NOT_CALLABLE' is a int, not a callable"):
+        load_reward(f"{user_file}:NOT_CALLABLE")
+
+
+def test_a_function_without_kwargs_is_refused_with_its_signature(user_file):
+    with pytest.raises(RewardLoadError, match=r"must accept \*\*kwargs.*\(prompts, completions\)"):
+        load_reward(f"{user_file}:no_kwargs")
+
+
+@pytest.mark.parametrize("spec", ["", "   ", ":fn", "module:"])
+def test_malformed_specs_are_refused(spec):
+    with pytest.raises(RewardLoadError):
+        load_reward(spec)
+
+
+def test_reward_spec_load_names_and_validates(user_file):
+    spec = RewardSpec.load(f"{user_file}:contains_answer", weight=2.0, timeout_s=5)
+    assert (spec.name, spec.weight, spec.timeout_s) == ("contains_answer", 2.0, 5)
+    assert RewardSpec.load("regex_format", pattern="x").name == "regex_format"
+    with pytest.raises(ConfigError, match="weight=nan"):
+        RewardSpec("r", spec.fn, weight=float("nan"))
+    with pytest.raises(ConfigError, match="timeout_s=0"):
+        RewardSpec("r", spec.fn, timeout_s=0)
+    with pytest.raises(ConfigError, match="isolation='fork'"):
+        RewardSpec("r", spec.fn, isolation="fork")
+    with pytest.raises(ConfigError, match="without '/'"):
+        RewardSpec("a/b", spec.fn)
