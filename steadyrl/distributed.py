@@ -30,6 +30,12 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def barrier() -> None:
+    """Wait for every rank (a no-op in a single process)."""
+    if is_initialized():
+        dist.barrier()
+
+
 def all_reduce_sum(value: float | torch.Tensor) -> float:
     """Sum of ``value`` over all ranks (the value itself in a single process)."""
     if not is_initialized():

@@ -70,7 +70,7 @@ class DataConfig(Section):
                                "datasets.save_to_disk directory. null = the built-in demo task.")
     eval_path: str | None = F(None, "Held-out prompts for evaluation (same formats); null = no eval "
                               "(the demo has its own held-out split).")
-    format: Literal["jsonl", "json", "parquet", "csv", "arrow"] | None = F(
+    format: Literal["jsonl", "json", "parquet", "csv", "tsv", "arrow"] | None = F(
         None, "File format; null = inferred from the extension.")
     split: str | None = F(None, "Split of a DatasetDict directory; null = 'train'.")
     prompt_key: str = F("prompt", "Column holding the prompt (a string or a list of chat messages).")
@@ -91,6 +91,9 @@ class RewardConfig(Section):
     options: dict[str, Any] = F({}, "Keyword options of a built-in reward factory.")
     timeout_s: float = F(60.0, "Time limit of one call (one batch); a time-out invalidates the batch "
                          "for this reward.", gt=0)
+    isolation: Literal["process", "thread", "inline"] | None = F(
+        None, "Where the function runs: process (a worker killed on time-out; default on Linux), "
+        "thread (time-out abandons it), inline (no time limit, for debugging).")
 
 
 class VLLMConfig(Section):
@@ -203,7 +206,8 @@ class TrainerConfig(Section):
     num_threads: int | None = F(None, "torch CPU threads; null = torch's default.", ge=1)
     max_consecutive_skips: int = F(3, "Stop after this many optimizer steps in a row skipped for a "
                                    "non-finite loss or gradient norm.", ge=1)
-    trackers: list[str] = F([], "Extra trackers besides metrics.jsonl: tensorboard, wandb, mlflow, trackio.")
+    trackers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = F(
+        [], "Extra trackers besides metrics.jsonl: tensorboard, wandb, mlflow, trackio.")
     project: str | None = F(None, "Project name for wandb / mlflow / trackio.")
     run_name: str | None = F(None, "Run name for trackers; null = the output directory's name.")
 

@@ -121,8 +121,14 @@ def _check_signature(spec: str, fn, options: dict) -> None:
             f"the function must accept **kwargs (the dataset's columns are passed as keyword "
             f"arguments); its signature is {sig}",
         )
+    # Required keyword parameters beyond prompts/completions name dataset columns (``answer``,
+    # ``solution`` ...), which only arrive at call time: bind them with placeholders.
+    params = list(sig.parameters.values())
+    columns = {p.name: None for p in params[2:]
+               if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+               and p.name not in options}
     try:
-        sig.bind([], [], **options)
+        sig.bind([], [], **columns, **options)
     except TypeError as err:
         raise _err(spec, f"cannot be called as fn(prompts, completions, **columns): {err}; signature {sig}")
 

@@ -1,0 +1,193 @@
+"""Loading policies, critics and tokenizers, by hub name or local directory.
+
+* :func:`load_tokenizer` / :func:`load_policy`: any ``AutoModelForCausalLM``; a missing local
+  path or a hub name that cannot be fetched (offline machine, typo) is a :class:`ModelLoadError`
+  with one clear message, not a stack of hub errors.
+* :class:`ValueModel`: a critic — a causal LM's backbone with a scalar value head.
+* :func:`lm_backbone_and_head`: the pieces the fused log-prob path needs (hidden states and the
+  LM-head weight), or ``None`` for models whose logits are not a plain linear map of the last
+  hidden state (logit soft-capping or scaling), which then use the logits path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .errors import ModelLoadError
+
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("trainer.device = 'cuda' but no CUDA device is available; use 'auto' or 'cpu'")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def check_model_source(field: str, name: str) -> None:
+    """Fail early and clearly for a local path that does not exist. Anything that is not an
+    existing path and reads like ``org/name`` or ``name`` is a hub name, left to transformers."""
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelLoadError(f"{field} = {name!r} is a file; expected a directory written by save_pretrained")
+        return
+    if name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or name.endswith("/"):
+        raise ModelLoadError(f"{field} = {name!r}: no such directory")
+
+
+def _load_error(field: str, name: str, exc: Exception) -> ModelLoadError:
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    hint = (
+        " The machine is offline (HF_HUB_OFFLINE=1) and the model is not in the local cache: "
+        "download it first or point to a local directory."
+        if offline
+        else " It is not a local directory and the hub could not provide it (a typo, a private "
+        "repo, or no network?)."
+    )
+    return ModelLoadError(f"{field} = {name!r} could not be loaded: {first}.{hint}")
+
+
+def load_tokenizer(name: str, *, revision: str | None = None, trust_remote_code: bool = False,
+                   field: str = "model.tokenizer"):
+    """A tokenizer with left padding (for generation) and a pad token (EOS when it has none)."""
+    from transformers import AutoTokenizer
+
+    check_model_source(field, name)
+    try:
+        tok = AutoTokenizer.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise _load_error(field, name, exc) from None
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        if tok.eos_token_id is None:
+            raise ModelLoadError(f"{field} = {name!r}: the tokenizer has neither a pad nor an EOS token")
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_policy(name: str, *, dtype: torch.dtype, device: torch.device, revision: str | None = None,
+                trust_remote_code: bool = False, attn_implementation: str | None = None,
+                field: str = "model.name_or_path"):
+    """An ``AutoModelForCausalLM`` on ``device`` in ``dtype``, with dropout switched off."""
+    from transformers import AutoModelForCausalLM
+
+    check_model_source(field, name)
+    kwargs = {"revision": revision, "trust_remote_code": trust_remote_code, "dtype": dtype}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise _load_error(field, name, exc) from None
+    disable_dropout(model)
+    return model.to(device)
+
+
+def disable_dropout(model: nn.Module) -> None:
+    """Dropout inflates the KL and the ratio from step 0; RL post-training runs without it."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    config = getattr(model, "config", None)
+    for key in ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop"):
+        if config is not None and isinstance(getattr(config, key, None), float):
+            setattr(config, key, 0.0)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain transformers model under DDP/FSDP wrappers and a PEFT wrapper."""
+    model = getattr(model, "module", model)
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
+    return model
+
+
+def lm_backbone_and_head(model: nn.Module):
+    """``(backbone, lm_head)`` for the fused log-prob path, or ``None`` if logits are not
+    ``lm_head(last_hidden_state)`` for this model."""
+    lm = unwrap(model)
+    config = getattr(lm, "config", None)
+    for key in _LOGIT_TRANSFORMS:
+        value = getattr(config, key, None)
+        if value not in (None, 1, 1.0, 0, 0.0, False):
+            return None
+    prefix = getattr(lm, "base_model_prefix", None)
+    backbone = getattr(lm, prefix, None) if prefix else None
+    head = lm.get_output_embeddings() if hasattr(lm, "get_output_embeddings") else None
+    if backbone is None or not isinstance(head, nn.Linear):
+        return None
+    return backbone, head
+
+
+class ValueModel(nn.Module):
+    """A critic: a causal LM's backbone (``AutoModel``) and a linear value head on its last
+    hidden state, ``V = w . h + b`` per token. Saved as the backbone's ``save_pretrained`` files
+    plus ``value_head.pt``."""
+
+    def __init__(self, backbone: nn.Module, hidden_size: int):
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    @classmethod
+    def from_pretrained(cls, name: str, *, dtype: torch.dtype, device: torch.device,
+                        trust_remote_code: bool = False, field: str = "model.critic_name_or_path"):
+        from transformers import AutoModel
+
+        check_model_source(field, name)
+        try:
+            backbone = AutoModel.from_pretrained(name, dtype=dtype, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError) as exc:
+            raise _load_error(field, name, exc) from None
+        disable_dropout(backbone)
+        model = cls(backbone, backbone.config.hidden_size)
+        head = Path(name) / "value_head.pt"
+        if head.is_file():
+            model.value_head.load_state_dict(torch.load(head, map_location="cpu", weights_only=True))
+        return model.to(device=device, dtype=dtype)
+
+    def forward(self, input_ids, attention_mask, position_ids=None) -> torch.Tensor:
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
+                            position_ids=position_ids, use_cache=False)
+        return self.value_head(out.last_hidden_state).squeeze(-1).float()
+
+    def save_pretrained(self, path: str | Path) -> None:
+        path = Path(path)
+        self.backbone.save_pretrained(path)
+        torch.save(self.value_head.state_dict(), path / "value_head.pt")
+        (path / "steadyrl_critic.json").write_text(json.dumps({"kind": "value_model"}))
+
+
+def apply_lora(model: nn.Module, lora_config) -> nn.Module:
+    """Wrap ``model`` with PEFT LoRA adapters (the ``peft`` extra)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise ModelLoadError("model.lora.enabled needs the peft extra: pip install 'steadyrl[peft]'") from None
+    config = LoraConfig(
+        r=lora_config.r,
+        lora_alpha=lora_config.alpha,
+        lora_dropout=lora_config.dropout,
+        target_modules=lora_config.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)

@@ -1,0 +1,62 @@
+"""What a generation engine returns, and the masking rules every engine shares.
+
+Layout: prompts are left-padded ``[B, P]``, responses right-padded ``[B, R]``; row ``i`` of the
+responses is a sample of prompt ``i // group_size`` (groups are contiguous). A response is valid
+up to and including its first EOS token; one with no EOS in ``max_new_tokens`` is *truncated*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Generation:
+    """Sampled responses for a batch of prompts (``B = prompts * n`` rows)."""
+
+    prompt_ids: torch.Tensor  # [B, P] left-padded
+    prompt_mask: torch.Tensor  # [B, P]
+    response_ids: torch.Tensor  # [B, R] right-padded
+    response_mask: torch.Tensor  # [B, R], 1 up to and including the first EOS
+    truncated: torch.Tensor  # [B] bool: no EOS within max_new_tokens
+    completions: list[str]  # decoded responses, special tokens skipped
+    rollout_logprobs: torch.Tensor | None = None  # [B, R] from the engine (vLLM), else None
+
+    def __len__(self) -> int:
+        return self.response_ids.shape[0]
+
+
+def response_mask_from_ids(
+    response_ids: torch.Tensor, eos_ids: list[int], max_new_tokens: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(response_mask, truncated)``: valid up to and including the first EOS of each row.
+
+    A row with no EOS is valid over every generated position and marked truncated when it
+    filled ``max_new_tokens``.
+    """
+    is_eos = torch.zeros_like(response_ids, dtype=torch.bool)
+    for eos in eos_ids:
+        is_eos |= response_ids == eos
+    has_eos = is_eos.any(-1)
+    positions = torch.arange(response_ids.shape[1], device=response_ids.device)
+    first_eos = torch.where(has_eos, is_eos.float().argmax(-1), torch.full_like(has_eos, response_ids.shape[1], dtype=torch.long))
+    mask = positions.unsqueeze(0) <= first_eos.unsqueeze(1)
+    mask &= positions.unsqueeze(0) < response_ids.shape[1]
+    truncated = ~has_eos & (response_ids.shape[1] >= max_new_tokens)
+    return mask.long(), truncated
+
+
+def eos_token_ids(tokenizer, model=None) -> list[int]:
+    """Every id that ends a response: the tokenizer's EOS and the model's generation EOS ids."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen = getattr(model, "generation_config", None)
+    extra = getattr(gen, "eos_token_id", None)
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif isinstance(extra, (list, tuple)):
+        ids.update(int(i) for i in extra)
+    return sorted(ids)

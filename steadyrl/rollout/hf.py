@@ -1,0 +1,100 @@
+"""The default generation engine: transformers' ``generate`` with sampling and the KV cache.
+
+The generation config is built from scratch for every call, so a model's own defaults (a
+repetition penalty, top-k 50, another temperature) can never change the sampling distribution
+behind the user's back: the log-probs recomputed for the loss assume exactly
+``softmax(logits / temperature)`` (top-p / top-k only truncate it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Generation, eos_token_ids, response_mask_from_ids
+
+
+class HFEngine:
+    """Samples ``n`` responses per prompt with ``model.generate`` (the training model itself)."""
+
+    def __init__(self, model, tokenizer, *, batch_size: int | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.eos_ids = eos_token_ids(tokenizer, model)
+
+    def update_weights(self, model) -> None:
+        """The HF engine generates with the training model itself: nothing to sync."""
+        self.model = model
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: list[list[int]], n: int, *, max_new_tokens: int,
+                 temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                 do_sample: bool = True) -> Generation:
+        step = self.batch_size or len(prompt_ids)
+        parts = [self._generate(prompt_ids[i : i + step], n, max_new_tokens, temperature, top_p,
+                                top_k, do_sample) for i in range(0, len(prompt_ids), step)]
+        return _concat(parts, self.tokenizer.pad_token_id)
+
+    def _generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, top_k, do_sample):
+        from transformers import GenerationConfig
+
+        model = self.model
+        device = next(model.parameters()).device
+        batch = self.tokenizer.pad({"input_ids": prompt_ids}, padding=True, return_tensors="pt")
+        input_ids = batch["input_ids"].to(device)
+        attention_mask = batch["attention_mask"].to(device)
+        config = GenerationConfig(
+            do_sample=do_sample,
+            temperature=temperature if do_sample else None,
+            top_p=top_p if do_sample and top_p < 1.0 else None,
+            top_k=top_k if do_sample and top_k > 0 else None,
+            max_new_tokens=max_new_tokens,
+            num_return_sequences=n,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.tokenizer.pad_token_id,
+            use_cache=True,
+        )
+        was_training = model.training
+        model.eval()
+        try:
+            out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+        finally:
+            model.train(was_training)
+        prompt_len = input_ids.shape[1]
+        response_ids = out[:, prompt_len:].cpu()
+        response_mask, truncated = response_mask_from_ids(response_ids, self.eos_ids, max_new_tokens)
+        response_ids = torch.where(response_mask.bool(), response_ids, self.tokenizer.pad_token_id)
+        completions = self.tokenizer.batch_decode(
+            [ids[m.bool()] for ids, m in zip(response_ids, response_mask)], skip_special_tokens=True
+        )
+        return Generation(
+            prompt_ids=input_ids.repeat_interleave(n, 0).cpu(),
+            prompt_mask=attention_mask.repeat_interleave(n, 0).cpu(),
+            response_ids=response_ids,
+            response_mask=response_mask,
+            truncated=truncated,
+            completions=completions,
+        )
+
+
+def _pad_to(x: torch.Tensor, length: int, value: int, left: bool) -> torch.Tensor:
+    extra = length - x.shape[1]
+    if extra <= 0:
+        return x
+    pad = torch.full((x.shape[0], extra), value, dtype=x.dtype)
+    return torch.cat([pad, x] if left else [x, pad], dim=1)
+
+
+def _concat(parts: list[Generation], pad_id: int) -> Generation:
+    if len(parts) == 1:
+        return parts[0]
+    p = max(g.prompt_ids.shape[1] for g in parts)
+    r = max(g.response_ids.shape[1] for g in parts)
+    return Generation(
+        prompt_ids=torch.cat([_pad_to(g.prompt_ids, p, pad_id, True) for g in parts]),
+        prompt_mask=torch.cat([_pad_to(g.prompt_mask, p, 0, True) for g in parts]),
+        response_ids=torch.cat([_pad_to(g.response_ids, r, pad_id, False) for g in parts]),
+        response_mask=torch.cat([_pad_to(g.response_mask, r, 0, False) for g in parts]),
+        truncated=torch.cat([g.truncated for g in parts]),
+        completions=[c for g in parts for c in g.completions],
+    )

@@ -1,0 +1,78 @@
+"""The tensors of one training step, laid out for forward passes over prompt + response.
+
+``input_ids = [prompt | response]`` (``[B, P + R]``, prompt left-padded, response right-padded).
+The logits at positions ``P - 1 ... P + R - 2`` predict the response tokens, so per-token tensors
+(``[B, R]``) line up with ``response_ids``. Position ids count real tokens only, as
+``generate`` does for left-padded prompts, so recomputed log-probs match the sampled ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+from ..rollout import Generation
+
+
+@dataclass
+class TrainBatch:
+    input_ids: torch.Tensor  # [B, P+R]
+    attention_mask: torch.Tensor  # [B, P+R]
+    position_ids: torch.Tensor  # [B, P+R]
+    response_ids: torch.Tensor  # [B, R]
+    response_mask: torch.Tensor  # [B, R]
+    loss_mask: torch.Tensor | None = None  # [B, R]: response_mask with excluded samples zeroed
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    rollout_logprobs: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    sample_weights: torch.Tensor | None = None  # [B]
+
+    @property
+    def prompt_len(self) -> int:
+        return self.input_ids.shape[1] - self.response_ids.shape[1]
+
+    @property
+    def response_len(self) -> int:
+        return self.response_ids.shape[1]
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, index: torch.Tensor | slice) -> "TrainBatch":
+        """Rows ``index`` of every tensor (a micro- or mini-batch)."""
+        return replace(self, **{f.name: _take(getattr(self, f.name), index) for f in fields(self)})
+
+    def to(self, device: torch.device) -> "TrainBatch":
+        return replace(self, **{f.name: _move(getattr(self, f.name), device) for f in fields(self)})
+
+
+def _take(x, index):
+    return None if x is None else x[index]
+
+
+def _move(x, device):
+    return None if x is None else x.to(device)
+
+
+def batch_from_generation(gen: Generation) -> TrainBatch:
+    input_ids = torch.cat([gen.prompt_ids, gen.response_ids], dim=1)
+    attention_mask = torch.cat([gen.prompt_mask, gen.response_mask], dim=1)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return TrainBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        response_ids=gen.response_ids,
+        response_mask=gen.response_mask,
+        rollout_logprobs=gen.rollout_logprobs,
+    )
+
+
+def micro_batches(n: int, size: int):
+    """Slices of ``range(n)`` of at most ``size`` rows."""
+    for start in range(0, n, size):
+        yield slice(start, min(start + size, n))

@@ -1,0 +1,139 @@
+"""Checkpoints: everything a resumed run needs to continue exactly where it stopped.
+
+A checkpoint ``checkpoints/step_000020/`` holds:
+
+* ``policy/`` — the model and tokenizer (``save_pretrained``; LoRA runs save the adapter), ready to
+  load with transformers or to pass to ``steadyrl eval --model``;
+* ``critic/`` — the critic (PPO);
+* ``state.pt`` — optimizer, critic optimizer and scheduler states, RNG states (Python, NumPy,
+  torch CPU and CUDA), running reward statistics, KL controller, data position, counters;
+* ``trainer_state.json`` — the step and counters, human-readable.
+
+Writing is atomic: everything goes to ``checkpoints/.tmp-step_000020`` first, which is renamed
+only when complete, so a crash in the middle of a save leaves the previous checkpoint intact
+and ``--resume`` never sees a half-written one. The newest ``keep`` checkpoints are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def list_checkpoints(root: Path) -> list[Path]:
+    """Complete checkpoints under ``root``, oldest first."""
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := CHECKPOINT_RE.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    found = list_checkpoints(root)
+    return found[-1] if found else None
+
+
+def save_checkpoint(root: Path, step: int, *, policy, tokenizer, state: dict[str, Any],
+                    critic=None, keep: int = 2) -> Path:
+    """Write checkpoint ``step`` atomically and prune to the newest ``keep``."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = root / f".tmp-step_{step:06d}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    _save_model(policy, tmp / "policy")
+    tokenizer.save_pretrained(tmp / "policy")
+    if critic is not None:
+        critic.save_pretrained(tmp / "critic")
+    torch.save(state, tmp / "state.pt")
+    summary = {k: v for k, v in state.items() if isinstance(v, (int, float, str, bool)) or v is None}
+    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **summary}, indent=2))
+    _fsync_dir(tmp)
+    if final.exists():  # re-saving a step (after a resume): swap, never leave a gap
+        old = root / f".old-step_{step:06d}-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(root)
+    for stale in list_checkpoints(root)[:-keep]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return final
+
+
+def clean_partial(root: Path) -> None:
+    """Remove what an interrupted save left behind."""
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.name.startswith((".tmp-", ".old-")):
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def load_state(checkpoint: Path) -> dict[str, Any]:
+    return torch.load(checkpoint / "state.pt", map_location="cpu", weights_only=False)
+
+
+def load_model_weights(model, directory: Path) -> None:
+    """Load weights saved by :func:`_save_model` into an already built ``model``."""
+    from safetensors.torch import load_file
+
+    if hasattr(model, "peft_config"):
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, load_file(directory / "adapter_model.safetensors"))
+        return
+    state: dict[str, torch.Tensor] = {}
+    index = directory / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    for name in files:
+        state.update(load_file(directory / name))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = set(getattr(model, "_tied_weights_keys", None) or [])
+    really_missing = [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]
+    if really_missing or unexpected:
+        raise RuntimeError(f"checkpoint {directory} does not match the model: missing {really_missing[:5]}, "
+                           f"unexpected {unexpected[:5]}")
+
+
+def _save_model(model, directory: Path) -> None:
+    model = getattr(model, "module", model)
+    model.save_pretrained(directory, safe_serialization=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,238 @@
+"""``steadyrl train`` and ``steadyrl eval``: the run from config to summary.
+
+    config -> run directory -> build (inputs checked first) -> [resume] -> eval before
+    -> for each step: train_step -> log -> checkpoint -> [eval] -> eval after -> summary.json
+
+The run directory holds ``config.yaml`` (the resolved config), ``metrics.jsonl`` (one object a
+step), ``samples.jsonl``, ``summary.json`` and ``checkpoints/``. Evaluation draws its samples
+from its own seeded RNG, so evaluating never changes what training does (a resumed run
+reproduces an uninterrupted one step for step).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from .. import distributed as dist
+from ..config import config_to_dict, load_config, save_config
+from ..config.schema import Config
+from ..errors import ConfigError, TrainingHalted
+from ..progress import progress
+from ..rollout import build_engine
+from ..tracking import Tracker
+from . import checkpoint as ckpt
+from .evaluate import evaluate
+from .setup import Run, RunState, build_run
+from .step import train_step
+
+RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints")
+
+
+def resolve_output_dir(config: Config, output_dir: str | None) -> Path:
+    if output_dir:
+        return Path(output_dir)
+    return Path("runs") / f"{config.algorithm.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def prepare_output_dir(output_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to mix two runs in one directory unless told to resume or overwrite."""
+    has_run = any((output_dir / name).exists() for name in RUN_FILES)
+    if has_run and not (resume or overwrite):
+        raise ConfigError(f"--output-dir {str(output_dir)!r} already holds a run: pass --resume to "
+                          "continue it, --overwrite to replace it, or choose another directory")
+    if overwrite and not resume and output_dir.exists() and dist.is_main():
+        for name in (*RUN_FILES, "samples.jsonl", "config.yaml", "warmstart", "tensorboard", "tracking.json"):
+            path = output_dir / name
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    dist.barrier()
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _checkpoint_state(run: Run) -> dict:
+    state = dict(vars(run.state))
+    state.update({
+        "optimizer": run.optimizer.state_dict(),
+        "critic_optimizer": run.critic_optimizer.state_dict() if run.critic_optimizer else None,
+        "scheduler": run.scheduler.state_dict(),
+        "rng": ckpt.rng_state(),
+        "running": run.running.state_dict(),
+        "kl_controller": run.kl_controller.state_dict(),
+        "sampler": run.sampler.state_dict(),
+    })
+    return state
+
+
+def save(run: Run, step: int) -> Path | None:
+    if not dist.is_main():
+        dist.barrier()
+        return None
+    path = ckpt.save_checkpoint(run.output_dir / "checkpoints", step, policy=run.policy, tokenizer=run.tokenizer,
+                                state=_checkpoint_state(run), critic=run.critic,
+                                keep=run.config.trainer.keep_checkpoints)
+    dist.barrier()
+    return path
+
+
+def restore(run: Run, path: Path) -> None:
+    """Load checkpoint ``path`` into the freshly built ``run``."""
+    state = ckpt.load_state(path)
+    ckpt.load_model_weights(run.policy, path / "policy")
+    if run.critic is not None:
+        ckpt.load_model_weights(run.critic.backbone, path / "critic")
+        run.critic.value_head.load_state_dict(torch.load(path / "critic" / "value_head.pt", weights_only=True))
+        run.critic_optimizer.load_state_dict(state["critic_optimizer"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.running.load_state_dict(state["running"])
+    run.kl_controller.load_state_dict(state["kl_controller"])
+    run.sampler.load_state_dict(state["sampler"])
+    run.state = RunState(**{k: state[k] for k in vars(RunState()) if k in state})
+    ckpt.set_rng_state(state["rng"])
+
+
+def run_eval(config: Config, engine, scorer, prompts: list, device: torch.device) -> dict:
+    """Evaluate on held-out ``prompts`` with an RNG of its own (training's RNG is untouched)."""
+    if not prompts:
+        return {}
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(config.trainer.seed + 1)
+        return evaluate(engine, scorer, prompts, config.eval, config.rollout)
+
+
+def _sample_rows(extras: dict, limit: int = 8) -> list[dict]:
+    result = extras["result"]
+    rows = []
+    for i, (prompt, completion) in enumerate(zip(extras["prompts"][:limit], extras["completions"][:limit])):
+        row = {"prompt": prompt.text, "completion": completion,
+               "reward": float(result.scores[i]) if bool(result.valid[i]) else None}
+        row.update({f"reward/{name}": scores[i] for name, scores in result.raw.items()})
+        rows.append(row)
+    return rows
+
+
+def _show_failures(extras: dict, shown: set[str]) -> None:
+    for name, text in extras["result"].errors.items():
+        if text and name not in shown:
+            shown.add(name)
+            print(f"steadyrl: reward function {name!r} failed on some samples (shown once):\n{text}", flush=True)
+
+
+def _halt_if_stuck(run: Run, step: int) -> None:
+    limit = run.config.trainer.max_consecutive_skips
+    if run.state.consecutive_skips >= limit:
+        path = save(run, step)
+        raise TrainingHalted(
+            f"{limit} optimizer steps in a row had a non-finite loss or gradient norm (last at step "
+            f"{step}); no NaN reached the weights. The last good state is saved in {path}. See "
+            "docs/troubleshooting.md (lower optim.lr, set algorithm.reward_clip / advantage_clip).")
+
+
+def train(path: str | None, overrides: list[str], *, output_dir: str | None = None,
+          resume: bool = False, overwrite: bool = False) -> dict:
+    """Run ``steadyrl train``; returns the summary."""
+    started = time.time()
+    config = load_config(path, overrides)
+    out = resolve_output_dir(config, output_dir)
+    prepare_output_dir(out, resume, overwrite)
+    ckpt.clean_partial(out / "checkpoints")
+    latest = ckpt.latest_checkpoint(out / "checkpoints") if resume else None
+    if dist.is_main():
+        save_config(config, out / "config.yaml")
+    run = build_run(config, out)
+    try:
+        return _train(run, config, out, latest, started)
+    finally:
+        run.scorer.close()
+
+
+def _train(run: Run, config: Config, out: Path, latest: Path | None, started: float) -> dict:
+    if latest is not None:
+        restore(run, latest)
+        print(f"resumed from {latest} (step {run.state.step})", flush=True)
+    engine = build_engine(config.rollout.engine, run.policy, run.tokenizer, config.rollout)
+    tracker = Tracker(out, config.trainer.trackers, config=config_to_dict(config), project=config.trainer.project,
+                      run_name=config.trainer.run_name or out.name, is_main_process=dist.is_main(),
+                      resume_step=run.state.step if latest is not None else None)
+    def evaluate_now() -> dict:
+        return run_eval(config, engine, run.scorer, run.eval_prompts, run.device)
+
+    shown: set[str] = set()
+    elapsed_before = run.state.wall_time_s
+    with tracker:
+        if run.state.step == 0:
+            run.state.eval_before = evaluate_now()
+            if run.state.eval_before:
+                tracker.log({f"eval/{k}": v for k, v in run.state.eval_before.items()}, 0)
+                print(f"eval before RL: {json.dumps(run.state.eval_before)}", flush=True)
+        bar = progress(config.trainer.max_steps - run.state.step, "train", is_main_process=dist.is_main())
+        with bar:
+            for step in range(run.state.step + 1, config.trainer.max_steps + 1):
+                metrics, extras = train_step(run, engine, step)
+                run.state.step = step
+                run.state.wall_time_s = elapsed_before + time.time() - started
+                _show_failures(extras, shown)
+                every = config.trainer.samples_every
+                if every and step % every == 0:
+                    tracker.log_samples(_sample_rows(extras), step)
+                if config.trainer.eval_every and step % config.trainer.eval_every == 0 and step < config.trainer.max_steps:
+                    metrics.update({f"eval/{k}": v for k, v in evaluate_now().items()})
+                tracker.log(metrics, step)
+                bar.update(1, reward=metrics.get("reward/mean"), len=metrics.get("response/length_mean"),
+                           step_s=metrics.get("time/step_s"))
+                save_every = config.trainer.save_every
+                if (save_every and step % save_every == 0) or step == config.trainer.max_steps:
+                    save(run, step)
+                _halt_if_stuck(run, step)
+        eval_after = evaluate_now()
+        if eval_after:
+            tracker.log({f"eval/{k}": v for k, v in eval_after.items()}, run.state.step)
+            print(f"eval after RL: {json.dumps(eval_after)}", flush=True)
+    summary = {
+        "steps": run.state.step,
+        "wall_time_s": round(elapsed_before + time.time() - started, 2),
+        "eval_before": run.state.eval_before or None,
+        "eval_after": eval_after or None,
+        "skipped_steps": run.state.skipped_steps,
+        "dropped_prompts": run.state.dropped_prompts,
+        "output_dir": str(out),
+    }
+    if dist.is_main():
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | None = None,
+                 model: str | None = None) -> dict:
+    """Run ``steadyrl eval``: a run directory's newest checkpoint, or a model, on held-out prompts."""
+    if output_dir is not None:
+        run_dir = Path(output_dir)
+        saved = run_dir / "config.yaml"
+        if path is None and not saved.is_file():
+            raise ConfigError(f"--output-dir {output_dir!r} has no config.yaml: is it a steadyrl run directory?")
+        latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
+        if latest is None:
+            raise ConfigError(f"--output-dir {output_dir!r} has no checkpoint to evaluate")
+        config = load_config(path or saved, overrides)
+        model_path = str(latest / "policy")
+    else:
+        config = load_config(path, overrides)
+        model_path = model or config.model.name_or_path
+        if model_path is None:
+            raise ConfigError("steadyrl eval needs --output-dir RUN_DIR, --model PATH, or model.name_or_path")
+    from .setup import build_eval
+
+    engine, scorer, prompts, device = build_eval(config, model_path)
+    try:
+        results = run_eval(config, engine, scorer, prompts, device)
+    finally:
+        scorer.close()
+    if not results:
+        raise ConfigError("nothing to evaluate: set data.eval_path to a file of held-out prompts")
+    print(json.dumps({"model": model_path, **results}, indent=2))
+    return results

@@ -1,0 +1,149 @@
+"""From raw scores to advantages: the reward pipeline of one step, in the order of seed 001.
+
+1. response-level clip of the scores to ``[-reward_clip, reward_clip]``;
+2. normalisation (``reward_norm_mean`` / ``reward_norm_std``: batch, group, running or none);
+3. token rewards: the score on the last valid token, minus ``kl_coef * KL`` per token when the
+   KL is in the reward (``kl_mode: reward``);
+4. token-level clip to ``[-reward_clip, reward_clip]``;
+5. sample masks: invalid rewards, the difficulty mask, truncated responses; difficulty weights;
+6. the advantage estimator (outcome estimators read each row's summed token rewards);
+7. optional whitening over the valid tokens;
+8. advantage clip to ``[-advantage_clip, advantage_clip]``.
+
+A pure function of tensors and the algorithm config, so the whole path can be tested with
+hostile inputs (rewards of ±1e6, equal rewards, groups of one, empty responses).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..config.schema import AlgorithmConfig
+from ..functional import (
+    RunningMoments,
+    clip_fraction,
+    clip_rewards,
+    compute_advantages,
+    difficulty_mask,
+    difficulty_weights,
+    group_mean_std,
+    kl_penalty,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+    normalize_rewards,
+)
+
+
+@dataclass
+class Processed:
+    advantages: torch.Tensor  # [B, R]
+    returns: torch.Tensor  # [B, R]
+    loss_mask: torch.Tensor  # [B, R] response_mask of the samples that enter the loss
+    sample_weights: torch.Tensor | None  # [B] difficulty weights, or None
+    metrics: dict[str, float]
+
+
+def _last_token_rewards(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[B, R]`` zeros with each row's score on its last valid token."""
+    out = torch.zeros(mask.shape, dtype=scores.dtype)
+    lengths = mask.sum(-1)
+    rows = torch.nonzero(lengths > 0).squeeze(-1)
+    last = (mask.cumsum(-1) == lengths.unsqueeze(-1)) & mask
+    index = last.float().argmax(-1)
+    out[rows, index[rows]] = scores[rows]
+    return out
+
+
+def _estimator_options(algo: AlgorithmConfig) -> dict:
+    name = algo.advantage_estimator
+    if name in ("grpo", "grpo_passk"):
+        return {"norm_by_std": algo.norm_by_std}
+    if name == "gae":
+        return {"gamma": algo.gamma, "lam": algo.lam}
+    if name == "reinforce_plus_plus":
+        return {"gamma": algo.gamma}
+    return {}
+
+
+def process_rewards(
+    scores: torch.Tensor,
+    valid: torch.Tensor,
+    response_mask: torch.Tensor,
+    truncated: torch.Tensor,
+    algo: AlgorithmConfig,
+    group_size: int,
+    *,
+    kl_coef: float = 0.0,
+    old_logprobs: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
+    running: RunningMoments | None = None,
+) -> Processed:
+    """Run steps 1-8 (module docstring) on one step's samples. Inputs are not modified."""
+    mask = response_mask.bool()
+    valid = valid.bool() & mask.any(-1)
+    raw = torch.where(valid, scores.float(), torch.zeros(()))
+    metrics: dict[str, float] = {}
+    clip = algo.reward_clip
+
+    # 1-2. response-level clip, normalisation
+    metrics["critic/reward_clip_frac"] = float(clip_fraction(raw, -clip, clip, valid)) if clip else 0.0
+    s = normalize_rewards(clip_rewards(raw, clip), group_size, algo.reward_norm_mean,
+                          algo.reward_norm_std, running=running, mask=valid)
+
+    # 3-4. token rewards, KL in the reward, token-level clip
+    token_rewards = _last_token_rewards(s, mask)
+    if algo.kl_mode == "reward" and ref_logprobs is not None and kl_coef > 0:
+        kl = kl_penalty(old_logprobs, ref_logprobs, algo.kl_estimator)
+        token_rewards = token_rewards - kl_coef * torch.where(mask, kl, torch.zeros(()))
+    metrics["critic/token_reward_clip_frac"] = (
+        float(clip_fraction(token_rewards, -clip, clip, mask)) if clip else 0.0)
+    token_rewards = clip_rewards(token_rewards, clip)
+
+    # 5. sample masks and weights
+    keep = valid.clone()
+    if algo.difficulty_mask:
+        kept = difficulty_mask(raw, group_size, algo.difficulty_low, algo.difficulty_high, mask=valid)
+        metrics["batch/difficulty_kept_frac"] = float(kept.float().mean())
+        keep &= kept
+    if algo.mask_truncated:
+        keep &= ~truncated.bool()
+    weights = difficulty_weights(raw, group_size, mask=valid) if algo.difficulty_weighting else None
+
+    # 6. advantages
+    seq_scores = masked_sum(token_rewards, mask, dim=-1)
+    advantages, returns = compute_advantages(
+        algo.advantage_estimator, response_mask, scores=seq_scores, token_rewards=token_rewards,
+        values=values, group_size=group_size, **_estimator_options(algo))
+
+    # 7-8. whitening, advantage clip
+    loss_mask = mask & keep.unsqueeze(-1)
+    if algo.whiten_advantages:
+        advantages = masked_whiten(advantages, loss_mask)
+    if algo.advantage_clip:
+        c = algo.advantage_clip
+        metrics["critic/advantage_clip_frac"] = float(clip_fraction(advantages, -c, c, loss_mask))
+        advantages = advantages.clamp(-c, c)
+    else:
+        metrics["critic/advantage_clip_frac"] = 0.0
+
+    _, group_std = group_mean_std(raw, group_size, valid)
+    metrics.update({
+        "critic/advantages_mean": float(masked_mean(advantages, loss_mask)),
+        "critic/advantages_std": float(masked_var(advantages, loss_mask).clamp(min=0).sqrt()),
+        "critic/returns_mean": float(masked_mean(returns, loss_mask)),
+        "batch/zero_std_group_frac": float((group_std.reshape(-1, group_size)[:, 0] == 0).float().mean()),
+        "batch/valid_sample_frac": float(keep.float().mean()),
+    })
+    zero = torch.zeros(())
+    return Processed(
+        advantages=torch.where(loss_mask, advantages, zero),
+        returns=torch.where(mask, returns, zero),
+        loss_mask=loss_mask.long(),
+        sample_weights=weights,
+        metrics=metrics,
+    )

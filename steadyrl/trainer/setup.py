@@ -1,0 +1,234 @@
+"""Builders that turn a validated config into the pieces of a run.
+
+Order matters for the user: everything that can be wrong with their input — data files,
+columns, reward functions, model paths — is checked before any model weights are loaded, so a
+typo costs seconds, not a model load.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import distributed as dist
+from ..config.schema import Config
+from ..data import PromptSampler, load_records
+from ..errors import ConfigError
+from ..functional import AdaptiveKLController, FixedKLController, RunningMoments
+from ..models import ValueModel, apply_lora, load_policy, load_tokenizer, resolve_device, resolve_dtype
+from ..rewards import RewardSpec, load_reward, reward_name
+from .prompts import PromptItem, Scorer, prepare_prompts
+
+
+@dataclass
+class RunState:
+    """Counters that a checkpoint carries."""
+
+    step: int = 0
+    skipped_steps: int = 0
+    consecutive_skips: int = 0
+    warnings: int = 0
+    wall_time_s: float = 0.0
+    eval_before: dict | None = None
+    dropped_prompts: int = 0
+
+
+@dataclass
+class Run:
+    config: Config
+    output_dir: Path
+    device: torch.device
+    tokenizer: object
+    policy: torch.nn.Module
+    reference: torch.nn.Module | None
+    critic: torch.nn.Module | None
+    optimizer: torch.optim.Optimizer
+    critic_optimizer: torch.optim.Optimizer | None
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scorer: Scorer
+    train_prompts: list[PromptItem]
+    eval_prompts: list[PromptItem]
+    sampler: PromptSampler
+    kl_controller: FixedKLController | AdaptiveKLController
+    running: RunningMoments
+    state: RunState = field(default_factory=RunState)
+    uses_adapter_reference: bool = False
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def lr_lambda(optim_config, max_steps: int):
+    """Linear warm-up, then constant / linear / cosine decay to ``min_lr_ratio``."""
+    warmup, floor, kind = optim_config.warmup_steps, optim_config.min_lr_ratio, optim_config.schedule
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if kind == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, max_steps - warmup))
+        shape = 1.0 - progress if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return floor + (1.0 - floor) * shape
+
+    return factor
+
+
+def build_rewards(config: Config, default: list[RewardSpec]) -> list[RewardSpec]:
+    if not config.rewards:
+        return default
+    specs = []
+    for r in config.rewards:
+        fn = load_reward(r.name, **r.options)
+        specs.append(RewardSpec(name=reward_name(r.name), fn=fn, weight=r.weight, timeout_s=r.timeout_s,
+                                isolation=r.isolation))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"rewards: two reward functions share a name in {names}; names must be unique")
+    return specs
+
+
+def load_data(config: Config) -> tuple[list[dict], list[dict]]:
+    data = config.data
+    kwargs = {"format": data.format, "prompt_key": data.prompt_key, "answer_key": data.answer_key,
+              "extra_keys": data.extra_keys}
+    train = load_records(data.train_path, split=data.split, **kwargs)
+    evals = load_records(data.eval_path, **kwargs) if data.eval_path else []
+    if data.max_eval_prompts:
+        evals = evals[: data.max_eval_prompts]
+    return train, evals
+
+
+def demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]:
+    """The built-in demo's records (train, held-out) and its reward."""
+    from ..demo import make_splits, reverse_reward
+
+    demo = config.demo
+    train, evals = make_splits(demo.num_train, demo.num_eval, min_len=demo.min_len,
+                               max_len=demo.max_len, seed=config.trainer.seed)
+    return train, evals, [RewardSpec(name="reverse", fn=reverse_reward, weight=1.0, timeout_s=60.0)]
+
+
+def demo_model(config: Config, output_dir: Path, train: list[dict]) -> str:
+    """A tiny model, warm-started on the demo task and saved to ``output_dir/warmstart``
+    (reused when it is already there, e.g. on ``--resume``). Returns its directory."""
+    from ..demo import build_char_tokenizer, build_tiny_model, warm_start
+    from ..demo.task import VOCAB_CHARS
+
+    demo, warm = config.demo, output_dir / "warmstart"
+    if not (warm / "config.json").is_file() and dist.is_main():
+        tokenizer = build_char_tokenizer(VOCAB_CHARS)
+        model = build_tiny_model(tokenizer, n_layers=demo.n_layers, hidden_size=demo.hidden_size,
+                                 n_heads=demo.n_heads, seed=config.trainer.seed)
+        if demo.warmstart_steps:
+            info = warm_start(model, tokenizer, train, steps=demo.warmstart_steps, lr=demo.warmstart_lr,
+                              batch_size=demo.warmstart_batch_size, seed=config.trainer.seed)
+            print(f"warm-start: {info['steps']} supervised steps in {info['seconds']:.1f}s, "
+                  f"loss {info['losses'][0]:.3f} -> {info['losses'][-1]:.3f}", flush=True)
+        tmp = output_dir / ".tmp-warmstart"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, warm)
+    dist.barrier()
+    return str(warm)
+
+
+def build_models(config: Config, model_path: str, device: torch.device):
+    """``(tokenizer, policy, reference, critic, uses_adapter_reference)``."""
+    m = config.model
+    dtype = resolve_dtype(m.dtype, device)
+    tokenizer = load_tokenizer(m.tokenizer or model_path, revision=m.revision,
+                               trust_remote_code=m.trust_remote_code,
+                               field="model.tokenizer" if m.tokenizer else "model.name_or_path")
+    policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
+                         trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
+    if m.gradient_checkpointing:
+        policy.gradient_checkpointing_enable()
+        policy.config.use_cache = False
+    needs_reference = config.algorithm.kl_mode != "none" and config.algorithm.kl_coef > 0
+    reference, adapter_reference = None, False
+    if m.lora.enabled:
+        policy = apply_lora(policy, m.lora)
+        adapter_reference = needs_reference
+    elif needs_reference:
+        reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    critic = None
+    if config.algorithm.advantage_estimator == "gae":
+        critic = ValueModel.from_pretrained(m.critic_name_or_path or model_path, dtype=torch.float32
+                                            if dtype == torch.float16 else dtype, device=device,
+                                            trust_remote_code=m.trust_remote_code)
+    return tokenizer, policy, reference, critic, adapter_reference
+
+
+def build_optimizer(params, optim_config, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr, betas=optim_config.betas,
+                             eps=optim_config.eps, weight_decay=optim_config.weight_decay)
+
+
+def build_run(config: Config, output_dir: Path) -> Run:
+    """Everything a run needs, inputs checked before models are loaded."""
+    trainer = config.trainer
+    if trainer.num_threads:
+        torch.set_num_threads(trainer.num_threads)
+    seed_everything(trainer.seed)
+    device = resolve_device(trainer.device)
+    if config.is_demo:
+        train_records, eval_records, default_specs = demo_task(config)
+    else:
+        train_records, eval_records = load_data(config)
+        default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
+    scorer = Scorer(build_rewards(config, default=default_specs))
+    model_path = demo_model(config, output_dir, train_records) if config.is_demo else config.model.name_or_path
+    tokenizer, policy, reference, critic, adapter_ref = build_models(config, model_path, device)
+    train_prompts, dropped = prepare_prompts(train_records, tokenizer, max_prompt_tokens=config.data.max_prompt_tokens,
+                                             chat_template=config.data.chat_template, source="data.train_path")
+    eval_prompts, _ = prepare_prompts(eval_records, tokenizer, max_prompt_tokens=config.data.max_prompt_tokens,
+                                      chat_template=config.data.chat_template, source="data.eval_path")
+    optimizer = build_optimizer(policy.parameters(), config.optim, config.optim.lr)
+    critic_optimizer = build_optimizer(critic.parameters(), config.optim, config.optim.critic_lr) if critic else None
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config.optim, trainer.max_steps))
+    algo = config.algorithm
+    kl = (AdaptiveKLController(algo.kl_coef, algo.kl_target, algo.kl_horizon) if algo.kl_target
+          else FixedKLController(algo.kl_coef))
+    sampler = PromptSampler(train_prompts, config.rollout.prompts_per_step, seed=trainer.seed,
+                            shuffle=config.data.shuffle)
+    run = Run(config=config, output_dir=output_dir, device=device, tokenizer=tokenizer, policy=policy,
+              reference=reference, critic=critic, optimizer=optimizer, critic_optimizer=critic_optimizer,
+              scheduler=scheduler, scorer=scorer, train_prompts=train_prompts, eval_prompts=eval_prompts,
+              sampler=sampler, kl_controller=kl, running=RunningMoments(), uses_adapter_reference=adapter_ref)
+    run.state.dropped_prompts = dropped
+    return run
+
+
+def build_eval(config: Config, model_path: str):
+    """``(engine, scorer, held-out prompts, device)`` to evaluate ``model_path`` alone."""
+    from ..rollout import build_engine
+
+    if config.is_demo:
+        _, evals, default_specs = demo_task(config)
+    else:
+        evals = load_data(config)[1]
+        default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
+    scorer = Scorer(build_rewards(config, default=default_specs))
+    if config.trainer.num_threads:
+        torch.set_num_threads(config.trainer.num_threads)
+    device = resolve_device(config.trainer.device)
+    m = config.model
+    tokenizer = load_tokenizer(m.tokenizer or model_path, revision=m.revision, trust_remote_code=m.trust_remote_code)
+    policy = load_policy(model_path, dtype=resolve_dtype(m.dtype, device), device=device, revision=m.revision,
+                         trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
+    prompts, _ = prepare_prompts(evals, tokenizer, max_prompt_tokens=config.data.max_prompt_tokens,
+                                 chat_template=config.data.chat_template, source="data.eval_path")
+    return build_engine(config.rollout.engine, policy, tokenizer, config.rollout), scorer, prompts, device

@@ -1,0 +1,166 @@
+"""The policy (and critic) update of one training step, visible in one place.
+
+For each of ``ppo_epochs`` passes the batch is cut into mini-batches (one optimizer step each)
+and those into micro-batches (one forward/backward each, gradients accumulated). Per micro-batch::
+
+    logp, entropy = policy(response tokens)
+    loss = policy_loss(logp, old_logp, A)                    # ppo / gspo / cispo / vanilla_pg
+         + kl_coef * agg(KL(logp || ref_logp))               # kl_mode: loss
+         - entropy_coef * agg(entropy)
+
+Every ``agg`` divides by the token and sequence counts of the whole mini-batch, summed over all
+data-parallel ranks (:func:`loss_denominators`, the one place they are computed), so the
+gradient does not depend on how the mini-batch is split into micro-batches or ranks.
+
+Before the optimizer touches anything the gradient norm is clipped to ``max_grad_norm``; a
+non-finite loss or gradient norm skips the step (gradients dropped, parameters and optimizer
+state untouched) and is counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import torch
+
+from .. import distributed as dist
+from ..config.schema import Config
+from ..functional import POLICY_LOSSES, aggregate_loss, kl_penalty, masked_mean, value_loss
+from .batch import TrainBatch, micro_batches
+from .forward import critic_values, response_logprobs
+
+KL_METRIC_ESTIMATORS = ("k1", "k2", "k3", "abs")
+
+
+class Metrics:
+    """Accumulates a step's metrics over micro-batches, mini-batches and epochs.
+
+    ``mean``: a token-weighted mean (clip fractions, entropy, ratios). ``total``: a quantity that
+    adds up within an optimizer step (losses with global denominators, one grad norm per step),
+    reported as its average over the step's optimizer steps.
+    """
+
+    def __init__(self) -> None:
+        self._weighted: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        self._totals: dict[str, float] = defaultdict(float)
+        self.optimizer_steps = 0
+
+    def mean(self, name: str, value, weight: float) -> None:
+        acc = self._weighted[name]
+        acc[0] += float(value) * weight
+        acc[1] += weight
+
+    def total(self, name: str, value) -> None:
+        self._totals[name] += float(value)
+
+    def result(self) -> dict[str, float]:
+        out = {k: (s / w if w > 0 else 0.0) for k, (s, w) in self._weighted.items()}
+        out.update({k: v / max(self.optimizer_steps, 1) for k, v in self._totals.items()})
+        return out
+
+
+def loss_denominators(loss_mask: torch.Tensor) -> tuple[float, float]:
+    """Valid tokens and sequences of a mini-batch, summed over all data-parallel ranks."""
+    tokens = dist.all_reduce_sum(loss_mask.sum())
+    seqs = dist.all_reduce_sum((loss_mask.sum(-1) > 0).sum())
+    return tokens, seqs
+
+
+def _is_finite(x) -> bool:
+    return math.isfinite(float(x))
+
+
+def _policy_micro_step(policy, m: TrainBatch, config: Config, agg: dict, kl_coef: float,
+                       metrics: Metrics, first_epoch: bool) -> torch.Tensor:
+    algo, trainer = config.algorithm, config.trainer
+    logp, entropy = response_logprobs(policy, m, temperature=config.rollout.temperature,
+                                      impl=trainer.logprob_impl, chunk_size=trainer.logprob_chunk_size,
+                                      with_entropy=True)
+    old = m.old_logprobs if m.old_logprobs is not None else logp.detach()
+    loss_fn = POLICY_LOSSES[algo.policy_loss]
+    loss, pg = loss_fn(logp, old, m.advantages, m.loss_mask, clip_low=algo.clip_low,
+                       clip_high=algo.clip_high, dual_clip=algo.dual_clip_value,
+                       loss_agg_mode=algo.loss_agg_mode, sample_weights=m.sample_weights, **agg)
+    tokens = float(m.loss_mask.sum())
+    metrics.total("actor/pg_loss", loss.detach())
+    for name, value in pg.items():
+        key = "actor/pg_" + name if name.startswith("clipfrac") else "actor/" + name
+        metrics.mean(key, value, tokens)
+    metrics.mean("actor/entropy", masked_mean(entropy.detach(), m.loss_mask), tokens)
+    if m.ref_logprobs is not None:
+        if algo.kl_mode == "loss":
+            kl = kl_penalty(logp, m.ref_logprobs, algo.kl_estimator)
+            kl_loss = aggregate_loss(kl, m.loss_mask, algo.loss_agg_mode, sample_weights=m.sample_weights, **agg)
+            loss = loss + kl_coef * kl_loss
+            metrics.total("actor/kl_loss", kl_loss.detach())
+        if first_epoch:
+            for est in KL_METRIC_ESTIMATORS:
+                value = masked_mean(kl_penalty(logp.detach(), m.ref_logprobs, est), m.response_mask)
+                metrics.mean(f"kl/{est}", value, float(m.response_mask.sum()))
+    if algo.entropy_coef > 0:
+        ent_loss = aggregate_loss(entropy, m.loss_mask, algo.loss_agg_mode, sample_weights=m.sample_weights, **agg)
+        loss = loss - algo.entropy_coef * ent_loss
+    return loss
+
+
+def _critic_micro_step(critic, m: TrainBatch, config: Config, agg: dict, metrics: Metrics) -> torch.Tensor:
+    values = critic_values(critic, m)
+    loss, vm = value_loss(values, m.values, m.returns, m.loss_mask, clip_range=config.algorithm.value_clip,
+                          loss_agg_mode="token-mean", global_tokens=agg["global_tokens"])
+    tokens = float(m.loss_mask.sum())
+    metrics.total("critic/value_loss", loss.detach())
+    metrics.mean("critic/vf_clipfrac", vm["vf_clipfrac"], tokens)
+    return loss
+
+
+def _optimizer_step(params, optimizer, max_grad_norm: float, loss_total: float) -> tuple[float, bool]:
+    """Clip and step; a non-finite loss or norm drops the gradients instead. -> (norm, stepped)."""
+    norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+    ok = _is_finite(norm) and _is_finite(loss_total)
+    if ok:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm, ok
+
+
+def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef: float,
+               critic=None, critic_optimizer=None, device: torch.device) -> tuple[dict[str, float], int, int]:
+    """Run the update on ``batch`` (CPU tensors with advantages etc. filled in).
+
+    Returns ``(metrics, optimizer_steps, skipped_steps)``.
+    """
+    trainer = config.trainer
+    size = len(batch)
+    mini_size = min(trainer.mini_batch_size or size, size)
+    shuffle = trainer.ppo_epochs > 1 or mini_size < size
+    scale = dist.world_size()  # DDP averages gradients over ranks; the global denominators already do
+    params = [p for p in policy.parameters() if p.requires_grad]
+    critic_params = [p for p in critic.parameters() if p.requires_grad] if critic is not None else []
+    metrics, skipped = Metrics(), 0
+    for epoch in range(trainer.ppo_epochs):
+        order = torch.randperm(size) if shuffle else torch.arange(size)
+        for start in range(0, size, mini_size):
+            mini = batch.select(order[start : start + mini_size])
+            tokens, seqs = loss_denominators(mini.loss_mask)
+            agg = {"global_tokens": tokens, "global_seqs": seqs,
+                   "norm_length": config.algorithm.norm_length or config.rollout.max_new_tokens}
+            loss_total, critic_total = 0.0, 0.0
+            for micro in micro_batches(len(mini), trainer.micro_batch_size):
+                m = mini.select(micro).to(device)
+                loss = _policy_micro_step(policy, m, config, agg, kl_coef, metrics, epoch == 0)
+                (loss * scale).backward()
+                loss_total += float(loss.detach())
+                if critic is not None:
+                    closs = _critic_micro_step(critic, m, config, agg, metrics)
+                    (closs * scale).backward()
+                    critic_total += float(closs.detach())
+            norm, ok = _optimizer_step(params, optimizer, config.optim.max_grad_norm, loss_total)
+            metrics.optimizer_steps += 1
+            metrics.total("actor/grad_norm", norm)  # NaN/inf kept: it is what the user must see
+            metrics.total("actor/loss", loss_total)
+            skipped += not ok
+            if critic is not None:
+                cnorm, _ = _optimizer_step(critic_params, critic_optimizer, config.optim.max_grad_norm, critic_total)
+                metrics.total("critic/grad_norm", cnorm)
+    return metrics.result(), metrics.optimizer_steps, skipped
