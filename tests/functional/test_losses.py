@@ -391,3 +391,20 @@ def test_value_loss_matches_the_oracle_with_and_without_clipping(clip, dtype, mo
         assert metrics[key].item() == pytest.approx(expected, rel=1e-5, abs=1e-6), key
     if clip == 0.2:
         assert exp_metrics["vf_clipfrac"] > 0
+
+
+@pytest.mark.parametrize("name", sorted(LOSS_FNS))
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_an_all_masked_batch_gives_zero_loss_zero_gradient_and_zero_metrics(name, mode):
+    lp, old, adv, _ = policy_case(8)
+    empty = torch.zeros(B, T, dtype=torch.bool)
+    x = lp.clone().requires_grad_(True)
+    loss, metrics = LOSS_FNS[name](x, old, adv, empty, loss_agg_mode=mode)
+    assert loss.item() == 0.0
+    loss.backward()
+    assert x.grad.eq(0).all()
+    assert all(v.item() == 0.0 for v in metrics.values()), metrics
+    v = torch.randn(B, T, requires_grad=True)
+    vloss, vmetrics = value_loss(v, old, adv, empty, clip_range=0.2, loss_agg_mode=mode)
+    vloss.backward()
+    assert vloss.item() == 0.0 and v.grad.eq(0).all() and all(m.item() == 0.0 for m in vmetrics.values())

@@ -243,3 +243,19 @@ def test_difficulty_weights_respect_the_validity_mask():
     w = difficulty_weights(s, 4, mask=mask)
     assert w.tolist() == pytest.approx([0.5 + 1.5 * 0.5] * 4)
     assert math.isclose(difficulty_weights(s, 4).tolist()[0], 0.5 + 1.5 * 0.75, rel_tol=1e-6)
+
+
+def test_invalid_samples_holding_nan_or_inf_enter_no_statistic():
+    scores = torch.tensor([1.0, float("nan"), 0.0, 2.0, float("inf"), 3.0])
+    mask = torch.tensor([True, False, True, True, False, True])
+    clean = torch.where(mask, scores, torch.tensor(-7.0))
+    for mean_type, std_type in itertools.product(NORM_TYPES, NORM_TYPES):
+        out = normalize_rewards(scores, 3, mean_type, std_type, running=RunningMoments(), mask=mask)
+        ref = normalize_rewards(clean, 3, mean_type, std_type, running=RunningMoments(), mask=mask)
+        assert torch.equal(out, ref), (mean_type, std_type)
+        assert out[~mask].eq(0).all()
+    for fn in (group_mean_std, difficulty_mask, difficulty_weights):
+        a, b = fn(scores, 3, mask=mask), fn(clean, 3, mask=mask)
+        for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+            assert torch.equal(x, y), fn.__name__
+    assert clip_fraction(scores, 0.0, 1.0, mask).item() == 0.5
