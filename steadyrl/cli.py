@@ -99,8 +99,24 @@ def _quiet_libraries() -> None:
     hf_logging.disable_progress_bar()
 
 
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """Parse ``argv``, accepting the config file and ``key=value`` overrides anywhere on the line.
+
+    argparse fills a ``nargs="*"`` positional from one run of arguments only, so in
+    ``train cfg.yaml --output-dir run key=value`` the override would be "unrecognized"; those
+    leftovers are put back with the others (the order of config and overrides is free anyway).
+    """
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "items") and not any(item.startswith("-") for item in extra):
+        args.items = [*args.items, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(argv)
     _quiet_libraries()
     try:
         return _run(args)
