@@ -71,32 +71,102 @@ def _all_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
     return paths
 
 
-def _suggest(bad: str, valid: list[str]) -> str:
-    leaf = bad.rsplit(".", 1)[-1]
-    by_leaf = [p for p in valid if p.rsplit(".", 1)[-1] == leaf]
-    close = by_leaf or difflib.get_close_matches(bad, valid, n=1, cutoff=0.6)
-    if not close:
-        close = [p for p in valid if difflib.get_close_matches(leaf, [p.rsplit(".", 1)[-1]], cutoff=0.75)]
-    return f"; did you mean {close[0]!r}?" if close else ""
+# Names other trainers use (TRL's GRPOConfig, verl's ppo_trainer.yaml) for steadyrl keys, so a
+# migrating user's ``trainer.learning_rate`` is answered with ``optim.lr``. See docs/migrating.md.
+KNOWN_ALIASES: dict[str, str] = {
+    "learning_rate": "optim.lr",
+    "num_generations": "rollout.group_size",
+    "n": "rollout.group_size",
+    "max_completion_length": "rollout.max_new_tokens",
+    "response_length": "rollout.max_new_tokens",
+    "max_prompt_length": "data.max_prompt_tokens",
+    "prompt_length": "data.max_prompt_tokens",
+    "beta": "algorithm.kl_coef",
+    "kl_loss_coef": "algorithm.kl_coef",
+    "kl_coeff": "algorithm.kl_coef",
+    "kl_loss_type": "algorithm.kl_estimator",
+    "kl_penalty": "algorithm.kl_estimator",
+    "epsilon": "algorithm.pg_clip",
+    "clip_ratio": "algorithm.pg_clip",
+    "cliprange": "algorithm.pg_clip",
+    "epsilon_low": "algorithm.pg_clip_low",
+    "clip_ratio_low": "algorithm.pg_clip_low",
+    "epsilon_high": "algorithm.pg_clip_high",
+    "clip_ratio_high": "algorithm.pg_clip_high",
+    "clip_ratio_c": "algorithm.dual_clip_c",
+    "cliprange_value": "algorithm.value_clip",
+    "loss_type": "algorithm.loss_agg_mode",
+    "adv_estimator": "algorithm.advantage_estimator",
+    "norm_adv_by_std_in_grpo": "algorithm.norm_by_std",
+    "scale_rewards": "algorithm.norm_by_std",
+    "mask_truncated_completions": "algorithm.mask_truncated",
+    "entropy_coeff": "algorithm.entropy_coef",
+    "lambd": "algorithm.lam",
+    "num_iterations": "trainer.ppo_epochs",
+    "ppo_mini_batch_size": "trainer.mini_batch_size",
+    "ppo_micro_batch_size_per_gpu": "trainer.micro_batch_size",
+    "per_device_train_batch_size": "trainer.micro_batch_size",
+    "train_batch_size": "rollout.prompts_per_step",
+    "grad_clip": "optim.max_grad_norm",
+    "lr_scheduler_type": "optim.schedule",
+    "save_steps": "trainer.save_every",
+    "eval_steps": "trainer.eval_every",
+    "report_to": "trainer.trackers",
+    "model_name_or_path": "model.name_or_path",
+    "reward_funcs": "rewards",
+    "rank": "model.lora.r",
+    "lora_rank": "model.lora.r",
+    "lora_r": "model.lora.r",
+    "lora_alpha": "model.lora.alpha",
+    "lora_dropout": "model.lora.dropout",
+}
+
+
+def _leaf(path: str) -> str:
+    return path.rsplit(".", 1)[-1]
+
+
+def _suggest(bad: str, siblings: list[str], everywhere: list[str]) -> str:
+    """The nearest valid key to ``bad``, as a hint, or ``""``.
+
+    In order: the same name in another section (``trainer.lr`` -> ``optim.lr``); the name other
+    trainers use for a key (``learning_rate`` -> ``optim.lr``); a close name in the same section
+    (``trainer.max_step`` -> ``trainer.max_steps``); a close name anywhere. Names are compared
+    without their section: the shared prefix would make every sibling look close.
+    """
+    leaf = _leaf(bad)
+    same = [p for p in everywhere if _leaf(p) == leaf]
+    if same:
+        return f"; did you mean {same[0]!r}?"
+    alias = KNOWN_ALIASES.get(leaf.lower()) if everywhere else None
+    if alias:
+        return f"; did you mean {alias!r}?"
+    for pool, cutoff in ((siblings, 0.6), (everywhere, 0.75)):
+        leaves = [_leaf(p) for p in pool]
+        close = difflib.get_close_matches(leaf, leaves, n=1, cutoff=cutoff)
+        if close:
+            return f"; did you mean {pool[leaves.index(close[0])]!r}?"
+    return ""
 
 
 def check_unknown_keys(raw: dict[str, Any], model: type[BaseModel] = Config, prefix: str = "") -> None:
     """Raise ConfigError for the first key that is not a field, suggesting the nearest valid one."""
-    valid_all = _all_paths(Config)
+    from .schema import RewardConfig
+
+    # a reward's keys are suggested only among a reward's keys
+    everywhere = [] if model is RewardConfig else _all_paths(Config)
     for key, value in raw.items():
         path = f"{prefix}{key}"
         field = model.model_fields.get(key)
         if field is None:
             siblings = [f"{prefix}{name}" for name in model.model_fields]
-            hint = _suggest(path, siblings) or _suggest(path, valid_all)
+            hint = _suggest(str(path), siblings, everywhere)
             hint = hint or f"; valid keys here: {', '.join(model.model_fields)}"
             raise ConfigError(f"unknown config key {path!r}{hint}")
         sub = field.annotation
         if isinstance(sub, type) and issubclass(sub, BaseModel) and isinstance(value, dict):
             check_unknown_keys(value, sub, path + ".")
         if key == "rewards" and isinstance(value, list):
-            from .schema import RewardConfig
-
             for i, item in enumerate(value):
                 if isinstance(item, dict):
                     check_unknown_keys(item, RewardConfig, f"rewards[{i}].")
