@@ -90,9 +90,11 @@ def apply_preset(raw: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
 
     Returns the new dict (``raw`` is not modified) and the dotted keys the preset filled.
     """
-    algorithm = dict(raw.get("algorithm") or {})
+    algorithm = raw.get("algorithm") or {}
+    if not isinstance(algorithm, dict):  # e.g. ``algorithm: ppo``; validation reports it
+        return raw, set()
     name = algorithm.get("preset", DEFAULT_PRESET)
-    preset = ALGORITHM_PRESETS.get(name)
+    preset = ALGORITHM_PRESETS.get(name) if isinstance(name, str) else None
     if preset is None:  # validation reports the bad name with the valid ones
         return raw, set()
     filled = {key: value for key, value in preset.items() if key not in algorithm}
