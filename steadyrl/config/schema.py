@@ -8,9 +8,10 @@ max_grad_norm 1.0, ppo_epochs 1, difficulty mask (0.1, 0.95). Algorithm presets
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..functional.constants import (
     DIFFICULTY_HIGH,
@@ -37,8 +38,30 @@ def F(default: Any, help: str, **constraints: Any) -> Any:
     return Field(default, description=help, **constraints)
 
 
+def _has_nan(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isnan(value)
+    if isinstance(value, (list, tuple)):
+        return any(_has_nan(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_nan(v) for v in value.values())
+    return False
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nan(cls, value: Any) -> Any:
+        # NaN passes every unconstrained float field (a reward weight of .nan silently makes every
+        # score NaN); infinity stays allowed (max_grad_norm: .inf turns clipping off).
+        if _has_nan(value):
+            raise ValueError("NaN is not a valid value")
+        return value
+
+
+Beta = Annotated[float, Field(ge=0, lt=1)]
 
 
 class LoraConfig(Section):
@@ -180,7 +203,7 @@ class OptimConfig(Section):
     lr: float = F(1e-6, "Policy learning rate (AdamW).", gt=0)
     critic_lr: float = F(1e-5, "Critic learning rate (PPO).", gt=0)
     weight_decay: float = F(0.0, "AdamW weight decay.", ge=0)
-    betas: tuple[float, float] = F((0.9, 0.999), "AdamW betas.")
+    betas: tuple[Beta, Beta] = F((0.9, 0.999), "AdamW betas, each in [0, 1).")
     eps: float = F(1e-8, "AdamW epsilon.", gt=0)
     schedule: Literal["constant", "linear", "cosine"] = F("constant", "Learning-rate decay after warm-up.")
     warmup_steps: int = F(0, "Linear warm-up steps.", ge=0)
