@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,30 @@ from .presets import DEMO_CONFIG, apply_preset
 from .schema import Config
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 as PyYAML reads it, plus floats written without a dot (``1e-6``, ``3E-4``,
+    ``1.0e6``), which PyYAML leaves as strings: ``optim.lr=1e-6`` is a number, in a file as on
+    the command line, also where no schema converts it (a reward's ``options``)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text: str) -> Any:
+    """``yaml.safe_load`` with :class:`_Loader`'s floats."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml_load(path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
     if data is None:
@@ -42,7 +61,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not sep or not key.strip():
         raise ConfigError(f"override {text!r} must look like section.key=value")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
+        parsed = yaml_load(value) if value.strip() else ""
     except yaml.YAMLError:
         parsed = value
     return key.strip().split("."), parsed
