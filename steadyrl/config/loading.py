@@ -40,14 +40,26 @@ def yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line: where and what (PyYAML's own message spans several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+    what = "; ".join(p for p in parts if p) or str(exc).strip().splitlines()[0]
+    return f"{where}: {what}"
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
+        what = "is a directory, not a YAML file" if path.is_dir() else "does not exist"
+        raise ConfigError(f"config file {str(path)!r} {what}")
     try:
-        data = yaml_load(path.read_text())
+        data = yaml_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML{_yaml_problem(exc)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
