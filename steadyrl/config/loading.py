@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import difflib
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -203,29 +204,84 @@ def check_unknown_keys(raw: dict[str, Any], model: type[BaseModel] = Config, pre
                     check_unknown_keys(item, RewardConfig, f"rewards[{i}].")
 
 
+_UNSET = object()
+
+
 def _lookup(raw: Any, loc: tuple) -> Any:
     node = raw
     for part in loc:
         try:
             node = node[part]
         except (KeyError, IndexError, TypeError):
-            return "<unset>"
+            return _UNSET
     return node
 
 
+def _section_of(annotation: Any) -> Any:
+    """The model a field holds (``LoraConfig``), ``("list", model)`` for ``list[RewardConfig]``,
+    or None for a plain value."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is list and args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
+        return ("list", args[0])
+    return None
+
+
+def _clean_loc(loc: tuple, raw: dict[str, Any]) -> tuple:
+    """pydantic's error location without its union-member tags: ``target_modules.list[str].0``
+    -> ``target_modules.0`` (a tag is a name that is neither a field nor a key of the input)."""
+    out: list = []
+    section: Any = Config
+    for part in loc:
+        node = _lookup(raw, tuple(out))
+        if isinstance(part, int):
+            out.append(part)
+            section = section[1] if isinstance(section, tuple) else None
+        elif isinstance(section, type) and part in section.model_fields:
+            out.append(part)
+            section = _section_of(section.model_fields[part].annotation)
+        elif section is None and isinstance(node, dict) and part in node:
+            out.append(part)
+    return tuple(out)
+
+
+def _path(loc: tuple) -> str:
+    return ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
+
+
+def _message(err: dict, loc: tuple, raw: dict[str, Any]) -> str:
+    msg = re.sub(r"a valid dictionary or instance of \w+", "a section (a mapping of keys)",
+                 err["msg"].removeprefix("Value error, "))
+    if loc == ("algorithm",) and isinstance(raw.get("algorithm"), str):
+        msg += f"; to choose a preset write algorithm.preset={raw['algorithm']}"
+    value = _lookup(raw, loc)
+    if len(loc) == 2 and loc[0] == "rewards" and isinstance(value, str):
+        msg += f"; write a reward as {{name: {value}}}"
+    return msg
+
+
 def _format_validation_error(exc: ValidationError, raw: dict[str, Any]) -> str:
-    lines = []
+    """One line naming each bad field, its value and what would be valid."""
+    by_path: dict[tuple, list[str]] = {}
     for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        path = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
-        msg = err["msg"].removeprefix("Value error, ")
+        loc = _clean_loc(tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))), raw)
+        messages = by_path.setdefault(loc, [])
+        msg = _message(err, loc, raw)
+        if err["type"] == "missing":
+            msg = "required, but not set"
+        if msg not in messages:
+            messages.append(msg)
+    lines = []
+    for loc, messages in by_path.items():
+        msg = " or ".join(messages)
         value = _lookup(raw, loc) if loc else None
-        if loc and not isinstance(value, (dict, list)):
-            lines.append(f"{path} = {value!r}: {msg}")
-        elif loc:
-            lines.append(f"{path}: {msg}")
-        else:
+        if not loc:
             lines.append(msg)
+        elif value is _UNSET or isinstance(value, (dict, list)):
+            lines.append(f"{_path(loc)}: {msg}")
+        else:
+            lines.append(f"{_path(loc)} = {value!r}: {msg}")
     return "invalid configuration: " + "; ".join(lines)
 
 
