@@ -29,16 +29,24 @@ class _Loader(yaml.SafeLoader):
     the command line, also where no schema converts it (a reward's ``options``)."""
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
+class _Dumper(yaml.SafeDumper):
+    """Quotes the strings :class:`_Loader` would read as floats (``'1e-6'``), so they load back
+    as strings."""
+
+
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+for _cls in (_Loader, _Dumper):
+    _cls.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789."))
 
 
 def yaml_load(text: str) -> Any:
     """``yaml.safe_load`` with :class:`_Loader`'s floats."""
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
+def yaml_dump(data: Any, **kwargs: Any) -> str:
+    """``yaml.safe_dump`` whose output :func:`yaml_load` reads back to ``data``."""
+    return yaml.dump(data, Dumper=_Dumper, **kwargs)
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -312,4 +320,4 @@ def config_to_dict(config: Config) -> dict[str, Any]:
 
 
 def save_config(config: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    Path(path).write_text(yaml_dump(config_to_dict(config), sort_keys=False, allow_unicode=True), encoding="utf-8")

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
+from .loading import yaml_dump
 from .schema import Config
 
 
 def _scalar(value: Any) -> str:
-    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    """``value`` as YAML on one line (a string with a line break is double-quoted with escapes)."""
+    style = '"' if isinstance(value, str) and not value.isprintable() else None
+    text = yaml_dump(value, default_flow_style=True, width=10_000, default_style=style, allow_unicode=True).strip()
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
