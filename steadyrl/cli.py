@@ -90,6 +90,12 @@ def _run(args: argparse.Namespace) -> int:
     raise AssertionError(args.command)
 
 
+def _one_line(exc: BaseException) -> str:
+    """The message on one line: an input error is one line on stderr, even when it quotes a
+    multi-line message (a user's reward module raising on import, a library's error)."""
+    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+
+
 def _quiet_libraries() -> None:
     """transformers' own progress bars (loading / writing weights) drown steadyrl's output."""
     try:
@@ -121,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args)
     except ConfigError as exc:
-        print(f"steadyrl: error: {exc}", file=sys.stderr)
+        print(f"steadyrl: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except TrainingHalted as exc:
         print(f"steadyrl: training stopped: {exc}", file=sys.stderr)
