@@ -1,0 +1,75 @@
+"""``steadyrl config show``: the resolved config as commented YAML, preset values marked."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from steadyrl import cli
+from steadyrl.config import ALGORITHM_PRESETS, load_config
+from steadyrl.config.schema import Config
+
+KEY_LINE = re.compile(r"^(?P<pad> *)(?P<key>\w+):(?P<rest>.*)$")
+
+
+def _show(capsys, *args: str) -> str:
+    code = cli.main(["config", "show", *args])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.err == ""
+    return captured.out
+
+
+def _scalar_lines(text: str) -> dict[str, str]:
+    """``dotted.key -> the rest of its line`` for every key that holds a value (not a section)."""
+    out, stack = {}, []
+    for line in text.splitlines():
+        m = KEY_LINE.match(line)
+        if not m:
+            continue
+        depth = len(m["pad"]) // 2
+        stack[depth:] = [m["key"]]
+        rest = m["rest"].strip()
+        if rest and not rest.startswith("#"):
+            out[".".join(stack)] = rest
+    return out
+
+
+def test_config_show_prints_the_demo_config_with_a_help_comment_on_every_key(capsys):
+    text = _show(capsys)
+    assert Config.model_validate(yaml.safe_load(text)) == load_config()
+    values = _scalar_lines(text)
+    assert "optim.lr" in values and "algorithm.pg_clip" in values and "demo.num_train" in values
+    for key, rest in values.items():
+        assert "  # " in rest, f"{key} has no help comment: {rest!r}"
+    assert values["rollout.prompts_per_step"].startswith("16")  # the demo's value, not the default 8
+
+
+def test_config_show_marks_the_keys_a_preset_filled(capsys, tiny_run):
+    text = _show(capsys, str(tiny_run.config), "algorithm.preset=ppo", "algorithm.kl_coef=0.02")
+    values = _scalar_lines(text)
+    preset = ALGORITHM_PRESETS["ppo"]
+    for key in preset:
+        if key != "kl_coef":
+            assert values[f"algorithm.{key}"].endswith("[preset]"), key
+    assert values["algorithm.advantage_estimator"].startswith("gae")
+    assert values["algorithm.kl_coef"].startswith("0.02")
+    assert "[preset]" not in values["algorithm.kl_coef"]  # the user's value
+    assert "[preset]" not in values["algorithm.preset"]
+    assert "[preset]" not in values["optim.lr"]  # presets touch the algorithm section only
+    assert sum("[preset]" in rest for rest in values.values()) == len(preset) - 1
+
+
+def test_config_show_of_bad_input_exits_2(capsys):
+    code = cli.main(["config", "show", "algorithm.pg_clip=-1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("steadyrl: error: ") and "algorithm.pg_clip" in err and "-1" in err
+
+
+def test_config_show_as_a_real_command(steadyrl_cli, tiny_run):
+    proc = steadyrl_cli("config", "show", str(tiny_run.config), "algorithm.preset=ppo")
+    assert proc.returncode == 0, proc.stderr
+    assert "advantage_estimator: gae  # " in proc.stdout and "[preset]" in proc.stdout
+    assert proc.stderr == ""

@@ -1,0 +1,82 @@
+"""The happy path, end to end: ``steadyrl train`` on a tiny model, a 16-prompt JSONL file and a
+user reward file, then ``steadyrl eval`` of the run, then a second ``train`` into the same
+folder, which must refuse to mix two runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from steadyrl import cli
+from steadyrl.config import load_config
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny_run, tmp_path_factory, steadyrl_cli):
+    """A 2-step run of the real command; the overrides come after ``--output-dir`` on purpose."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    proc = steadyrl_cli("train", str(tiny_run.config), "--output-dir", str(out), "trainer.max_steps=2",
+                        cwd=tiny_run.root)
+    return out, proc
+
+
+def test_train_exits_0_and_writes_the_run_directory(finished_run):
+    out, proc = finished_run
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for name in ("config.yaml", "metrics.jsonl", "summary.json", "checkpoints"):
+        assert (out / name).exists(), name
+    checkpoints = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert checkpoints and checkpoints[-1].endswith("2"), checkpoints
+
+
+def test_saved_config_is_the_resolved_config(finished_run, tiny_run):
+    out, _ = finished_run
+    saved = load_config(out / "config.yaml")
+    assert saved == load_config(tiny_run.config, ["trainer.max_steps=2"])
+    assert yaml.safe_load((out / "config.yaml").read_text())["trainer"]["max_steps"] == 2
+
+
+def test_metrics_hold_the_step_0_eval_and_one_row_per_step(finished_run):
+    out, _ = finished_run
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [row["step"] for row in rows]
+    assert steps == [0, 1, 2]
+    assert "eval/accuracy" in rows[0] and "eval/reward_mean" in rows[0]
+    for row in rows[1:]:
+        assert "reward/mean" in row and "actor/grad_norm" in row and "time/step_s" in row
+    assert "eval/accuracy" in rows[-1]  # the evaluation after training, logged at the last step
+
+
+def test_summary_reports_steps_time_and_evals(finished_run):
+    out, _ = finished_run
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2
+    assert summary["wall_time_s"] > 0
+    for key in ("eval_before", "eval_after"):
+        assert 0.0 <= summary[key]["accuracy"] <= 1.0
+        assert "reward_mean" in summary[key]
+
+
+def test_eval_of_the_run_prints_accuracy_json(finished_run, steadyrl_cli, tiny_run):
+    out, _ = finished_run
+    proc = steadyrl_cli("eval", "--output-dir", str(out), cwd=tiny_run.root)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert 0.0 <= result["accuracy"] <= 1.0
+    assert result["num_prompts"] == 8
+    assert "checkpoints" in result["model"]
+
+
+def test_train_into_a_finished_run_without_resume_exits_2(finished_run, tiny_run, capsys):
+    out, _ = finished_run
+    before = (out / "metrics.jsonl").read_text()
+    code = cli.main(["train", str(tiny_run.config), "--output-dir", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("steadyrl: error: ")
+    assert "--resume" in lines[0] and "--overwrite" in lines[0] and str(out) in lines[0]
+    assert (out / "metrics.jsonl").read_text() == before  # the finished run is untouched
