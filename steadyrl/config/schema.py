@@ -111,7 +111,8 @@ class RewardConfig(Section):
     name: str = F(..., "A built-in reward (math, exact_match, normalized_match, regex_format, "
                   "length_penalty) or a user function 'module:function' / 'path/file.py:function'.")
     weight: float = F(1.0, "Weight of this reward in the combined score.")
-    options: dict[str, Any] = F({}, "Keyword options of a built-in reward factory.")
+    options: dict[str, Any] = F({}, "Keyword options: passed to a built-in reward's factory, or bound to a "
+                                "user function as keyword arguments.")
     timeout_s: float = F(60.0, "Time limit of one call (one batch); a time-out invalidates the batch "
                          "for this reward.", gt=0)
     isolation: Literal["process", "thread", "inline"] | None = F(
