@@ -1,0 +1,150 @@
+"""The configuration docs stay true to the code: docs/configuration.md is exactly what
+tools/gen_config_docs.py generates, every steadyrl key that docs/migrating.md and
+docs/troubleshooting.md name exists, every metric they name is in docs/metrics.md, and every
+YAML example loads as a config."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from steadyrl.config import Config, load_config
+from steadyrl.config.loading import _all_paths
+from steadyrl.config.schema import RewardConfig
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+KEYS = set(_all_paths(Config)) | {f"rewards[].{name}" for name in RewardConfig.model_fields}
+SECTIONS = set(Config.model_fields)
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_config_docs", REPO / "tools" / "gen_config_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_configuration_page_is_the_generated_one():
+    generated = _generator().render()
+    committed = (DOCS / "configuration.md").read_text()
+    assert committed == generated, "docs/configuration.md is stale: run python tools/gen_config_docs.py"
+
+
+def test_configuration_page_lists_every_key_with_its_default_and_help():
+    text = (DOCS / "configuration.md").read_text()
+    for path in KEYS - {"rewards"}:
+        if any(path == s or path.startswith(f"{s}.") and _is_section(path) for s in SECTIONS):
+            continue
+        assert f"| `{path}` |" in text, path
+
+
+def _is_section(path: str) -> bool:
+    node = Config
+    for part in path.split("."):
+        field = node.model_fields.get(part)
+        if field is None:
+            return False
+        node = field.annotation
+    return isinstance(node, type) and hasattr(node, "model_fields")
+
+
+def _tables(text: str) -> list[list[list[str]]]:
+    """Markdown tables as lists of rows of cells (header included, separator dropped)."""
+    tables, current = [], []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if not all(set(c) <= set("-: ") for c in cells):
+                current.append(cells)
+        elif current:
+            tables.append(current)
+            current = []
+    if current:
+        tables.append(current)
+    return tables
+
+
+def _steadyrl_column(path: Path) -> list[list[str]]:
+    """The other-trainer name and the steadyrl cell of every row of the mapping tables."""
+    rows = []
+    for table in _tables(path.read_text()):
+        header = [h.lower() for h in table[0]]
+        if any("steadyrl" in h for h in header):
+            col = next(i for i, h in enumerate(header) if "steadyrl" in h)
+            rows += [[row[0], row[col]] for row in table[1:]]
+    return rows
+
+
+def _keys_in(cell: str) -> list[str]:
+    cell = re.sub(r"\([^)]*\)", "", cell)  # defaults in parentheses
+    return [span for span in re.findall(r"`([^`]+)`", cell) if not span.startswith("-")]
+
+
+def test_every_steadyrl_key_in_the_migration_tables_exists():
+    rows = _steadyrl_column(DOCS / "migrating.md")
+    named = [key for _, cell in rows for key in _keys_in(cell)]
+    assert len(rows) > 60 and len(named) > 70
+    unknown = sorted({key for key in named if key not in KEYS})
+    assert unknown == []
+
+
+TRL_NAMES = [
+    "learning_rate", "num_generations", "max_completion_length", "beta", "epsilon", "epsilon_high",
+    "loss_type", "scale_rewards", "temperature", "top_p", "num_iterations", "per_device_train_batch_size",
+    "gradient_accumulation_steps", "max_grad_norm", "mask_truncated_completions", "entropy_coef",
+]
+VERL_NAMES = [
+    "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode", "use_kl_loss",
+    "kl_loss_coef", "kl_loss_type", "algorithm.adv_estimator", "algorithm.norm_adv_by_std_in_grpo",
+    "algorithm.use_kl_in_reward", "algorithm.kl_ctrl.kl_coef", "algorithm.kl_ctrl.target_kl",
+    "data.train_batch_size", "rollout.n", "response_length", "ppo_mini_batch_size",
+    "ppo_micro_batch_size_per_gpu", "ppo_epochs", "critic.cliprange_value", "algorithm.gamma",
+    "algorithm.lam", "entropy_coeff",
+]
+
+
+@pytest.mark.parametrize("name", TRL_NAMES + VERL_NAMES)
+def test_the_migration_tables_cover_the_common_names(name):
+    firsts = " ".join(first for first, _ in _steadyrl_column(DOCS / "migrating.md"))
+    assert re.search(rf"`(?:[\w.]*\.)?{re.escape(name)}`", firsts), name
+
+
+def _yaml_blocks(path: Path) -> list[str]:
+    return re.findall(r"```yaml\n(.*?)```", path.read_text(), flags=re.S)
+
+
+@pytest.mark.parametrize("page", ["configuration.md", "migrating.md"])
+def test_every_yaml_example_is_a_valid_config(page, tmp_path):
+    blocks = _yaml_blocks(DOCS / page)
+    assert blocks
+    for i, block in enumerate(blocks):
+        path = tmp_path / f"example{i}.yaml"
+        path.write_text(block)
+        load_config(path)
+
+
+def _metrics() -> set[str]:
+    return set(re.findall(r"`([a-z_]+/[^`\s]+)`", (DOCS / "metrics.md").read_text()))
+
+
+def test_troubleshooting_names_only_real_metrics_and_keys():
+    text = (DOCS / "troubleshooting.md").read_text()
+    spans = re.findall(r"`([^`]+)`", text)
+    metrics = [s for s in spans if re.fullmatch(r"[a-z_]+/[\w<>@/]+", s)]
+    keys = [re.split(r"[:=]", s)[0].strip() for s in spans if s.split(".")[0] in SECTIONS | {"rewards[]"}]
+    assert len(metrics) >= 15 and len(keys) >= 30
+    assert sorted(set(metrics) - _metrics()) == []
+    assert sorted(k for k in set(keys) if k not in KEYS) == []
+
+
+@pytest.mark.parametrize("metric", [
+    "health/skipped_steps", "actor/grad_norm", "kl/k3", "kl/coef", "actor/entropy", "batch/zero_std_group_frac",
+    "batch/valid_sample_frac", "reward/valid_frac", "reward/<name>/failed", "response/truncated_frac",
+    "time/generate_s", "time/score_s", "time/update_s",
+])
+def test_troubleshooting_covers_the_main_symptoms(metric):
+    assert f"`{metric}`" in (DOCS / "troubleshooting.md").read_text()
