@@ -23,16 +23,18 @@ def _show(capsys, *args: str) -> str:
 
 def _scalar_lines(text: str) -> dict[str, str]:
     """``dotted.key -> the rest of its line`` for every key that holds a value (not a section)."""
-    out, stack = {}, []
+    out, stack = {}, []  # stack: (indent, key) of the enclosing sections
     for line in text.splitlines():
         m = KEY_LINE.match(line)
         if not m:
             continue
-        depth = len(m["pad"]) // 2
-        stack[depth:] = [m["key"]]
+        indent = len(m["pad"])
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, m["key"]))
         rest = m["rest"].strip()
         if rest and not rest.startswith("#"):
-            out[".".join(stack)] = rest
+            out[".".join(key for _, key in stack)] = rest
     return out
 
 
