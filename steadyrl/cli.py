@@ -39,8 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("items", nargs="*", metavar="CONFIG|key=value",
                        help="an optional YAML config, then dotted overrides such as algorithm.pg_clip=0.1")
     train.add_argument("--output-dir", help="run directory (default: runs/<preset>-<time>)")
-    train.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output-dir")
-    train.add_argument("--overwrite", action="store_true", help="replace a previous run in --output-dir")
+    again = train.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output-dir")
+    again.add_argument("--overwrite", action="store_true", help="replace a previous run in --output-dir")
 
     ev = sub.add_parser("eval", help="evaluate a run's policy or a model on the held-out prompts")
     ev.add_argument("items", nargs="*", metavar="CONFIG|key=value")
@@ -80,6 +81,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "train":
         from .trainer import train
 
+        if (args.resume or args.overwrite) and not args.output_dir:
+            flag = "--resume" if args.resume else "--overwrite"
+            raise ConfigError(f"{flag} needs --output-dir RUN_DIR: the run to {'continue' if args.resume else 'replace'}")
         train(path, overrides, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
         return 0
     if args.command == "eval":
