@@ -77,6 +77,11 @@ CASES = {
                                                   "offline")),
     "critic path that does not exist": Case(("algorithm.preset=ppo", "model.critic_name_or_path={root}/no_critic"),
                                             ("model.critic_name_or_path", "no_critic"), before_model=False),
+    # --- command line --------------------------------------------------------------------------
+    "--resume without --output-dir": Case((), ("--resume", "--output-dir"), command=("train", "{config}", "--resume")),
+    "--overwrite without --output-dir": Case((), ("--overwrite", "--output-dir"),
+                                             command=("train", "{config}", "--overwrite")),
+    "two config files": Case(("{config}",), ("unexpected argument", "key=value")),
     # --- eval ----------------------------------------------------------------------------------
     "eval of a folder that holds no run": Case((), ("--output-dir", "config.yaml"),
                                                command=("eval", "--output-dir", "{root}/not_a_run")),
@@ -187,3 +192,17 @@ def test_bad_input_end_to_end_in_a_fresh_process(name, tiny_run, tmp_path, stead
     proc = steadyrl_cli(*_argv(case, tiny_run, out), cwd=tmp_path)
     _check_error_line(proc.returncode, proc.stderr, case.names)
     assert not (out / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--resume", "--overwrite", "--output-dir", "run"],
+    ["train", "--outputdir", "run"],
+    ["trian"],
+    [],
+], ids=["--resume with --overwrite", "misspelt option", "unknown command", "no command"])
+def test_command_line_mistakes_exit_2_with_usage_and_no_traceback(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert "usage: steadyrl" in err and "error:" in err and "Traceback" not in err
