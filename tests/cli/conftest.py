@@ -42,6 +42,7 @@ BAD_FILES = {
     "malformed.jsonl": '{"prompt": "abc=", "answer": "cba"}\n{"prompt": "abd=", "answer": \n',
     "no_prompt_column.jsonl": '{"question": "abc=", "answer": "cba"}\n{"question": "ab=", "answer": "ba"}\n',
     "reward_without_fn.py": "def something_else(prompts, completions, **kw):\n    return [0.0] * len(completions)\n",
+    "broken_reward.py": "def reverse_match(prompts, completions, **kw)\n    return []\n",
 }
 
 

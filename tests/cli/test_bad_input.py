@@ -9,9 +9,11 @@ recorder; three rows also run as real ``python -m steadyrl`` processes, end to e
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 
 import pytest
+import torch
 import transformers
 
 from steadyrl import cli
@@ -35,6 +37,31 @@ TRAINER_BUG_ACCURACY_REWARD = (
     "(traceback, exit 1); setup should check it with the rewards, as a ConfigError"
 )
 
+TRAINER_BUG_VLLM = (
+    "rollout/trainer bug: rollout.engine=vllm imports steadyrl.rollout.vllm, which does not exist, only "
+    "after the model load: a ModuleNotFoundError traceback (exit 1) instead of an input error naming "
+    "rollout.engine before the model load"
+)
+MODELS_BUG_LORA = (
+    "models bug: apply_lora lets peft's error for target modules the model lacks escape as a "
+    "traceback (exit 1); it should be a ModelLoadError naming model.lora.target_modules"
+)
+MODELS_BUG_ATTN = (
+    "models bug: load_policy catches OSError/ValueError only, so transformers' ImportError for an "
+    "attention kernel that is not installed (flash_attention_2) is a traceback (exit 1), not an input "
+    "error naming model.attn_implementation"
+)
+TRACKING_BUG = (
+    "tracking bug: a tracker whose package is missing is reported only when the Tracker starts, after "
+    "the model load, and the message names 'tracking.backends', which is not a config key "
+    "(the key is trainer.trackers)"
+)
+
+
+def _installed(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
 CASES = {
     # --- configuration -------------------------------------------------------------------------
     "unknown config key": Case(("trainer.lr=1e-5",), ("'trainer.lr'", "'optim.lr'")),
@@ -57,6 +84,10 @@ CASES = {
                                                                                "invalid JSON")),
     "missing prompt column": Case(("data.train_path={root}/no_prompt_column.jsonl",),
                                   ("no_prompt_column.jsonl", "'prompt'", "'question'")),
+    "extra column that does not exist": Case(("data.extra_keys=[difficulty]",), ("train.jsonl", "'difficulty'")),
+    "split given for a file": Case(("data.split=test",), ("split", "train.jsonl")),
+    "chat template the tokenizer lacks": Case(("data.chat_template=true",), ("chat_template", "no chat template"),
+                                              before_model=False),
     "missing eval file": Case(("data.eval_path={root}/no_such_eval.jsonl",), ("no_such_eval.jsonl", "does not exist")),
     "all prompts over the length limit": Case(("data.max_prompt_tokens=1",), ("data.max_prompt_tokens", "1"),
                                               before_model=False),
@@ -65,6 +96,13 @@ CASES = {
                                                ("no_such_reward_module",)),
     "reward file without the function": Case(("rewards=[{name: '{root}/reward_without_fn.py:reverse_match'}]",),
                                              ("reward_without_fn.py", "'reverse_match'")),
+    "reward file with a syntax error": Case(("rewards=[{name: '{root}/broken_reward.py:reverse_match'}]",),
+                                            ("broken_reward.py", "SyntaxError")),
+    "unknown option of a built-in reward": Case(("rewards=[{name: math, options: {bogus: 1}}]",),
+                                                ("'math'", "'bogus'", "valid options")),
+    "two rewards with one name": Case(
+        ("rewards=[{name: '{root}/rewards.py:reverse_match'}, {name: '{root}/reward_without_fn.py:something_else'}, "
+         "{name: '{root}/rewards.py:reverse_match', weight: 2}]",), ("rewards", "reverse_match", "unique")),
     "unknown built-in reward": Case(("rewards=[{name: exact_mtch}]",), ("'exact_mtch'", "'exact_match'")),
     "accuracy reward that is not configured": Case(
         ("eval.accuracy_reward=no_such_reward",), ("eval.accuracy_reward", "no_such_reward"),
@@ -75,6 +113,30 @@ CASES = {
     "hub model name on an offline machine": Case(("model.name_or_path=some-org/some-model-that-is-not-cached",),
                                                  ("model.name_or_path", "some-org/some-model-that-is-not-cached",
                                                   "offline")),
+    "model path that is a file": Case(("model.name_or_path={root}/train.jsonl",), ("model.name_or_path", "is a file")),
+    "tokenizer path that does not exist": Case(("model.tokenizer={root}/no_such_tokenizer",),
+                                               ("model.tokenizer", "no_such_tokenizer")),
+    "CUDA asked for on a machine without one": Case(
+        ("trainer.device=cuda",), ("trainer.device", "cuda"),
+        marks=(pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA"),)),
+    "LoRA target modules the model lacks": Case(
+        ("model.lora.enabled=true", "model.lora.target_modules=[no_such_proj]"),
+        ("model.lora.target_modules", "no_such_proj"), before_model=False,
+        marks=(pytest.mark.skipif(not _installed("peft"), reason="peft is not installed"),
+               pytest.mark.xfail(reason=MODELS_BUG_LORA, strict=True))),
+    "attention kernel that is not installed": Case(
+        ("model.attn_implementation=flash_attention_2",), ("model.attn_implementation", "flash_attention_2"),
+        before_model=False,
+        marks=(pytest.mark.skipif(_installed("flash_attn"), reason="flash-attn is installed"),
+               pytest.mark.xfail(reason=MODELS_BUG_ATTN, strict=True))),
+    "vLLM engine without vLLM": Case(
+        ("rollout.engine=vllm",), ("rollout.engine", "vllm"),
+        marks=(pytest.mark.skipif(_installed("vllm"), reason="vllm is installed"),
+               pytest.mark.xfail(reason=TRAINER_BUG_VLLM, strict=True))),
+    "tracker whose package is not installed": Case(
+        ("trainer.trackers=[wandb]",), ("trainer.trackers", "wandb"),
+        marks=(pytest.mark.skipif(_installed("wandb"), reason="wandb is installed"),
+               pytest.mark.xfail(reason=TRACKING_BUG, strict=True))),
     "critic path that does not exist": Case(("algorithm.preset=ppo", "model.critic_name_or_path={root}/no_critic"),
                                             ("model.critic_name_or_path", "no_critic"), before_model=False),
     # --- command line --------------------------------------------------------------------------
@@ -162,25 +224,28 @@ def test_bad_input_exits_2_with_one_line_naming_it(case, tiny_run, tmp_path, cap
         assert model_loads == [], f"the model was loaded before the error: {model_loads}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "trainer bug: setup.build_run tokenizes the prompts (prepare_prompts) only after build_models "
-    "has loaded the policy (and reference), so 'all prompts over data.max_prompt_tokens' costs a "
-    "model load; the tokenizer alone is enough to check it"))
-def test_prompt_length_limit_is_checked_before_the_model_is_loaded(tiny_run, tmp_path, capsys, monkeypatch,
-                                                                    model_loads):
-    model_loads.forbid = True
-    code = cli.main(_argv(CASES["all prompts over the length limit"], tiny_run, tmp_path / "run"))
-    assert code == 2 and model_loads == []
+LATE_CHECKS = {
+    "all prompts over the length limit": (
+        "trainer bug: setup.build_run tokenizes the prompts (prepare_prompts) only after build_models has "
+        "loaded the policy (and reference), so 'all prompts over data.max_prompt_tokens' costs a model load; "
+        "the tokenizer alone is enough to check it"),
+    "chat template the tokenizer lacks": (
+        "trainer bug: prompts are rendered with the chat template only after the model load "
+        "(setup.build_run: build_models before prepare_prompts); the tokenizer alone is enough to check it"),
+    "critic path that does not exist": (
+        "trainer bug: setup.build_models loads the policy (and the reference copy) before the critic, so a "
+        "critic path that does not exist is reported only after the policy load; "
+        "models.check_model_source could run on every model path first"),
+}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "trainer bug: setup.build_models loads the policy (and the reference copy) before the critic, "
-    "so a critic path that does not exist is reported only after the policy load; "
-    "models.check_model_source could run on every model path first"))
-def test_critic_path_is_checked_before_the_policy_is_loaded(tiny_run, tmp_path, capsys, monkeypatch,
-                                                             model_loads):
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(reason=why, strict=True))
+                                  for name, why in LATE_CHECKS.items()])
+def test_input_checked_late_is_checked_before_the_model_is_loaded(name, tiny_run, tmp_path, capsys, monkeypatch,
+                                                                  model_loads):
+    assert not CASES[name].before_model  # the table's rows that are not checked before the model yet
     model_loads.forbid = True
-    code = cli.main(_argv(CASES["critic path that does not exist"], tiny_run, tmp_path / "run"))
+    code = cli.main(_argv(CASES[name], tiny_run, tmp_path / "run"))
     assert code == 2 and model_loads == []
 
 
