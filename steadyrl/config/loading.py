@@ -293,6 +293,21 @@ def _format_validation_error(exc: ValidationError, raw: dict[str, Any]) -> str:
     return "invalid configuration: " + "; ".join(lines)
 
 
+def _drop_empty_sections(raw: dict[str, Any], model: type[BaseModel] = Config) -> dict[str, Any]:
+    """A section (or the rewards list) written with nothing under it (``lora:`` with its keys
+    commented out) is YAML null: it means the defaults, as a missing section does."""
+    out = {}
+    for key, value in raw.items():
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        section = _section_of(field.annotation) if field is not None else None
+        if value is None and section is not None:
+            continue
+        if isinstance(section, type) and isinstance(value, dict):
+            value = _drop_empty_sections(value, section)
+        out[key] = value
+    return out
+
+
 def load_config(
     path: str | Path | None = None, overrides: list[str] | None = None, *, with_sources: bool = False
 ):
@@ -305,7 +320,7 @@ def load_config(
     for text in overrides or []:
         keys, value = parse_override(text)
         set_dotted(raw, keys, value)
-    raw, preset_keys = apply_preset(raw)
+    raw, preset_keys = apply_preset(_drop_empty_sections(raw))
     check_unknown_keys(raw)
     try:
         config = Config.model_validate(raw)
