@@ -315,3 +315,19 @@ def test_any_override_text_either_loads_or_is_a_config_error(text):
         load_config(None, [text])
     except ConfigError as exc:
         assert str(exc)
+
+
+def test_a_section_with_nothing_under_it_means_its_defaults(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("model:\n  name_or_path: m\n  lora:\n    # enabled: true\ndata:\n  train_path: t.jsonl\n"
+                    "rewards:\ntrainer:\n")
+    config = load_config(path)
+    assert config.model.lora == Config().model.lora
+    assert config.rewards == [] and config.trainer == Config().trainer
+    assert config.model.name_or_path == "m"
+
+
+def test_null_stays_a_value_for_keys_that_are_not_sections():
+    with pytest.raises(ConfigError, match=r"optim.lr = None"):
+        load_config(None, ["optim.lr=null"])
+    assert load_config(None, ["model.tokenizer=null"]).model.tokenizer is None
