@@ -19,7 +19,9 @@ Token-reward estimators (from ``token_rewards``):
   ``returns = A + V``; ``V`` after the last valid token is 0.
 * ``reinforce_plus_plus``: ``G_t = sum_{k >= t} gamma^(k-t) r_k``, whitened over valid tokens.
 
-A group of one, or a group whose scores are all equal, gets advantage 0 (never NaN).
+A group of one, or a group whose scores are all equal, gets advantage 0 (never NaN). Grouped
+estimators take an optional ``sample_mask [B]``: invalid samples (a reward function failed)
+enter no group statistic and get advantage 0.
 """
 
 from __future__ import annotations
@@ -83,13 +85,23 @@ def _broadcast(per_seq: torch.Tensor, response_mask: torch.Tensor) -> torch.Tens
     return torch.where(keep, per_seq.unsqueeze(-1), zero)
 
 
-def _scores(scores: torch.Tensor, response_mask: torch.Tensor, group_size: int) -> torch.Tensor:
+def _scores(
+    scores: torch.Tensor, response_mask: torch.Tensor, group_size: int, sample_mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores in the accumulation dtype (invalid ones set to 0) and the ``[B]`` validity mask."""
     if response_mask.dim() != 2 or response_mask.shape[0] != scores.shape[0]:
         raise ValueError(
             f"response_mask must be [B, T] with B = {scores.shape[0]}, got {tuple(response_mask.shape)}"
         )
     _check_groups(scores, group_size)
-    return scores.to(acc_dtype(scores))
+    if sample_mask is None:
+        keep = torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
+    elif sample_mask.shape != scores.shape:
+        raise ValueError(f"sample_mask shape {tuple(sample_mask.shape)} must equal scores shape {tuple(scores.shape)}")
+    else:
+        keep = sample_mask.bool()
+    s = scores.to(acc_dtype(scores))
+    return torch.where(keep, s, torch.zeros((), dtype=s.dtype, device=s.device)), keep
 
 
 @register_advantage("gae", uses="token_rewards", needs_values=True)
@@ -137,27 +149,30 @@ def grpo_advantages(
     group_size: int,
     norm_by_std: bool = True,
     eps: float = NORM_EPS,
+    sample_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """GRPO: ``(s_i - group mean) / (unbiased group std + eps)`` on every valid token.
 
     ``norm_by_std=False`` drops the division (Dr. GRPO). A group of one or of equal scores gives 0.
     """
-    s = _scores(scores, response_mask, group_size)
-    mean, std = group_mean_std(s, group_size)
+    s, keep = _scores(scores, response_mask, group_size, sample_mask)
+    mean, std = group_mean_std(s, group_size, keep)
     adv = s - mean
     if norm_by_std:
         adv = adv / (std + eps)
-    return _broadcast(adv, response_mask)
+    return _broadcast(torch.where(keep, adv, torch.zeros_like(adv)), response_mask)
 
 
 @register_advantage("rloo", uses="scores", grouped=True)
-def rloo_advantages(scores: torch.Tensor, response_mask: torch.Tensor, group_size: int) -> torch.Tensor:
+def rloo_advantages(
+    scores: torch.Tensor, response_mask: torch.Tensor, group_size: int, sample_mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """RLOO: ``A_i = s_i - mean_{j != i} s_j = n / (n - 1) * (s_i - group mean)``; 0 for n = 1."""
-    s = _scores(scores, response_mask, group_size)
-    if group_size == 1:
-        return _broadcast(torch.zeros_like(s), response_mask)
-    mean, _ = group_mean_std(s, group_size)
-    return _broadcast((s - mean) * group_size / (group_size - 1), response_mask)
+    s, keep = _scores(scores, response_mask, group_size, sample_mask)
+    mean, _ = group_mean_std(s, group_size, keep)
+    n = keep.reshape(-1, group_size).sum(-1, keepdim=True).expand(-1, group_size).reshape(-1).to(s.dtype)
+    adv = torch.where(keep & (n > 1), (s - mean) * n / (n - 1).clamp(min=1), torch.zeros_like(s))
+    return _broadcast(adv, response_mask)
 
 
 @register_advantage("reinforce_plus_plus", uses="token_rewards")
@@ -180,28 +195,32 @@ def reinforce_plus_plus_advantages(
 
 @register_advantage("reinforce_plus_plus_baseline", uses="scores", grouped=True)
 def reinforce_plus_plus_baseline_advantages(
-    scores: torch.Tensor, response_mask: torch.Tensor, group_size: int
+    scores: torch.Tensor, response_mask: torch.Tensor, group_size: int, sample_mask: torch.Tensor | None = None
 ) -> torch.Tensor:
     """REINFORCE++ with a group baseline: ``s_i - group mean`` broadcast to tokens, then whitened
     over all valid tokens of the batch."""
-    s = _scores(scores, response_mask, group_size)
-    mean, _ = group_mean_std(s, group_size)
-    return masked_whiten(_broadcast(s - mean, response_mask), response_mask)
+    s, keep = _scores(scores, response_mask, group_size, sample_mask)
+    mean, _ = group_mean_std(s, group_size, keep)
+    token_mask = (response_mask != 0) & keep.unsqueeze(-1)
+    return masked_whiten(_broadcast(s - mean, token_mask), token_mask)
 
 
 @register_advantage("opo", uses="scores", grouped=True)
-def opo_advantages(scores: torch.Tensor, response_mask: torch.Tensor, group_size: int) -> torch.Tensor:
+def opo_advantages(
+    scores: torch.Tensor, response_mask: torch.Tensor, group_size: int, sample_mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """OPO: ``A_i = s_i - b_g`` with the length-weighted baseline ``b_g = sum L_j s_j / sum L_j``
     (``L_j`` = number of valid tokens of sample ``j``). A group of one gets 0."""
-    s = _scores(scores, response_mask, group_size)
+    s, keep = _scores(scores, response_mask, group_size, sample_mask)
     if group_size == 1:
         return _broadcast(torch.zeros_like(s), response_mask)
-    lengths = response_mask.to(s.dtype).sum(-1).reshape(-1, group_size)
+    lengths = ((response_mask != 0) & keep.unsqueeze(-1)).to(s.dtype).sum(-1).reshape(-1, group_size)
     grouped = s.reshape(-1, group_size)
     total = lengths.sum(-1, keepdim=True)
     weighted = (lengths * grouped).sum(-1, keepdim=True) / total.clamp(min=1)
     baseline = torch.where(total > 0, weighted, grouped.mean(-1, keepdim=True))
-    return _broadcast((grouped - baseline).reshape(-1), response_mask)
+    adv = (grouped - baseline).reshape(-1)
+    return _broadcast(torch.where(keep, adv, torch.zeros_like(adv)), response_mask)
 
 
 @register_advantage("grpo_passk", uses="scores", grouped=True)
@@ -211,21 +230,26 @@ def grpo_passk_advantages(
     group_size: int,
     norm_by_std: bool = True,
     eps: float = NORM_EPS,
+    sample_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Pass@k GRPO: in each group only the best sample (first on ties) gets
     ``(s_max - s_second_max) / (group std + eps)`` (no division without ``norm_by_std``); the
-    rest get 0. A group of one gets 0."""
-    s = _scores(scores, response_mask, group_size)
+    rest get 0. A group of one (or with one valid sample) gets 0."""
+    s, keep = _scores(scores, response_mask, group_size, sample_mask)
     if group_size == 1:
         return _broadcast(torch.zeros_like(s), response_mask)
-    grouped = s.reshape(-1, group_size)
+    grouped = torch.where(keep, s, torch.full((), float("-inf"), dtype=s.dtype, device=s.device))
+    grouped = grouped.reshape(-1, group_size)
     top2 = grouped.topk(2, dim=-1)
-    gap = top2.values[:, 0] - top2.values[:, 1]
+    enough = keep.reshape(-1, group_size).sum(-1) >= 2
+    gap = torch.where(enough, top2.values[:, 0] - top2.values[:, 1].clamp(min=torch.finfo(s.dtype).min),
+                      torch.zeros((), dtype=s.dtype, device=s.device))
     if norm_by_std:
-        _, std = group_mean_std(s, group_size)
+        _, std = group_mean_std(s, group_size, keep)
         gap = gap / (std.reshape(-1, group_size)[:, 0] + eps)
     adv = torch.zeros_like(grouped)
     adv.scatter_(1, top2.indices[:, :1], gap.unsqueeze(1))
+    adv = torch.where(keep.reshape(-1, group_size), adv, torch.zeros_like(adv))
     return _broadcast(adv.reshape(-1), response_mask)
 
 
@@ -242,7 +266,8 @@ def compute_advantages(
     """Run the estimator ``name`` on what it uses -> ``(advantages, returns)``.
 
     For every estimator but GAE the returns are the advantages (as in verl). ``kwargs`` go to the
-    estimator (``gamma``, ``lam``, ``norm_by_std``, ``eps``).
+    estimator (``gamma``, ``lam``, ``norm_by_std``, ``eps``, and for grouped outcome estimators
+    ``sample_mask [B]``: samples whose reward is invalid, left out of the group statistics).
     """
     try:
         est = ADVANTAGE_ESTIMATORS[name]

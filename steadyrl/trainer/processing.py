@@ -6,7 +6,8 @@
    KL is in the reward (``kl_mode: reward``);
 4. token-level clip to ``[-reward_clip, reward_clip]``;
 5. sample masks: invalid rewards, the difficulty mask, truncated responses; difficulty weights;
-6. the advantage estimator (outcome estimators read each row's summed token rewards);
+6. the advantage estimator (outcome estimators read each row's summed token rewards; samples
+   whose reward is invalid stay out of their group's statistics);
 7. optional whitening over the valid tokens;
 8. advantage clip to ``[-advantage_clip, advantage_clip]``.
 
@@ -22,6 +23,7 @@ import torch
 
 from ..config.schema import AlgorithmConfig
 from ..functional import (
+    ADVANTAGE_ESTIMATORS,
     RunningMoments,
     clip_fraction,
     clip_rewards,
@@ -58,10 +60,12 @@ def _last_token_rewards(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     return out
 
 
-def _estimator_options(algo: AlgorithmConfig) -> dict:
+def _estimator_options(algo: AlgorithmConfig, valid: torch.Tensor) -> dict:
     name = algo.advantage_estimator
     if name in ("grpo", "grpo_passk"):
-        return {"norm_by_std": algo.norm_by_std}
+        return {"norm_by_std": algo.norm_by_std, "sample_mask": valid}
+    if ADVANTAGE_ESTIMATORS[name].grouped:
+        return {"sample_mask": valid}
     if name == "gae":
         return {"gamma": algo.gamma, "lam": algo.lam}
     if name == "reinforce_plus_plus":
@@ -118,7 +122,7 @@ def process_rewards(
     seq_scores = masked_sum(token_rewards, mask, dim=-1)
     advantages, returns = compute_advantages(
         algo.advantage_estimator, response_mask, scores=seq_scores, token_rewards=token_rewards,
-        values=values, group_size=group_size, **_estimator_options(algo))
+        values=values, group_size=group_size, **_estimator_options(algo, valid))
 
     # 7-8. whitening, advantage clip
     loss_mask = mask & keep.unsqueeze(-1)
