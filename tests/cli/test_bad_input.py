@@ -57,6 +57,18 @@ TRACKING_BUG = (
     "(the key is trainer.trackers)"
 )
 
+DEMO_BUG_SPLITS = (
+    "trainer/demo bug: with more demo.num_train + demo.num_eval than distinct strings of length "
+    "demo.min_len..demo.max_len, demo.make_splits raises a ValueError that escapes as a traceback "
+    "(exit 1); it should be an input error naming those keys"
+)
+
+
+def _demo_ready() -> bool:
+    import steadyrl.demo
+
+    return hasattr(steadyrl.demo, "make_splits")
+
 
 def _installed(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
@@ -144,6 +156,12 @@ CASES = {
     "--overwrite without --output-dir": Case((), ("--overwrite", "--output-dir"),
                                              command=("train", "{config}", "--overwrite")),
     "two config files": Case(("{config}",), ("unexpected argument", "key=value")),
+    # --- the built-in demo ----------------------------------------------------------------------
+    "demo asked for more strings than exist": Case(
+        ("demo.min_len=1", "demo.max_len=1", "demo.num_train=4", "demo.num_eval=4", "demo.warmstart_steps=0",
+         "trainer.max_steps=1"), ("demo.num_train", "demo.max_len"), command=("train", "--output-dir", "{out}"),
+        marks=(pytest.mark.skipif(not _demo_ready(), reason="steadyrl.demo does not export make_splits yet"),
+               pytest.mark.xfail(reason=DEMO_BUG_SPLITS, strict=True))),
     # --- eval ----------------------------------------------------------------------------------
     "eval of a folder that holds no run": Case((), ("--output-dir", "config.yaml"),
                                                command=("eval", "--output-dir", "{root}/not_a_run")),
