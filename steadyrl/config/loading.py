@@ -1,9 +1,9 @@
 """Load a :class:`Config` from YAML plus dotted ``key=value`` overrides, and explain bad input.
 
-Order: the YAML file (or the built-in demo config when there is none) -> overrides -> the
-algorithm preset fills unset keys -> unknown keys are rejected with the nearest valid key ->
-pydantic validates types and ranges. Every problem becomes one :class:`ConfigError` naming the
-field, the value and what would be valid.
+Order: the YAML file (or the built-in demo config when there is none) -> overrides -> empty
+sections dropped (they mean the defaults) -> the algorithm preset fills unset keys -> unknown
+keys are rejected with the nearest valid key -> pydantic validates types and ranges. Every
+problem becomes one :class:`ConfigError` naming the field, the value and what would be valid.
 """
 
 from __future__ import annotations
