@@ -61,7 +61,8 @@ steadyrl config show run.yaml algorithm.preset=ppo   # every key, its value and 
 anywhere on the line. The value is read as YAML: `3` is an int, `1e-6` and `0.5` are floats,
 `true`/`false` booleans, `null` is null, `[a, b]` a list, `{name: math, weight: 2}` a mapping;
 quote to keep a string (`model.revision='1e5'`). Overrides apply in order, the last one wins.
-With no config file, overrides apply to the built-in demo (see the end of this page).
+With no config file, overrides apply to the built-in demo (see the end of this page). A section
+written with nothing under it (`lora:` with its keys commented out) means its defaults.
 
 **Checking.** A config is checked completely before anything is loaded: an unknown key is an
 error that suggests the nearest valid one (`trainer.lr` -> `optim.lr`; the names TRL and verl
