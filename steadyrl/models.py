@@ -36,6 +36,9 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
             return torch.bfloat16
         return torch.float32
+    if name == "float16" and device.type == "cpu":
+        raise ModelLoadError("model.dtype = 'float16' is not supported on the CPU (sampling overflows "
+                             "to NaN); use 'float32' or 'bfloat16'")
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
@@ -94,7 +97,16 @@ def load_policy(name: str, *, dtype: torch.dtype, device: torch.device, revision
         kwargs["attn_implementation"] = attn_implementation
     try:
         model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+    except ImportError as exc:
+        if attn_implementation:
+            raise ModelLoadError(f"model.attn_implementation = {attn_implementation!r} is not available "
+                                 f"here: {str(exc).splitlines()[0]}. Leave it null for transformers' "
+                                 "default (sdpa).") from None
+        raise
     except (OSError, ValueError) as exc:
+        if attn_implementation and attn_implementation in str(exc):
+            raise ModelLoadError(f"model.attn_implementation = {attn_implementation!r}: "
+                                 f"{str(exc).splitlines()[0]}") from None
         raise _load_error(field, name, exc) from None
     disable_dropout(model)
     return model.to(device)
@@ -190,4 +202,8 @@ def apply_lora(model: nn.Module, lora_config) -> nn.Module:
         target_modules=lora_config.target_modules,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config)
+    try:
+        return get_peft_model(model, config)
+    except ValueError as exc:
+        raise ModelLoadError(f"model.lora.target_modules = {lora_config.target_modules!r}: "
+                             f"{str(exc).splitlines()[0]}") from None

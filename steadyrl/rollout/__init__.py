@@ -3,7 +3,24 @@
 from .base import Generation, eos_token_ids, response_mask_from_ids
 from .hf import HFEngine
 
-__all__ = ["Generation", "HFEngine", "eos_token_ids", "response_mask_from_ids", "build_engine"]
+__all__ = ["Generation", "HFEngine", "eos_token_ids", "response_mask_from_ids", "build_engine", "check_engine_available"]
+
+
+def check_engine_available(name: str) -> None:
+    """Fail before any model is loaded when ``rollout.engine`` cannot run here."""
+    if name != "vllm":
+        return
+    import importlib.util
+
+    import torch
+
+    from ..errors import ConfigError
+
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError("rollout.engine = 'vllm' needs the vllm extra (pip install 'steadyrl[vllm]') "
+                          "and a CUDA GPU; use rollout.engine=hf on this machine")
+    if not torch.cuda.is_available():
+        raise ConfigError("rollout.engine = 'vllm' needs a CUDA GPU and none is available; use rollout.engine=hf")
 
 
 def build_engine(name: str, model, tokenizer, rollout_config):

@@ -5,7 +5,7 @@ Biases, MLflow and Trackio when asked for, each imported only then. :func:`read_
 run back (for ``steadyrl plot``, notebooks, tests). See ``docs/tracking.md``.
 """
 
-from .backends import BACKENDS, INSTALL_HINT, BackendName, samples_markdown
+from .backends import BACKENDS, INSTALL_HINT, BackendName, check_backends_available, samples_markdown
 from .jsonl import jsonable, read_jsonl, truncate_jsonl
 from .tracker import METRICS_FILE, SAMPLES_FILE, STATE_FILE, Tracker, read_metrics, read_samples
 
@@ -17,6 +17,7 @@ __all__ = [
     "STATE_FILE",
     "BackendName",
     "Tracker",
+    "check_backends_available",
     "jsonable",
     "read_jsonl",
     "read_metrics",

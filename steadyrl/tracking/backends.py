@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 
-__all__ = ["BACKENDS", "BackendName", "INSTALL_HINT", "make_backend", "samples_markdown"]
+__all__ = ["BACKENDS", "BackendName", "INSTALL_HINT", "check_backends_available", "make_backend", "samples_markdown"]
 
 BackendName = Literal["tensorboard", "wandb", "mlflow", "trackio"]
 INSTALL_HINT = "pip install 'steadyrl[tracking]'"
@@ -38,7 +38,7 @@ def _require(backend: str, module: str, package: str | None = None) -> Any:
     except ImportError as e:
         package = package or module.split(".")[0]
         raise ConfigError(
-            f"tracking backend {backend!r} is asked for (tracking.backends) but its package "
+            f"trainer.trackers asks for {backend!r} but its package "
             f"{package!r} is not installed ({e}). Install it with: {INSTALL_HINT}  "
             f"(or: pip install {package}); or drop {backend!r} from the backends. "
             f"metrics.jsonl is written either way."
@@ -196,12 +196,22 @@ def check_backend_names(names: list[str]) -> list[str]:
     for name in names:
         if name not in BACKENDS:
             raise ConfigError(
-                f"tracking.backends: unknown backend {name!r}; valid: {', '.join(BACKENDS)} "
+                f"trainer.trackers: unknown backend {name!r}; valid: {', '.join(BACKENDS)} "
                 f"(metrics.jsonl is always written and needs no backend)"
             )
         if name not in out:
             out.append(name)
     return out
+
+
+PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "trackio": "trackio"}
+
+
+def check_backends_available(names: list[str]) -> None:
+    """Import each asked-for backend's package now (before any model is loaded): a missing one is
+    a ConfigError naming ``trainer.trackers`` and how to install it."""
+    for name in check_backend_names(list(names)):
+        _require(name, PACKAGES[name])
 
 
 def make_backend(name: str, run_dir: Path, config: dict, run_name: str | None, project: str | None,

@@ -221,8 +221,10 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         config = load_config(path or saved, overrides)
         model_path = str(latest / "policy")
     else:
+        if model is not None:
+            overrides = [*overrides, f"model.name_or_path={model}"]
         config = load_config(path, overrides)
-        model_path = model or config.model.name_or_path
+        model_path = config.model.name_or_path
         if model_path is None:
             raise ConfigError("steadyrl eval needs --output-dir RUN_DIR, --model PATH, or model.name_or_path")
     from .setup import build_eval
@@ -232,7 +234,5 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         results = run_eval(config, engine, scorer, prompts, device)
     finally:
         scorer.close()
-    if not results:
-        raise ConfigError("nothing to evaluate: set data.eval_path to a file of held-out prompts")
     print(json.dumps({"model": model_path, **results}, indent=2))
     return results

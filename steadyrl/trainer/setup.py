@@ -23,7 +23,15 @@ from ..config.schema import Config
 from ..data import PromptSampler, load_records
 from ..errors import ConfigError
 from ..functional import AdaptiveKLController, FixedKLController, RunningMoments
-from ..models import ValueModel, apply_lora, load_policy, load_tokenizer, resolve_device, resolve_dtype
+from ..models import (
+    ValueModel,
+    apply_lora,
+    check_model_source,
+    load_policy,
+    load_tokenizer,
+    resolve_device,
+    resolve_dtype,
+)
 from ..rewards import RewardSpec, load_reward, reward_name
 from .prompts import PromptItem, Scorer, prepare_prompts
 
@@ -99,11 +107,11 @@ def build_rewards(config: Config, default: list[RewardSpec]) -> list[RewardSpec]
     return specs
 
 
-def load_data(config: Config) -> tuple[list[dict], list[dict]]:
+def load_data(config: Config, *, eval_only: bool = False) -> tuple[list[dict], list[dict]]:
     data = config.data
     kwargs = {"format": data.format, "prompt_key": data.prompt_key, "answer_key": data.answer_key,
               "extra_keys": data.extra_keys}
-    train = load_records(data.train_path, split=data.split, **kwargs)
+    train = [] if eval_only else load_records(data.train_path, split=data.split, **kwargs)
     evals = load_records(data.eval_path, **kwargs) if data.eval_path else []
     if data.max_eval_prompts:
         evals = evals[: data.max_eval_prompts]
@@ -115,8 +123,11 @@ def demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]
     from ..demo import make_splits, reverse_reward
 
     demo = config.demo
-    train, evals = make_splits(demo.num_train, demo.num_eval, min_len=demo.min_len,
-                               max_len=demo.max_len, seed=config.trainer.seed)
+    try:
+        train, evals = make_splits(demo.num_train, demo.num_eval, min_len=demo.min_len,
+                                   max_len=demo.max_len, seed=config.trainer.seed)
+    except ValueError as exc:
+        raise ConfigError(f"demo.num_train / demo.num_eval with demo.min_len..demo.max_len: {exc}") from None
     return train, evals, [RewardSpec(name="reverse", fn=reverse_reward, weight=1.0, timeout_s=60.0)]
 
 
@@ -145,13 +156,26 @@ def demo_model(config: Config, output_dir: Path, train: list[dict]) -> str:
     return str(warm)
 
 
+def check_model_paths(config: Config, model_path: str) -> None:
+    """Every model path the run will load, checked before any is loaded."""
+    m = config.model
+    check_model_source("model.name_or_path", model_path)
+    if m.tokenizer:
+        check_model_source("model.tokenizer", m.tokenizer)
+    if config.algorithm.advantage_estimator == "gae" and m.critic_name_or_path:
+        check_model_source("model.critic_name_or_path", m.critic_name_or_path)
+
+
+def build_tokenizer(config: Config, model_path: str):
+    m = config.model
+    return load_tokenizer(m.tokenizer or model_path, revision=m.revision, trust_remote_code=m.trust_remote_code,
+                          field="model.tokenizer" if m.tokenizer else "model.name_or_path")
+
+
 def build_models(config: Config, model_path: str, device: torch.device):
-    """``(tokenizer, policy, reference, critic, uses_adapter_reference)``."""
+    """``(policy, reference, critic, uses_adapter_reference)``."""
     m = config.model
     dtype = resolve_dtype(m.dtype, device)
-    tokenizer = load_tokenizer(m.tokenizer or model_path, revision=m.revision,
-                               trust_remote_code=m.trust_remote_code,
-                               field="model.tokenizer" if m.tokenizer else "model.name_or_path")
     policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
                          trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
     if m.gradient_checkpointing:
@@ -166,10 +190,31 @@ def build_models(config: Config, model_path: str, device: torch.device):
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
     critic = None
     if config.algorithm.advantage_estimator == "gae":
-        critic = ValueModel.from_pretrained(m.critic_name_or_path or model_path, dtype=torch.float32
-                                            if dtype == torch.float16 else dtype, device=device,
+        critic = ValueModel.from_pretrained(m.critic_name_or_path or model_path, dtype=dtype, device=device,
                                             trust_remote_code=m.trust_remote_code)
-    return tokenizer, policy, reference, critic, adapter_reference
+    return policy, reference, critic, adapter_reference
+
+
+def task_inputs(config: Config, *, for_eval: bool = False) -> tuple[list[dict], list[dict], Scorer]:
+    """Train and held-out records and the scorer: every data and reward input checked.
+
+    Held-out prompts come from ``data.eval_path`` when it is set, else from the demo's split.
+    """
+    if config.is_demo:
+        train, evals, default_specs = demo_task(config)
+        if config.data.eval_path:
+            evals = load_records(config.data.eval_path, format=config.data.format,
+                                 prompt_key=config.data.prompt_key, answer_key=config.data.answer_key,
+                                 extra_keys=config.data.extra_keys)
+    else:
+        train, evals = load_data(config, eval_only=for_eval)
+        default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
+    specs = build_rewards(config, default=default_specs)
+    names = [s.name for s in specs]
+    wanted = config.eval.accuracy_reward
+    if wanted is not None and wanted not in names:
+        raise ConfigError(f"eval.accuracy_reward = {wanted!r} is not one of the configured rewards {names}")
+    return train, evals, Scorer(specs)
 
 
 def build_optimizer(params, optim_config, lr: float) -> torch.optim.Optimizer:
@@ -178,24 +223,30 @@ def build_optimizer(params, optim_config, lr: float) -> torch.optim.Optimizer:
 
 
 def build_run(config: Config, output_dir: Path) -> Run:
-    """Everything a run needs, inputs checked before models are loaded."""
+    """Everything a run needs; inputs (data, rewards, paths, prompts) checked before any model load."""
+    from ..rollout import check_engine_available
+    from ..tracking import check_backends_available
+
     trainer = config.trainer
     if trainer.num_threads:
         torch.set_num_threads(trainer.num_threads)
     seed_everything(trainer.seed)
     device = resolve_device(trainer.device)
-    if config.is_demo:
-        train_records, eval_records, default_specs = demo_task(config)
-    else:
-        train_records, eval_records = load_data(config)
-        default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
-    scorer = Scorer(build_rewards(config, default=default_specs))
-    model_path = demo_model(config, output_dir, train_records) if config.is_demo else config.model.name_or_path
-    tokenizer, policy, reference, critic, adapter_ref = build_models(config, model_path, device)
-    train_prompts, dropped = prepare_prompts(train_records, tokenizer, max_prompt_tokens=config.data.max_prompt_tokens,
-                                             chat_template=config.data.chat_template, source="data.train_path")
-    eval_prompts, _ = prepare_prompts(eval_records, tokenizer, max_prompt_tokens=config.data.max_prompt_tokens,
-                                      chat_template=config.data.chat_template, source="data.eval_path")
+    resolve_dtype(config.model.dtype, device)
+    check_engine_available(config.rollout.engine)
+    check_backends_available(trainer.trackers)
+    train_records, eval_records, scorer = task_inputs(config)
+    try:
+        model_path = demo_model(config, output_dir, train_records) if config.is_demo else config.model.name_or_path
+        check_model_paths(config, model_path)
+        tokenizer = build_tokenizer(config, model_path)
+        prompt_options = {"max_prompt_tokens": config.data.max_prompt_tokens, "chat_template": config.data.chat_template}
+        train_prompts, dropped = prepare_prompts(train_records, tokenizer, source="data.train_path", **prompt_options)
+        eval_prompts, _ = prepare_prompts(eval_records, tokenizer, source="data.eval_path", **prompt_options)
+        policy, reference, critic, adapter_ref = build_models(config, model_path, device)
+    except BaseException:
+        scorer.close()
+        raise
     optimizer = build_optimizer(policy.parameters(), config.optim, config.optim.lr)
     critic_optimizer = build_optimizer(critic.parameters(), config.optim, config.optim.critic_lr) if critic else None
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config.optim, trainer.max_steps))
@@ -214,21 +265,26 @@ def build_run(config: Config, output_dir: Path) -> Run:
 
 def build_eval(config: Config, model_path: str):
     """``(engine, scorer, held-out prompts, device)`` to evaluate ``model_path`` alone."""
-    from ..rollout import build_engine
+    from ..rollout import build_engine, check_engine_available
 
-    if config.is_demo:
-        _, evals, default_specs = demo_task(config)
-    else:
-        evals = load_data(config)[1]
-        default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
-    scorer = Scorer(build_rewards(config, default=default_specs))
-    if config.trainer.num_threads:
-        torch.set_num_threads(config.trainer.num_threads)
-    device = resolve_device(config.trainer.device)
-    m = config.model
-    tokenizer = load_tokenizer(m.tokenizer or model_path, revision=m.revision, trust_remote_code=m.trust_remote_code)
-    policy = load_policy(model_path, dtype=resolve_dtype(m.dtype, device), device=device, revision=m.revision,
-                         trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
-    prompts, _ = prepare_prompts(evals, tokenizer, max_prompt_tokens=config.data.max_prompt_tokens,
-                                 chat_template=config.data.chat_template, source="data.eval_path")
+    check_engine_available(config.rollout.engine)
+    _, evals, scorer = task_inputs(config, for_eval=True)
+    if not evals:
+        scorer.close()
+        raise ConfigError("nothing to evaluate: set data.eval_path to a file of held-out prompts")
+    try:
+        if config.trainer.num_threads:
+            torch.set_num_threads(config.trainer.num_threads)
+        device = resolve_device(config.trainer.device)
+        m = config.model
+        dtype = resolve_dtype(m.dtype, device)
+        check_model_source("model.name_or_path", model_path)
+        tokenizer = build_tokenizer(config, model_path)
+        prompts, _ = prepare_prompts(evals, tokenizer, max_prompt_tokens=config.data.max_prompt_tokens,
+                                     chat_template=config.data.chat_template, source="data.eval_path")
+        policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
+                             trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
+    except BaseException:
+        scorer.close()
+        raise
     return build_engine(config.rollout.engine, policy, tokenizer, config.rollout), scorer, prompts, device

@@ -31,37 +31,8 @@ class Case:
     marks: tuple = field(default=())
 
 
-TRAINER_BUG_ACCURACY_REWARD = (
-    "trainer bug: eval.accuracy_reward naming no configured reward is only noticed by "
-    "trainer/evaluate.py during the first evaluation, after the model load, as a ValueError "
-    "(traceback, exit 1); setup should check it with the rewards, as a ConfigError"
-)
 
-TRAINER_BUG_VLLM = (
-    "rollout/trainer bug: rollout.engine=vllm imports steadyrl.rollout.vllm, which does not exist, only "
-    "after the model load: a ModuleNotFoundError traceback (exit 1) instead of an input error naming "
-    "rollout.engine before the model load"
-)
-MODELS_BUG_LORA = (
-    "models bug: apply_lora lets peft's error for target modules the model lacks escape as a "
-    "traceback (exit 1); it should be a ModelLoadError naming model.lora.target_modules"
-)
-MODELS_BUG_ATTN = (
-    "models bug: load_policy catches OSError/ValueError only, so transformers' ImportError for an "
-    "attention kernel that is not installed (flash_attention_2) is a traceback (exit 1), not an input "
-    "error naming model.attn_implementation"
-)
-TRACKING_BUG = (
-    "tracking bug: a tracker whose package is missing is reported only when the Tracker starts, after "
-    "the model load, and the message names 'tracking.backends', which is not a config key "
-    "(the key is trainer.trackers)"
-)
 
-DEMO_BUG_SPLITS = (
-    "trainer/demo bug: with more demo.num_train + demo.num_eval than distinct strings of length "
-    "demo.min_len..demo.max_len, demo.make_splits raises a ValueError that escapes as a traceback "
-    "(exit 1); it should be an input error naming those keys"
-)
 
 
 def _demo_ready() -> bool:
@@ -98,11 +69,9 @@ CASES = {
                                   ("no_prompt_column.jsonl", "'prompt'", "'question'")),
     "extra column that does not exist": Case(("data.extra_keys=[difficulty]",), ("train.jsonl", "'difficulty'")),
     "split given for a file": Case(("data.split=test",), ("split", "train.jsonl")),
-    "chat template the tokenizer lacks": Case(("data.chat_template=true",), ("chat_template", "no chat template"),
-                                              before_model=False),
+    "chat template the tokenizer lacks": Case(("data.chat_template=true",), ("chat_template", "no chat template")),
     "missing eval file": Case(("data.eval_path={root}/no_such_eval.jsonl",), ("no_such_eval.jsonl", "does not exist")),
-    "all prompts over the length limit": Case(("data.max_prompt_tokens=1",), ("data.max_prompt_tokens", "1"),
-                                              before_model=False),
+    "all prompts over the length limit": Case(("data.max_prompt_tokens=1",), ("data.max_prompt_tokens", "1")),
     # --- rewards -------------------------------------------------------------------------------
     "reward module that does not import": Case(("rewards=[{name: 'no_such_reward_module:score'}]",),
                                                ("no_such_reward_module",)),
@@ -117,8 +86,7 @@ CASES = {
          "{name: '{root}/rewards.py:reverse_match', weight: 2}]",), ("rewards", "reverse_match", "unique")),
     "unknown built-in reward": Case(("rewards=[{name: exact_mtch}]",), ("'exact_mtch'", "'exact_match'")),
     "accuracy reward that is not configured": Case(
-        ("eval.accuracy_reward=no_such_reward",), ("eval.accuracy_reward", "no_such_reward"),
-        marks=(pytest.mark.xfail(reason=TRAINER_BUG_ACCURACY_REWARD, strict=True),)),
+        ("eval.accuracy_reward=no_such_reward",), ("eval.accuracy_reward", "no_such_reward")),
     # --- model ---------------------------------------------------------------------------------
     "model path that does not exist": Case(("model.name_or_path={root}/no_such_model",),
                                            ("model.name_or_path", "no_such_model")),
@@ -134,23 +102,19 @@ CASES = {
     "LoRA target modules the model lacks": Case(
         ("model.lora.enabled=true", "model.lora.target_modules=[no_such_proj]"),
         ("model.lora.target_modules", "no_such_proj"), before_model=False,
-        marks=(pytest.mark.skipif(not _installed("peft"), reason="peft is not installed"),
-               pytest.mark.xfail(reason=MODELS_BUG_LORA, strict=True))),
+        marks=(pytest.mark.skipif(not _installed("peft"), reason="peft is not installed"),)),
     "attention kernel that is not installed": Case(
         ("model.attn_implementation=flash_attention_2",), ("model.attn_implementation", "flash_attention_2"),
         before_model=False,
-        marks=(pytest.mark.skipif(_installed("flash_attn"), reason="flash-attn is installed"),
-               pytest.mark.xfail(reason=MODELS_BUG_ATTN, strict=True))),
+        marks=(pytest.mark.skipif(_installed("flash_attn"), reason="flash-attn is installed"),)),
     "vLLM engine without vLLM": Case(
         ("rollout.engine=vllm",), ("rollout.engine", "vllm"),
-        marks=(pytest.mark.skipif(_installed("vllm"), reason="vllm is installed"),
-               pytest.mark.xfail(reason=TRAINER_BUG_VLLM, strict=True))),
+        marks=(pytest.mark.skipif(_installed("vllm"), reason="vllm is installed"),)),
     "tracker whose package is not installed": Case(
         ("trainer.trackers=[wandb]",), ("trainer.trackers", "wandb"),
-        marks=(pytest.mark.skipif(_installed("wandb"), reason="wandb is installed"),
-               pytest.mark.xfail(reason=TRACKING_BUG, strict=True))),
+        marks=(pytest.mark.skipif(_installed("wandb"), reason="wandb is installed"),)),
     "critic path that does not exist": Case(("algorithm.preset=ppo", "model.critic_name_or_path={root}/no_critic"),
-                                            ("model.critic_name_or_path", "no_critic"), before_model=False),
+                                            ("model.critic_name_or_path", "no_critic")),
     # --- command line --------------------------------------------------------------------------
     "--resume without --output-dir": Case((), ("--resume", "--output-dir"), command=("train", "{config}", "--resume")),
     "--overwrite without --output-dir": Case((), ("--overwrite", "--output-dir"),
@@ -160,16 +124,12 @@ CASES = {
     "demo asked for more strings than exist": Case(
         ("demo.min_len=1", "demo.max_len=1", "demo.num_train=4", "demo.num_eval=4", "demo.warmstart_steps=0",
          "trainer.max_steps=1"), ("demo.num_train", "demo.max_len"), command=("train", "--output-dir", "{out}"),
-        marks=(pytest.mark.skipif(not _demo_ready(), reason="steadyrl.demo does not export make_splits yet"),
-               pytest.mark.xfail(reason=DEMO_BUG_SPLITS, strict=True))),
+        marks=(pytest.mark.skipif(not _demo_ready(), reason="steadyrl.demo does not export make_splits yet"),)),
     # --- eval ----------------------------------------------------------------------------------
     "eval of a folder that holds no run": Case((), ("--output-dir", "config.yaml"),
                                                command=("eval", "--output-dir", "{root}/not_a_run")),
     "eval with no held-out prompts": Case(
-        ("data.eval_path=null",), ("data.eval_path",), command=("eval", "{config}", "--model", "{root}/model"),
-        marks=(pytest.mark.xfail(strict=True, reason=(
-            "trainer bug: `steadyrl eval` finds it has nothing to evaluate (data.eval_path null) only after "
-            "setup.build_eval has loaded the model; load_data already knows the list is empty")),)),
+        ("data.eval_path=null",), ("data.eval_path",), command=("eval", "{config}", "--model", "{root}/model")),
     "eval of a model path that does not exist": Case(
         (), ("no_such_model",), command=("eval", "{config}", "--model", "{root}/no_such_model")),
 }
@@ -245,31 +205,6 @@ def test_bad_input_exits_2_with_one_line_naming_it(case, tiny_run, tmp_path, cap
     assert not (out / "checkpoints").exists()
     if case.before_model:
         assert model_loads == [], f"the model was loaded before the error: {model_loads}"
-
-
-LATE_CHECKS = {
-    "all prompts over the length limit": (
-        "trainer bug: setup.build_run tokenizes the prompts (prepare_prompts) only after build_models has "
-        "loaded the policy (and reference), so 'all prompts over data.max_prompt_tokens' costs a model load; "
-        "the tokenizer alone is enough to check it"),
-    "chat template the tokenizer lacks": (
-        "trainer bug: prompts are rendered with the chat template only after the model load "
-        "(setup.build_run: build_models before prepare_prompts); the tokenizer alone is enough to check it"),
-    "critic path that does not exist": (
-        "trainer bug: setup.build_models loads the policy (and the reference copy) before the critic, so a "
-        "critic path that does not exist is reported only after the policy load; "
-        "models.check_model_source could run on every model path first"),
-}
-
-
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(reason=why, strict=True))
-                                  for name, why in LATE_CHECKS.items()])
-def test_input_checked_late_is_checked_before_the_model_is_loaded(name, tiny_run, tmp_path, capsys, monkeypatch,
-                                                                  model_loads):
-    assert not CASES[name].before_model  # the table's rows that are not checked before the model yet
-    model_loads.forbid = True
-    code = cli.main(_argv(CASES[name], tiny_run, tmp_path / "run"))
-    assert code == 2 and model_loads == []
 
 
 @pytest.mark.parametrize("name", ["unknown config key", "malformed JSONL line", "hub model name on an offline machine"])

@@ -90,10 +90,6 @@ def _eval_config(tmp_path, tiny_run, **data) -> str:
     return str(path)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "trainer bug: `steadyrl eval CONFIG --model PATH` validates CONFIG before --model is applied, so a "
-    "data config that names no model fails with 'model.name_or_path is null ... but data.train_path is "
-    "set' (exit 2); loop.evaluate_run should put --model into model.name_or_path before validating"))
 def test_eval_of_a_model_given_on_the_command_line(tiny_run, tmp_path, capsys):
     cfg = _eval_config(tmp_path, tiny_run, train_path=tiny_run.train, eval_path=tiny_run.eval)
     code = cli.main(["eval", cfg, "--model", str(tiny_run.model)])
@@ -102,10 +98,6 @@ def test_eval_of_a_model_given_on_the_command_line(tiny_run, tmp_path, capsys):
     assert json.loads(out[out.index("{"):])["num_prompts"] == 8
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "trainer bug: with data.eval_path set and data.train_path null, Config.is_demo is true and "
-    "setup.build_eval evaluates the built-in demo's 200 held-out prompts, silently ignoring the eval "
-    "file; evaluation should use data.eval_path whenever it is set"))
 def test_eval_uses_the_eval_file_when_the_config_has_no_train_file(tiny_run, tmp_path, capsys):
     cfg = _eval_config(tmp_path, tiny_run, eval_path=tiny_run.eval)
     code = cli.main(["eval", cfg, f"model.name_or_path={tiny_run.model}"])
