@@ -1,0 +1,91 @@
+"""The update step on a fixed batch: split invariance of the global loss denominators, the
+non-finite guard, and a critic that learns."""
+
+import copy
+
+import pytest
+import torch
+
+from steadyrl.config import load_config
+from steadyrl.models import ValueModel, load_policy
+from steadyrl.trainer.batch import TrainBatch
+from steadyrl.trainer.update import ppo_update
+
+CPU = torch.device("cpu")
+
+
+def _batch(seed: int = 0, rows: int = 8, prompt: int = 4, response: int = 5) -> TrainBatch:
+    g = torch.Generator().manual_seed(seed)
+    prompt_ids = torch.randint(3, 12, (rows, prompt), generator=g)
+    response_ids = torch.randint(3, 12, (rows, response), generator=g)
+    lengths = torch.randint(1, response + 1, (rows,), generator=g)
+    response_mask = (torch.arange(response) < lengths.unsqueeze(1)).long()
+    input_ids = torch.cat([prompt_ids, response_ids], 1)
+    attention_mask = torch.cat([torch.ones_like(prompt_ids), response_mask], 1)
+    return TrainBatch(
+        input_ids=input_ids, attention_mask=attention_mask,
+        position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0),
+        response_ids=response_ids, response_mask=response_mask, loss_mask=response_mask.clone(),
+        advantages=torch.randn(rows, response, generator=g) * response_mask,
+        returns=torch.randn(rows, response, generator=g) * response_mask,
+    )
+
+
+def _config(*overrides):
+    return load_config(None, ["trainer.device=cpu", "algorithm.kl_mode=none", *overrides])
+
+
+def _policy(tiny_model_dir, dtype=torch.float64):
+    return load_policy(str(tiny_model_dir), dtype=dtype, device=CPU)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
+def test_micro_batch_size_does_not_change_the_update(mode, tiny_model_dir):
+    """Global denominators: one micro-batch of 8 or eight of 1 give the same parameters."""
+    batch = _batch()
+    results = []
+    for micro in (8, 3, 1):
+        policy = _policy(tiny_model_dir)
+        config = _config(f"trainer.micro_batch_size={micro}", f"algorithm.loss_agg_mode={mode}",
+                         "optim.lr=0.01")
+        opt = torch.optim.SGD(policy.parameters(), lr=0.01)
+        ppo_update(policy, opt, batch, config, kl_coef=0.0, device=CPU)
+        results.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
+    torch.testing.assert_close(results[0], results[1], rtol=0, atol=1e-12)
+    torch.testing.assert_close(results[0], results[2], rtol=0, atol=1e-12)
+
+
+def test_non_finite_step_is_skipped_before_the_optimizer_touches_anything(tiny_model_dir):
+    policy = _policy(tiny_model_dir, torch.float32)
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-2)
+    config = _config()
+    ppo_update(policy, opt, _batch(seed=1), config, kl_coef=0.0, device=CPU)  # optimizer state exists now
+    params = copy.deepcopy(policy.state_dict())
+    state = copy.deepcopy(opt.state_dict())
+    poisoned = _batch(seed=2)
+    poisoned.advantages[0, 0] = float("nan")
+    metrics, steps, skipped = ppo_update(policy, opt, poisoned, config, kl_coef=0.0, device=CPU)
+    assert (steps, skipped) == (1, 1)
+    for name, value in policy.state_dict().items():
+        assert torch.equal(value, params[name]), name
+    after = opt.state_dict()
+    for key, slot in state["state"].items():
+        for name in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(after["state"][key][name], slot[name])
+    assert all(p.grad is None for p in policy.parameters())
+
+
+def test_critic_value_loss_falls_on_a_fixed_batch(tiny_model_dir):
+    policy = _policy(tiny_model_dir, torch.float32)
+    critic = ValueModel.from_pretrained(str(tiny_model_dir), dtype=torch.float32, device=CPU)
+    batch = _batch(seed=3)
+    batch.values = torch.zeros_like(batch.returns)
+    config = _config("algorithm.preset=ppo", "algorithm.kl_mode=none", "algorithm.value_clip=null", "optim.critic_lr=0.01")
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-6)
+    critic_opt = torch.optim.AdamW(critic.parameters(), lr=0.01)
+    losses = []
+    for _ in range(25):
+        metrics, _, _ = ppo_update(policy, opt, batch, config, kl_coef=0.0, critic=critic,
+                                   critic_optimizer=critic_opt, device=CPU)
+        losses.append(metrics["critic/value_loss"])
+    assert losses[-1] < 0.3 * losses[0], losses
