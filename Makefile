@@ -37,7 +37,7 @@ $(VENV)/.bench: pyproject.toml $(VENV)/.dev
 venv: $(VENV)/.dev
 
 demo: $(VENV)/.base
-	$(VENV)/bin/steadyrl train --output-dir runs/demo
+	$(VENV)/bin/steadyrl train --output-dir runs/demo --overwrite
 
 test: $(VENV)/.dev
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -247,17 +247,20 @@ class EvalConfig(Section):
 
 class DemoConfig(Section):
     """The built-in demo (used when ``data.train_path`` is null): a tiny model learns to reverse
-    strings; a short supervised warm-start, then RL."""
+    strings; a short supervised warm-start, then RL. The defaults were measured on 2 CPU cores:
+    held-out accuracy ~30% after the warm-start, 81-99% after 600 GRPO steps (8 seeds)."""
 
     n_layers: int = F(2, "Transformer layers of the demo model.", ge=1)
-    hidden_size: int = F(64, "Hidden size of the demo model.", ge=8)
+    hidden_size: int = F(128, "Hidden size of the demo model.", ge=8)
     n_heads: int = F(4, "Attention heads of the demo model.", ge=1)
     min_len: int = F(3, "Shortest string to reverse.", ge=1)
-    max_len: int = F(6, "Longest string to reverse.", ge=1)
-    num_train: int = F(2000, "Training prompts.", ge=1)
-    num_eval: int = F(200, "Held-out prompts.", ge=1)
-    warmstart_steps: int = F(150, "Supervised warm-start steps before RL (0 = none).", ge=0)
-    warmstart_lr: float = F(3e-3, "Warm-start learning rate.", gt=0)
+    max_len: int = F(6, "Longest string to reverse (longer strings leave RL too few right samples "
+                     "to climb from).", ge=1)
+    num_train: int = F(4000, "Training prompts.", ge=1)
+    num_eval: int = F(500, "Held-out prompts.", ge=1)
+    warmstart_steps: int = F(125, "Supervised warm-start steps before RL (0 = none); stops on purpose "
+                             "before the supervised curve's sharp rise, at ~30% held-out accuracy.", ge=0)
+    warmstart_lr: float = F(1e-3, "Warm-start learning rate.", gt=0)
     warmstart_batch_size: int = F(32, "Warm-start batch size.", ge=1)
 
     @model_validator(mode="after")

@@ -2,13 +2,12 @@
 
 Everything is built locally, nothing is downloaded: a character tokenizer (:mod:`.tokenizer`), a
 two-layer Llama-style model (:mod:`.model`), a string-reversal task with its reward
-(:mod:`.task`), a short supervised warm start (:mod:`.warmstart`), and the settings measured to
-make GRPO lift held-out accuracy from ~30% to ~90% in about five minutes on two CPU cores
-(:mod:`.recipe`).
+(:mod:`.task`) and a short supervised warm start (:mod:`.warmstart`). The settings measured to
+make GRPO lift held-out accuracy from ~30% to ~90% in about five minutes on two CPU cores are
+the defaults of the config's ``demo`` section and of ``steadyrl.config.presets.DEMO_CONFIG``.
 """
 
 from .model import build_tiny_model
-from .recipe import DemoSettings, DemoSetup, prepare_demo
 from .task import (
     LETTERS,
     SEPARATOR,
@@ -35,7 +34,4 @@ __all__ = [
     "exact_match_accuracy",
     "encode_supervised",
     "warm_start",
-    "DemoSettings",
-    "DemoSetup",
-    "prepare_demo",
 ]

@@ -56,7 +56,7 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict
         correct += _correct(result, name, eval_config.correct_threshold)
         scored += int(result.valid.sum())
         rewards += float(result.scores[result.valid].sum())
-    out = {"accuracy": sum(correct) / len(correct), "reward_mean": rewards / max(scored, 1),
+    out = {"accuracy": round(sum(correct) / len(correct), 6), "reward_mean": round(rewards / max(scored, 1), 6),
            "num_prompts": len(prompts)}
     n = eval_config.num_samples
     if n > 0:
@@ -70,5 +70,5 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict
             ok = _correct(result, name, eval_config.correct_threshold)
             counts += [sum(ok[i * n : (i + 1) * n]) for i in range(len(chunk))]
         for k in _ks(n):
-            out[f"pass@{k}"] = sum(pass_at_k(n, c, k) for c in counts) / len(counts)
+            out[f"pass@{k}"] = round(sum(pass_at_k(n, c, k) for c in counts) / len(counts), 6)
     return out

@@ -204,7 +204,18 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
     }
     if dist.is_main():
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        print(_summary_line(summary), flush=True)
     return summary
+
+
+def _summary_line(summary: dict) -> str:
+    line = f"done: {summary['steps']} steps in {summary['wall_time_s']:.0f}s"
+    before, after = summary["eval_before"], summary["eval_after"]
+    if before and after:
+        gain = 100 * (after["accuracy"] - before["accuracy"])
+        line += (f"; held-out accuracy {100 * before['accuracy']:.1f}% -> {100 * after['accuracy']:.1f}% "
+                 f"({gain:+.1f} points)")
+    return line + f"; run directory {summary['output_dir']} (steadyrl plot {summary['output_dir']})"
 
 
 def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | None = None,
