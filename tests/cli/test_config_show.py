@@ -45,7 +45,7 @@ def test_config_show_prints_the_demo_config_with_a_help_comment_on_every_key(cap
     assert "optim.lr" in values and "algorithm.pg_clip" in values and "demo.num_train" in values
     for key, rest in values.items():
         assert "  # " in rest, f"{key} has no help comment: {rest!r}"
-    assert values["rollout.prompts_per_step"].startswith("16")  # the demo's value, not the default 8
+    assert values["rollout.prompts_per_step"].startswith("32")  # the demo's value, not the default 8
 
 
 def test_config_show_marks_the_keys_a_preset_filled(capsys, tiny_run):
