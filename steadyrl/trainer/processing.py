@@ -87,10 +87,16 @@ def process_rewards(
     values: torch.Tensor | None = None,
     running: RunningMoments | None = None,
 ) -> Processed:
-    """Run steps 1-8 (module docstring) on one step's samples. Inputs are not modified."""
+    """Run steps 1-8 (module docstring) on one step's samples. Inputs are not modified.
+
+    The pipeline runs in float64 (the tensors are ``[B]`` and ``[B, R]``: the cost is nil): a
+    float32 variance overflows for rewards of ~2e19, turning a normalised advantage into 0 (no
+    signal) or NaN. The advantages and returns come back float32. A score that is not finite
+    counts as invalid even if ``valid`` says otherwise.
+    """
     mask = response_mask.bool()
-    valid = valid.bool() & mask.any(-1)
-    raw = torch.where(valid, scores.float(), torch.zeros(()))
+    valid = valid.bool() & mask.any(-1) & torch.isfinite(scores)
+    raw = torch.where(valid, scores.double(), torch.zeros((), dtype=torch.float64))
     metrics: dict[str, float] = {}
     clip = algo.reward_clip
 
@@ -102,8 +108,8 @@ def process_rewards(
     # 3-4. token rewards, KL in the reward, token-level clip
     token_rewards = _last_token_rewards(s, mask)
     if algo.kl_mode == "reward" and ref_logprobs is not None and kl_coef > 0:
-        kl = kl_penalty(old_logprobs, ref_logprobs, algo.kl_estimator)
-        token_rewards = token_rewards - kl_coef * torch.where(mask, kl, torch.zeros(()))
+        kl = kl_penalty(old_logprobs.double(), ref_logprobs.double(), algo.kl_estimator)
+        token_rewards = token_rewards - kl_coef * torch.where(mask, kl, torch.zeros((), dtype=kl.dtype))
     metrics["critic/token_reward_clip_frac"] = (
         float(clip_fraction(token_rewards, -clip, clip, mask)) if clip else 0.0)
     token_rewards = clip_rewards(token_rewards, clip)
@@ -122,7 +128,8 @@ def process_rewards(
     seq_scores = masked_sum(token_rewards, mask, dim=-1)
     advantages, returns = compute_advantages(
         algo.advantage_estimator, response_mask, scores=seq_scores, token_rewards=token_rewards,
-        values=values, group_size=group_size, **_estimator_options(algo, valid))
+        values=None if values is None else values.double(), group_size=group_size,
+        **_estimator_options(algo, valid))
 
     # 7-8. whitening, advantage clip
     loss_mask = mask & keep.unsqueeze(-1)
@@ -143,11 +150,11 @@ def process_rewards(
         "batch/zero_std_group_frac": float((group_std.reshape(-1, group_size)[:, 0] == 0).float().mean()),
         "batch/valid_sample_frac": float(keep.float().mean()),
     })
-    zero = torch.zeros(())
+    zero = torch.zeros((), dtype=torch.float64)
     return Processed(
-        advantages=torch.where(loss_mask, advantages, zero),
-        returns=torch.where(mask, returns, zero),
+        advantages=torch.where(loss_mask, advantages, zero).float(),
+        returns=torch.where(mask, returns, zero).float(),
         loss_mask=loss_mask.long(),
-        sample_weights=weights,
+        sample_weights=None if weights is None else weights.float(),
         metrics=metrics,
     )

@@ -1,0 +1,238 @@
+"""Hostile inputs through the trainer's whole reward path, not the functions one by one.
+
+``process_rewards`` is the step's pipeline from raw scores to advantages (clip, normalise, KL in
+the reward, masks, estimator, whitening, advantage clip). Hypothesis draws the algorithm
+settings (every advantage estimator, reward clip on/off, every normalisation, whitening,
+advantage clip, difficulty mask and weights, mask_truncated, KL in the reward with random old
+and reference log-probs) and hostile batches: scores of +-1e6 and 1e-30, all equal, NaN / inf
+scores marked invalid, groups of one, empty responses, responses at the length limit. Every
+output tensor and every metric must be finite, and advantages must be 0 on padding and on
+samples that leave the loss. A few such batches then go through ``ppo_update`` on the tiny
+model: its weights stay finite.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import get_args
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from steadyrl.config import load_config
+from steadyrl.config.schema import AlgorithmConfig, KLEstimator
+from steadyrl.functional import ADVANTAGE_ESTIMATORS, NORM_TYPES, RunningMoments
+from steadyrl.models import load_policy
+from steadyrl.trainer.batch import TrainBatch
+from steadyrl.trainer.processing import process_rewards
+from steadyrl.trainer.update import ppo_update
+
+BAD_SCORES = (float("nan"), float("inf"), float("-inf"), 3e38)
+SCALES = {"huge": 1e6, "extreme": 1e30, "tiny": 1e-30, "unit": 1.0}
+
+
+@st.composite
+def algorithms(draw) -> AlgorithmConfig:
+    estimator = draw(st.sampled_from(sorted(ADVANTAGE_ESTIMATORS)))
+    return AlgorithmConfig(
+        advantage_estimator=estimator,
+        norm_by_std=draw(st.booleans()),
+        reward_clip=draw(st.sampled_from([None, 1.0, 10.0])),
+        reward_norm_mean=draw(st.sampled_from(NORM_TYPES)),
+        reward_norm_std=draw(st.sampled_from(NORM_TYPES)),
+        whiten_advantages=draw(st.booleans()),
+        advantage_clip=draw(st.sampled_from([None, 0.5, 5.0])),
+        kl_mode=draw(st.sampled_from(["none", "loss", "reward"])),
+        kl_estimator=draw(st.sampled_from(get_args(KLEstimator))),
+        difficulty_mask=draw(st.booleans()),
+        difficulty_weighting=draw(st.booleans()),
+        mask_truncated=draw(st.booleans()),
+        gamma=draw(st.sampled_from([1.0, 0.9])),
+        lam=draw(st.sampled_from([0.95, 1.0, 0.0])),
+    )
+
+
+@st.composite
+def batches(draw) -> dict:
+    """One step's reward-path inputs; the tensors are filled from a drawn seed."""
+    group_size = draw(st.sampled_from([1, 1, 2, 3, 4]))
+    groups = draw(st.integers(1, 3))
+    b, t = group_size * groups, draw(st.integers(1, 6))
+    lengths = draw(st.lists(st.sampled_from([0, 1, t, *range(t + 1)]), min_size=b, max_size=b))
+    kind = draw(st.sampled_from(["huge", "extreme", "tiny", "unit", "binary", "equal"]))
+    invalid = draw(st.lists(st.booleans(), min_size=b, max_size=b))
+    bad = draw(st.lists(st.sampled_from(BAD_SCORES), min_size=b, max_size=b))
+    logprob_scale = draw(st.sampled_from([0.0, 1.0, 30.0, 1e4]))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+
+    if kind == "equal":
+        scores = torch.full((b,), draw(st.sampled_from([0.0, 1.0, -1e6, 1e6, 1e30, 1e-30])))
+    elif kind == "binary":
+        scores = torch.randint(0, 2, (b,), generator=g).float()
+    else:
+        signs = torch.randint(0, 2, (b,), generator=g).float() * 2 - 1
+        spread = torch.rand(b, generator=g) + 0.5 if draw(st.booleans()) else torch.ones(b)
+        scores = signs * SCALES[kind] * spread
+    valid = ~torch.tensor(invalid)
+    scores = torch.where(valid, scores, torch.tensor(bad))
+    mask = (torch.arange(t).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).long()
+    truncated = torch.tensor(lengths) == t  # at the length limit, as the engine reports it
+    return {
+        "scores": scores, "valid": valid, "response_mask": mask, "truncated": truncated,
+        "group_size": group_size,
+        "old_logprobs": -(torch.randn(b, t, generator=g).abs() * logprob_scale),
+        "ref_logprobs": -(torch.randn(b, t, generator=g).abs() * logprob_scale),
+        "values": torch.randn(b, t, generator=g) * draw(st.sampled_from([0.0, 1.0, 1e6])),
+        "kl_coef": draw(st.sampled_from([0.0, 0.001, 1.0])),
+    }
+
+
+def _process(algo: AlgorithmConfig, x: dict, running: RunningMoments):
+    inputs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in x.items()}
+    out = process_rewards(
+        inputs["scores"], inputs["valid"], inputs["response_mask"], inputs["truncated"], algo, x["group_size"],
+        kl_coef=x["kl_coef"], old_logprobs=inputs["old_logprobs"], ref_logprobs=inputs["ref_logprobs"],
+        values=inputs["values"] if algo.advantage_estimator == "gae" else None, running=running)
+    for key, value in x.items():  # no input is mutated
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, inputs[key]) or (value.isnan() == inputs[key].isnan()).all(), key
+    return out
+
+
+def _check(out, x: dict) -> None:
+    mask = x["response_mask"].bool()
+    for name in ("advantages", "returns"):
+        tensor = getattr(out, name)
+        assert tensor.shape == mask.shape, name
+        assert torch.isfinite(tensor).all(), (name, tensor)
+    for name, value in out.metrics.items():
+        assert math.isfinite(value), (name, value)
+    loss_mask = out.loss_mask.bool()
+    assert not (loss_mask & ~mask).any(), "padding entered the loss"
+    assert not loss_mask[~x["valid"]].any(), "a sample with an invalid reward entered the loss"
+    assert (out.advantages[~loss_mask] == 0).all(), "advantage on padding or on an excluded sample"
+    assert (out.returns[~mask] == 0).all(), "return on padding"
+    if out.sample_weights is not None:
+        w = out.sample_weights
+        assert torch.isfinite(w).all() and (w >= 0.5).all() and (w <= 2.0).all(), w
+    assert 0.0 <= out.metrics["batch/valid_sample_frac"] <= 1.0
+
+
+@settings(max_examples=150)
+@given(algo=algorithms(), x=batches())
+def test_reward_path_stays_finite_and_masked_on_hostile_batches(algo, x):
+    _check(_process(algo, x, RunningMoments()), x)
+
+
+@settings(max_examples=30)
+@given(algo=algorithms(), steps=st.lists(batches(), min_size=2, max_size=4))
+def test_reward_path_stays_finite_over_steps_that_share_running_statistics(algo, steps):
+    """Running normalisation carries state from step to step: a hostile step must not poison the next."""
+    running = RunningMoments()
+    for x in steps:
+        _check(_process(algo, x, running), x)
+        assert math.isfinite(running.mean) and math.isfinite(running.std), running
+
+
+def test_scores_that_are_not_finite_never_count_even_if_marked_valid():
+    """Defence in depth: the scorer marks NaN / inf invalid, but should one slip through as
+    'valid', the pipeline treats it as invalid rather than training on it."""
+    algo = AlgorithmConfig(advantage_estimator="grpo", reward_norm_mean="batch", reward_norm_std="batch")
+    mask = torch.ones(4, 3, dtype=torch.long)
+    out = process_rewards(torch.tensor([1.0, float("nan"), float("inf"), 0.0]), torch.ones(4, dtype=torch.bool),
+                          mask, torch.zeros(4, dtype=torch.bool), algo, 4)
+    assert torch.isfinite(out.advantages).all()
+    assert out.loss_mask.sum(-1).tolist() == [3, 0, 0, 3]
+    assert all(math.isfinite(v) for v in out.metrics.values()), out.metrics
+
+
+# --- the same batches through the update on the tiny model ----------------------------------------
+CPU = torch.device("cpu")
+PROMPT = 3
+
+
+def _train_batch(x: dict, out, vocab: int, seed: int) -> TrainBatch:
+    g = torch.Generator().manual_seed(seed)
+    b, t = x["response_mask"].shape
+    prompt_ids = torch.randint(3, vocab, (b, PROMPT), generator=g)
+    response_ids = torch.randint(3, vocab, (b, t), generator=g)
+    attention = torch.cat([torch.ones_like(prompt_ids), x["response_mask"]], 1)
+    return TrainBatch(
+        input_ids=torch.cat([prompt_ids, response_ids], 1), attention_mask=attention,
+        position_ids=(attention.cumsum(-1) - 1).clamp(min=0), response_ids=response_ids,
+        response_mask=x["response_mask"], loss_mask=out.loss_mask, advantages=out.advantages,
+        returns=out.returns, sample_weights=out.sample_weights,
+        old_logprobs=x["old_logprobs"], ref_logprobs=x["ref_logprobs"],
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tiny_model_dir):
+    return load_policy(str(tiny_model_dir), dtype=torch.float32, device=CPU)
+
+
+@settings(max_examples=8)
+@given(algo=algorithms(), x=batches(), loss=st.sampled_from(["ppo", "gspo", "cispo", "vanilla_pg"]),
+       agg=st.sampled_from(["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]))
+def test_hostile_batch_through_the_update_leaves_the_weights_finite(tiny_policy, algo, x, loss, agg):
+    out = _process(algo, x, RunningMoments())
+    if out.loss_mask.sum() == 0:  # the step skips the update (batch/no_valid_sample)
+        return
+    config = load_config(None, ["trainer.device=cpu", "optim.lr=1.0", f"algorithm.policy_loss={loss}",
+                                f"algorithm.loss_agg_mode={agg}", "algorithm.kl_coef=1.0",
+                                "algorithm.kl_mode=loss", "trainer.micro_batch_size=2"])
+    policy = tiny_policy
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1.0)
+    batch = _train_batch(x, out, policy.config.vocab_size, seed=len(x["scores"]))
+    metrics, steps, skipped = ppo_update(policy, optimizer, batch, config, kl_coef=1.0, device=CPU)
+    assert steps == 1
+    for name, p in policy.named_parameters():
+        assert torch.isfinite(p).all(), name
+    if not skipped:
+        assert math.isfinite(metrics["actor/grad_norm"]) and math.isfinite(metrics["actor/loss"]), metrics
+
+
+# --- every setting, deterministically: the rare combinations hypothesis seldom draws ------------
+MAGNITUDES = (1e6, 1e20, 1e30)
+
+
+@pytest.mark.parametrize("estimator", sorted(ADVANTAGE_ESTIMATORS))
+def test_unclipped_unnormalised_rewards_up_to_1e30_stay_finite_in_every_setting(estimator):
+    """No clip, every normalisation pair, whitening on and off: squares of 1e20 overflow float32,
+    so a pipeline that takes variances in float32 turns them into inf (metrics) or NaN (advantages)."""
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]] * 2)
+    for magnitude in MAGNITUDES:
+        scores = torch.tensor([1.0, -1.0, 0.5, 0.0, 1.0, 1.0, -0.25, 0.75]) * magnitude
+        x = {"scores": scores, "valid": torch.ones(8, dtype=torch.bool), "response_mask": mask,
+             "truncated": torch.zeros(8, dtype=torch.bool), "group_size": 4,
+             "old_logprobs": -torch.ones(8, 3), "ref_logprobs": -2 * torch.ones(8, 3),
+             "values": torch.zeros(8, 3), "kl_coef": 0.1}
+        for mean_type in NORM_TYPES:
+            for std_type in NORM_TYPES:
+                for whiten in (False, True):
+                    algo = AlgorithmConfig(advantage_estimator=estimator, reward_norm_mean=mean_type,
+                                           reward_norm_std=std_type, whiten_advantages=whiten, kl_mode="reward")
+                    _check(_process(algo, x, RunningMoments()), x)
+
+
+@pytest.mark.parametrize("magnitude", MAGNITUDES)
+@pytest.mark.parametrize("estimator,options", [
+    ("grpo", {}), ("rloo", {"whiten_advantages": True}), ("opo", {"reward_norm_mean": "batch", "reward_norm_std": "batch"}),
+    ("reinforce_plus_plus", {}), ("reinforce_plus_plus_baseline", {}),
+])
+def test_normalised_advantages_do_not_depend_on_the_reward_scale(estimator, options, magnitude):
+    """A normalised estimator gives the same advantages for rewards s and 1e20 * s; a float32
+    variance overflows at |s| ~ 2e19 and silently returns zero advantages (no signal) instead."""
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]] * 2)
+    scores = torch.tensor([1.0, 0.0, 0.0, 0.5, 1.0, 1.0, 0.0, 0.25])
+    algo = AlgorithmConfig(advantage_estimator=estimator, **options)
+
+    def advantages(s):
+        return process_rewards(s, torch.ones(8, dtype=torch.bool), mask, torch.zeros(8, dtype=torch.bool),
+                               algo, 4).advantages
+
+    reference = advantages(scores)
+    assert reference.abs().max() > 0.1
+    torch.testing.assert_close(advantages(scores * magnitude), reference, rtol=1e-4, atol=1e-4)
