@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
+OLD_RE = re.compile(r"^\.old-(step_\d+)-\d+$")  # a checkpoint moved aside while its step is re-saved
 
 
 def rng_state() -> dict[str, Any]:
@@ -88,11 +89,19 @@ def save_checkpoint(root: Path, step: int, *, policy, tokenizer, state: dict[str
 
 
 def clean_partial(root: Path) -> None:
-    """Remove what an interrupted save left behind."""
-    if root.is_dir():
-        for p in root.iterdir():
-            if p.name.startswith((".tmp-", ".old-")):
-                shutil.rmtree(p, ignore_errors=True)
+    """Remove what an interrupted save left behind.
+
+    A save killed between the two renames of a swap (re-saving a step) leaves no ``step_N``,
+    only the complete old copy ``.old-step_N-<pid>``: that copy is put back, not deleted.
+    """
+    if not root.is_dir():
+        return
+    for p in sorted(root.iterdir()):
+        if (m := OLD_RE.match(p.name)) and not (root / m.group(1)).exists():
+            os.replace(p, root / m.group(1))
+    for p in root.iterdir():
+        if p.name.startswith((".tmp-", ".old-")):
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def load_state(checkpoint: Path) -> dict[str, Any]:
