@@ -90,12 +90,12 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     lr = run.scheduler.get_last_lr()[0]
     metrics: dict[str, float] = {}
     if dist.all_reduce_sum(processed.loss_mask.sum()) > 0:
-        update_metrics, _, skipped = ppo_update(run.policy, run.optimizer, batch, cfg,
-                                                kl_coef=run.kl_controller.value, critic=run.critic,
-                                                critic_optimizer=run.critic_optimizer, device=run.device)
+        update_metrics, steps, skipped = ppo_update(run.policy, run.optimizer, batch, cfg,
+                                                    kl_coef=run.kl_controller.value, critic=run.critic,
+                                                    critic_optimizer=run.critic_optimizer, device=run.device)
         metrics.update(update_metrics)
     else:  # no sample may enter the loss: nothing to learn from, nothing is touched
-        skipped = 0
+        steps = skipped = 0
         metrics["batch/no_valid_sample"] = 1.0
     run.scheduler.step()
     kl_now = metrics.get(f"kl/{algo.kl_estimator}")
@@ -104,7 +104,8 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     t_update = time.perf_counter()
 
     run.state.skipped_steps += skipped
-    run.state.consecutive_skips = run.state.consecutive_skips + 1 if skipped else 0
+    # skipped optimizer steps in a row (trainer.max_consecutive_skips); one that went through resets it
+    run.state.consecutive_skips = run.state.consecutive_skips + skipped if skipped == steps else 0
     metrics.update(reward_metrics(result))
     metrics.update(processed.metrics)
     metrics.update(_length_metrics(gen, prompts))
