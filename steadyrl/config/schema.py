@@ -125,6 +125,8 @@ class VLLMConfig(Section):
     tis_cap: float | None = F(None, "Truncated importance sampling: weight each token by "
                               "exp(clamp(logp_train - logp_vllm, -10, 10)) capped at this value "
                               "(2.0 is typical). null = off.", gt=0)
+    sleep_mode: bool = F(True, "Put vLLM to sleep (KV cache freed, weights offloaded to CPU memory) "
+                         "while the trainer runs, and wake it to generate.")
 
 
 class RolloutConfig(Section):
@@ -227,6 +229,11 @@ class TrainerConfig(Section):
                                                 "(no [B, T, V] logits); naive = from full logits.")
     logprob_chunk_size: int | None = F(None, "Tokens per log-prob chunk; null = automatic.", ge=1)
     device: Literal["auto", "cpu", "cuda"] = F("auto", "auto = cuda when available.")
+    parallel: Literal["ddp", "fsdp"] = F(
+        "ddp", "Data parallelism when launched with torchrun (ignored in one process): ddp = every "
+        "process holds the whole model, gradients all-reduced (gloo on the CPU, NCCL on GPUs); fsdp = "
+        "FSDP2 shards parameters, gradients and optimizer state over the GPUs (CUDA only, no LoRA or "
+        "critic yet). See docs/scaling.md.")
     num_threads: int | None = F(None, "torch CPU threads; null = torch's default.", ge=1)
     max_consecutive_skips: int = F(3, "Stop after this many optimizer steps in a row skipped for a "
                                    "non-finite loss or gradient norm.", ge=1)

@@ -36,6 +36,10 @@ LOG_RATIO_CLAMP = 20.0
 stays below ~4.9e8, finite in float32 with room for the product with an advantage, and any token
 that far off-policy is clipped anyway."""
 
+TIS_LOG_RATIO_CLAMP = 10.0
+"""Truncated importance sampling: ``logp_train - logp_rollout`` is clamped to ``[-10, 10]`` before
+``exp``, then the weight is capped (``rollout.vllm.tis_cap``); ``exp(10)`` is finite in float32."""
+
 # --- seed 001: reward pipeline --------------------------------------------------------------------
 DIFFICULTY_LOW = 0.1
 """A group is kept by the difficulty mask when ``DIFFICULTY_LOW < group mean``."""

@@ -60,14 +60,17 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def save_checkpoint(root: Path, step: int, *, policy, tokenizer, state: dict[str, Any],
-                    critic=None, keep: int = 2) -> Path:
-    """Write checkpoint ``step`` atomically and prune to the newest ``keep``."""
+                    critic=None, keep: int = 2, policy_state_dict: dict | None = None) -> Path:
+    """Write checkpoint ``step`` atomically and prune to the newest ``keep``.
+
+    ``policy_state_dict``: the policy's full weights when ``policy`` itself holds only a shard
+    (FSDP, gathered by :func:`steadyrl.distributed.full_model_state_dict`)."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp-step_{step:06d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    _save_model(policy, tmp / "policy")
+    _save_model(policy, tmp / "policy", policy_state_dict)
     tokenizer.save_pretrained(tmp / "policy")
     if critic is not None:
         critic.save_pretrained(tmp / "critic")
@@ -108,6 +111,18 @@ def load_state(checkpoint: Path) -> dict[str, Any]:
     return torch.load(checkpoint / "state.pt", map_location="cpu", weights_only=False)
 
 
+def read_model_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """The full weights saved by :func:`_save_model` (one or several safetensors files)."""
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    index = directory / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    for name in files:
+        state.update(load_file(directory / name))
+    return state
+
+
 def load_model_weights(model, directory: Path) -> None:
     """Load weights saved by :func:`_save_model` into an already built ``model``."""
     from safetensors.torch import load_file
@@ -117,11 +132,7 @@ def load_model_weights(model, directory: Path) -> None:
 
         set_peft_model_state_dict(model, load_file(directory / "adapter_model.safetensors"))
         return
-    state: dict[str, torch.Tensor] = {}
-    index = directory / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
-    for name in files:
-        state.update(load_file(directory / name))
+    state = read_model_weights(directory)
     missing, unexpected = model.load_state_dict(state, strict=False)
     tied = set(getattr(model, "_tied_weights_keys", None) or [])
     really_missing = [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]
@@ -130,9 +141,12 @@ def load_model_weights(model, directory: Path) -> None:
                            f"unexpected {unexpected[:5]}")
 
 
-def _save_model(model, directory: Path) -> None:
+def _save_model(model, directory: Path, state_dict: dict | None = None) -> None:
     model = getattr(model, "module", model)
-    model.save_pretrained(directory, safe_serialization=True)
+    if state_dict is None:
+        model.save_pretrained(directory, safe_serialization=True)
+    else:
+        model.save_pretrained(directory, state_dict=state_dict, safe_serialization=True)
 
 
 def _fsync_dir(path: Path) -> None:

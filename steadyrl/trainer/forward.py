@@ -9,37 +9,74 @@ Two log-prob paths, chosen by ``trainer.logprob_impl``:
   chunked :func:`~steadyrl.functional.logprobs_and_entropy_from_logits`.
 
 Models whose logits are not a plain linear map of the last hidden state fall back to ``naive``.
+
+Both paths run inside one module's ``forward``, :class:`PolicyLogprobs`: the fused path calls
+the backbone and reads the LM-head weight directly, which would bypass the ``forward`` of a
+DDP or FSDP wrapper around the transformers model (no gradient all-reduce hooks prepared, no
+parameter all-gather). Wrapping :class:`PolicyLogprobs` instead puts the whole computation,
+either path, behind the wrapper (see :func:`steadyrl.distributed.wrap_model`).
 """
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from ..functional import logprobs_and_entropy_from_logits, logprobs_from_hidden, logprobs_from_logits
 from ..models import lm_backbone_and_head
 from .batch import TrainBatch
 
 
+class PolicyLogprobs(nn.Module):
+    """``forward(...) -> (logprobs [B, R], entropy [B, R] or None)``, float32, for a causal LM.
+
+    ``forward(generate=kwargs)`` runs ``model.generate(**kwargs)`` instead: the one entry point
+    an FSDP root sees, so generation with a sharded model gathers the root's parameters too.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, response_ids=None, *,
+                temperature: float = 1.0, impl: str = "fused", chunk_size: int | None = None,
+                with_entropy: bool = False, generate: dict | None = None):
+        if generate is not None:
+            return self.model.generate(**generate)
+        p, r = input_ids.shape[1] - response_ids.shape[1], response_ids.shape[1]
+        parts = lm_backbone_and_head(self.model) if impl == "fused" else None
+        if parts is not None:
+            backbone, head = parts
+            out = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                           use_cache=False)
+            hidden = out.last_hidden_state[:, p - 1 : p - 1 + r]
+            result = logprobs_from_hidden(hidden, head.weight, response_ids, temperature,
+                                          return_entropy=with_entropy, chunk_size=chunk_size, bias=head.bias)
+            return result if with_entropy else (result, None)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         use_cache=False, logits_to_keep=r + 1)
+        logits = out.logits[:, :-1]
+        if with_entropy:
+            return logprobs_and_entropy_from_logits(logits, response_ids, temperature, chunk_size)
+        return logprobs_from_logits(logits, response_ids, temperature, chunk_size), None
+
+
+def as_logprob_module(model: nn.Module) -> nn.Module:
+    """``model`` if it already is a :class:`PolicyLogprobs` (possibly inside a DDP wrapper or
+    sharded with FSDP), else a :class:`PolicyLogprobs` around the transformers model."""
+    inner = getattr(model, "module", model) if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    return model if isinstance(inner, PolicyLogprobs) else PolicyLogprobs(model)
+
+
 def response_logprobs(model, batch: TrainBatch, *, temperature: float, impl: str = "fused",
                       chunk_size: int | None = None, with_entropy: bool = False):
-    """``(logprobs [B, R], entropy [B, R] or None)`` of the response tokens, float32."""
-    p, r = batch.prompt_len, batch.response_len
-    labels = batch.response_ids
-    parts = lm_backbone_and_head(model) if impl == "fused" else None
-    if parts is not None:
-        backbone, head = parts
-        out = backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                       position_ids=batch.position_ids, use_cache=False)
-        hidden = out.last_hidden_state[:, p - 1 : p - 1 + r]
-        result = logprobs_from_hidden(hidden, head.weight, labels, temperature,
-                                      return_entropy=with_entropy, chunk_size=chunk_size, bias=head.bias)
-        return result if with_entropy else (result, None)
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                position_ids=batch.position_ids, use_cache=False, logits_to_keep=r + 1)
-    logits = out.logits[:, :-1]
-    if with_entropy:
-        return logprobs_and_entropy_from_logits(logits, labels, temperature, chunk_size)
-    return logprobs_from_logits(logits, labels, temperature, chunk_size), None
+    """``(logprobs [B, R], entropy [B, R] or None)`` of the response tokens, float32.
+
+    ``model`` is a transformers causal LM or a (wrapped) :class:`PolicyLogprobs`.
+    """
+    module = as_logprob_module(model)
+    return module(batch.input_ids, batch.attention_mask, batch.position_ids, batch.response_ids,
+                  temperature=temperature, impl=impl, chunk_size=chunk_size, with_entropy=with_entropy)
 
 
 def critic_values(critic, batch: TrainBatch) -> torch.Tensor:

@@ -7,6 +7,11 @@ The run directory holds ``config.yaml`` (the resolved config), ``metrics.jsonl``
 step), ``samples.jsonl``, ``summary.json`` and ``checkpoints/``. Evaluation draws its samples
 from its own seeded RNG, so evaluating never changes what training does (a resumed run
 reproduces an uninterrupted one step for step).
+
+Under ``torchrun`` (docs/scaling.md) every rank runs this same loop: the process group starts
+here and ends here, rank 0 alone writes files and logs, checkpoints hold full (unsharded)
+weights and every rank's RNG state, so they load at any world size and resume exactly at the
+same one.
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ from .. import distributed as dist
 from ..config import config_to_dict, load_config, save_config
 from ..config.schema import Config
 from ..errors import ConfigError, TrainingHalted
+from ..models import resolve_device
 from ..progress import progress
 from ..rollout import build_engine
 from ..tracking import Tracker
 from . import checkpoint as ckpt
 from .evaluate import evaluate
-from .setup import Run, RunState, build_run
+from .setup import Run, RunState, build_run, seed_everything
 from .step import train_step
 
 RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints")
@@ -53,13 +59,14 @@ def prepare_output_dir(output_dir: Path, resume: bool, overwrite: bool) -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
 
 
-def _checkpoint_state(run: Run) -> dict:
+def _checkpoint_state(run: Run, shared: dict) -> dict:
     state = dict(vars(run.state))
     state.update({
-        "optimizer": run.optimizer.state_dict(),
+        "optimizer": shared["optimizer"],
         "critic_optimizer": run.critic_optimizer.state_dict() if run.critic_optimizer else None,
         "scheduler": run.scheduler.state_dict(),
-        "rng": ckpt.rng_state(),
+        "rng": shared["rng_ranks"][0],
+        "rng_ranks": shared["rng_ranks"],  # every rank's, in rank order
         "running": run.running.state_dict(),
         "kl_controller": run.kl_controller.state_dict(),
         "sampler": run.sampler.state_dict(),
@@ -67,32 +74,56 @@ def _checkpoint_state(run: Run) -> dict:
     return state
 
 
+def _gathered_state(run: Run) -> dict:
+    """What only all ranks together hold (a collective: every rank calls it): every rank's RNG
+    state and, under FSDP, the full weights and optimizer state."""
+    return {"rng_ranks": dist.gather_objects(ckpt.rng_state()),
+            "policy": dist.full_model_state_dict(run.policy),
+            "optimizer": dist.full_optimizer_state_dict(run.policy, run.optimizer)}
+
+
 def save(run: Run, step: int) -> Path | None:
+    shared = _gathered_state(run)
     if not dist.is_main():
         dist.barrier()
         return None
     path = ckpt.save_checkpoint(run.output_dir / "checkpoints", step, policy=run.policy, tokenizer=run.tokenizer,
-                                state=_checkpoint_state(run), critic=run.critic,
-                                keep=run.config.trainer.keep_checkpoints)
+                                state=_checkpoint_state(run, shared), critic=run.critic,
+                                keep=run.config.trainer.keep_checkpoints, policy_state_dict=shared["policy"])
     dist.barrier()
     return path
+
+
+def _restore_rng(run: Run, state: dict) -> None:
+    """Each rank's own RNG state when the checkpoint has one for it (same world size: exact);
+    otherwise rank 0's, re-seeded by rank and step on the other ranks (deterministic, but not
+    the stream an uninterrupted run at that world size would have drawn)."""
+    ranks = state.get("rng_ranks") or [state["rng"]]
+    if dist.rank() < len(ranks):
+        ckpt.set_rng_state(ranks[dist.rank()])
+    else:
+        ckpt.set_rng_state(ranks[0])
+        seed_everything(run.config.trainer.seed + dist.rank() + 1_000_003 * run.state.step)
 
 
 def restore(run: Run, path: Path) -> None:
     """Load checkpoint ``path`` into the freshly built ``run``."""
     state = ckpt.load_state(path)
-    ckpt.load_model_weights(run.policy, path / "policy")
+    if dist.is_fsdp(run.policy):
+        dist.load_full_model_state_dict(run.policy, ckpt.read_model_weights(path / "policy"))
+    else:
+        ckpt.load_model_weights(run.policy, path / "policy")
     if run.critic is not None:
         ckpt.load_model_weights(run.critic.backbone, path / "critic")
         run.critic.value_head.load_state_dict(torch.load(path / "critic" / "value_head.pt", weights_only=True))
         run.critic_optimizer.load_state_dict(state["critic_optimizer"])
-    run.optimizer.load_state_dict(state["optimizer"])
+    dist.load_full_optimizer_state_dict(run.policy, run.optimizer, state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
     run.running.load_state_dict(state["running"])
     run.kl_controller.load_state_dict(state["kl_controller"])
     run.sampler.load_state_dict(state["sampler"])
     run.state = RunState(**{k: state[k] for k in vars(RunState()) if k in state})
-    ckpt.set_rng_state(state["rng"])
+    _restore_rng(run, state)
 
 
 def run_eval(config: Config, engine, scorer, prompts: list, device: torch.device) -> dict:
@@ -117,6 +148,8 @@ def _sample_rows(extras: dict, limit: int = 8) -> list[dict]:
 
 
 def _show_failures(extras: dict, shown: set[str]) -> None:
+    if not dist.is_main():  # rank 0's result holds every rank's errors
+        return
     for name, text in extras["result"].errors.items():
         if text and name not in shown:
             shown.add(name)
@@ -138,7 +171,16 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
     """Run ``steadyrl train``; returns the summary."""
     started = time.time()
     config = load_config(path, overrides)
-    out = resolve_output_dir(config, output_dir)
+    owns_group = dist.init_from_env(use_cuda=resolve_device(config.trainer.device).type == "cuda")
+    try:
+        return _start(config, output_dir, resume, overwrite, started)
+    finally:
+        if owns_group:
+            dist.teardown()
+
+
+def _start(config: Config, output_dir: str | None, resume: bool, overwrite: bool, started: float) -> dict:
+    out = Path(dist.gather_objects(str(resolve_output_dir(config, output_dir)))[0])  # rank 0's time stamp
     prepare_output_dir(out, resume, overwrite)
     ckpt.clean_partial(out / "checkpoints")
     latest = ckpt.latest_checkpoint(out / "checkpoints") if resume else None
@@ -154,8 +196,11 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
 def _train(run: Run, config: Config, out: Path, latest: Path | None, started: float) -> dict:
     if latest is not None:
         restore(run, latest)
-        print(f"resumed from {latest} (step {run.state.step})", flush=True)
-    engine = build_engine(config.rollout.engine, run.policy, run.tokenizer, config.rollout)
+        if dist.is_main():
+            print(f"resumed from {latest} (step {run.state.step})", flush=True)
+    engine = build_engine(config.rollout.engine, run.generator, run.tokenizer, config.rollout,
+                          seed=config.trainer.seed + dist.rank(),
+                          max_model_len=config.data.max_prompt_tokens + config.rollout.max_new_tokens)
     tracker = Tracker(out, config.trainer.trackers, config=config_to_dict(config), project=config.trainer.project,
                       run_name=config.trainer.run_name or out.name, is_main_process=dist.is_main(),
                       resume_step=run.state.step if latest is not None else None)
@@ -169,7 +214,8 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
             run.state.eval_before = evaluate_now()
             if run.state.eval_before:
                 tracker.log({f"eval/{k}": v for k, v in run.state.eval_before.items()}, 0)
-                print(f"eval before RL: {json.dumps(run.state.eval_before)}", flush=True)
+                if dist.is_main():
+                    print(f"eval before RL: {json.dumps(run.state.eval_before)}", flush=True)
         bar = progress(config.trainer.max_steps - run.state.step, "train", is_main_process=dist.is_main())
         with bar:
             for step in range(run.state.step + 1, config.trainer.max_steps + 1):
@@ -192,7 +238,8 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
         eval_after = evaluate_now()
         if eval_after:
             tracker.log({f"eval/{k}": v for k, v in eval_after.items()}, run.state.step)
-            print(f"eval after RL: {json.dumps(eval_after)}", flush=True)
+            if dist.is_main():
+                print(f"eval after RL: {json.dumps(eval_after)}", flush=True)
     summary = {
         "steps": run.state.step,
         "wall_time_s": round(elapsed_before + time.time() - started, 2),

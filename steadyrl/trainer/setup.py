@@ -1,8 +1,12 @@
 """Builders that turn a validated config into the pieces of a run.
 
 Order matters for the user: everything that can be wrong with their input — data files,
-columns, reward functions, model paths — is checked before any model weights are loaded, so a
-typo costs seconds, not a model load.
+columns, reward functions, model paths, the data-parallel layout — is checked before any model
+weights are loaded, so a typo costs seconds, not a model load.
+
+Under ``torchrun`` every rank builds the same run (same seed, same models; DDP broadcasts rank
+0's parameters once), wraps the models for data parallelism (:func:`parallelize`), and then
+re-seeds its RNGs with ``seed + rank`` so that the ranks sample different responses.
 """
 
 from __future__ import annotations
@@ -69,6 +73,17 @@ class Run:
     running: RunningMoments
     state: RunState = field(default_factory=RunState)
     uses_adapter_reference: bool = False
+    # Data parallel: the modules the update runs through (DDP / FSDP wrappers of the log-prob
+    # module and the critic; the plain modules in one process), and what the engine generates with.
+    train_policy: torch.nn.Module | None = None
+    train_critic: torch.nn.Module | None = None
+    generator: object = None
+
+    def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
+        """``(policy, critic)`` to run forward/backward passes through."""
+        policy = self.policy if self.train_policy is None else self.train_policy
+        critic = self.critic if self.train_critic is None else self.train_critic
+        return policy, critic
 
 
 def seed_everything(seed: int) -> None:
@@ -179,7 +194,8 @@ def build_models(config: Config, model_path: str, device: torch.device):
     policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
                          trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
     if m.gradient_checkpointing:
-        policy.gradient_checkpointing_enable()
+        # non-reentrant: the reentrant variant (transformers 4's default) breaks DDP's gradient hooks
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         policy.config.use_cache = False
     needs_reference = config.algorithm.kl_mode != "none" and config.algorithm.kl_coef > 0
     reference, adapter_reference = None, False
@@ -217,6 +233,55 @@ def task_inputs(config: Config, *, for_eval: bool = False) -> tuple[list[dict], 
     return train, evals, Scorer(specs)
 
 
+def check_parallel(config: Config, device: torch.device, world: int) -> None:
+    """The data-parallel layout, refused before any model load when it cannot work."""
+    t, ro = config.trainer, config.rollout
+    if t.parallel == "fsdp":
+        if device.type != "cuda":
+            raise ConfigError(f"trainer.parallel = 'fsdp' needs CUDA GPUs (trainer.device resolves to "
+                              f"{device.type!r}); use trainer.parallel=ddp, which runs on the CPU with gloo")
+        if config.model.lora.enabled:
+            raise ConfigError("trainer.parallel = 'fsdp' with model.lora.enabled is not supported yet; "
+                              "use trainer.parallel=ddp (LoRA weights are small)")
+        if config.algorithm.advantage_estimator == "gae":
+            raise ConfigError("trainer.parallel = 'fsdp' with a critic (algorithm.advantage_estimator = 'gae') "
+                              "is not supported yet; use trainer.parallel=ddp or a critic-free estimator")
+    if ro.engine == "vllm" and config.model.lora.enabled:
+        raise ConfigError("rollout.engine = 'vllm' with model.lora.enabled is not supported yet; "
+                          "use rollout.engine=hf")
+    if world == 1:
+        return
+    if ro.prompts_per_step % world:
+        raise ConfigError(f"rollout.prompts_per_step = {ro.prompts_per_step} cannot be split over {world} "
+                          f"processes: it must be a multiple of the world size (e.g. "
+                          f"{max(world, ro.prompts_per_step // world * world)})")
+    if t.mini_batch_size is not None and t.mini_batch_size % world:
+        raise ConfigError(f"trainer.mini_batch_size = {t.mini_batch_size} cannot be split over {world} "
+                          "processes: it counts samples over all ranks and must be a multiple of the world size")
+
+
+def parallelize(config: Config, policy, reference, critic, device: torch.device):
+    """``(train_policy, train_critic, reference, generator)``: the models wrapped for data
+    parallelism (``trainer.parallel``), or as they are in a single process.
+
+    What is wrapped is :class:`~steadyrl.trainer.forward.PolicyLogprobs` — the whole log-prob
+    computation as one forward — so gradient synchronisation (DDP) and parameter gathering
+    (FSDP) see every parameter the fused path touches. Under FSDP the frozen reference is
+    sharded too, and generation goes through :class:`~steadyrl.distributed.FSDPGenerator`.
+    """
+    from .forward import PolicyLogprobs
+
+    kind = config.trainer.parallel
+    train_policy = dist.wrap_model(PolicyLogprobs(policy), kind, device, layers_of=policy)
+    train_critic = dist.wrap_model(critic, kind, device, layers_of=critic) if critic is not None else None
+    generator = policy
+    if kind == "fsdp" and dist.world_size() > 1:
+        if reference is not None:
+            reference = dist.wrap_model(PolicyLogprobs(reference), kind, device, layers_of=reference)
+        generator = dist.FSDPGenerator(train_policy, policy)
+    return train_policy, train_critic, reference, generator
+
+
 def build_optimizer(params, optim_config, lr: float) -> torch.optim.Optimizer:
     return torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr, betas=optim_config.betas,
                              eps=optim_config.eps, weight_decay=optim_config.weight_decay)
@@ -231,8 +296,9 @@ def build_run(config: Config, output_dir: Path) -> Run:
     if trainer.num_threads:
         torch.set_num_threads(trainer.num_threads)
     seed_everything(trainer.seed)
-    device = resolve_device(trainer.device)
+    device = dist.device_for_rank(resolve_device(trainer.device))
     resolve_dtype(config.model.dtype, device)
+    check_parallel(config, device, dist.world_size())
     check_engine_available(config.rollout.engine)
     check_backends_available(trainer.trackers)
     train_records, eval_records, scorer = task_inputs(config)
@@ -244,6 +310,7 @@ def build_run(config: Config, output_dir: Path) -> Run:
         train_prompts, dropped = prepare_prompts(train_records, tokenizer, source="data.train_path", **prompt_options)
         eval_prompts, _ = prepare_prompts(eval_records, tokenizer, source="data.eval_path", **prompt_options)
         policy, reference, critic, adapter_ref = build_models(config, model_path, device)
+        train_policy, train_critic, reference, generator = parallelize(config, policy, reference, critic, device)
     except BaseException:
         scorer.close()
         raise
@@ -258,8 +325,11 @@ def build_run(config: Config, output_dir: Path) -> Run:
     run = Run(config=config, output_dir=output_dir, device=device, tokenizer=tokenizer, policy=policy,
               reference=reference, critic=critic, optimizer=optimizer, critic_optimizer=critic_optimizer,
               scheduler=scheduler, scorer=scorer, train_prompts=train_prompts, eval_prompts=eval_prompts,
-              sampler=sampler, kl_controller=kl, running=RunningMoments(), uses_adapter_reference=adapter_ref)
+              sampler=sampler, kl_controller=kl, running=RunningMoments(), uses_adapter_reference=adapter_ref,
+              train_policy=train_policy, train_critic=train_critic, generator=generator)
     run.state.dropped_prompts = dropped
+    if dist.world_size() > 1:  # the ranks sample different responses (resume restores each rank's RNG)
+        seed_everything(trainer.seed + dist.rank())
     return run
 
 

@@ -1,4 +1,10 @@
-"""One training step: rollout -> score -> process -> update, and the metrics it produces."""
+"""One training step: rollout -> score -> process -> update, and the metrics it produces.
+
+With several data-parallel ranks each rank takes its contiguous share of the step's prompts
+(every rank draws the same global batch from the sampler; whole groups per rank), generates
+and scores it, and computes its log-probs and values; reward processing then runs on the
+samples of all ranks (:mod:`.global_batch`), and each rank updates on its own rows.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,11 @@ import torch
 
 from .. import distributed as dist
 from ..functional import explained_variance, masked_mean
+from ..functional.importance import rollout_mismatch_metrics, truncated_importance_weights
 from ..rewards import reward_metrics
 from .batch import TrainBatch, batch_from_generation, micro_batches
 from .forward import critic_values, response_logprobs
+from .global_batch import GlobalSamples, gather_samples
 from .processing import process_rewards
 from .setup import Run
 from .update import ppo_update
@@ -45,27 +53,41 @@ def prepare(run: Run, batch: TrainBatch) -> TrainBatch:
     kwargs = {"temperature": cfg.rollout.temperature, "impl": cfg.trainer.logprob_impl,
               "chunk_size": cfg.trainer.logprob_chunk_size}
     old = ref = values = None
+    policy, critic = run.training_models()  # through the DDP / FSDP wrappers when there are any
     if needs_old_logprobs(run, batch):
-        old = _per_token(lambda m: response_logprobs(run.policy, m, **kwargs)[0], batch, size, device)
+        old = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device)
     if run.reference is not None:
         ref = _per_token(lambda m: response_logprobs(run.reference, m, **kwargs)[0], batch, size, device)
     elif run.uses_adapter_reference:
         with _reference_context(run):
-            ref = _per_token(lambda m: response_logprobs(run.policy, m, **kwargs)[0], batch, size, device)
-    if run.critic is not None:
-        values = _per_token(lambda m: critic_values(run.critic, m), batch, size, device)
+            ref = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device)
+    if critic is not None:
+        values = _per_token(lambda m: critic_values(critic, m), batch, size, device)
     return replace(batch, old_logprobs=old, ref_logprobs=ref, values=values)
 
 
-def _length_metrics(gen, prompts) -> dict[str, float]:
-    lengths = gen.response_mask.sum(-1).float()
+def _length_metrics(whole: GlobalSamples) -> dict[str, float]:
+    lengths = whole.response_mask.sum(-1).float()
     return {
         "response/length_mean": float(lengths.mean()),
         "response/length_max": float(lengths.max()),
         "response/length_min": float(lengths.min()),
-        "response/truncated_frac": float(gen.truncated.float().mean()),
-        "prompt/length_mean": sum(len(p.ids) for p in prompts) / max(len(prompts), 1),
+        "response/truncated_frac": float(whole.truncated.float().mean()),
+        "prompt/length_mean": sum(whole.prompt_lengths) / max(len(whole.prompt_lengths), 1),
     }
+
+
+def _importance_correction(run: Run, whole: GlobalSamples, advantages: torch.Tensor,
+                           loss_mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """Truncated importance sampling when the engine returned its log-probs (vLLM) and
+    ``rollout.vllm.tis_cap`` is set: advantages times ``w``; else only the mismatch metric."""
+    if whole.rollout_logprobs is None:
+        return advantages, {}
+    cap = run.config.rollout.vllm.tis_cap
+    if cap is None:
+        return advantages, rollout_mismatch_metrics(whole.old_logprobs, whole.rollout_logprobs, loss_mask)
+    weights, metrics = truncated_importance_weights(whole.old_logprobs, whole.rollout_logprobs, loss_mask, cap)
+    return advantages * weights, metrics
 
 
 def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
@@ -73,7 +95,7 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     cfg = run.config
     ro, algo = cfg.rollout, cfg.algorithm
     start = time.perf_counter()
-    prompts = dist.shard(run.sampler.next_batch())
+    prompts = dist.shard(run.sampler.next_batch())  # whole prompts: a group never spans two ranks
     gen = engine.generate([p.ids for p in prompts], ro.group_size, max_new_tokens=ro.max_new_tokens,
                           temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k)
     t_gen = time.perf_counter()
@@ -82,18 +104,23 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     t_score = time.perf_counter()
 
     batch = prepare(run, batch_from_generation(gen))
-    processed = process_rewards(result.scores, result.valid, gen.response_mask, gen.truncated, algo,
-                                ro.group_size, kl_coef=run.kl_controller.value, old_logprobs=batch.old_logprobs,
-                                ref_logprobs=batch.ref_logprobs, values=batch.values, running=run.running)
-    batch = replace(batch, loss_mask=processed.loss_mask, advantages=processed.advantages,
-                    returns=processed.returns, sample_weights=processed.sample_weights)
+    whole = gather_samples(result, gen, batch, [len(p.ids) for p in prompts])  # all ranks' samples
+    processed = process_rewards(whole.result.scores, whole.result.valid, whole.response_mask, whole.truncated,
+                                algo, ro.group_size, kl_coef=run.kl_controller.value,
+                                old_logprobs=whole.old_logprobs, ref_logprobs=whole.ref_logprobs,
+                                values=whole.values, running=run.running)
+    advantages, tis_metrics = _importance_correction(run, whole, processed.advantages, processed.loss_mask)
+    batch = replace(batch, loss_mask=whole.mine(processed.loss_mask), advantages=whole.mine(advantages),
+                    returns=whole.mine(processed.returns), sample_weights=whole.mine(processed.sample_weights))
     lr = run.scheduler.get_last_lr()[0]
     metrics: dict[str, float] = {}
-    if dist.all_reduce_sum(processed.loss_mask.sum()) > 0:
-        update_metrics, steps, skipped = ppo_update(run.policy, run.optimizer, batch, cfg,
-                                                    kl_coef=run.kl_controller.value, critic=run.critic,
+    if processed.loss_mask.sum() > 0:  # the global mask: every rank takes the same branch
+        policy, critic = run.training_models()
+        update_metrics, steps, skipped = ppo_update(policy, run.optimizer, batch, cfg,
+                                                    kl_coef=run.kl_controller.value, critic=critic,
                                                     critic_optimizer=run.critic_optimizer, device=run.device)
         metrics.update(update_metrics)
+        engine.update_weights(run.generator)  # vLLM: pushed before the next generation
     else:  # no sample may enter the loss: nothing to learn from, nothing is touched
         steps = skipped = 0
         metrics["batch/no_valid_sample"] = 1.0
@@ -106,13 +133,15 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     run.state.skipped_steps += skipped
     # skipped optimizer steps in a row (trainer.max_consecutive_skips); one that went through resets it
     run.state.consecutive_skips = run.state.consecutive_skips + skipped if skipped == steps else 0
-    metrics.update(reward_metrics(result))
+    metrics.update(reward_metrics(whole.result))
     metrics.update(processed.metrics)
-    metrics.update(_length_metrics(gen, prompts))
-    if batch.values is not None:
-        metrics["critic/values_mean"] = float(masked_mean(batch.values, batch.loss_mask))
-        metrics["critic/explained_variance"] = float(explained_variance(batch.values, batch.returns, batch.loss_mask))
-    tokens = int(gen.prompt_mask.sum() + gen.response_mask.sum())
+    metrics.update(tis_metrics)
+    metrics.update(_length_metrics(whole))
+    if whole.values is not None:
+        metrics["critic/values_mean"] = float(masked_mean(whole.values, processed.loss_mask))
+        metrics["critic/explained_variance"] = float(explained_variance(whole.values, processed.returns,
+                                                                        processed.loss_mask))
+    tokens = whole.tokens
     metrics.update({
         "kl/coef": run.kl_controller.value,
         "actor/lr": lr,
@@ -124,5 +153,6 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
         "throughput/tokens_per_s": tokens / max(t_update - start, 1e-9),
         "health/skipped_steps": run.state.skipped_steps,
     })
-    extras = {"prompts": samples, "completions": gen.completions, "result": result}
+    # samples: this rank's own; result: all ranks' (rank 0's rows first, so they line up on rank 0)
+    extras = {"prompts": samples, "completions": gen.completions, "result": whole.result}
     return metrics, extras

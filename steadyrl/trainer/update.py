@@ -12,6 +12,17 @@ Every ``agg`` divides by the token and sequence counts of the whole mini-batch, 
 data-parallel ranks (:func:`loss_denominators`, the one place they are computed), so the
 gradient does not depend on how the mini-batch is split into micro-batches or ranks.
 
+Data parallel (``policy`` wrapped by :func:`steadyrl.distributed.wrap_model`): each rank holds
+its share of the batch, ``trainer.mini_batch_size`` counts samples over all ranks (each rank
+takes ``mini_batch_size / world_size`` of its own per optimizer step), gradients are
+accumulated without communication (``no_sync``) until a mini-batch's last micro-batch, whose
+backward all-reduces them. DDP (and FSDP) average over ranks; each rank's loss is its part of
+the global sum (local numerators over global denominators), so multiplying it by
+``world_size`` makes the synchronised gradient the gradient of the global loss — the one a
+single process computes on the whole batch. Metrics are reduced over ranks in
+:meth:`Metrics.result`; the skip decision uses the global loss and the (already global)
+gradient norm, so every rank steps or skips together.
+
 Before the optimizer touches anything the gradient norm is clipped to ``max_grad_norm``; a
 non-finite loss or gradient norm skips the step (gradients dropped, parameters and optimizer
 state untouched) and is counted.
@@ -37,13 +48,16 @@ class Metrics:
     """Accumulates a step's metrics over micro-batches, mini-batches and epochs.
 
     ``mean``: a token-weighted mean (clip fractions, entropy, ratios). ``total``: a quantity that
-    adds up within an optimizer step (losses with global denominators, one grad norm per step),
-    reported as its average over the step's optimizer steps.
+    adds up within an optimizer step and over ranks (losses with global denominators), reported
+    as its average over the step's optimizer steps. ``same``: a quantity every rank already
+    holds whole (the gradient norm after synchronisation, the global loss), averaged likewise.
+    Across data-parallel ranks, weighted means pool their sums and weights and totals add up.
     """
 
     def __init__(self) -> None:
         self._weighted: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         self._totals: dict[str, float] = defaultdict(float)
+        self._same: dict[str, float] = defaultdict(float)
         self.optimizer_steps = 0
 
     def mean(self, name: str, value, weight: float) -> None:
@@ -54,9 +68,23 @@ class Metrics:
     def total(self, name: str, value) -> None:
         self._totals[name] += float(value)
 
+    def same(self, name: str, value) -> None:
+        self._same[name] += float(value)
+
     def result(self) -> dict[str, float]:
-        out = {k: (s / w if w > 0 else 0.0) for k, (s, w) in self._weighted.items()}
-        out.update({k: v / max(self.optimizer_steps, 1) for k, v in self._totals.items()})
+        """The metrics of the whole step over all ranks (a collective: every rank calls it)."""
+        weighted: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        totals: dict[str, float] = defaultdict(float)
+        for rank_weighted, rank_totals in dist.gather_objects((dict(self._weighted), dict(self._totals))):
+            for k, (s, w) in rank_weighted.items():
+                weighted[k][0] += s
+                weighted[k][1] += w
+            for k, v in rank_totals.items():
+                totals[k] += v
+        steps = max(self.optimizer_steps, 1)
+        out = {k: (s / w if w > 0 else 0.0) for k, (s, w) in weighted.items()}
+        out.update({k: v / steps for k, v in totals.items()})
+        out.update({k: v / steps for k, v in self._same.items()})
         return out
 
 
@@ -116,12 +144,26 @@ def _critic_micro_step(critic, m: TrainBatch, config: Config, agg: dict, metrics
 
 def _optimizer_step(params, optimizer, max_grad_norm: float, loss_total: float) -> tuple[float, bool]:
     """Clip and step; a non-finite loss or norm drops the gradients instead. -> (norm, stepped)."""
-    norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+    norm = dist.grad_norm_value(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
     ok = _is_finite(norm) and _is_finite(loss_total)
     if ok:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return norm, ok
+
+
+def _gradient_scale(policy, critic) -> int:
+    """``world_size`` when the models are data-parallel wrappers (they average gradients over
+    ranks), 1 in a single process. An unwrapped model in a multi-process run would train on its
+    own rank's data only: refused."""
+    n = dist.world_size()
+    if n == 1:
+        return 1
+    for model in (policy, critic):
+        if model is not None and not (dist.is_ddp(model) or dist.is_fsdp(model)):
+            raise ValueError(f"ppo_update in a run of {n} processes needs models wrapped by "
+                             "steadyrl.distributed.wrap_model (DDP or FSDP); got a plain module")
+    return n
 
 
 def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef: float,
@@ -132,9 +174,9 @@ def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef:
     """
     trainer = config.trainer
     size = len(batch)
-    mini_size = min(trainer.mini_batch_size or size, size)
+    mini_size = min(trainer.mini_batch_size // dist.world_size() if trainer.mini_batch_size else size, size)
     shuffle = trainer.ppo_epochs > 1 or mini_size < size
-    scale = dist.world_size()  # DDP averages gradients over ranks; the global denominators already do
+    scale = _gradient_scale(policy, critic)
     params = [p for p in policy.parameters() if p.requires_grad]
     critic_params = [p for p in critic.parameters() if p.requires_grad] if critic is not None else []
     metrics, skipped = Metrics(), 0
@@ -146,21 +188,27 @@ def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef:
             agg = {"global_tokens": tokens, "global_seqs": seqs,
                    "norm_length": config.algorithm.norm_length or config.rollout.max_new_tokens}
             loss_total, critic_total = 0.0, 0.0
-            for micro in micro_batches(len(mini), trainer.micro_batch_size):
+            micros = list(micro_batches(len(mini), trainer.micro_batch_size))
+            for i, micro in enumerate(micros):
                 m = mini.select(micro).to(device)
-                loss = _policy_micro_step(policy, m, config, agg, kl_coef, metrics, epoch == 0)
-                (loss * scale).backward()
+                accumulate = i < len(micros) - 1  # gradients are synchronised on the last one only
+                with dist.no_sync(policy, accumulate):
+                    loss = _policy_micro_step(policy, m, config, agg, kl_coef, metrics, epoch == 0)
+                    (loss * scale).backward()
                 loss_total += float(loss.detach())
                 if critic is not None:
-                    closs = _critic_micro_step(critic, m, config, agg, metrics)
-                    (closs * scale).backward()
+                    with dist.no_sync(critic, accumulate):
+                        closs = _critic_micro_step(critic, m, config, agg, metrics)
+                        (closs * scale).backward()
                     critic_total += float(closs.detach())
+            loss_total = dist.all_reduce_sum(loss_total)  # global: every rank decides the same
             norm, ok = _optimizer_step(params, optimizer, config.optim.max_grad_norm, loss_total)
             metrics.optimizer_steps += 1
-            metrics.total("actor/grad_norm", norm)  # NaN/inf kept: it is what the user must see
-            metrics.total("actor/loss", loss_total)
+            metrics.same("actor/grad_norm", norm)  # NaN/inf kept: it is what the user must see
+            metrics.same("actor/loss", loss_total)
             skipped += not ok
             if critic is not None:
+                critic_total = dist.all_reduce_sum(critic_total)
                 cnorm, _ = _optimizer_step(critic_params, critic_optimizer, config.optim.max_grad_norm, critic_total)
-                metrics.total("critic/grad_norm", cnorm)
+                metrics.same("critic/grad_norm", cnorm)
     return metrics.result(), metrics.optimizer_steps, skipped

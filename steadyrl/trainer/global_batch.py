@@ -1,0 +1,105 @@
+"""A step's samples over all data-parallel ranks: what reward processing and metrics see.
+
+Each rank generates and scores its own share of the prompts (whole groups), but reward
+processing has statistics over the whole batch — batch normalisation, whitening, the
+REINFORCE++ estimators' whitening, running moments, clip fractions — whose values must not
+depend on how the batch was cut over ranks. So the per-sample tensors of every rank are
+gathered (responses padded to the longest), processed as one global batch, identically on
+every rank (the running statistics stay equal everywhere, so any rank's checkpoint is every
+rank's), and each rank keeps its own rows (:meth:`GlobalSamples.mine`). Rank ``r``'s rows are
+``r * B ... (r + 1) * B - 1`` of the global batch, ``B`` rows per rank.
+
+The metrics of the step (rewards, lengths, processing) are then those of the global batch. In
+one process every function here is the identity and costs nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .. import distributed as dist
+from ..rewards.scoring import ScoreResult
+
+PER_TOKEN = ("response_mask", "old_logprobs", "ref_logprobs", "values", "rollout_logprobs")
+
+
+@dataclass
+class GlobalSamples:
+    result: ScoreResult  # every rank's scores, in rank order
+    response_mask: torch.Tensor  # [N, R_max]
+    truncated: torch.Tensor  # [N]
+    old_logprobs: torch.Tensor | None
+    ref_logprobs: torch.Tensor | None
+    values: torch.Tensor | None
+    rollout_logprobs: torch.Tensor | None
+    prompt_lengths: list[int]  # every rank's prompts
+    tokens: int  # prompt + response tokens of the whole step
+    rows: slice  # this rank's rows
+    width: int  # this rank's response length
+
+    def mine(self, x: torch.Tensor | None) -> torch.Tensor | None:
+        """This rank's rows of a global ``[N]`` or ``[N, R_max]`` tensor (its own response length)."""
+        if x is None:
+            return None
+        x = x[self.rows]
+        return x[:, : self.width] if x.dim() == 2 else x
+
+
+def _pad_right(x: torch.Tensor, width: int) -> torch.Tensor:
+    extra = width - x.shape[1]
+    return x if extra <= 0 else torch.cat([x, x.new_zeros(x.shape[0], extra)], dim=1)
+
+
+def _cat_rows(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
+    if parts[0] is None:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    if parts[0].dim() == 1:
+        return torch.cat(parts)
+    width = max(p.shape[1] for p in parts)
+    return torch.cat([_pad_right(p, width) for p in parts])
+
+
+def merge_results(results: list[ScoreResult]) -> ScoreResult:
+    """One :class:`ScoreResult` of several ranks' batches, in order (failures add up; the first
+    error text of each function is kept; elapsed times are the slowest rank's)."""
+    if len(results) == 1:
+        return results[0]
+    first = results[0]
+    failures = {name: {} for name in first.names}
+    for r in results:
+        for name, kinds in r.failures.items():
+            for kind, n in kinds.items():
+                failures[name][kind] = failures[name].get(kind, 0) + n
+    errors: dict[str, str] = {}
+    for r in results:
+        for name, text in r.errors.items():
+            if text and not errors.get(name):
+                errors[name] = text
+    elapsed = {name: max(r.elapsed_s.get(name, 0.0) for r in results) for name in first.elapsed_s}
+    return ScoreResult(names=first.names, weights=first.weights,
+                       raw={name: [x for r in results for x in r.raw[name]] for name in first.names},
+                       scores=torch.cat([r.scores for r in results]), valid=torch.cat([r.valid for r in results]),
+                       failures=failures, errors=errors, elapsed_s=elapsed)
+
+
+def gather_samples(result: ScoreResult, gen, batch, prompt_lengths: list[int]) -> GlobalSamples:
+    """Every rank's samples of this step (a collective: every rank calls it)."""
+    local = {name: getattr(batch, name) for name in PER_TOKEN}
+    local.update(truncated=gen.truncated, result=result, prompt_lengths=prompt_lengths,
+                 tokens=int(gen.prompt_mask.sum() + gen.response_mask.sum()))
+    parts = dist.gather_objects(local)
+    rows = len(gen)
+    start = dist.rank() * rows
+    return GlobalSamples(
+        result=merge_results([p["result"] for p in parts]),
+        truncated=_cat_rows([p["truncated"] for p in parts]),
+        prompt_lengths=[n for p in parts for n in p["prompt_lengths"]],
+        tokens=sum(p["tokens"] for p in parts),
+        rows=slice(start, start + rows),
+        width=gen.response_ids.shape[1],
+        **{name: _cat_rows([p[name] for p in parts]) for name in PER_TOKEN},
+    )

@@ -1,0 +1,49 @@
+"""The fixed global batch and configs the data-parallel tests share with their torchrun workers."""
+
+import torch
+
+from steadyrl.config import load_config
+from steadyrl.rewards.scoring import ScoreResult
+from steadyrl.trainer.batch import TrainBatch
+
+LOSS_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+def tiny_batch(rows: int = 16, prompt: int = 4, response: int = 6) -> TrainBatch:
+    """16 samples (4 groups of 4) with ragged responses, advantages and reference log-probs."""
+    g = torch.Generator().manual_seed(0)
+    prompt_ids = torch.randint(3, 12, (rows, prompt), generator=g)
+    response_ids = torch.randint(3, 12, (rows, response), generator=g)
+    lengths = torch.randint(1, response + 1, (rows,), generator=g)
+    response_mask = (torch.arange(response) < lengths.unsqueeze(1)).long()
+    input_ids = torch.cat([prompt_ids, response_ids], 1)
+    attention_mask = torch.cat([torch.ones_like(prompt_ids), response_mask], 1)
+    return TrainBatch(
+        input_ids=input_ids, attention_mask=attention_mask,
+        position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0),
+        response_ids=response_ids, response_mask=response_mask, loss_mask=response_mask.clone(),
+        advantages=torch.randn(rows, response, generator=g) * response_mask,
+        ref_logprobs=-2.5 + 0.3 * torch.randn(rows, response, generator=g),
+        old_logprobs=-2.4 + 0.1 * torch.randn(rows, response, generator=g),
+    )
+
+
+def step_config(mode: str):
+    """One optimizer step over the batch in micro-batches of 3 (uneven: no_sync on all but the
+    last), the KL as a loss term, reward normalisation and whitening over the whole batch."""
+    return load_config(None, ["trainer.device=cpu", f"algorithm.loss_agg_mode={mode}", "algorithm.kl_mode=loss",
+                              "trainer.micro_batch_size=3", "algorithm.reward_norm_mean=batch",
+                              "algorithm.reward_norm_std=running", "algorithm.whiten_advantages=true",
+                              "algorithm.advantage_estimator=rloo", "optim.max_grad_norm=1e6"])
+
+
+def score_result(rows: slice) -> ScoreResult:
+    """Scores of the fixed batch (rows ``rows``), one invalid sample included."""
+    g = torch.Generator().manual_seed(1)
+    scores = torch.rand(16, generator=g)[rows]
+    valid = torch.ones(16, dtype=torch.bool)
+    valid[5] = False
+    valid = valid[rows]
+    raw = [float(s) if v else None for s, v in zip(scores, valid)]
+    return ScoreResult(names=["r"], weights={"r": 1.0}, raw={"r": raw}, scores=torch.where(valid, scores, 0.0),
+                       valid=valid, failures={"r": {"exception": int((~valid).sum())}})

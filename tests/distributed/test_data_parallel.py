@@ -1,0 +1,76 @@
+"""Data parallelism on the CPU (gloo, 2 processes): one update on each rank's half of a fixed
+global batch gives the parameters of one process on the whole batch (max |diff| <= 1e-6 in
+float32) for every loss aggregation mode, through the trainer's own code: the DDP-wrapped
+log-prob module, no_sync micro-batch accumulation, global loss denominators and the
+world-size gradient scale. The step's metrics and the batch-level reward statistics
+(normalisation, running moments, whitening) are those of the whole batch too."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import HERE
+from dp_common import LOSS_MODES, score_result, step_config, tiny_batch
+
+from steadyrl.functional import RunningMoments
+from steadyrl.models import load_policy
+from steadyrl.trainer.processing import process_rewards
+from steadyrl.trainer.update import ppo_update
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def two_process_result(tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("dp_update")
+    proc = __import__("conftest").torchrun([str(HERE / "worker_update.py"), str(tiny_model_dir), str(out)])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return torch.load(out / "result.pt", weights_only=False)
+
+
+def _single_process_update(tiny_model_dir, mode: str):
+    policy = load_policy(str(tiny_model_dir), dtype=torch.float32, device=CPU)
+    opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+    metrics, steps, skipped = ppo_update(policy, opt, tiny_batch(), step_config(mode), kl_coef=0.1, device=CPU)
+    return policy.state_dict(), metrics, (steps, skipped)
+
+
+@pytest.mark.parametrize("mode", LOSS_MODES)
+def test_two_ranks_update_the_parameters_like_one_process(mode, two_process_result, tiny_model_dir):
+    params, metrics, steps = _single_process_update(tiny_model_dir, mode)
+    got = two_process_result[mode]
+    assert got["steps"] == steps == (1, 0)
+    start = load_policy(str(tiny_model_dir), dtype=torch.float32, device=CPU).state_dict()
+    moved = max(float((params[k] - start[k]).abs().max()) for k in params)
+    assert moved > 1e-3  # the update really moved the weights
+    diff = max(float((got["params"][k] - params[k]).abs().max()) for k in params)
+    assert diff <= 1e-6, f"{mode}: max |diff| {diff:.3g}"
+
+
+@pytest.mark.parametrize("mode", LOSS_MODES)
+def test_update_metrics_are_reduced_over_ranks(mode, two_process_result, tiny_model_dir):
+    _, metrics, _ = _single_process_update(tiny_model_dir, mode)
+    got = two_process_result[mode]["metrics"]
+    assert set(got) == set(metrics)
+    for name in ("actor/pg_loss", "actor/kl_loss", "actor/loss", "actor/grad_norm", "kl/k3", "actor/entropy",
+                 "actor/pg_clipfrac", "actor/ratio_mean", "actor/approx_kl"):
+        assert got[name] == pytest.approx(metrics[name], rel=1e-5, abs=1e-7), name
+
+
+def test_batch_statistics_of_reward_processing_are_global(two_process_result):
+    batch = tiny_batch()
+    whole = score_result(slice(None))
+    running = RunningMoments()
+    processed = process_rewards(whole.scores, whole.valid, batch.response_mask, torch.zeros(16, dtype=torch.bool),
+                                 step_config("token-mean").algorithm, 4, running=running)
+    got = two_process_result["processing"]
+    assert got["rows"] == 16
+    torch.testing.assert_close(got["advantages"], processed.advantages[:8], rtol=0, atol=1e-6)  # rank 0's rows
+    assert got["running"] == pytest.approx(running.state_dict())
+    for name, value in processed.metrics.items():
+        assert got["metrics"][name] == pytest.approx(value, abs=1e-6), name
+
+
+def test_collectives_and_sharding(two_process_result):
+    assert two_process_result["sum"] == 3.0
+    assert two_process_result["shard"] == [0, 1, 2, 3]  # rank 0: the first two blocks of two

@@ -1,0 +1,73 @@
+"""Run by ``torchrun --nproc_per_node 2`` from test_data_parallel.py (gloo, CPU): one update and
+one reward processing on each rank's half of a fixed global batch, through the trainer's own
+code (DDP-wrapped :class:`PolicyLogprobs`, :func:`ppo_update`, :func:`gather_samples` +
+:func:`process_rewards`). Rank 0 writes the results to ``OUT/result.pt``; the test compares them
+with a single process on the whole batch.
+
+    torchrun --nproc_per_node 2 worker_update.py MODEL_DIR OUT_DIR
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dp_common import LOSS_MODES, score_result, step_config, tiny_batch  # noqa: E402
+
+from steadyrl import distributed as dist  # noqa: E402
+from steadyrl.functional import RunningMoments  # noqa: E402
+from steadyrl.models import load_policy  # noqa: E402
+from steadyrl.rollout import Generation  # noqa: E402
+from steadyrl.trainer.forward import PolicyLogprobs  # noqa: E402
+from steadyrl.trainer.global_batch import gather_samples  # noqa: E402
+from steadyrl.trainer.processing import process_rewards  # noqa: E402
+from steadyrl.trainer.update import ppo_update  # noqa: E402
+
+CPU = torch.device("cpu")
+
+try:  # transformers' "Loading weights" bars drown the output
+    from transformers.utils import logging as _hf_logging
+
+    _hf_logging.disable_progress_bar()
+except ImportError:  # pragma: no cover
+    pass
+
+
+def main(model_dir: str, out: Path) -> None:
+    torch.set_num_threads(1)
+    assert dist.init_from_env(use_cuda=False) and dist.world_size() == 2
+    rows = tiny_batch().input_ids.shape[0]
+    mine = slice(dist.rank() * rows // 2, (dist.rank() + 1) * rows // 2)
+    result: dict = {"shard": dist.shard(list(range(8)), unit=2), "sum": dist.all_reduce_sum(dist.rank() + 1)}
+    for mode in LOSS_MODES:
+        policy = load_policy(model_dir, dtype=torch.float32, device=CPU)
+        wrapped = dist.wrap_model(PolicyLogprobs(policy), "ddp", CPU, layers_of=policy)
+        opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+        metrics, steps, skipped = ppo_update(wrapped, opt, tiny_batch().select(mine), step_config(mode),
+                                             kl_coef=0.1, device=CPU)
+        result[mode] = {"params": {k: v.detach().clone() for k, v in policy.state_dict().items()},
+                        "metrics": metrics, "steps": (steps, skipped)}
+    result["processing"] = _processing(mine)
+    if dist.is_main():
+        torch.save(result, out / "result.pt")
+    dist.barrier()
+    dist.teardown()
+
+
+def _processing(mine: slice) -> dict:
+    """Batch-level statistics through gather_samples: each rank's rows of the global result."""
+    batch = tiny_batch().select(mine)
+    gen = Generation(prompt_ids=batch.input_ids[:, :4], prompt_mask=batch.attention_mask[:, :4],
+                     response_ids=batch.response_ids, response_mask=batch.response_mask,
+                     truncated=torch.zeros(len(batch), dtype=torch.bool), completions=[""] * len(batch))
+    whole = gather_samples(score_result(mine), gen, batch, [4] * (len(batch) // 4))
+    running = RunningMoments()
+    processed = process_rewards(whole.result.scores, whole.result.valid, whole.response_mask, whole.truncated,
+                                step_config("token-mean").algorithm, 4, running=running)
+    return {"advantages": whole.mine(processed.advantages), "metrics": processed.metrics,
+            "running": running.state_dict(), "rows": len(whole.result.scores)}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))
