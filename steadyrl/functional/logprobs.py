@@ -45,11 +45,12 @@ __all__ = [
     "logprobs_from_hidden",
 ]
 
-DEFAULT_CHUNK_ELEMENTS = 2**21
-"""Working set of one tile on CPU: 2**21 float32 values (8 MiB), i.e. 512 tokens x 4,096 vocabulary
-entries for :func:`logprobs_from_hidden`, or ~13 whole rows at V = 151,936 for the logits path. Small
-enough that a tile and its copies stay in the last-level cache and that glibc serves them from the
-heap instead of fresh (page-faulting) ``mmap`` s; larger tiles measured slower on CPU, see BENCHMARKS.md."""
+DEFAULT_CHUNK_ELEMENTS = 2**23
+"""Working set of one tile on CPU: 2**23 float32 values (32 MiB), i.e. 2,048 tokens x 4,096 vocabulary
+entries for :func:`logprobs_from_hidden`, or ~55 whole rows at V = 151,936 for the logits path. The
+tile buffers are allocated once per call and reused, so no tile page-faults fresh memory. 2**21 to
+2**24 measured within noise of each other on an idle CPU; the larger tiles run ~4x fewer (threaded)
+ops than 2**21, which matters when other processes share the cores. See BENCHMARKS.md."""
 
 ACCELERATOR_CHUNK_ELEMENTS = 2**25
 """Working set of one tile on an accelerator (128 MiB float32): fewer, larger kernels."""
