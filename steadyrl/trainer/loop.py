@@ -119,11 +119,28 @@ def restore(run: Run, path: Path) -> None:
         run.critic_optimizer.load_state_dict(state["critic_optimizer"])
     dist.load_full_optimizer_state_dict(run.policy, run.optimizer, state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
+    _apply_optim_config(run)
     run.running.load_state_dict(state["running"])
     run.kl_controller.load_state_dict(state["kl_controller"])
     run.sampler.load_state_dict(state["sampler"])
     run.state = RunState(**{k: state[k] for k in vars(RunState()) if k in state})
     _restore_rng(run, state)
+
+
+def _apply_optim_config(run: Run) -> None:
+    """The config's optimizer settings win over the checkpoint's: ``--resume optim.lr=...`` (the
+    way out of a halted run) was silently overridden by the saved learning rate. Only the
+    schedule's position (its step count) and the moment estimates come from the checkpoint;
+    with an unchanged config this sets the same values the checkpoint held."""
+    optim, scheduler = run.config.optim, run.scheduler
+    for optimizer, lr in ((run.optimizer, optim.lr), (run.critic_optimizer, optim.critic_lr)):
+        for group in optimizer.param_groups if optimizer is not None else []:
+            group.update(lr=lr, initial_lr=lr, betas=tuple(optim.betas), eps=optim.eps,
+                         weight_decay=optim.weight_decay)
+    scheduler.base_lrs = [optim.lr] * len(run.optimizer.param_groups)
+    for group, factor in zip(run.optimizer.param_groups, scheduler.lr_lambdas):
+        group["lr"] = optim.lr * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in run.optimizer.param_groups]
 
 
 def run_eval(config: Config, engine, scorer, prompts: list, device: torch.device) -> dict:

@@ -150,3 +150,18 @@ def test_a_step_with_no_valid_sample_does_not_reset_the_run_of_skips(fault_confi
         train(str(config), [], output_dir=str(out))
     steps = _steps(out)
     assert steps[3]["batch/no_valid_sample"] == 1 and steps[4]["health/skipped_steps"] == 2
+
+
+def test_a_halted_run_resumes_with_the_lower_learning_rate_it_is_told_to_use(fault_config, reward, tmp_path):
+    """The way out of a halt, as the message and docs/troubleshooting.md say: ``--resume`` with a
+    lower ``optim.lr``. The checkpoint's optimizer and scheduler state must not override it."""
+    config = _guard_config(fault_config, reward, calls=[2, 3], max_consecutive_skips=2, max_steps=6)
+    out = tmp_path / "run"
+    with pytest.raises(TrainingHalted, match="last at step 3"):
+        train(str(config), [], output_dir=str(out))
+    summary = train(str(config), ["optim.lr=2e-4", "trainer.max_steps=5"], output_dir=str(out), resume=True)
+    assert summary["steps"] == 5 and summary["skipped_steps"] == 2
+    steps = _steps(out)
+    assert [steps[s]["actor/lr"] for s in (1, 2, 3)] == [1e-3] * 3
+    assert [steps[s]["actor/lr"] for s in (4, 5)] == [2e-4] * 2
+    assert all(math.isfinite(steps[s]["actor/grad_norm"]) for s in (4, 5))
