@@ -77,7 +77,7 @@ def save_checkpoint(root: Path, step: int, *, policy, tokenizer, state: dict[str
     torch.save(state, tmp / "state.pt")
     summary = {k: v for k, v in state.items() if isinstance(v, (int, float, str, bool)) or v is None}
     (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **summary}, indent=2))
-    _fsync_dir(tmp)
+    _fsync_tree(tmp)  # on disk before the rename, so a power cut cannot leave step_N empty
     if final.exists():  # re-saving a step (after a resume): swap, never leave a gap
         old = root / f".old-step_{step:06d}-{os.getpid()}"
         os.replace(final, old)
@@ -147,6 +147,20 @@ def _save_model(model, directory: Path, state_dict: dict | None = None) -> None:
         model.save_pretrained(directory, safe_serialization=True)
     else:
         model.save_pretrained(directory, state_dict=state_dict, safe_serialization=True)
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file under ``root``, then every directory (deepest first). Without it the
+    rename can reach the disk before the data: after a power cut ``step_N`` exists with empty
+    files, and the older checkpoints that pruning removed are gone."""
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(directory))
 
 
 def _fsync_dir(path: Path) -> None:

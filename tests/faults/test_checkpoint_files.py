@@ -115,3 +115,26 @@ def test_a_crash_in_the_middle_of_the_swap_keeps_the_step(tmp_path, monkeypatch)
 def test_clean_partial_on_a_missing_directory_is_a_no_op(tmp_path):
     ckpt.clean_partial(tmp_path / "nowhere")
     assert ckpt.latest_checkpoint(tmp_path / "nowhere") is None
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to name fsync'd files")
+def test_every_file_is_on_disk_before_the_checkpoint_is_renamed_into_place(tmp_path, monkeypatch):
+    """A rename may reach the disk before the data it points to: a power cut would then leave a
+    complete-looking step_N of empty files, with the older checkpoints already pruned."""
+    synced, real_fsync, real_replace = set(), os.fsync, os.replace
+
+    def fsync(fd):
+        synced.add(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        if os.path.basename(str(src)).startswith(".tmp-"):
+            files = {os.path.join(d, f) for d, _, fs in os.walk(src) for f in fs}
+            assert files and files <= synced, sorted(files - synced)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ckpt.os, "fsync", fsync)
+    monkeypatch.setattr(ckpt.os, "replace", replace)
+    save(tmp_path, 2)
+    save(tmp_path, 2, "again")  # the swap path too
+    assert tag_of(tmp_path / "step_000002") == "again"
