@@ -254,7 +254,7 @@ def check_parallel(config: Config, device: torch.device, world: int) -> None:
     if ro.prompts_per_step % world:
         raise ConfigError(f"rollout.prompts_per_step = {ro.prompts_per_step} cannot be split over {world} "
                           f"processes: it must be a multiple of the world size (e.g. "
-                          f"{max(world, ro.prompts_per_step // world * world)})")
+                          f"{-(-ro.prompts_per_step // world) * world})")
     if t.mini_batch_size is not None and t.mini_batch_size % world:
         raise ConfigError(f"trainer.mini_batch_size = {t.mini_batch_size} cannot be split over {world} "
                           "processes: it counts samples over all ranks and must be a multiple of the world size")

@@ -1,4 +1,11 @@
-"""The fixed global batch and configs the data-parallel tests share with their torchrun workers."""
+"""What the data-parallel tests share with their torchrun workers: the fixed global batch, the
+configs, and ``torchrun`` in a subprocess (gloo on the CPU, a free local port)."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 
@@ -6,6 +13,8 @@ from steadyrl.config import load_config
 from steadyrl.rewards.scoring import ScoreResult
 from steadyrl.trainer.batch import TrainBatch
 
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 LOSS_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 
@@ -47,3 +56,18 @@ def score_result(rows: slice) -> ScoreResult:
     raw = [float(s) if v else None for s, v in zip(scores, valid)]
     return ScoreResult(names=["r"], weights={"r": 1.0}, raw={"r": raw}, scores=torch.where(valid, scores, 0.0),
                        valid=valid, failures={"r": {"exception": int((~valid).sum())}})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(args: list[str], *, nproc: int = 2, timeout: float = 180) -> subprocess.CompletedProcess:
+    """``torchrun --nproc_per_node nproc ARGS`` on a free local port, from the repository root."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
+               "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import HERE
-from dp_common import LOSS_MODES, score_result, step_config, tiny_batch
+from dp_common import HERE, LOSS_MODES, score_result, step_config, tiny_batch, torchrun
 
 from steadyrl.functional import RunningMoments
 from steadyrl.models import load_policy
@@ -23,7 +22,7 @@ CPU = torch.device("cpu")
 @pytest.fixture(scope="module")
 def two_process_result(tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("dp_update")
-    proc = __import__("conftest").torchrun([str(HERE / "worker_update.py"), str(tiny_model_dir), str(out)])
+    proc = torchrun([str(HERE / "worker_update.py"), str(tiny_model_dir), str(out)])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return torch.load(out / "result.pt", weights_only=False)
 
@@ -35,11 +34,13 @@ def _single_process_update(tiny_model_dir, mode: str):
     return policy.state_dict(), metrics, (steps, skipped)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", LOSS_MODES)
 def test_two_ranks_update_the_parameters_like_one_process(mode, two_process_result, tiny_model_dir):
     params, metrics, steps = _single_process_update(tiny_model_dir, mode)
     got = two_process_result[mode]
     assert got["steps"] == steps == (1, 0)
+    assert got["ranks_agree"]  # rank 1 holds exactly rank 0's parameters
     start = load_policy(str(tiny_model_dir), dtype=torch.float32, device=CPU).state_dict()
     moved = max(float((params[k] - start[k]).abs().max()) for k in params)
     assert moved > 1e-3  # the update really moved the weights
@@ -47,6 +48,7 @@ def test_two_ranks_update_the_parameters_like_one_process(mode, two_process_resu
     assert diff <= 1e-6, f"{mode}: max |diff| {diff:.3g}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", LOSS_MODES)
 def test_update_metrics_are_reduced_over_ranks(mode, two_process_result, tiny_model_dir):
     _, metrics, _ = _single_process_update(tiny_model_dir, mode)
@@ -57,6 +59,7 @@ def test_update_metrics_are_reduced_over_ranks(mode, two_process_result, tiny_mo
         assert got[name] == pytest.approx(metrics[name], rel=1e-5, abs=1e-7), name
 
 
+@pytest.mark.slow
 def test_batch_statistics_of_reward_processing_are_global(two_process_result):
     batch = tiny_batch()
     whole = score_result(slice(None))
@@ -71,6 +74,7 @@ def test_batch_statistics_of_reward_processing_are_global(two_process_result):
         assert got["metrics"][name] == pytest.approx(value, abs=1e-6), name
 
 
+@pytest.mark.slow
 def test_collectives_and_sharding(two_process_result):
     assert two_process_result["sum"] == 3.0
     assert two_process_result["shard"] == [0, 1, 2, 3]  # rank 0: the first two blocks of two

@@ -46,8 +46,10 @@ def main(model_dir: str, out: Path) -> None:
         opt = torch.optim.SGD(policy.parameters(), lr=0.1)
         metrics, steps, skipped = ppo_update(wrapped, opt, tiny_batch().select(mine), step_config(mode),
                                              kl_coef=0.1, device=CPU)
-        result[mode] = {"params": {k: v.detach().clone() for k, v in policy.state_dict().items()},
-                        "metrics": metrics, "steps": (steps, skipped)}
+        params = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+        other = dist.gather_objects(params)[1]
+        result[mode] = {"params": params, "metrics": metrics, "steps": (steps, skipped),
+                        "ranks_agree": all(torch.equal(params[k], other[k]) for k in params)}
     result["processing"] = _processing(mine)
     if dist.is_main():
         torch.save(result, out / "result.pt")
