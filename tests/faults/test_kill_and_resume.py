@@ -3,7 +3,8 @@ exactly where an uninterrupted one does (same metrics, timing aside, and same we
 
 ``python -m steadyrl train`` runs as a real process (10 steps of the tiny model, a checkpoint
 every 2 steps). Run A is killed between checkpoints; run B is killed the moment a
-``.tmp-step_*`` directory appears after its first checkpoint (a save under way). No test hook:
+``.tmp-step_*`` directory appears after its first checkpoint (a save under way) - and the test
+checks that the half-written directory is still there after the kill. No test hook:
 the test watches the run directory. Both are resumed to the end (A and B side by side, to use
 both cores) and compared with an uninterrupted run of the same config, in this process.
 """
@@ -24,29 +25,21 @@ DEADLINE_S = 120
 POLL_S = 0.0005  # a save of the tiny model lasts ~10 ms
 
 
-def _wait_for(procs, condition, what: str):
-    """Poll until ``condition()`` is truthy; every process in ``procs`` must still be running."""
-    end = time.monotonic() + DEADLINE_S
-    while time.monotonic() < end:
-        found = condition()
-        if found:
-            return found
-        for proc in procs:
-            assert proc.poll() is None, f"a run ended (status {proc.returncode}) before {what}"
-        time.sleep(POLL_S)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _kill(proc) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL
 
 
-def _saving(checkpoints: Path, step: int) -> list[str]:
+def _saving(checkpoints: Path, after: int = 0, pid: int | None = None) -> list[str]:
+    """The ``.tmp-step_N-<pid>`` directories (saves under way) with ``N > after``, of process
+    ``pid`` (default: any)."""
     try:
-        return [e.name for e in os.scandir(checkpoints) if e.name.startswith(f".tmp-step_{step:06d}")]
+        names = [e.name for e in os.scandir(checkpoints) if e.name.startswith(".tmp-step_")]
     except FileNotFoundError:
         return []
+    steps_pids = [n.removeprefix(".tmp-step_").split("-") for n in names]
+    return [n for n, (step, owner) in zip(names, steps_pids)
+            if int(step) > after and (pid is None or int(owner) == pid)]
 
 
 def _checkpoints(run_dir: Path) -> list[str]:
@@ -74,27 +67,45 @@ def test_sigkill_mid_run_and_mid_save_then_resume_equals_an_uninterrupted_run(
     )
     a, b = tmp_path / "a", tmp_path / "b"
     proc_a, proc_b = start_train(config, a), start_train(config, b)
+    # Both runs are watched in one loop (their start-ups differ by seconds on a busy machine).
+    # A: killed between checkpoints, once step 3 is logged past step_000002.
+    # B: killed while a checkpoint after step_000002 is being saved. The kill lands within a
+    # millisecond of the save's start and a save lasts ~10 ms; should a loaded machine let the
+    # save finish first anyway, B is resumed and killed in a later save instead.
+    a_killed, b_partial, b_tries = False, None, 0
+    end = time.monotonic() + DEADLINE_S
+    while not (a_killed and b_partial):
+        assert time.monotonic() < end, "timed out waiting for the moments to kill"
+        if not b_partial and (partial := _saving(b / "checkpoints", after=2, pid=proc_b.pid)):
+            _kill(proc_b)
+            b_tries += 1
+            if set(partial) & set(_saving(b / "checkpoints")):
+                b_partial = partial
+            else:
+                assert b_tries < 3, "no kill landed in the middle of a save in three tries"
+                proc_b = start_train(config, b, "--resume")
+        if not a_killed and _last_step(a) >= 3:
+            _kill(proc_a)
+            a_killed = True
+        for proc, done in ((proc_a, a_killed), (proc_b, b_partial)):
+            assert done or proc.poll() is None, f"a run ended (status {proc.returncode}) before it was killed"
+        time.sleep(POLL_S)
 
-    # B: killed while step 4 is being saved, step_000002 complete beside it
-    _wait_for([proc_b], lambda: _saving(b / "checkpoints", 4), "run B saving step 4")
-    _kill(proc_b)
-    assert _saving(b / "checkpoints", 4), "the save finished before the kill: not mid-save"
-    assert [n for n in _checkpoints(b) if n.startswith("step_")] == ["step_000002"]
-    assert _last_step(b) == 4  # the metrics of step 4 were logged before its save
-
-    # A: killed between checkpoints, with step 3 or later logged past step_000002
-    _wait_for([proc_a], lambda: _last_step(a) >= 3, "run A logging step 3")
-    _kill(proc_a)
     saved_a = [n for n in _checkpoints(a) if n.startswith("step_")]
     assert saved_a and _last_step(a) < 10
+    target = int(b_partial[0].removeprefix(".tmp-step_").split("-")[0])
+    resume_b_from = f"step_{target - 2:06d}"
+    assert [n for n in _checkpoints(b) if n.startswith("step_")][-1] == resume_b_from  # intact
+    assert _last_step(b) == target  # the metrics of the step were logged before its save
 
     resumed_a, resumed_b = start_train(config, a, "--resume"), start_train(config, b, "--resume")
     reference = tmp_path / "reference"
     train(str(config), [], output_dir=str(reference))  # meanwhile, in this process
     log_a, log_b = _finish(resumed_a, a), _finish(resumed_b, b)
     assert f"checkpoints/{saved_a[-1]} (step" in log_a
-    assert "checkpoints/step_000002 (step 2)" in log_b  # not the half-written step 4
-    assert not _saving(b / "checkpoints", 4)  # cleaned away
+    resumed = [line for line in log_b.splitlines() if line.startswith("resumed from")]
+    assert resumed[-1].endswith(f"checkpoints/{resume_b_from} (step {target - 2})")  # not the half-written one
+    assert not _saving(b / "checkpoints")  # cleaned away
 
     ref_rows, ref_weights = read_run(reference)
     assert [r["step"] for r in ref_rows] == list(range(1, 11))
