@@ -164,13 +164,34 @@ def _sample_rows(extras: dict, limit: int = 8) -> list[dict]:
     return rows
 
 
-def _show_failures(extras: dict, shown: set[str]) -> None:
-    if not dist.is_main():  # rank 0's result holds every rank's errors
-        return
-    for name, text in extras["result"].errors.items():
+SKIP_METRICS = ("actor/loss", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "reward/min", "reward/max")
+"""What a step with a skipped optimizer step prints (non-finite values print as inf / nan)."""
+
+
+def _report(run: Run, step: int, metrics: dict, extras: dict, shown: set[str], skipped_before: int) -> None:
+    """Say what went wrong in step ``step`` and count it in ``health/warnings``: the first
+    traceback of each failing reward function, every skipped optimizer step with its offending
+    metrics, the first step with no valid sample (later ones are in ``batch/no_valid_sample``)."""
+    notes = []
+    for name, text in extras["result"].errors.items():  # rank 0's result holds every rank's errors
         if text and name not in shown:
             shown.add(name)
-            print(f"steadyrl: reward function {name!r} failed on some samples (shown once):\n{text}", flush=True)
+            notes.append(f"reward function {name!r} failed on some samples (shown once):\n{text}")
+    skipped = run.state.skipped_steps - skipped_before
+    if skipped:
+        offending = ", ".join(f"{k}={metrics[k]:.4g}" for k in SKIP_METRICS if k in metrics)
+        notes.append(f"step {step}: skipped {skipped} optimizer step(s) with a non-finite loss or gradient "
+                     f"norm ({offending}); the weights are unchanged")
+    if metrics.get("batch/no_valid_sample") and "batch/no_valid_sample" not in shown:
+        shown.add("batch/no_valid_sample")
+        notes.append(f"step {step}: no sample could enter the loss (reward/valid_frac = "
+                     f"{metrics.get('reward/valid_frac', 0):.3g}); nothing was trained on this step "
+                     "(shown once; batch/no_valid_sample marks such steps)")
+    run.state.warnings += len(notes)
+    metrics["health/warnings"] = run.state.warnings
+    if dist.is_main():
+        for note in notes:
+            print(f"steadyrl: {note}", flush=True)
 
 
 def _halt_if_stuck(run: Run, step: int) -> None:
@@ -236,10 +257,11 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
         bar = progress(config.trainer.max_steps - run.state.step, "train", is_main_process=dist.is_main())
         with bar:
             for step in range(run.state.step + 1, config.trainer.max_steps + 1):
+                skipped_before = run.state.skipped_steps
                 metrics, extras = train_step(run, engine, step)
                 run.state.step = step
                 run.state.wall_time_s = elapsed_before + time.time() - started
-                _show_failures(extras, shown)
+                _report(run, step, metrics, extras, shown, skipped_before)
                 every = config.trainer.samples_every
                 if every and step % every == 0:
                     tracker.log_samples(_sample_rows(extras), step)

@@ -11,6 +11,7 @@ the run with a one-line message (CLI exit status 1) and a checkpoint of the last
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -48,14 +49,19 @@ def _guard_config(fault_config, reward, calls, **trainer):
 
 
 def test_a_step_with_an_overflowing_gradient_is_skipped_counted_and_logged(
-        fault_config, reward, checkpoint_weights, tmp_path):
+        fault_config, reward, checkpoint_weights, tmp_path, capsys):
     config = _guard_config(fault_config, reward, calls=[2])
     out = tmp_path / "run"
     summary = train(str(config), [], output_dir=str(out))
     assert summary["steps"] == 4 and summary["skipped_steps"] == 1
+    printed = capsys.readouterr().out
+    notes = [line for line in printed.splitlines() if "non-finite" in line]
+    assert len(notes) == 1 and notes[0].startswith("steadyrl: step 2: skipped 1 optimizer step(s)")
+    assert re.search(r"actor/grad_norm=(inf|nan)", notes[0]) and "reward/max=1e+38" in notes[0]
 
     steps = _steps(out)
     assert [steps[s]["health/skipped_steps"] for s in (1, 2, 3, 4)] == [0, 1, 1, 1]
+    assert [steps[s]["health/warnings"] for s in (1, 2, 3, 4)] == [0, 1, 1, 1]
     poisoned = steps[2]
     assert poisoned["reward/max"] == pytest.approx(1e38, rel=1e-6)  # what caused it is in the log
     assert poisoned["actor/grad_norm"] is None  # inf, written as null: the offending metric is there

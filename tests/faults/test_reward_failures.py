@@ -66,6 +66,8 @@ def test_exceptions_and_timeouts_fail_their_calls_and_the_first_traceback_is_sho
     assert text.count("reward function 'sleeps' failed on some samples (shown once)") == 1
     assert "timed out after 1 s" in text
     assert "'partial_reverse' failed" not in text
+    assert text.count("no sample could enter the loss") == 1  # step 2; step 3 is only counted
+    assert [steps[s]["health/warnings"] for s in (1, 2, 3, 4)] == [0, 2, 3, 3]
 
 
 def test_a_reward_that_fails_for_every_sample_skips_training_without_crashing(
