@@ -263,7 +263,7 @@ def load_full_model_state_dict(model: nn.Module, state: dict[str, torch.Tensor])
     """Load a full state dict into an FSDP2 model (every rank passes the same full tensors)."""
     from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
-    set_model_state_dict(model, state, options=_state_dict_options(strict=False))
+    set_model_state_dict(model, dict(state), options=_state_dict_options(strict=False))  # it rewrites the dict
 
 
 def _trainable_names(model: nn.Module) -> list[str]:
@@ -294,12 +294,14 @@ def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     named = get_optimizer_state_dict(model, optimizer, options=_state_dict_options(cpu_offload=True))
+    if "param_groups" not in named:  # ranks other than 0 get nothing with cpu_offload
+        return named
     return optimizer_state_to_indices(named, _trainable_names(model))
 
 
 def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
     """Load a position-keyed full optimizer state (from any world size) into ``optimizer``."""
-    if not is_fsdp(model):
+    if not is_fsdp(model) or not state["state"]:  # no per-parameter tensors: nothing to shard
         optimizer.load_state_dict(state)
         return
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
@@ -313,12 +315,13 @@ def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Opti
 class FSDPGenerator:
     """What the HF engine generates with when the policy is sharded with FSDP2 (CUDA, untested).
 
-    ``generate`` gathers every sharded module's full parameters once (one all-gather per
-    module, not one per generated token), keeps them gathered through the whole call (no
-    reshard after each forward), and routes the call through the FSDP root's ``forward`` so
-    the root's parameters (embeddings, final norm, LM head) are gathered too; afterwards every
-    module is resharded. No collective runs inside ``generate`` itself, so ranks may generate
-    different numbers of tokens. The full parameters of the model must fit on one GPU.
+    ``generate`` runs through the FSDP root's ``forward`` (so the root's own parameters —
+    embeddings, final norm, LM head — are gathered, and FSDP's lazy initialisation happens as
+    for any forward) with every sharded module told not to reshard after its forward: the
+    first forward of the call (the prompt's) all-gathers each decoder layer once, and the
+    following decoding steps reuse the gathered parameters, with no collective — so ranks may
+    generate different numbers of tokens. Afterwards every module is resharded. The full
+    parameters of the model must fit on one GPU during generation.
     """
 
     def __init__(self, root: nn.Module, model: nn.Module):
@@ -327,6 +330,9 @@ class FSDPGenerator:
 
     def parameters(self):
         return self.model.parameters()
+
+    def named_parameters(self, *args, **kwargs):
+        return self.model.named_parameters(*args, **kwargs)
 
     @property
     def training(self) -> bool:
@@ -344,12 +350,13 @@ class FSDPGenerator:
     def generate(self, **kwargs):
         cls = _fsdp_module_class()
         modules = [m for m in self.root.modules() if isinstance(m, cls)]
-        for m in modules:
+        keep = [m for m in modules if hasattr(m, "set_reshard_after_forward")]  # torch >= 2.6
+        for m in keep:
             m.set_reshard_after_forward(False, recurse=False)
-            m.unshard()
         try:
             return self.root(generate=kwargs)
         finally:
             for m in modules:
                 m.reshard()
+            for m in keep:
                 m.set_reshard_after_forward(m is not self.root, recurse=False)

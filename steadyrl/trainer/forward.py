@@ -52,13 +52,22 @@ class PolicyLogprobs(nn.Module):
             hidden = out.last_hidden_state[:, p - 1 : p - 1 + r]
             result = logprobs_from_hidden(hidden, head.weight, response_ids, temperature,
                                           return_entropy=with_entropy, chunk_size=chunk_size, bias=head.bias)
-            return result if with_entropy else (result, None)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         use_cache=False, logits_to_keep=r + 1)
-        logits = out.logits[:, :-1]
-        if with_entropy:
-            return logprobs_and_entropy_from_logits(logits, response_ids, temperature, chunk_size)
-        return logprobs_from_logits(logits, response_ids, temperature, chunk_size), None
+            logp, entropy = result if with_entropy else (result, None)
+        else:
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             use_cache=False, logits_to_keep=r + 1)
+            logits = out.logits[:, :-1]
+            if with_entropy:
+                logp, entropy = logprobs_and_entropy_from_logits(logits, response_ids, temperature, chunk_size)
+            else:
+                logp, entropy = logprobs_from_logits(logits, response_ids, temperature, chunk_size), None
+        return _not_a_view(logp), _not_a_view(entropy)
+
+
+def _not_a_view(x: torch.Tensor | None) -> torch.Tensor | None:
+    """FSDP hooks the outputs of a module's forward for its backward; an in-place op on a view
+    would lose that hook, so outputs are returned as tensors of their own ([B, R]: cheap)."""
+    return x.clone() if x is not None and x._base is not None else x
 
 
 def as_logprob_module(model: nn.Module) -> nn.Module:

@@ -220,7 +220,9 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
 def _start(config: Config, output_dir: str | None, resume: bool, overwrite: bool, started: float) -> dict:
     out = Path(dist.gather_objects(str(resolve_output_dir(config, output_dir)))[0])  # rank 0's time stamp
     prepare_output_dir(out, resume, overwrite)
-    ckpt.clean_partial(out / "checkpoints")
+    if dist.is_main():  # one rank repairs a shared directory; the others then see the result
+        ckpt.clean_partial(out / "checkpoints")
+    dist.barrier()
     latest = ckpt.latest_checkpoint(out / "checkpoints") if resume else None
     if dist.is_main():
         save_config(config, out / "config.yaml")

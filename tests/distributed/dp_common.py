@@ -16,6 +16,7 @@ from steadyrl.trainer.batch import TrainBatch
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 LOSS_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+FSDP_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 def tiny_batch(rows: int = 16, prompt: int = 4, response: int = 6) -> TrainBatch:
@@ -64,10 +65,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
 def torchrun(args: list[str], *, nproc: int = 2, timeout: float = 180) -> subprocess.CompletedProcess:
     """``torchrun --nproc_per_node nproc ARGS`` on a free local port, from the repository root."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
                "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO)
+
+
+def launch(args: list[str], *, nproc: int = 2, timeout: float = 180) -> subprocess.CompletedProcess:
+    """What torchrun does for one node, without its agent process (4 s of start-up saved per
+    run): ``python ARGS`` in ``nproc`` processes with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR
+    and MASTER_PORT set. The return code is the first non-zero one; outputs are concatenated."""
+    port = str(free_port())
+    procs = []
+    for rank in range(nproc):
+        env = {**_env(), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
+               "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+        procs.append(subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env, cwd=REPO))
+    outs = []
+    try:
+        for proc in procs:
+            outs.append(proc.communicate(timeout=timeout))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    codes = [proc.returncode for proc in procs]
+    return subprocess.CompletedProcess(args, next((c for c in codes if c), 0),
+                                       "".join(o for o, _ in outs), "".join(e for _, e in outs))

@@ -1,7 +1,8 @@
 """``torchrun --nproc_per_node 2 -m steadyrl train`` on the CPU (gloo) with the tiny model:
 one metrics.jsonl and one set of checkpoints written by rank 0 alone, every rank's RNG state in
 the checkpoint, a crash resumed with 2 processes reproduces the uninterrupted run exactly, the
-2-process checkpoint resumes in 1 process."""
+2-process checkpoint resumes in 1 process. The same loop with FSDP2 (on gloo: see
+worker_train_fsdp.py) writes full weights and optimizer state that resume in 1 process."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import shutil
 import pytest
 import torch
 import yaml
-from dp_common import torchrun
+from dp_common import HERE, launch, torchrun
 
 from steadyrl.tracking import read_metrics
 from steadyrl.trainer import train
@@ -95,7 +96,7 @@ def test_a_crash_resumed_on_two_processes_equals_the_uninterrupted_run(two_proce
     (crashed / "summary.json").unlink()
     lines = (crashed / "metrics.jsonl").read_text().splitlines(keepends=True)
     (crashed / "metrics.jsonl").write_text("".join(lines[:3]))  # eval at step 0, steps 1 and 2
-    proc = torchrun(["-m", "steadyrl", "train", str(config_path), "--output-dir", str(crashed), "--resume"])
+    proc = launch(["-m", "steadyrl", "train", str(config_path), "--output-dir", str(crashed), "--resume"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert _comparable(read_metrics(crashed)) == _comparable(read_metrics(out))
 
@@ -110,3 +111,23 @@ def test_a_two_process_checkpoint_resumes_in_one_process(two_process_run, config
     metrics = read_metrics(again)
     assert [m["step"] for m in metrics] == [0, 1, 2, 3, 4] and metrics[-1]["actor/grad_norm"] > 0
 
+
+
+@pytest.mark.slow
+def test_an_fsdp_run_checkpoints_full_weights_that_resume_in_one_process(config_path, tmp_path, tiny_model_dir):
+    out = tmp_path / "fsdp"
+    proc = launch([str(HERE / "worker_train_fsdp.py"), str(config_path), "--output-dir", str(out),
+                     "trainer.parallel=fsdp", "trainer.max_steps=2", "trainer.samples_every=0"])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [m["step"] for m in read_metrics(out)] == [0, 1, 2] and read_metrics(out)[2]["actor/approx_kl"] > 0
+    from steadyrl.models import load_policy
+
+    saved = load_policy(str(out / "checkpoints" / "step_000002" / "policy"), dtype=torch.float32,
+                        device=torch.device("cpu")).state_dict()
+    start = load_policy(str(tiny_model_dir), dtype=torch.float32, device=torch.device("cpu")).state_dict()
+    assert {k: v.shape for k, v in saved.items()} == {k: v.shape for k, v in start.items()}  # full, not shards
+    assert any(not torch.equal(saved[k], start[k]) for k in saved)
+    state = torch.load(out / "checkpoints" / "step_000002" / "state.pt", weights_only=False)
+    assert sorted(state["optimizer"]["state"]) == list(range(len(state["optimizer"]["state"])))  # by position
+    summary = train(str(config_path), ["trainer.max_steps=3"], output_dir=str(out), resume=True)
+    assert summary["steps"] == 3 and read_metrics(out)[-1]["actor/grad_norm"] > 0

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dp_common import LOSS_MODES, score_result, step_config, tiny_batch  # noqa: E402
+from dp_common import FSDP_MODES, LOSS_MODES, score_result, step_config, tiny_batch  # noqa: E402
 
 from steadyrl import distributed as dist  # noqa: E402
 from steadyrl.functional import RunningMoments  # noqa: E402
@@ -50,11 +50,47 @@ def main(model_dir: str, out: Path) -> None:
         other = dist.gather_objects(params)[1]
         result[mode] = {"params": params, "metrics": metrics, "steps": (steps, skipped),
                         "ranks_agree": all(torch.equal(params[k], other[k]) for k in params)}
+    for mode in FSDP_MODES:
+        policy = load_policy(model_dir, dtype=torch.float32, device=CPU)
+        sharded = dist.wrap_model(PolicyLogprobs(policy), "fsdp", CPU, layers_of=policy)
+        opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+        ppo_update(sharded, opt, tiny_batch().select(mine), step_config(mode), kl_coef=0.1, device=CPU)
+        result[f"fsdp/{mode}"] = dist.full_model_state_dict(policy)
+    result["fsdp/generation"], result["fsdp/state"] = _fsdp_generation_and_state(model_dir, mine)
     result["processing"] = _processing(mine)
     if dist.is_main():
         torch.save(result, out / "result.pt")
     dist.barrier()
     dist.teardown()
+
+
+def _fsdp_generation_and_state(model_dir: str, mine: slice):
+    """FSDP2 (on gloo: the CUDA-only parts aside): generation through FSDPGenerator with a
+    different length on each rank, then an AdamW update whose full weights and optimizer state,
+    saved and loaded into a freshly sharded model, come back identical."""
+    from steadyrl.models import load_tokenizer
+    from steadyrl.rollout import HFEngine
+
+    policy = load_policy(model_dir, dtype=torch.float32, device=CPU)
+    sharded = dist.wrap_model(PolicyLogprobs(policy), "fsdp", CPU, layers_of=policy)
+    tokenizer = load_tokenizer(model_dir)
+    engine = HFEngine(dist.FSDPGenerator(sharded, policy), tokenizer)
+    torch.manual_seed(dist.rank())
+    lengths = []
+    for new_tokens in (3 + 4 * dist.rank(), 2):  # ranks decode different numbers of tokens
+        gen = engine.generate([tokenizer("abc=")["input_ids"]], 2, max_new_tokens=new_tokens)
+        lengths.append(gen.response_ids.shape[1])
+    opt = torch.optim.AdamW(policy.parameters(), lr=0.01)
+    ppo_update(sharded, opt, tiny_batch().select(mine), step_config("token-mean"), kl_coef=0.1, device=CPU)
+    weights, state = dist.full_model_state_dict(policy), dist.full_optimizer_state_dict(policy, opt)
+    shared = dist.gather_objects((weights, state))[0]  # rank 0's full copies, to every rank
+    fresh = load_policy(model_dir, dtype=torch.float32, device=CPU)
+    dist.wrap_model(PolicyLogprobs(fresh), "fsdp", CPU, layers_of=fresh)
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.01)
+    dist.load_full_model_state_dict(fresh, shared[0])
+    dist.load_full_optimizer_state_dict(fresh, fresh_opt, shared[1])
+    again = (dist.full_model_state_dict(fresh), dist.full_optimizer_state_dict(fresh, fresh_opt))
+    return lengths, {"saved": shared, "reloaded": again}
 
 
 def _processing(mine: slice) -> dict:
