@@ -71,6 +71,10 @@ def sleeps(prompts, completions, answer, counter, calls=(), seconds=30.0, **colu
     return [0.5] * len(completions)
 
 
+def constant(prompts, completions, value=1.0, **columns):
+    return [value] * len(completions)
+
+
 def always_raises(prompts, completions, answer, **columns):
     raise RuntimeError("this reward is broken for every sample")
 '''

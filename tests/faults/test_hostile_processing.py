@@ -8,7 +8,8 @@ and reference log-probs) and hostile batches: scores of +-1e6 and 1e-30, all equ
 scores marked invalid, groups of one, empty responses, responses at the length limit. Every
 output tensor and every metric must be finite, and advantages must be 0 on padding and on
 samples that leave the loss. A few such batches then go through ``ppo_update`` on the tiny
-model: its weights stay finite.
+model: its weights stay finite. Last, whole runs of ``train`` on rewards of +-1e6, all-equal
+rewards, groups of one and responses cut at the length limit: no metric is NaN or inf.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from steadyrl.config import load_config
 from steadyrl.config.schema import AlgorithmConfig, KLEstimator
 from steadyrl.functional import ADVANTAGE_ESTIMATORS, NORM_TYPES, RunningMoments
 from steadyrl.models import load_policy
+from steadyrl.trainer import train
 from steadyrl.trainer.batch import TrainBatch
 from steadyrl.trainer.processing import process_rewards
 from steadyrl.trainer.update import ppo_update
@@ -236,3 +238,44 @@ def test_normalised_advantages_do_not_depend_on_the_reward_scale(estimator, opti
     reference = advantages(scores)
     assert reference.abs().max() > 0.1
     torch.testing.assert_close(advantages(scores * magnitude), reference, rtol=1e-4, atol=1e-4)
+
+
+# --- and end to end, through steadyrl.trainer.train -----------------------------------------------
+def _all_finite_metrics(run_dir) -> list[dict]:
+    from steadyrl.tracking import read_jsonl
+
+    rows = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["step"] > 0]
+    for m in rows:
+        bad = [k for k, v in m.items() if v is None or (isinstance(v, float) and not math.isfinite(v))]
+        assert not bad, (m["step"], bad)  # a null in metrics.jsonl is a NaN or inf
+    return rows
+
+
+@pytest.mark.parametrize("preset", ["grpo", "dr_grpo", "ppo", "rloo", "reinforce_plus_plus"])
+def test_rewards_of_1e6_train_with_finite_metrics_and_weights(preset, fault_config, reward, checkpoint_weights,
+                                                               tmp_path):
+    config = fault_config(rewards=[reward("huge", calls=[1, 2], value=1e6)], algorithm={"preset": preset},
+                          trainer={"max_steps": 2})
+    train(str(config), [], output_dir=str(tmp_path / "run"))
+    rows = _all_finite_metrics(tmp_path / "run")
+    assert [m["health/skipped_steps"] for m in rows] == [0, 0]
+    weights = checkpoint_weights(tmp_path / "run" / "checkpoints" / "step_000002")
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+@pytest.mark.parametrize("case", [
+    {"rewards": "constant", "algorithm": {"preset": "grpo"}},  # all equal: every group std 0
+    {"rewards": "constant", "algorithm": {"preset": "ppo"}},
+    {"rollout": {"group_size": 1}, "algorithm": {"preset": "grpo"}},  # groups of one
+    {"rollout": {"group_size": 1}, "algorithm": {"preset": "rloo"}},
+    {"rollout": {"max_new_tokens": 1}, "algorithm": {"preset": "reinforce_plus_plus"}},  # all at the limit
+    {"rollout": {"max_new_tokens": 1}, "algorithm": {"preset": "grpo", "mask_truncated": True}},  # none left
+], ids=["equal-grpo", "equal-ppo", "group1-grpo", "group1-rloo", "limit-rpp", "limit-masked"])
+def test_degenerate_batches_train_with_finite_metrics(case, fault_config, reward, tmp_path):
+    sections = {k: v for k, v in case.items() if k != "rewards"}
+    if "rewards" in case:
+        sections["rewards"] = [reward(case["rewards"])]
+    config = fault_config(**sections, trainer={"max_steps": 2})
+    train(str(config), [], output_dir=str(tmp_path / "run"))
+    rows = _all_finite_metrics(tmp_path / "run")
+    assert [m["health/skipped_steps"] for m in rows] == [0, 0]
