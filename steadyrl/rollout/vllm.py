@@ -134,15 +134,19 @@ def generation_from_outputs(outputs, prompt_ids: list[list[int]], n: int, *, pad
 
 
 def _build_llm(llm_class, kwargs: dict):
-    """``LLM(**kwargs)``, dropping the options an older vLLM does not know (named in its error)."""
-    optional = ("logprobs_mode", "enable_sleep_mode")
-    try:
-        return llm_class(**kwargs), True
-    except (TypeError, ValueError) as exc:
-        unknown = [k for k in optional if k in kwargs and k in str(exc)]
-        if not unknown:
-            raise
-        return llm_class(**{k: v for k, v in kwargs.items() if k not in unknown}), "logprobs_mode" not in unknown
+    """``(LLM(**kwargs), processed log-probs?)``, dropping the options an older vLLM does not
+    know (each named in its error) one at a time."""
+    optional = ("logprobs_mode", "enable_sleep_mode", "generation_config")
+    kwargs = dict(kwargs)
+    while True:
+        try:
+            return llm_class(**kwargs), "logprobs_mode" in kwargs
+        except (TypeError, ValueError) as exc:
+            unknown = [k for k in optional if k in kwargs and k in str(exc)]
+            if not unknown:
+                raise
+            for k in unknown:
+                del kwargs[k]
 
 
 class VLLMEngine:
@@ -171,6 +175,7 @@ class VLLMEngine:
             "gpu_memory_utilization": rollout_config.vllm.gpu_memory_utilization,
             "enable_sleep_mode": self.sleep_mode,
             "logprobs_mode": "processed_logprobs",
+            "generation_config": "vllm",  # the model's generation_config.json must not change the sampling
         }
         if max_model_len:
             kwargs["max_model_len"] = max_model_len

@@ -145,3 +145,21 @@ def test_the_vllm_engine_module_imports_without_vllm_and_refuses_clearly():
         pytest.skip("vllm is installed")
     with pytest.raises(ConfigError, match="rollout.engine = 'vllm' needs the vllm extra"):
         vllm_engine.VLLMEngine(None, None, load_config(None, []).rollout)
+
+
+def test_options_an_older_vllm_does_not_know_are_dropped_one_by_one():
+    from steadyrl.rollout.vllm import _build_llm
+
+    class OldLLM:
+        def __init__(self, model, **options):
+            for name in ("logprobs_mode", "generation_config"):
+                if name in options:
+                    raise TypeError(f"__init__() got an unexpected keyword argument '{name}'")
+            self.options = options
+
+    llm, processed = _build_llm(OldLLM, {"model": "m", "logprobs_mode": "processed_logprobs",
+                                         "generation_config": "vllm", "enable_sleep_mode": True})
+    assert llm.options == {"enable_sleep_mode": True} and processed is False
+    with pytest.raises(TypeError, match="seed"):
+        _build_llm(lambda model, **o: (_ for _ in ()).throw(TypeError("unexpected keyword argument 'seed'")),
+                   {"model": "m", "seed": 1})
