@@ -24,8 +24,8 @@ single process computes on the whole batch. Metrics are reduced over ranks in
 gradient norm, so every rank steps or skips together.
 
 Before the optimizer touches anything the gradient norm is clipped to ``max_grad_norm``; a
-non-finite loss or gradient norm skips the step (gradients dropped, parameters and optimizer
-state untouched) and is counted.
+non-finite loss or gradient norm, of the policy or of the critic, skips the step for both
+(gradients dropped, parameters and optimizer states untouched) and is counted.
 """
 
 from __future__ import annotations
@@ -142,14 +142,18 @@ def _critic_micro_step(critic, m: TrainBatch, config: Config, agg: dict, metrics
     return loss
 
 
-def _optimizer_step(params, optimizer, max_grad_norm: float, loss_total: float) -> tuple[float, bool]:
-    """Clip and step; a non-finite loss or norm drops the gradients instead. -> (norm, stepped)."""
+def _clip(params, max_grad_norm: float, loss_total: float) -> tuple[float, bool]:
+    """Clip the gradients -> ``(norm before clipping, loss and norm both finite)``."""
     norm = dist.grad_norm_value(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
-    ok = _is_finite(norm) and _is_finite(loss_total)
-    if ok:
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return norm, ok
+    return norm, _is_finite(norm) and _is_finite(loss_total)
+
+
+def _step_or_drop(optimizers, ok: bool) -> None:
+    """Step every optimizer, or none (a non-finite policy *or* critic loss drops all gradients)."""
+    for optimizer in optimizers:
+        if ok:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
 
 def _gradient_scale(policy, critic) -> int:
@@ -202,13 +206,15 @@ def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef:
                         (closs * scale).backward()
                     critic_total += float(closs.detach())
             loss_total = dist.all_reduce_sum(loss_total)  # global: every rank decides the same
-            norm, ok = _optimizer_step(params, optimizer, config.optim.max_grad_norm, loss_total)
+            norm, ok = _clip(params, config.optim.max_grad_norm, loss_total)
             metrics.optimizer_steps += 1
             metrics.same("actor/grad_norm", norm)  # NaN/inf kept: it is what the user must see
             metrics.same("actor/loss", loss_total)
-            skipped += not ok
             if critic is not None:
                 critic_total = dist.all_reduce_sum(critic_total)
-                cnorm, _ = _optimizer_step(critic_params, critic_optimizer, config.optim.max_grad_norm, critic_total)
+                cnorm, critic_ok = _clip(critic_params, config.optim.max_grad_norm, critic_total)
                 metrics.same("critic/grad_norm", cnorm)
+                ok = ok and critic_ok  # a critic that cannot learn is counted, not skipped silently
+            _step_or_drop([optimizer, critic_optimizer] if critic is not None else [optimizer], ok)
+            skipped += not ok
     return metrics.result(), metrics.optimizer_steps, skipped

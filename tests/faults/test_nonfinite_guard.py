@@ -171,3 +171,23 @@ def test_a_halted_run_resumes_with_the_lower_learning_rate_it_is_told_to_use(fau
     assert [steps[s]["actor/lr"] for s in (1, 2, 3)] == [1e-3] * 3
     assert [steps[s]["actor/lr"] for s in (4, 5)] == [2e-4] * 2
     assert all(math.isfinite(steps[s]["actor/grad_norm"]) for s in (4, 5))
+
+
+def test_a_critic_whose_loss_overflows_is_counted_not_skipped_silently(
+        fault_config, reward, checkpoint_weights, tiny_model_dir, tmp_path):
+    """PPO on rewards of 1e20: the policy's advantages are whitened (finite), but the critic's
+    value loss (V - R)^2 ~ 1e40 overflows float32. Its step used to be dropped without a count,
+    so the run trained on for ever with a critic that never learned; now the optimizer step is
+    skipped for both models, counted, and the run halts."""
+    config = fault_config(rewards=[reward("huge", calls=[1, 2, 3, 4], value=1e20)],
+                          algorithm={"preset": "ppo"}, trainer={"max_steps": 4, "max_consecutive_skips": 3})
+    with pytest.raises(TrainingHalted, match="last at step 3"):
+        train(str(config), [], output_dir=str(tmp_path / "run"))
+    steps = _steps(tmp_path / "run")
+    assert [steps[s]["health/skipped_steps"] for s in (1, 2, 3)] == [1, 2, 3]
+    assert all(steps[s]["critic/grad_norm"] is None for s in (1, 2, 3))
+    assert all(math.isfinite(steps[s]["actor/grad_norm"]) for s in (1, 2, 3))  # the policy alone was fine
+    from safetensors.torch import load_file
+
+    initial = load_file(tiny_model_dir / "model.safetensors")
+    _assert_same(checkpoint_weights(tmp_path / "run" / "checkpoints" / "step_000003"), initial)  # nor moved
