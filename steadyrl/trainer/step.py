@@ -78,6 +78,16 @@ def _length_metrics(whole: GlobalSamples) -> dict[str, float]:
     }
 
 
+def _sample_metrics(whole: GlobalSamples, processed, tis_metrics: dict[str, float]) -> dict[str, float]:
+    """Rewards, processing, lengths and critic metrics of the step's samples, all ranks together."""
+    metrics = {**reward_metrics(whole.result), **processed.metrics, **tis_metrics, **_length_metrics(whole)}
+    if whole.values is not None:
+        metrics["critic/values_mean"] = float(masked_mean(whole.values, processed.loss_mask))
+        metrics["critic/explained_variance"] = float(explained_variance(whole.values, processed.returns,
+                                                                        processed.loss_mask))
+    return metrics
+
+
 def _importance_correction(run: Run, whole: GlobalSamples, advantages: torch.Tensor,
                            loss_mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
     """Truncated importance sampling when the engine returned its log-probs (vLLM) and
@@ -134,14 +144,7 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     run.state.skipped_steps += skipped
     # skipped optimizer steps in a row (trainer.max_consecutive_skips); one that went through resets it
     run.state.consecutive_skips = run.state.consecutive_skips + skipped if skipped == steps else 0
-    metrics.update(reward_metrics(whole.result))
-    metrics.update(processed.metrics)
-    metrics.update(tis_metrics)
-    metrics.update(_length_metrics(whole))
-    if whole.values is not None:
-        metrics["critic/values_mean"] = float(masked_mean(whole.values, processed.loss_mask))
-        metrics["critic/explained_variance"] = float(explained_variance(whole.values, processed.returns,
-                                                                        processed.loss_mask))
+    metrics.update(_sample_metrics(whole, processed, tis_metrics))
     tokens = whole.tokens
     metrics.update({
         "kl/coef": run.kl_controller.value,
