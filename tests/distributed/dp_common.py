@@ -35,6 +35,8 @@ def tiny_batch(rows: int = 16, prompt: int = 4, response: int = 6) -> TrainBatch
         advantages=torch.randn(rows, response, generator=g) * response_mask,
         ref_logprobs=-2.5 + 0.3 * torch.randn(rows, response, generator=g),
         old_logprobs=-2.4 + 0.1 * torch.randn(rows, response, generator=g),
+        values=0.1 * torch.randn(rows, response, generator=g) * response_mask,
+        returns=torch.randn(rows, response, generator=g) * response_mask,
     )
 
 
@@ -99,3 +101,27 @@ def launch(args: list[str], *, nproc: int = 2, timeout: float = 180) -> subproce
     codes = [proc.returncode for proc in procs]
     return subprocess.CompletedProcess(args, next((c for c in codes if c), 0),
                                        "".join(o for o, _ in outs), "".join(e for _, e in outs))
+
+
+def critic_update(model_dir: str, batch: TrainBatch, wrap=None) -> dict:
+    """One PPO update with a critic (value loss with the global token count); the critic's
+    parameters after it. ``wrap(module, layers_of)`` wraps the policy and the critic (DDP)."""
+    from steadyrl.models import ValueModel, load_policy
+    from steadyrl.trainer.forward import PolicyLogprobs
+    from steadyrl.trainer.update import ppo_update
+
+    cpu = torch.device("cpu")
+    policy = load_policy(model_dir, dtype=torch.float32, device=cpu)
+    critic = ValueModel.from_pretrained(model_dir, dtype=torch.float32, device=cpu)
+    torch.nn.init.normal_(critic.value_head.weight, std=0.1, generator=torch.Generator().manual_seed(2))
+    train_policy, train_critic = PolicyLogprobs(policy), critic
+    if wrap is not None:
+        train_policy, train_critic = wrap(train_policy, policy), wrap(critic, critic)
+    opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+    critic_opt = torch.optim.SGD(critic.parameters(), lr=0.1)
+    config = load_config(None, ["trainer.device=cpu", "algorithm.preset=ppo", "trainer.micro_batch_size=3",
+                                "algorithm.value_clip=0.2", "optim.max_grad_norm=1e6"])
+    metrics, _, _ = ppo_update(train_policy, opt, batch, config, kl_coef=0.0, critic=train_critic,
+                               critic_optimizer=critic_opt, device=cpu)
+    return {"critic": {k: v.detach().clone() for k, v in critic.state_dict().items()},
+            "value_loss": metrics["critic/value_loss"], "vf_clipfrac": metrics["critic/vf_clipfrac"]}

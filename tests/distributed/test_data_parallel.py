@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from dp_common import FSDP_MODES, HERE, LOSS_MODES, launch, score_result, step_config, tiny_batch
+from dp_common import (FSDP_MODES, HERE, LOSS_MODES, critic_update, launch, score_result, step_config,
+                       tiny_batch)
 
 from steadyrl.functional import RunningMoments
 from steadyrl.models import load_policy
@@ -111,3 +112,13 @@ def test_fsdp_full_state_loads_back_into_a_sharded_model(two_process_result):
     for i, slot in optim["state"].items():
         for name in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(slot[name], optim_again["state"][i][name]), (i, name)
+
+
+@pytest.mark.slow
+def test_a_ddp_critic_learns_like_one_process(two_process_result, tiny_model_dir):
+    one = critic_update(str(tiny_model_dir), tiny_batch())
+    got = two_process_result["critic"]
+    diff = max(float((got["critic"][k] - one["critic"][k]).abs().max()) for k in one["critic"])
+    assert diff <= 1e-6, f"critic: max |diff| {diff:.3g}"
+    assert got["value_loss"] == pytest.approx(one["value_loss"], rel=1e-5)
+    assert got["vf_clipfrac"] == pytest.approx(one["vf_clipfrac"], abs=1e-7)

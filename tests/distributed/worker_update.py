@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dp_common import FSDP_MODES, LOSS_MODES, score_result, step_config, tiny_batch  # noqa: E402
+from dp_common import FSDP_MODES, LOSS_MODES, critic_update, score_result, step_config, tiny_batch  # noqa: E402,E501
 
 from steadyrl import distributed as dist  # noqa: E402
 from steadyrl.functional import RunningMoments  # noqa: E402
@@ -57,6 +57,8 @@ def main(model_dir: str, out: Path) -> None:
         ppo_update(sharded, opt, tiny_batch().select(mine), step_config(mode), kl_coef=0.1, device=CPU)
         result[f"fsdp/{mode}"] = dist.full_model_state_dict(policy)
     result["fsdp/generation"], result["fsdp/state"] = _fsdp_generation_and_state(model_dir, mine)
+    result["critic"] = critic_update(model_dir, tiny_batch().select(mine),
+                                     wrap=lambda module, layers: dist.wrap_model(module, "ddp", CPU, layers_of=layers))
     result["processing"] = _processing(mine)
     if dist.is_main():
         torch.save(result, out / "result.pt")
