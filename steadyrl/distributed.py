@@ -16,8 +16,9 @@ Everything the trainer does across data-parallel ranks goes through here, so a r
   accumulation, and the full (unsharded) state dicts that make checkpoints loadable at any
   world size (:func:`full_model_state_dict`, :func:`full_optimizer_state_dict`, ...).
 
-The FSDP2 code paths need CUDA and are untested on this project's CPU test machine (see
-docs/scaling.md for exactly what is and is not tested).
+steadyrl uses FSDP2 on CUDA only. Its code paths are tested on the CPU (FSDP2 shards on gloo
+too); NCCL, GPU placement and memory are untested here (docs/scaling.md lists what is and is
+not tested).
 """
 
 from __future__ import annotations
@@ -171,7 +172,8 @@ def wrap_model(module: nn.Module, kind: ParallelKind, device: torch.device, *, l
     * ``ddp``: ``DistributedDataParallel``; buffers are not broadcast each forward (they are
       identical: rotary tables), parameters are broadcast from rank 0 once, at wrapping.
     * ``fsdp``: FSDP2 ``fully_shard`` on every decoder layer of ``layers_of`` (the classes named
-      by its ``_no_split_modules``), then on ``module`` as the root. CUDA only; untested here.
+      by its ``_no_split_modules``), then on ``module`` as the root (steadyrl asks for it on
+      CUDA only; tested on gloo, untested on GPUs).
     """
     if world_size() == 1:
         return module
@@ -313,7 +315,7 @@ def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Opti
 # --- generation with FSDP2 -------------------------------------------------------------------------
 
 class FSDPGenerator:
-    """What the HF engine generates with when the policy is sharded with FSDP2 (CUDA, untested).
+    """What the HF engine generates with when the policy is sharded with FSDP2 (tested on gloo).
 
     ``generate`` runs through the FSDP root's ``forward`` (so the root's own parameters —
     embeddings, final norm, LM head — are gathered, and FSDP's lazy initialisation happens as
