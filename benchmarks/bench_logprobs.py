@@ -15,9 +15,12 @@ and backpropagates ``sum(logp * g1 + entropy * g2)`` to ``hidden`` and ``W`` (fi
   (``selective_log_softmax`` + TRL's chunked ``entropy_from_logits``; without Triton, the plain
   PyTorch path), or ``selective_log_softmax`` + the naive entropy on TRL versions without it.
 
-Each (method, token count) runs in a fresh subprocess, so one method's freed memory never hides
-another's peak. The child allocates its inputs, warms up on 512 tokens, then per repetition resets
-its peak resident set (``/proc/self/clear_refs``), runs forward + backward and reads ``VmHWM``:
+Each repetition of each (method, token count) runs in a fresh subprocess, so one method's freed
+memory never hides another's peak, and the repetitions are interleaved across methods (round 1:
+every method, round 2: every method, ...), so a change in the machine's load during the run falls
+on all methods alike; "min" is the least disturbed repetition. The child allocates its inputs, warms
+up on 32 tokens, resets its peak resident set (``/proc/self/clear_refs``), runs forward + backward
+and reads ``VmHWM``:
 "peak RSS" is that absolute peak (interpreter, torch, inputs included), "over inputs" is the peak
 minus the resident set just before the repetition (inputs and warm-up state), i.e. what the method
 itself needs, the weight gradient included. The child runs under an address-space limit below the
@@ -32,6 +35,7 @@ import gc
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -41,7 +45,7 @@ from pathlib import Path
 
 V, H = 151_936, 896
 SEQ_LEN = 512  # hidden is [tokens / SEQ_LEN, SEQ_LEN, H]
-WARMUP_TOKENS = 512
+WARMUP_TOKENS = 32  # warm-up: library initialisation and first-call paths, not a full-size run
 TOKENS = (512, 2048, 8192)
 QUICK_TOKENS = (256,)
 TARGET_TOKENS = 8192  # the memory target (peak at most 0.1x naive) is stated at this size
@@ -178,6 +182,32 @@ def _run_child(method: str, tokens: int, reps: int, args) -> dict:
     return {"method": method, **json.loads(lines[-1][len("RESULT "):]), "cap_gib": cap / GIB}
 
 
+def _merge(prev: dict | None, new: dict) -> dict:
+    """Fold one more round of a configuration into what the earlier rounds measured."""
+    if prev is None:
+        return new
+    if new.get("error") or new.get("oom"):
+        prev.setdefault("failed_rounds", []).append(new.get("error", "?"))
+        return prev
+    for key in ("wall_s", "cpu_s", "peak_mib", "over_inputs_mib"):
+        prev[key] = prev.get(key, []) + new[key]
+    return prev
+
+
+def _collect(tokens: int, args) -> list[dict]:
+    """Every method at ``tokens``, repetitions interleaved across methods, one subprocess each."""
+    merged: dict[str, dict | None] = dict.fromkeys(args.methods)
+    for _ in range(_reps_for(tokens, args)):
+        for method in args.methods:
+            prev = merged[method]
+            if prev is not None and (prev.get("error") or prev.get("oom")):
+                continue  # it did not fit (or failed) once: another round would only repeat that
+            r = _run_child(method, tokens, 1, args)
+            print(_table([r])[-1], flush=True)
+            merged[method] = _merge(prev, r)
+    return list(merged.values())
+
+
 def _reps_for(tokens: int, args) -> int:
     if args.reps is not None:
         return args.reps
@@ -211,7 +241,9 @@ def _table(results: list[dict]) -> list[str]:
             time_ratio = f"{s['min'] / base['min']:.2f}x"
         note = ""
         if r.get("oom"):
-            note = f" (out of memory at the {r['cap_gib']:.1f} GiB limit: peak before failing)"
+            asked = re.search(r"allocate (\d+) bytes", r.get("error", ""))
+            more = f", asking for {int(asked.group(1)) / GIB:.1f} GiB more" if asked else ""
+            note = f" (out of memory at the {r['cap_gib']:.1f} GiB limit{more}: peak before failing)"
         elif r.get("error"):
             note = f" (failed: {r['error']})"
         rows.append(f"| {r['tokens']:,} | {r['method']}{note} | {_fmt(s['median'])} | {_fmt(s['min'])} "
@@ -292,7 +324,8 @@ def _parse(argv):
     p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_TOKENS} tokens, one repetition")
     p.add_argument("--tokens", type=int, nargs="+", help=f"token counts (default {TOKENS})")
     p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
-    p.add_argument("--reps", type=int, help="timed repetitions (default 3 at 512 tokens, 2 up to 2,048, then 1)")
+    p.add_argument("--reps", type=int, help="rounds of timed repetitions (default 3 at 512 tokens, 2 up to "
+                   "2,048, then 1)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in each child")
     p.add_argument("--mem-cap-gib", type=float, default=20.0, help="address-space limit of a child")
@@ -313,10 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens = args.tokens or (QUICK_TOKENS if args.quick else TOKENS)
     load0, results = os.getloadavg()[0], []
     for n in tokens:
-        for method in args.methods:
-            r = _run_child(method, n, _reps_for(n, args), args)
-            results.append(r)
-            print(_table([r])[-1], flush=True)
+        results += _collect(n, args)
     body = report(results, args, command.strip(), (load0, os.getloadavg()[0]))
     print("\n" + body, flush=True)
     if args.write_md:
