@@ -228,12 +228,13 @@ def _start(config: Config, output_dir: str | None, resume: bool, overwrite: bool
         save_config(config, out / "config.yaml")
     run = build_run(config, out)
     try:
-        return _train(run, config, out, latest, started)
+        return _train(run, config, out, latest, started, resume=resume)
     finally:
         run.scorer.close()
 
 
-def _train(run: Run, config: Config, out: Path, latest: Path | None, started: float) -> dict:
+def _train(run: Run, config: Config, out: Path, latest: Path | None, started: float, *,
+           resume: bool = False) -> dict:
     if latest is not None:
         restore(run, latest)
         if dist.is_main():
@@ -243,7 +244,8 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                           max_model_len=config.data.max_prompt_tokens + config.rollout.max_new_tokens)
     tracker = Tracker(out, config.trainer.trackers, config=config_to_dict(config), project=config.trainer.project,
                       run_name=config.trainer.run_name or out.name, is_main_process=dist.is_main(),
-                      resume_step=run.state.step if latest is not None else None)
+                      # --resume with no checkpoint yet starts over: the killed run's lines go
+                      resume_step=run.state.step if latest is not None or resume else None)
     def evaluate_now() -> dict:
         return run_eval(config, engine, run.scorer, run.eval_prompts, run.device)
 

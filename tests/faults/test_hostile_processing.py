@@ -221,7 +221,8 @@ def test_unclipped_unnormalised_rewards_up_to_1e30_stay_finite_in_every_setting(
 
 @pytest.mark.parametrize("magnitude", MAGNITUDES)
 @pytest.mark.parametrize("estimator,options", [
-    ("grpo", {}), ("rloo", {"whiten_advantages": True}), ("opo", {"reward_norm_mean": "batch", "reward_norm_std": "batch"}),
+    ("grpo", {}), ("rloo", {"whiten_advantages": True}),
+    ("opo", {"reward_norm_mean": "batch", "reward_norm_std": "batch"}),
     ("reinforce_plus_plus", {}), ("reinforce_plus_plus_baseline", {}),
 ])
 def test_normalised_advantages_do_not_depend_on_the_reward_scale(estimator, options, magnitude):

@@ -115,3 +115,22 @@ def test_sigkill_mid_run_and_mid_save_then_resume_equals_an_uninterrupted_run(
         assert weights.keys() == ref_weights.keys()
         for name in weights:
             assert (weights[name] == ref_weights[name]).all(), (run_dir.name, name)
+
+
+def test_killed_before_its_first_checkpoint_a_resumed_run_starts_over_with_a_clean_log(
+        fault_config, read_run, tmp_path):
+    """Nothing to resume from: the run starts again from step 1, and no line (or key) the
+    killed run logged survives in metrics.jsonl (a last line of the same step as the first new
+    one would otherwise be merged into it, stale keys and all)."""
+    import json
+
+    config = fault_config(trainer={"max_steps": 2, "save_every": 2})
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    train(str(config), [], output_dir=str(full))
+    killed.mkdir()
+    stale = [{"step": 1, "reward/mean": 0.5, "batch/no_valid_sample": 1.0, "eval/accuracy": 0.5}]
+    (killed / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in stale))
+    (killed / "checkpoints" / ".tmp-step_000002-999999").mkdir(parents=True)  # the save it died in
+    train(str(config), [], output_dir=str(killed), resume=True)
+    assert read_run(killed)[0] == read_run(full)[0]
+    assert [p.name for p in (killed / "checkpoints").iterdir()] == ["step_000002"]
