@@ -36,11 +36,11 @@ def test_none_and_nan_samples_leave_the_loss_and_are_counted(fault_config, rewar
 
 def test_exceptions_and_timeouts_fail_their_calls_and_the_first_traceback_is_shown_once(
         fault_config, reward, tmp_path, capfd):
-    """Three rewards mixed: one raises on steps 2 and 3, one sleeps past its 1 s limit on step 3,
+    """Three rewards mixed: one raises on steps 2 and 3, one sleeps past its 2 s limit on step 3,
     one is fine. Steps 2 and 3 have no valid sample (every combined score needs every function):
     they train on nothing; steps 1 and 4 train as usual."""
     config = fault_config(
-        rewards=[reward("raises", calls=[2, 3]), reward("sleeps", timeout_s=1.0, calls=[3]),
+        rewards=[reward("raises", calls=[2, 3]), reward("sleeps", timeout_s=2.0, calls=[3]),
                  reward("partial_reverse")],
         trainer={"max_steps": 4, "save_every": 1, "keep_checkpoints": 10},
     )
@@ -64,7 +64,7 @@ def test_exceptions_and_timeouts_fail_their_calls_and_the_first_traceback_is_sho
     assert text.count("reward function 'raises' failed on some samples (shown once)") == 1
     assert text.count("ValueError: the verifier cannot parse this batch") == 1
     assert text.count("reward function 'sleeps' failed on some samples (shown once)") == 1
-    assert "timed out after 1 s" in text
+    assert "timed out after 2 s" in text
     assert "'partial_reverse' failed" not in text
     assert text.count("no sample could enter the loss") == 1  # step 2; step 3 is only counted
     assert [steps[s]["health/warnings"] for s in (1, 2, 3, 4)] == [0, 2, 3, 3]
