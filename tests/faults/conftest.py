@@ -169,10 +169,12 @@ def latest(run_dir: Path) -> Path | None:
     return latest_checkpoint(run_dir / "checkpoints")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def start_train():
     """``start_train(config, output_dir, *args) -> Popen``: ``python -m steadyrl train`` in a fresh
-    process (offline, one thread, no progress bar), its output in ``output_dir.log``."""
+    process (offline, one thread, no progress bar), its output in ``output_dir.log``. Processes
+    still running when the test ends (it failed half-way) are killed."""
+    started: list[subprocess.Popen] = []
 
     def start(config: Path, output_dir: Path, *args: str) -> subprocess.Popen:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
@@ -181,6 +183,11 @@ def start_train():
         cmd = [sys.executable, "-m", "steadyrl", "train", str(config), "--output-dir", str(output_dir), *args]
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
+        started.append(proc)
         return proc
 
-    return start
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)

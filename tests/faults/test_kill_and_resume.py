@@ -7,6 +7,8 @@ every 2 steps). Run A is killed between checkpoints; run B is killed the moment 
 checks that the half-written directory is still there after the kill. No test hook:
 the test watches the run directory. Both are resumed to the end (A and B side by side, to use
 both cores) and compared with an uninterrupted run of the same config, in this process.
+
+And a run killed before its first checkpoint: ``--resume`` starts it over, with a clean log.
 """
 
 from __future__ import annotations
