@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from dataclasses import replace
 
 import torch
@@ -135,7 +136,9 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     else:  # no sample may enter the loss: nothing to learn from, nothing is touched
         steps = skipped = 0
         metrics["batch/no_valid_sample"] = 1.0
-    run.scheduler.step()
+    with warnings.catch_warnings():  # the schedule counts training steps, skipped ones included
+        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+        run.scheduler.step()
     kl_now = metrics.get(f"kl/{algo.kl_estimator}")
     if kl_now is not None:
         run.kl_controller.update(kl_now, n_steps=len(batch) * dist.world_size(), step=step)
