@@ -1,11 +1,14 @@
 """The non-finite guard end to end, through ``steadyrl.trainer.train`` and the CLI.
 
 The real path first: a user reward of +-1e38 with no reward clip and a preset that does not
-normalise (Dr. GRPO divides by nothing) gives advantages of ~1e38, whose gradient norm
+normalise (Dr. GRPO divides by nothing) gives advantages of ~1e38, whose loss or gradient norm
 overflows. Such a step is skipped before the optimizer touches anything: the weights after it
-equal the weights before it, ``health/skipped_steps`` counts it and its offending metrics are
-logged (non-finite values as ``null``). ``trainer.max_consecutive_skips`` of them in a row stop
-the run with a one-line message (CLI exit status 1) and a checkpoint of the last good state.
+equal the weights before it, ``health/skipped_steps`` counts it, a line names its offending
+metrics and they are logged (non-finite values as ``null``). ``trainer.max_consecutive_skips``
+skipped optimizer steps in a row stop the run with a one-line message (CLI exit status 1) and a
+checkpoint of the last good state, from which ``--resume`` with a lower learning rate goes on.
+Then: a NaN loss injected on chosen steps, what counts as "in a row", and a critic whose value
+loss overflows.
 """
 
 from __future__ import annotations
