@@ -223,10 +223,6 @@ def test_logprobs_from_hidden_matches_the_oracle(use_bias, chunk_size, dtype):
     torch.testing.assert_close(only, logp.detach())
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "logprobs.py bug, reported to its owner: the entropy is lse - sum p z on unshifted logits, which "
-    "cancels catastrophically in float32 for |z| ~ 1e4. Not strict: the fix is in progress in "
-    "logprobs.py; once it is committed, this XPASSes (listed by -ra) and the marker goes."))
 @pytest.mark.parametrize("row", [[1e4, 1e4], [-1e4, -1e4], [1e4, 1e4 - 1.0, -1e4], [5e3, 5e3, 5e3, 5e3]])
 def test_entropy_is_shift_invariant_for_large_logits(row):
     logits = torch.tensor([row], dtype=torch.float32)
