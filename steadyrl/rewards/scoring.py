@@ -100,7 +100,7 @@ class ScoreResult:
     names: list[str]
     weights: dict[str, float]
     raw: dict[str, list[float | None]]
-    scores: torch.Tensor  # float32 [B], 0 where invalid
+    scores: torch.Tensor  # float64 [B] (huge finite rewards stay finite), 0 where invalid
     valid: torch.Tensor  # bool [B]
     failures: dict[str, dict[str, int]]  # name -> kind -> samples
     errors: dict[str, str] = field(default_factory=dict)  # name -> traceback / time-out message
@@ -168,8 +168,13 @@ def _assemble(specs: list[RewardSpec], outcomes: list, size: int) -> ScoreResult
                 counts["none" if x is None else "nonfinite"] += 1
                 ok[i] = False
         raw[spec.name], failures[spec.name], elapsed[spec.name] = scores, counts, out.elapsed_s
-    combined = torch.tensor(total, dtype=torch.float64).to(torch.float32)
-    valid = torch.tensor(ok, dtype=torch.bool) & torch.isfinite(combined)  # float32 overflow, too
+    combined = torch.tensor(total, dtype=torch.float64)
+    for i in torch.nonzero(~torch.isfinite(combined)).flatten().tolist():
+        # finite scores whose weighted sum overflows: blame the largest term, so it is counted
+        culprit = max(specs, key=lambda sp: abs(sp.weight * (raw[sp.name][i] or 0.0)))
+        failures[culprit.name]["nonfinite"] += 1
+        ok[i] = False
+    valid = torch.tensor(ok, dtype=torch.bool)
     combined = torch.where(valid, combined, torch.zeros_like(combined))
     return ScoreResult(
         names=[s.name for s in specs],

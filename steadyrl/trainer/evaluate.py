@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from math import comb
+import math
 
 import torch
 
@@ -23,7 +23,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         raise ValueError(f"pass@k needs k <= n, got k={k}, n={n}")
     if n - c < k:
         return 1.0
-    return 1.0 - comb(n - c, k) / comb(n, k)
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def _ks(n: int) -> list[int]:
@@ -35,7 +35,15 @@ def _ks(n: int) -> list[int]:
 
 
 def _correct(result, name: str, threshold: float) -> list[bool]:
-    return [s is not None and s >= threshold for s in result.raw[name]]
+    """A NaN, inf or missing score is never a correct answer."""
+    return [s is not None and math.isfinite(s) and s >= threshold for s in result.raw[name]]
+
+
+def _report_failures(result, shown: set[str]) -> None:
+    for name, text in result.errors.items():
+        if text and name not in shown:
+            shown.add(name)
+            print(f"steadyrl: during evaluation, reward function {name!r} failed (shown once):\n{text}", flush=True)
 
 
 @torch.no_grad()
@@ -47,12 +55,13 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict
     name = eval_config.accuracy_reward or scorer.names[0]
     if name not in scorer.names:
         raise ValueError(f"eval.accuracy_reward {name!r} is not one of the rewards {scorer.names}")
-    correct, scored, rewards = [], 0, 0.0
+    correct, scored, rewards, shown = [], 0, 0.0, set()
     step = eval_config.batch_size
     for start in range(0, len(prompts), step):
         chunk = prompts[start : start + step]
         gen = engine.generate([p.ids for p in chunk], 1, max_new_tokens=max_new, do_sample=False)
         result = scorer(chunk, gen.completions)
+        _report_failures(result, shown)
         correct += _correct(result, name, eval_config.correct_threshold)
         scored += int(result.valid.sum())
         rewards += float(result.scores[result.valid].sum())
@@ -67,6 +76,7 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict
             gen = engine.generate([p.ids for p in chunk], n, max_new_tokens=max_new,
                                   temperature=eval_config.temperature)
             result = scorer([p for p in chunk for _ in range(n)], gen.completions)
+            _report_failures(result, shown)
             ok = _correct(result, name, eval_config.correct_threshold)
             counts += [sum(ok[i * n : (i + 1) * n]) for i in range(len(chunk))]
         for k in _ks(n):

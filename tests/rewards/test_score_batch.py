@@ -92,7 +92,7 @@ def spec(fn, **kw):
 def test_scores_are_the_weighted_sum_of_the_functions(isolation):
     result = score_batch([spec(length, weight=0.5), spec(ones, weight=-2.0)], PROMPTS, COMPLETIONS,
                          isolation=isolation)
-    assert result.scores.dtype == torch.float32
+    assert result.scores.dtype == torch.float64
     assert result.scores.tolist() == [-1.5, -1.0, -0.5, 0.0]
     assert result.valid.tolist() == [True] * 4
     assert result.raw["length"] == [1.0, 2.0, 3.0, 4.0]
@@ -317,3 +317,14 @@ def test_an_interrupted_wait_does_not_leave_a_stale_reply_for_the_next_batch(mon
                 scorer.score(PROMPTS, COMPLETIONS)  # the reply to this batch is never read
         result = scorer.score(PROMPTS[:2], COMPLETIONS[:2])
     assert result.raw["length"] == [1.0, 2.0]
+
+
+def test_huge_finite_rewards_stay_valid_and_an_overflowing_sum_is_counted():
+    def huge(prompts, completions, **kw):
+        return [1e300, 1e300, 1.0]
+
+    result = score_batch([RewardSpec("a", huge), RewardSpec("b", huge, weight=1e10)], ["p"] * 3, ["c"] * 3)
+    assert result.valid.tolist() == [False, False, True]  # 1e300 + 1e310 overflows float64
+    assert result.failures["b"]["nonfinite"] == 2 and result.failures["a"]["nonfinite"] == 0
+    alone = score_batch([RewardSpec("a", huge)], ["p"] * 3, ["c"] * 3)
+    assert alone.valid.all() and alone.scores[0] == 1e300
