@@ -15,29 +15,10 @@ from steadyrl.trainer.batch import TrainBatch
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))  # tests/: the shared helpers, also in torchrun workers
+from support import tiny_batch  # noqa: E402,F401  (re-exported to the workers)
 LOSS_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 FSDP_MODES = ("token-mean", "seq-mean-token-mean")
-
-
-def tiny_batch(rows: int = 16, prompt: int = 4, response: int = 6) -> TrainBatch:
-    """16 samples (4 groups of 4) with ragged responses, advantages and reference log-probs."""
-    g = torch.Generator().manual_seed(0)
-    prompt_ids = torch.randint(3, 12, (rows, prompt), generator=g)
-    response_ids = torch.randint(3, 12, (rows, response), generator=g)
-    lengths = torch.randint(1, response + 1, (rows,), generator=g)
-    response_mask = (torch.arange(response) < lengths.unsqueeze(1)).long()
-    input_ids = torch.cat([prompt_ids, response_ids], 1)
-    attention_mask = torch.cat([torch.ones_like(prompt_ids), response_mask], 1)
-    return TrainBatch(
-        input_ids=input_ids, attention_mask=attention_mask,
-        position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0),
-        response_ids=response_ids, response_mask=response_mask, loss_mask=response_mask.clone(),
-        advantages=torch.randn(rows, response, generator=g) * response_mask,
-        ref_logprobs=-2.5 + 0.3 * torch.randn(rows, response, generator=g),
-        old_logprobs=-2.4 + 0.1 * torch.randn(rows, response, generator=g),
-        values=0.1 * torch.randn(rows, response, generator=g) * response_mask,
-        returns=torch.randn(rows, response, generator=g) * response_mask,
-    )
 
 
 def step_config(mode: str):

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 TIMING = ("time/", "throughput/")
@@ -113,28 +112,19 @@ def fault_config(tiny_model_dir, fault_task, tmp_path):
     """``fault_config(**sections) -> path``: a config for the tiny model (no held-out prompts, no
     samples table, checkpoints only at the end, one thread); sections are merged in."""
 
-    def write(**sections) -> Path:
-        config = {
-            "model": {"name_or_path": str(tiny_model_dir)},
-            "data": {"train_path": str(fault_task / "train.jsonl")},
-            "rewards": [{"name": f"{fault_task / 'rewards.py'}:partial_reverse"}],
-            "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 6},
-            "algorithm": {"kl_mode": "none"},
-            "optim": {"lr": 1e-3},
-            "trainer": {"max_steps": 4, "save_every": 0, "samples_every": 0, "micro_batch_size": 16,
-                        "num_threads": 1, "device": "cpu", "seed": 7},
-            "eval": {"num_samples": 0},
-        }
-        for section, values in sections.items():
-            if isinstance(values, dict):
-                config.setdefault(section, {}).update(values)
-            else:
-                config[section] = values
-        path = tmp_path / "config.yaml"
-        path.write_text(yaml.safe_dump(config))
-        return path
+    import support
 
-    return write
+    return support.config_writer({
+        "model": {"name_or_path": str(tiny_model_dir)},
+        "data": {"train_path": str(fault_task / "train.jsonl")},
+        "rewards": [{"name": f"{fault_task / 'rewards.py'}:partial_reverse"}],
+        "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 6},
+        "algorithm": {"kl_mode": "none"},
+        "optim": {"lr": 1e-3},
+        "trainer": {"max_steps": 4, "save_every": 0, "samples_every": 0, "micro_batch_size": 16,
+                    "num_threads": 1, "device": "cpu", "seed": 7},
+        "eval": {"num_samples": 0},
+    }, tmp_path / "config.yaml")
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 REWARD = '''def reverse_match(prompts, completions, answer, **columns):
     return [float(c.strip() == a) for c, a in zip(completions, answer)]
@@ -39,24 +38,13 @@ def task_dir(tmp_path_factory) -> Path:
 @pytest.fixture
 def write_config(tiny_model_dir, task_dir, tmp_path):
     """``write_config(**sections) -> path``: a config for the tiny model and task, sections merged in."""
+    import support
 
-    def write(**sections) -> Path:
-        config = {
-            "model": {"name_or_path": str(tiny_model_dir)},
-            "data": {"train_path": str(task_dir / "train.jsonl"), "eval_path": str(task_dir / "eval.jsonl")},
-            "rewards": [{"name": f"{task_dir / 'rewards.py'}:reverse_match"}],
-            "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 6},
-            "trainer": {"max_steps": 2, "save_every": 0, "samples_every": 0, "micro_batch_size": 8},
-            "eval": {"num_samples": 0},
-        }
-        for section, values in sections.items():
-            if isinstance(values, dict):
-                config.setdefault(section, {}).update(values)
-            else:
-                config[section] = values
-        path = tmp_path / "config.yaml"
-        path.write_text(yaml.safe_dump(config))
-        return path
-
-    return write
-
+    return support.config_writer({
+        "model": {"name_or_path": str(tiny_model_dir)},
+        "data": {"train_path": str(task_dir / "train.jsonl"), "eval_path": str(task_dir / "eval.jsonl")},
+        "rewards": [{"name": f"{task_dir / 'rewards.py'}:reverse_match"}],
+        "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 6},
+        "trainer": {"max_steps": 2, "save_every": 0, "samples_every": 0, "micro_batch_size": 8},
+        "eval": {"num_samples": 0},
+    }, tmp_path / "config.yaml")

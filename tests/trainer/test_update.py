@@ -2,8 +2,10 @@
 non-finite guard, and a critic that learns."""
 
 import copy
+from dataclasses import replace
 
 import pytest
+import support
 import torch
 
 from steadyrl.config import load_config
@@ -14,21 +16,10 @@ from steadyrl.trainer.update import ppo_update
 CPU = torch.device("cpu")
 
 
-def _batch(seed: int = 0, rows: int = 8, prompt: int = 4, response: int = 5) -> TrainBatch:
-    g = torch.Generator().manual_seed(seed)
-    prompt_ids = torch.randint(3, 12, (rows, prompt), generator=g)
-    response_ids = torch.randint(3, 12, (rows, response), generator=g)
-    lengths = torch.randint(1, response + 1, (rows,), generator=g)
-    response_mask = (torch.arange(response) < lengths.unsqueeze(1)).long()
-    input_ids = torch.cat([prompt_ids, response_ids], 1)
-    attention_mask = torch.cat([torch.ones_like(prompt_ids), response_mask], 1)
-    return TrainBatch(
-        input_ids=input_ids, attention_mask=attention_mask,
-        position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0),
-        response_ids=response_ids, response_mask=response_mask, loss_mask=response_mask.clone(),
-        advantages=torch.randn(rows, response, generator=g) * response_mask,
-        returns=torch.randn(rows, response, generator=g) * response_mask,
-    )
+def _batch(seed: int = 0) -> TrainBatch:
+    """8 samples; no rollout log-probs, so the ratio is 1 as in a one-epoch on-policy step."""
+    batch = support.tiny_batch(seed=seed, rows=8, response=5)
+    return replace(batch, old_logprobs=None, ref_logprobs=None, values=None)
 
 
 def _config(*overrides):

@@ -1,0 +1,84 @@
+"""Helpers shared by test folders and by the data-parallel tests' worker processes.
+
+Everything is built locally (no hub access): a character tokenizer, a tiny causal LM saved with
+``save_pretrained``, a fixed training batch, and config files for the tiny model. ``tests/`` is
+put on ``sys.path`` by the root conftest, so a test imports this as ``import support``.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import torch
+import yaml
+
+
+def char_tokenizer():
+    """A character-level ``PreTrainedTokenizerFast`` over printable ASCII (BOS added on encode)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<pad>": 3}
+    for c in string.printable:
+        vocab.setdefault(c, len(vocab))
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tk.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
+    )
+
+
+def build_tiny_lm(directory, *, n_layers: int = 1, hidden_size: int = 32, n_heads: int = 2, seed: int = 0):
+    """A tiny Llama over the demo's character tokenizer, saved with ``save_pretrained``."""
+    from steadyrl.demo.model import build_tiny_model
+    from steadyrl.demo.task import VOCAB_CHARS
+    from steadyrl.demo.tokenizer import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer(VOCAB_CHARS)
+    model = build_tiny_model(tokenizer, n_layers=n_layers, hidden_size=hidden_size, n_heads=n_heads, seed=seed)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def tiny_batch(seed: int = 0, rows: int = 16, prompt: int = 4, response: int = 6):
+    """A fixed :class:`TrainBatch` with ragged responses, advantages, returns, values and
+    rollout/reference log-probs (groups of 4 when ``rows`` is a multiple of 4)."""
+    from steadyrl.trainer.batch import TrainBatch
+
+    g = torch.Generator().manual_seed(seed)
+    prompt_ids = torch.randint(3, 12, (rows, prompt), generator=g)
+    response_ids = torch.randint(3, 12, (rows, response), generator=g)
+    lengths = torch.randint(1, response + 1, (rows,), generator=g)
+    response_mask = (torch.arange(response) < lengths.unsqueeze(1)).long()
+    input_ids = torch.cat([prompt_ids, response_ids], 1)
+    attention_mask = torch.cat([torch.ones_like(prompt_ids), response_mask], 1)
+    return TrainBatch(
+        input_ids=input_ids, attention_mask=attention_mask,
+        position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0),
+        response_ids=response_ids, response_mask=response_mask, loss_mask=response_mask.clone(),
+        advantages=torch.randn(rows, response, generator=g) * response_mask,
+        ref_logprobs=-2.5 + 0.3 * torch.randn(rows, response, generator=g),
+        old_logprobs=-2.4 + 0.1 * torch.randn(rows, response, generator=g),
+        values=0.1 * torch.randn(rows, response, generator=g) * response_mask,
+        returns=torch.randn(rows, response, generator=g) * response_mask,
+    )
+
+
+def config_writer(base: dict, path: Path):
+    """``write(**sections) -> path``: ``base`` with each given section merged in (a dict updates the
+    section, anything else replaces it), written as YAML to ``path``."""
+
+    def write(**sections) -> Path:
+        config = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+        for section, values in sections.items():
+            if isinstance(values, dict):
+                config.setdefault(section, {}).update(values)
+            else:
+                config[section] = values
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    return write
