@@ -73,6 +73,30 @@ def _estimator_options(algo: AlgorithmConfig, valid: torch.Tensor) -> dict:
     return {}
 
 
+def _sample_masks(raw, valid, truncated, algo: AlgorithmConfig, group_size: int, metrics: dict):
+    """``(keep [B], weights [B] or None)``: valid rewards, the difficulty mask, truncation."""
+    keep = valid.clone()
+    if algo.difficulty_mask:
+        kept = difficulty_mask(raw, group_size, algo.difficulty_low, algo.difficulty_high, mask=valid)
+        metrics["batch/difficulty_kept_frac"] = float(kept.float().mean())
+        keep &= kept
+    if algo.mask_truncated:
+        keep &= ~truncated.bool()
+    weights = difficulty_weights(raw, group_size, mask=valid) if algo.difficulty_weighting else None
+    return keep, weights
+
+
+def _batch_metrics(advantages, returns, loss_mask, raw, valid, keep, group_size: int) -> dict[str, float]:
+    _, group_std = group_mean_std(raw, group_size, valid)
+    return {
+        "critic/advantages_mean": float(masked_mean(advantages, loss_mask)),
+        "critic/advantages_std": float(masked_var(advantages, loss_mask).clamp(min=0).sqrt()),
+        "critic/returns_mean": float(masked_mean(returns, loss_mask)),
+        "batch/zero_std_group_frac": float((group_std.reshape(-1, group_size)[:, 0] == 0).float().mean()),
+        "batch/valid_sample_frac": float(keep.float().mean()),
+    }
+
+
 def process_rewards(
     scores: torch.Tensor,
     valid: torch.Tensor,
@@ -115,14 +139,7 @@ def process_rewards(
     token_rewards = clip_rewards(token_rewards, clip)
 
     # 5. sample masks and weights
-    keep = valid.clone()
-    if algo.difficulty_mask:
-        kept = difficulty_mask(raw, group_size, algo.difficulty_low, algo.difficulty_high, mask=valid)
-        metrics["batch/difficulty_kept_frac"] = float(kept.float().mean())
-        keep &= kept
-    if algo.mask_truncated:
-        keep &= ~truncated.bool()
-    weights = difficulty_weights(raw, group_size, mask=valid) if algo.difficulty_weighting else None
+    keep, weights = _sample_masks(raw, valid, truncated, algo, group_size, metrics)
 
     # 6. advantages
     seq_scores = masked_sum(token_rewards, mask, dim=-1)
@@ -142,14 +159,7 @@ def process_rewards(
     else:
         metrics["critic/advantage_clip_frac"] = 0.0
 
-    _, group_std = group_mean_std(raw, group_size, valid)
-    metrics.update({
-        "critic/advantages_mean": float(masked_mean(advantages, loss_mask)),
-        "critic/advantages_std": float(masked_var(advantages, loss_mask).clamp(min=0).sqrt()),
-        "critic/returns_mean": float(masked_mean(returns, loss_mask)),
-        "batch/zero_std_group_frac": float((group_std.reshape(-1, group_size)[:, 0] == 0).float().mean()),
-        "batch/valid_sample_frac": float(keep.float().mean()),
-    })
+    metrics.update(_batch_metrics(advantages, returns, loss_mask, raw, valid, keep, group_size))
     zero = torch.zeros((), dtype=torch.float64)
     return Processed(
         advantages=torch.where(loss_mask, advantages, zero).float(),
