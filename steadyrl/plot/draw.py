@@ -95,6 +95,11 @@ def _format_axis(ax, percent: bool, logy: bool, values: list[np.ndarray]) -> Non
     if percent:
         ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=None))
     finite = np.concatenate(values) if values else np.array([])
+    finite = finite[np.isfinite(finite)]
+    if len(finite) and np.ptp(finite) <= 1e-6 * max(abs(finite).max(), 1e-300):
+        # a constant series (a fixed learning rate): centre it instead of zooming into rounding noise
+        level = float(finite.mean())
+        ax.set_ylim(*((level * 0.5, level * 1.5) if level > 0 else (level * 1.5, level * 0.5) if level < 0 else (0, 1)))
     if logy and len(finite) and finite.min() > 0 and finite.max() / finite.min() > 100:
         ax.set_yscale("log")  # spans decades (grad norm spikes)
 

@@ -149,8 +149,9 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     run.state.consecutive_skips = run.state.consecutive_skips + skipped if skipped == steps else 0
     metrics.update(_sample_metrics(whole, processed, tis_metrics))
     tokens = whole.tokens
+    if algo.kl_mode != "none":
+        metrics["kl/coef"] = run.kl_controller.value
     metrics.update({
-        "kl/coef": run.kl_controller.value,
         "actor/lr": lr,
         "epoch": run.sampler.epoch,
         "time/generate_s": t_gen - start,
