@@ -12,6 +12,8 @@ import sys
 
 BENCHMARKS = {
     "logprobs": "benchmarks.bench_logprobs",
+    "trl": "benchmarks.bench_trl",
+    "scaling": "benchmarks.bench_scaling",
 }
 
 

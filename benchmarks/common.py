@@ -1,0 +1,163 @@
+"""Helpers shared by the end-to-end benchmarks (bench_trl, bench_scaling).
+
+* :func:`machine`: one line describing the CPU, cores, memory and library versions;
+* :func:`peak_rss_mib` / :func:`reset_peak_rss`: the process's peak resident set (``VmHWM``);
+* :func:`run_steadyrl`: ``steadyrl.trainer.train`` in this process, timing every step from outside;
+* :func:`run_child`: run ``python -m MODULE ARGS`` in a fresh process and read its ``RESULT {json}`` line;
+* :func:`write_md`: replace (or append) one benchmark's marked block in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(x.split(":", 1)[1].strip() for x in f if x.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def machine(threads: int | None = None) -> str:
+    """``"<cpu>, N cores, M GiB RAM, no GPU; Linux ..., Python ..., torch ..., transformers ..., trl ..."``."""
+    import torch
+
+    with open("/proc/meminfo") as f:
+        ram = int(f.readline().split()[1]) / 2**20
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    th = f" ({threads} thread{'s' if threads != 1 else ''} per process)" if threads else ""
+    return (f"{cpu_model()}, {os.cpu_count()} cores, {ram:.0f} GiB RAM, {gpu}; Linux {platform.release()}, "
+            f"Python {platform.python_version()}, torch {torch.__version__}{th}, "
+            f"transformers {_version('transformers')}, trl {_version('trl')}")
+
+
+def _status_mib(key: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    raise KeyError(key)
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set of this process since start (or since :func:`reset_peak_rss`), MiB."""
+    return _status_mib("VmHWM")
+
+
+def rss_mib() -> float:
+    return _status_mib("VmRSS")
+
+
+def reset_peak_rss() -> None:
+    """Start a new peak: ``VmHWM`` becomes the current resident set."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def run_steadyrl(config_path: Path, output_dir: Path) -> tuple[list[dict], object]:
+    """Run ``steadyrl.trainer.train(config_path)`` here; returns ``(steps, run)``.
+
+    ``steps[i]`` holds the wall clock (``end``) and this process's CPU time (``cpu``) when step
+    ``i + 1`` returned (so a difference of consecutive ends covers everything the loop does
+    between two steps: logging, samples, trackers), the tokens the step processed (prompt +
+    response), its mean reward and response length, steadyrl's own ``time/*`` metrics (wall
+    seconds), the CPU seconds spent in the engine's ``generate`` (``generate_cpu_s``), the
+    resident set before the step and the process's peak resident set after it (MiB).
+    ``run`` is the trainer's :class:`~steadyrl.trainer.setup.Run` (the trained policy).
+    """
+    import steadyrl.trainer.loop as loop
+
+    steps, holder, generate_cpu = [], {}, [0.0]
+    inner, inner_build = loop.train_step, loop.build_engine
+
+    def build_engine(*args, **kwargs):
+        engine = inner_build(*args, **kwargs)
+        generate = engine.generate
+
+        def timed_generate(*a, **k):
+            c0 = time.process_time()
+            try:
+                return generate(*a, **k)
+            finally:
+                generate_cpu[0] += time.process_time() - c0
+
+        engine.generate = timed_generate
+        return engine
+
+    def timed_step(run, engine, step):
+        rss_before = rss_mib()
+        generate_cpu[0] = 0.0
+        metrics, extras = inner(run, engine, step)
+        holder["run"] = run
+        steps.append({"end": time.perf_counter(), "cpu": time.process_time(), "generate_cpu_s": generate_cpu[0],
+                      "rss_before_mib": rss_before, "peak_rss_mib": peak_rss_mib(),
+                      "tokens": round(metrics["throughput/tokens_per_s"] * metrics["time/step_s"]),
+                      "reward": metrics.get("reward/mean"), "length": metrics["response/length_mean"],
+                      "length_max": metrics["response/length_max"],
+                      "generate_s": metrics["time/generate_s"], "score_s": metrics["time/score_s"],
+                      "update_s": metrics["time/update_s"]})
+        return metrics, extras
+
+    loop.train_step, loop.build_engine = timed_step, build_engine
+    try:
+        loop.train(str(config_path), [], output_dir=str(output_dir), overwrite=True)
+    finally:
+        loop.train_step, loop.build_engine = inner, inner_build
+    return steps, holder["run"]
+
+
+def run_child(module: str, args: list[str], timeout: float) -> dict:
+    """Run ``python -m module *args`` from the repository root; its last ``RESULT {json}`` line,
+    or ``{"error": ...}`` when it failed, printed nothing or ran past ``timeout`` seconds."""
+    cmd = [sys.executable, "-m", module, *args]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:] or [f"exit status {proc.returncode}"]
+        return {"error": " | ".join(tail)[:400]}
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def emit(result: dict) -> None:
+    """What a child prints for :func:`run_child`."""
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def write_md(path: Path, name: str, title: str, body: str) -> None:
+    """Replace the block between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path``;
+    without one, append ``## title`` and the block (creating the file if needed)."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    if not path.exists():
+        path.write_text("# Benchmarks\n\nEvery number here comes with the command that produced it and the "
+                        f"machine it ran on.\n\n## {title}\n\n{block}\n")
+        return
+    text = path.read_text()
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + f"\n\n## {title}\n\n{block}\n"
+    path.write_text(text)
