@@ -227,6 +227,10 @@ class TrainerConfig(Section):
     samples_every: int = F(10, "Log a table of sample completions every N steps; 0 = never.", ge=0)
     logprob_impl: Literal["fused", "naive"] = F("fused", "fused = log-probs from hidden states in chunks "
                                                 "(no [B, T, V] logits); naive = from full logits.")
+    share_prompt_prefix: bool = F(True, "Compute each prompt once per group: generation prefills it once "
+                                  "and repeats its KV cache; log-prob passes run each distinct prompt once "
+                                  "(same numbers, less work). Skipped automatically for models without a "
+                                  "plain KV cache or with gradient checkpointing.")
     logprob_chunk_size: int | None = F(None, "Tokens per log-prob chunk; null = automatic.", ge=1)
     device: Literal["auto", "cpu", "cuda"] = F("auto", "auto = cuda when available.")
     parallel: Literal["ddp", "fsdp"] = F(

@@ -23,12 +23,13 @@ def check_engine_available(name: str) -> None:
         raise ConfigError("rollout.engine = 'vllm' needs a CUDA GPU and none is available; use rollout.engine=hf")
 
 
-def build_engine(name: str, model, tokenizer, rollout_config, *, seed: int = 0, max_model_len: int | None = None):
+def build_engine(name: str, model, tokenizer, rollout_config, *, seed: int = 0, max_model_len: int | None = None,
+                 share_prefix: bool = True):
     """The engine named by ``rollout.engine``. ``seed`` (one per data-parallel rank) and
     ``max_model_len`` (longest prompt + response) are the vLLM engine's; the HF engine samples
     from torch's global RNG."""
     if name == "hf":
-        return HFEngine(model, tokenizer, batch_size=rollout_config.generation_batch_size)
+        return HFEngine(model, tokenizer, batch_size=rollout_config.generation_batch_size, share_prefix=share_prefix)
     if name == "vllm":
         from .vllm import VLLMEngine  # imported lazily: vLLM is an optional GPU extra
 

@@ -11,15 +11,17 @@ from __future__ import annotations
 import torch
 
 from .base import Generation, eos_token_ids, response_mask_from_ids
+from .prefix import prefill_once
 
 
 class HFEngine:
     """Samples ``n`` responses per prompt with ``model.generate`` (the training model itself)."""
 
-    def __init__(self, model, tokenizer, *, batch_size: int | None = None):
+    def __init__(self, model, tokenizer, *, batch_size: int | None = None, share_prefix: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.share_prefix = share_prefix
         self.eos_ids = eos_token_ids(tokenizer, model)
 
     def update_weights(self, model) -> None:
@@ -57,7 +59,12 @@ class HFEngine:
         was_training = model.training
         model.eval()
         try:
-            out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+            shared = prefill_once(model, input_ids, attention_mask, n) if self.share_prefix else None
+            if shared is not None:  # each prompt prefilled once, its cache repeated for the group
+                config.num_return_sequences = 1
+                out = model.generate(**shared, generation_config=config)
+            else:
+                out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
         finally:
             model.train(was_training)
         prompt_len = input_ids.shape[1]

@@ -9,6 +9,8 @@ Two log-prob paths, chosen by ``trainer.logprob_impl``:
   chunked :func:`~steadyrl.functional.logprobs_and_entropy_from_logits`.
 
 Models whose logits are not a plain linear map of the last hidden state fall back to ``naive``.
+The fused path computes each distinct prompt of the batch once and reuses it for the responses
+that share it (:mod:`steadyrl.rollout.prefix`; ``trainer.share_prompt_prefix``).
 
 Both paths run inside one module's ``forward``, :class:`PolicyLogprobs`: the fused path calls
 the backbone and reads the LM-head weight directly, which would bypass the ``forward`` of a
@@ -24,6 +26,7 @@ from torch import nn
 
 from ..functional import logprobs_and_entropy_from_logits, logprobs_from_hidden, logprobs_from_logits
 from ..models import lm_backbone_and_head
+from ..rollout.prefix import hidden_with_shared_prompts
 from .batch import TrainBatch
 
 
@@ -40,16 +43,21 @@ class PolicyLogprobs(nn.Module):
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, response_ids=None, *,
                 temperature: float = 1.0, impl: str = "fused", chunk_size: int | None = None,
-                with_entropy: bool = False, generate: dict | None = None):
+                with_entropy: bool = False, share_prefix: bool = True, generate: dict | None = None):
         if generate is not None:
             return self.model.generate(**generate)
         p, r = input_ids.shape[1] - response_ids.shape[1], response_ids.shape[1]
         parts = lm_backbone_and_head(self.model) if impl == "fused" else None
         if parts is not None:
             backbone, head = parts
-            out = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                           use_cache=False)
-            hidden = out.last_hidden_state[:, p - 1 : p - 1 + r]
+            hidden = None
+            if share_prefix:  # each distinct prompt once (GRPO groups): same numbers, less work
+                hidden = hidden_with_shared_prompts(self.model, backbone, input_ids, attention_mask,
+                                                    position_ids, p, r)
+            if hidden is None:
+                out = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               use_cache=False)
+                hidden = out.last_hidden_state[:, p - 1 : p - 1 + r]
             result = logprobs_from_hidden(hidden, head.weight, response_ids, temperature,
                                           return_entropy=with_entropy, chunk_size=chunk_size, bias=head.bias)
             logp, entropy = result if with_entropy else (result, None)
@@ -78,14 +86,15 @@ def as_logprob_module(model: nn.Module) -> nn.Module:
 
 
 def response_logprobs(model, batch: TrainBatch, *, temperature: float, impl: str = "fused",
-                      chunk_size: int | None = None, with_entropy: bool = False):
+                      chunk_size: int | None = None, with_entropy: bool = False, share_prefix: bool = True):
     """``(logprobs [B, R], entropy [B, R] or None)`` of the response tokens, float32.
 
     ``model`` is a transformers causal LM or a (wrapped) :class:`PolicyLogprobs`.
     """
     module = as_logprob_module(model)
     return module(batch.input_ids, batch.attention_mask, batch.position_ids, batch.response_ids,
-                  temperature=temperature, impl=impl, chunk_size=chunk_size, with_entropy=with_entropy)
+                  temperature=temperature, impl=impl, chunk_size=chunk_size, with_entropy=with_entropy,
+                  share_prefix=share_prefix)
 
 
 def critic_values(critic, batch: TrainBatch) -> torch.Tensor:

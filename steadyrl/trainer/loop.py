@@ -241,7 +241,8 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
             print(f"resumed from {latest} (step {run.state.step})", flush=True)
     engine = build_engine(config.rollout.engine, run.generator, run.tokenizer, config.rollout,
                           seed=config.trainer.seed + dist.rank(),
-                          max_model_len=config.data.max_prompt_tokens + config.rollout.max_new_tokens)
+                          max_model_len=config.data.max_prompt_tokens + config.rollout.max_new_tokens,
+                          share_prefix=config.trainer.share_prompt_prefix)
     tracker = Tracker(out, config.trainer.trackers, config=config_to_dict(config), project=config.trainer.project,
                       run_name=config.trainer.run_name or out.name, is_main_process=dist.is_main(),
                       # --resume with no checkpoint yet starts over: the killed run's lines go

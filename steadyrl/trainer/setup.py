@@ -357,4 +357,6 @@ def build_eval(config: Config, model_path: str):
     except BaseException:
         scorer.close()
         raise
-    return build_engine(config.rollout.engine, policy, tokenizer, config.rollout), scorer, prompts, device
+    engine = build_engine(config.rollout.engine, policy, tokenizer, config.rollout,
+                          share_prefix=config.trainer.share_prompt_prefix)
+    return engine, scorer, prompts, device

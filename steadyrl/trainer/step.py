@@ -53,6 +53,7 @@ def prepare(run: Run, batch: TrainBatch) -> TrainBatch:
     cfg, device = run.config, run.device
     size = cfg.trainer.micro_batch_size
     kwargs = {"temperature": cfg.rollout.temperature, "impl": cfg.trainer.logprob_impl,
+              "share_prefix": cfg.trainer.share_prompt_prefix,
               "chunk_size": cfg.trainer.logprob_chunk_size}
     old = ref = values = None
     policy, critic = run.training_models()  # through the DDP / FSDP wrappers when there are any

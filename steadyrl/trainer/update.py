@@ -104,6 +104,7 @@ def _policy_micro_step(policy, m: TrainBatch, config: Config, agg: dict, kl_coef
     algo, trainer = config.algorithm, config.trainer
     logp, entropy = response_logprobs(policy, m, temperature=config.rollout.temperature,
                                       impl=trainer.logprob_impl, chunk_size=trainer.logprob_chunk_size,
+                                      share_prefix=trainer.share_prompt_prefix,
                                       with_entropy=True)
     old = m.old_logprobs if m.old_logprobs is not None else logp.detach()
     loss_fn = POLICY_LOSSES[algo.policy_loss]
