@@ -216,6 +216,9 @@ class OptimConfig(Section):
 
 class TrainerConfig(Section):
     max_steps: int = F(100, "Training steps (one step = one batch of prompts).", ge=1)
+    max_epochs: float | None = F(None, "Stop after this many passes over the training prompts, if that "
+                                 "comes before max_steps (the schedule decays over the shorter); "
+                                 "null = max_steps only.", gt=0)
     seed: int = F(42, "Seed of data order, sampling and initialisation.")
     ppo_epochs: int = F(1, "Passes over each rollout batch.", ge=1)
     mini_batch_size: int | None = F(None, "Samples per optimizer step; null = the whole batch "

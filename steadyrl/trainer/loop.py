@@ -259,9 +259,9 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                 tracker.log({f"eval/{k}": v for k, v in run.state.eval_before.items()}, 0)
                 if dist.is_main():
                     print(f"eval before RL: {json.dumps(run.state.eval_before)}", flush=True)
-        bar = progress(config.trainer.max_steps - run.state.step, "train", is_main_process=dist.is_main())
+        bar = progress(run.total_steps - run.state.step, "train", is_main_process=dist.is_main())
         with bar:
-            for step in range(run.state.step + 1, config.trainer.max_steps + 1):
+            for step in range(run.state.step + 1, run.total_steps + 1):
                 skipped_before = run.state.skipped_steps
                 metrics, extras = train_step(run, engine, step)
                 run.state.step = step
@@ -270,13 +270,13 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                 every = config.trainer.samples_every
                 if every and step % every == 0:
                     tracker.log_samples(_sample_rows(extras), step)
-                if config.trainer.eval_every and step % config.trainer.eval_every == 0 and step < config.trainer.max_steps:
+                if config.trainer.eval_every and step % config.trainer.eval_every == 0 and step < run.total_steps:
                     metrics.update({f"eval/{k}": v for k, v in evaluate_now().items()})
                 tracker.log(metrics, step)
                 bar.update(1, reward=metrics.get("reward/mean"), len=metrics.get("response/length_mean"),
                            step_s=metrics.get("time/step_s"))
                 save_every = config.trainer.save_every
-                if (save_every and step % save_every == 0) or step == config.trainer.max_steps:
+                if (save_every and step % save_every == 0) or step == run.total_steps:
                     save(run, step)
                 _halt_if_stuck(run, step)
         eval_after = evaluate_now()

@@ -73,6 +73,7 @@ class Run:
     running: RunningMoments
     state: RunState = field(default_factory=RunState)
     uses_adapter_reference: bool = False
+    total_steps: int = 0  # trainer.max_steps, or fewer when trainer.max_epochs ends first
     # Data parallel: the modules the update runs through (DDP / FSDP wrappers of the log-prob
     # module and the critic; the plain modules in one process), and what the engine generates with.
     train_policy: torch.nn.Module | None = None
@@ -90,6 +91,14 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def total_steps(trainer_config, num_prompts: int, prompts_per_step: int) -> int:
+    """``trainer.max_steps``, or fewer when ``trainer.max_epochs`` passes over the prompts end first."""
+    if trainer_config.max_epochs is None:
+        return trainer_config.max_steps
+    by_epochs = math.ceil(trainer_config.max_epochs * num_prompts / prompts_per_step)
+    return max(1, min(trainer_config.max_steps, by_epochs))
 
 
 def lr_lambda(optim_config, max_steps: int):
@@ -316,7 +325,8 @@ def build_run(config: Config, output_dir: Path) -> Run:
         raise
     optimizer = build_optimizer(policy.parameters(), config.optim, config.optim.lr)
     critic_optimizer = build_optimizer(critic.parameters(), config.optim, config.optim.critic_lr) if critic else None
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config.optim, trainer.max_steps))
+    total = total_steps(trainer, len(train_prompts), config.rollout.prompts_per_step)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config.optim, total))
     algo = config.algorithm
     kl = (AdaptiveKLController(algo.kl_coef, algo.kl_target, algo.kl_horizon) if algo.kl_target
           else FixedKLController(algo.kl_coef))
@@ -326,8 +336,11 @@ def build_run(config: Config, output_dir: Path) -> Run:
               reference=reference, critic=critic, optimizer=optimizer, critic_optimizer=critic_optimizer,
               scheduler=scheduler, scorer=scorer, train_prompts=train_prompts, eval_prompts=eval_prompts,
               sampler=sampler, kl_controller=kl, running=RunningMoments(), uses_adapter_reference=adapter_ref,
-              train_policy=train_policy, train_critic=train_critic, generator=generator)
+              train_policy=train_policy, train_critic=train_critic, generator=generator, total_steps=total)
     run.state.dropped_prompts = dropped
+    if dropped and dist.is_main():
+        print(f"data: dropped {dropped} of {len(train_records)} training prompts longer than "
+              f"data.max_prompt_tokens = {config.data.max_prompt_tokens} tokens", flush=True)
     if dist.world_size() > 1:  # the ranks sample different responses (resume restores each rank's RNG)
         seed_everything(trainer.seed + dist.rank())
     return run

@@ -29,3 +29,12 @@ def test_preset_runs_two_steps_with_finite_metrics(preset, write_config, tmp_pat
     assert (tmp_path / "run" / "checkpoints" / "step_000002" / "policy" / "config.json").is_file()
     if preset == "ppo":
         assert (tmp_path / "run" / "checkpoints" / "step_000002" / "critic" / "value_head.pt").is_file()
+
+
+def test_max_epochs_ends_the_run_after_that_many_passes_over_the_prompts(write_config, tmp_path):
+    # 64 prompts, 4 per step: half an epoch is 8 steps, before max_steps = 20
+    config = write_config(trainer={"max_steps": 20, "max_epochs": 0.5})
+    summary = train(str(config), [], output_dir=str(tmp_path / "run"))
+    assert summary["steps"] == 8
+    epochs = [m["epoch"] for m in read_metrics(tmp_path / "run") if m["step"] > 0]
+    assert epochs[-1] == 0.5
