@@ -51,7 +51,7 @@ QUICK_TOKENS = (256,)
 TARGET_TOKENS = 8192  # the memory target (peak at most 0.1x naive) is stated at this size
 GIB = 2**30
 REPO = Path(__file__).resolve().parent.parent
-MD_START, MD_END = "<!-- bench_logprobs:start -->", "<!-- bench_logprobs:end -->"
+MD_MARK = "<!-- bench_logprobs:{dtype}:{end} -->"  # one generated block per dtype in BENCHMARKS.md
 
 
 # --- the methods -----------------------------------------------------------------------------------
@@ -303,19 +303,18 @@ def _targets(results: list[dict]) -> list[str]:
     return out
 
 
-def write_md(path: Path, body: str) -> None:
-    """Replace this benchmark's marked block in ``path`` (create the file or the section if missing)."""
-    block = f"{MD_START}\n{body}{MD_END}"
-    if not path.exists():
-        path.write_text("# Benchmarks\n\nEvery number here comes with the command that produced it and the "
-                        "machine it ran on.\n\n## Log-probs\n\n" + block + "\n")
-        return
-    text = path.read_text()
-    if MD_START in text and MD_END in text:
-        head, rest = text.split(MD_START, 1)
-        text = head + block + rest.split(MD_END, 1)[1]
+def write_md(path: Path, body: str, dtype: str) -> None:
+    """Replace this benchmark's generated block for ``dtype`` in ``path``; add it if it is missing."""
+    start, end = MD_MARK.format(dtype=dtype, end="start"), MD_MARK.format(dtype=dtype, end="end")
+    block = f"{start}\n{body}{end}"
+    text = path.read_text() if path.exists() else (
+        "# Benchmarks\n\nEvery number here comes with the command that produced it and the machine it "
+        "ran on.\n")
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        text = head + block + rest.split(end, 1)[1]
     else:
-        text = text.rstrip("\n") + "\n\n## Log-probs\n\n" + block + "\n"
+        text = text.rstrip("\n") + f"\n\n## Log-probs ({dtype})\n\n" + block + "\n"
     path.write_text(text)
 
 
@@ -350,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     body = report(results, args, command.strip(), (load0, os.getloadavg()[0]))
     print("\n" + body, flush=True)
     if args.write_md:
-        write_md(Path(args.write_md), body)
+        write_md(Path(args.write_md), body, args.dtype)
     return 0 if all(not r.get("error") for r in results) else 1
 
 
