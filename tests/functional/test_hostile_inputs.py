@@ -98,12 +98,6 @@ def test_logprobs_and_entropy_are_finite_with_finite_gradients(seed, dtype, scal
     assert finite(logits.grad)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "logprobs.py bug, reported to its owner: H = logsumexp(z) - sum p z is taken on unshifted z, so "
-    "for |logits| ~ 1e4 the two ~1e4 terms cancel in float32 and the entropy is off by nats "
-    "(2.82 for logits [1e4, 1e4], -1.43 for [-1e4, -1e4]; log 2 = 0.69). Shifting z by its row "
-    "max first fixes it. Not strict: the fix is in progress in logprobs.py; once it is committed, "
-    "this XPASSes (listed by -ra) and the marker goes."))
 @FAST
 @given(seed=SEEDS, dtype=DTYPES, scale=LOGIT_SCALES, kind=st.sampled_from(["normal", "signs"]),
        v=st.integers(2, 40), temperature=st.sampled_from([1.0, 0.3, 2.5]))
