@@ -34,7 +34,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import re
 import resource
 import statistics
@@ -42,6 +41,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from .common import machine, peak_rss_mib, reset_peak_rss, rss_mib
 
 V, H = 151_936, 896
 SEQ_LEN = 512  # hidden is [tokens / SEQ_LEN, SEQ_LEN, H]
@@ -94,19 +95,6 @@ METHODS = {"steadyrl-fused": _fused, "steadyrl-chunked": _chunked, "naive": _nai
 # --- the child: one method at one size --------------------------------------------------------------
 
 
-def _status_mib(key: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    raise KeyError(key)
-
-
-def _reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
 def _inputs(tokens: int, dtype, seed: int = 0):
     import torch
 
@@ -139,18 +127,18 @@ def measure(fn, tokens: int, reps: int, dtype_name: str, threads: int) -> dict:
     for _ in range(reps):
         hidden.grad = weight.grad = None
         gc.collect()
-        base = _status_mib("VmRSS")
-        _reset_peak()
+        base = rss_mib()
+        reset_peak_rss()
         t0, c0 = time.perf_counter(), time.process_time()
         try:
             _step(fn, hidden, weight, labels, g1, g2)
         except (RuntimeError, MemoryError) as e:  # allocation failure under the address-space limit
-            peak = _status_mib("VmHWM")
+            peak = peak_rss_mib()
             out.update(oom=True, error=str(e).splitlines()[0][:200], peak_mib=[peak], over_inputs_mib=[peak - base])
             return out
         out["wall_s"].append(time.perf_counter() - t0)
         out["cpu_s"].append(time.process_time() - c0)
-        peak = _status_mib("VmHWM")
+        peak = peak_rss_mib()
         out["peak_mib"].append(peak)
         out["over_inputs_mib"].append(peak - base)
     return out
@@ -251,31 +239,9 @@ def _table(results: list[dict]) -> list[str]:
     return rows
 
 
-def _machine(args) -> str:
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(x.split(":", 1)[1].strip() for x in f if x.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    with open("/proc/meminfo") as f:
-        ram = int(f.readline().split()[1]) / 2**20
-    try:
-        from importlib.metadata import version
-
-        trl = version("trl")
-    except Exception:  # noqa: BLE001 - report whatever is missing
-        trl = "not installed"
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return (f"{cpu}, {os.cpu_count()} cores, {ram:.0f} GiB RAM, {gpu}; Linux {platform.release()}, "
-            f"Python {platform.python_version()}, torch {torch.__version__} ({args.threads} threads), trl {trl}")
-
-
 def report(results: list[dict], args, command: str, load: tuple) -> str:
     lines = [f"Command: `{command}`", "",
-             f"Machine: {_machine(args)}. dtype {args.dtype}, V = {V:,}, H = {H}, "
+             f"Machine: {machine(args.threads)}. dtype {args.dtype}, V = {V:,}, H = {H}, "
              f"sequences of {SEQ_LEN} tokens.", "",
              f"Load average (1 min) before / after the run: {load[0]:.2f} / {load[1]:.2f}.", ""]
     lines += _table(results)

@@ -1,4 +1,4 @@
-"""Helpers shared by the end-to-end benchmarks (bench_trl, bench_scaling).
+"""Helpers shared by the benchmarks (bench_logprobs, bench_trl, bench_scaling).
 
 * :func:`machine`: one line describing the CPU, cores, memory and library versions;
 * :func:`peak_rss_mib` / :func:`reset_peak_rss`: the process's peak resident set (``VmHWM``);

@@ -14,6 +14,16 @@ import torch
 import yaml
 
 
+# Every float dtype the functional core accepts, widest first. Its outputs are float32, or float64
+# for float64 inputs (reductions, exp and log run in float32 or wider).
+ALL_DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
+
+
+def out_dtype(dtype):
+    """The dtype a functional-core result has for inputs of ``dtype``."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def char_tokenizer():
     """A character-level ``PreTrainedTokenizerFast`` over printable ASCII (BOS added on encode)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors

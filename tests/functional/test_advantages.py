@@ -23,13 +23,10 @@ from steadyrl.functional import (
 )
 from steadyrl.functional.constants import NORM_EPS, WHITEN_EPS
 
-DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
+from support import ALL_DTYPES, out_dtype
+
 TOL = {torch.float64: dict(rtol=1e-7, atol=1e-7), torch.float32: dict(rtol=3e-5, atol=3e-5),
        torch.bfloat16: dict(rtol=1e-4, atol=1e-4), torch.float16: dict(rtol=1e-4, atol=1e-4)}
-
-
-def out_dtype(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def mask_case(seed, B, T):
@@ -105,7 +102,7 @@ def gae_oracle(r, v, mask, gamma, lam):
     return torch.tensor(adv, dtype=torch.float64), torch.tensor(ret, dtype=torch.float64)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("gamma,lam", [(1.0, 0.95), (0.99, 1.0), (0.9, 0.5), (1.0, 0.0)])
 def test_gae_matches_the_backward_loop_over_valid_tokens(dtype, gamma, lam):
     r, v, mask = token_case(3, dtype=dtype)
@@ -141,7 +138,7 @@ def rpp_oracle(r, mask, gamma):
     return whiten_oracle(g, mask)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("gamma", [1.0, 0.9])
 def test_reinforce_plus_plus_whitens_the_discounted_return_to_go(dtype, gamma):
     r, _, mask = token_case(5, dtype=dtype)
@@ -208,7 +205,7 @@ def passk_oracle(s, n, mask, norm_by_std=True):
     return broadcast(per, mask)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("n", [1, 2, 4])
 @pytest.mark.parametrize("norm_by_std", [True, False])
 def test_grpo_matches_the_group_loop(dtype, n, norm_by_std):
@@ -225,7 +222,7 @@ def test_grpo_custom_eps_is_used():
     torch.testing.assert_close(out[:, 0], torch.tensor([-0.5, 0.5], dtype=torch.float64) / (std + 0.5))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("n", [1, 2, 5])
 def test_rloo_is_score_minus_leave_one_out_mean(dtype, n):
     s = score_case(10 + n, n=n, dtype=dtype)
@@ -233,7 +230,7 @@ def test_rloo_is_score_minus_leave_one_out_mean(dtype, n):
     check(rloo_advantages(s, mask, n), rloo_oracle(s.double(), n, mask), dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("n", [1, 3, 4])
 def test_reinforce_plus_plus_baseline_whitens_group_centred_scores(dtype, n):
     s = score_case(20 + n, n=n, dtype=dtype)
@@ -241,7 +238,7 @@ def test_reinforce_plus_plus_baseline_whitens_group_centred_scores(dtype, n):
     check(reinforce_plus_plus_baseline_advantages(s, mask, n), rpp_baseline_oracle(s.double(), n, mask), dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_opo_uses_the_length_weighted_group_baseline(dtype, n):
     s = score_case(30 + n, n=n, dtype=dtype)
@@ -251,7 +248,7 @@ def test_opo_uses_the_length_weighted_group_baseline(dtype, n):
     check(opo_advantages(s, mask, n), opo_oracle(s.double(), n, mask), dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("n", [1, 2, 4])
 @pytest.mark.parametrize("binary", [False, True])
 @pytest.mark.parametrize("norm_by_std", [True, False])

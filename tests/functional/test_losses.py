@@ -25,16 +25,13 @@ from steadyrl.functional import (
 )
 from steadyrl.functional.constants import K3_VALUE_CLAMP, LOG_RATIO_CLAMP, LOGPROB_DIFF_CLAMP, MASK_EPS
 
+from support import ALL_DTYPES, out_dtype
+
 B, T = 6, 7
-DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
 # float64 is held to 1e-10, except GSPO (1e-8): its sequence ratio is a masked mean, whose 1e-8
 # denominator epsilon (seed 000) moves the log-ratio by ~1e-8 * spread / length.
 VALUE_TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.bfloat16: 5e-5, torch.float16: 5e-5}
 GRAD_TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
-
-
-def out_dtype(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def mask_case(seed, b=B, t=T):
@@ -95,7 +92,7 @@ def weighted_sum(w, per_token):
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("extras", ["plain", "global", "weights"])
 def test_aggregate_loss_matches_the_oracle_in_every_mode(mode, dtype, extras):
     g = torch.Generator().manual_seed(LOSS_AGG_MODES.index(mode))
@@ -252,7 +249,7 @@ CONFIGS = [
 
 
 @pytest.mark.parametrize("name,clip_low,clip_high,dual,spread", CONFIGS)
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_policy_loss_values_gradients_and_metrics_match_the_oracle(name, clip_low, clip_high, dual, spread, dtype):
     seed = CONFIGS.index((name, clip_low, clip_high, dual, spread))
     lp, old, adv, mask = policy_case(seed, dtype, spread)
@@ -369,7 +366,7 @@ def value_oracle(v, old, ret, mask, clip, agg):
 
 
 @pytest.mark.parametrize("clip", [None, 0.2, 1.0])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
 def test_value_loss_matches_the_oracle_with_and_without_clipping(clip, dtype, mode):
     g = torch.Generator().manual_seed(31)

@@ -20,13 +20,10 @@ from steadyrl.functional import (
 )
 from steadyrl.functional.constants import NORM_EPS
 
-DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
+from support import ALL_DTYPES, out_dtype
+
 TOL = {torch.float64: dict(rel=1e-7, abs=1e-7), torch.float32: dict(rel=2e-5, abs=2e-5),
        torch.bfloat16: dict(rel=1e-4, abs=1e-4), torch.float16: dict(rel=1e-4, abs=1e-4)}
-
-
-def out_dtype(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def scores_case(seed, groups=5, n=4, dtype=torch.float32, scale=2.0, with_mask=True):
@@ -60,7 +57,7 @@ def oracle_group_stats(s, n, mask):
     return means, stds
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_clip_rewards_clamps_symmetrically_in_float32(dtype):
     x = torch.tensor([-100.0, -5.0, -4.5, 0.0, 3.0, 5.0, 7.25, 1e4]).to(dtype)
     out = clip_rewards(x, 5.0)
@@ -72,7 +69,7 @@ def test_clip_rewards_clamps_symmetrically_in_float32(dtype):
     assert clip_rewards(tok, 3.0).tolist() == [[-3.0, 1.0], [2.0, 3.0]]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_clip_fraction_counts_valid_entries_outside_the_range(dtype, seed):
     g = torch.Generator().manual_seed(seed)
@@ -96,7 +93,7 @@ def test_clip_fraction_counts_valid_entries_outside_the_range(dtype, seed):
     assert clip_fraction(x, low, high, torch.zeros_like(mask)).item() == 0.0
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("n", [1, 2, 4])
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_group_mean_std_matches_the_loop(dtype, n, with_mask):
@@ -216,7 +213,7 @@ def test_difficulty_mask_boundaries_are_exclusive():
 
 
 @pytest.mark.parametrize("n", [1, 3, 4])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_difficulty_weights_match_the_linear_rule(n, dtype):
     g = torch.Generator().manual_seed(n)
     s = (torch.rand(6 * n, generator=g) < 0.5).to(dtype)

@@ -21,6 +21,8 @@ from steadyrl.functional import (
 )
 from steadyrl.functional.constants import MASK_EPS, RUNNING_COUNT_INIT, WHITEN_EPS
 
+from support import ALL_DTYPES
+
 LOW_PRECISION = [torch.float16, torch.bfloat16]
 
 
@@ -80,8 +82,6 @@ TOL = {
     torch.bfloat16: dict(rel=1e-4, abs=1e-4),
     torch.float16: dict(rel=1e-4, abs=1e-4),
 }
-
-ALL_DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
