@@ -7,6 +7,7 @@ put on ``sys.path`` by the root conftest, so a test imports this as ``import sup
 
 from __future__ import annotations
 
+import shutil
 import string
 from pathlib import Path
 
@@ -92,3 +93,15 @@ def config_writer(base: dict, path: Path):
         return path
 
     return write
+
+
+def crashed_copy(run_dir: Path, into: Path, *, last_step: int, steps_kept: int) -> Path:
+    """A copy of a finished run as a crash after step ``steps_kept`` would have left it: the
+    checkpoint of ``last_step`` and ``summary.json`` gone, ``metrics.jsonl`` cut to the step-0
+    eval line and the first ``steps_kept`` steps. The checkpoints up to then stay."""
+    shutil.copytree(run_dir, into)
+    shutil.rmtree(into / "checkpoints" / f"step_{last_step:06d}")
+    (into / "summary.json").unlink(missing_ok=True)
+    lines = (into / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (into / "metrics.jsonl").write_text("".join(lines[: 1 + steps_kept]))
+    return into

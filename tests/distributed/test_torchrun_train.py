@@ -10,6 +10,7 @@ import json
 import shutil
 
 import pytest
+import support
 import torch
 import yaml
 from dp_common import HERE, launch, torchrun
@@ -90,12 +91,7 @@ def test_the_checkpoint_holds_every_ranks_rng(two_process_run):
 @pytest.mark.slow
 def test_a_crash_resumed_on_two_processes_equals_the_uninterrupted_run(two_process_run, config_path, tmp_path):
     out, _ = two_process_run
-    crashed = tmp_path / "crashed"
-    shutil.copytree(out, crashed)
-    shutil.rmtree(crashed / "checkpoints" / "step_000003")
-    (crashed / "summary.json").unlink()
-    lines = (crashed / "metrics.jsonl").read_text().splitlines(keepends=True)
-    (crashed / "metrics.jsonl").write_text("".join(lines[:3]))  # eval at step 0, steps 1 and 2
+    crashed = support.crashed_copy(out, tmp_path / "crashed", last_step=3, steps_kept=2)
     proc = launch(["-m", "steadyrl", "train", str(config_path), "--output-dir", str(crashed), "--resume"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert _comparable(read_metrics(crashed)) == _comparable(read_metrics(out))

@@ -1,9 +1,9 @@
 """LoRA through PEFT: only adapters train, the reference is the base model with the adapter
 switched off (no second copy), checkpoints hold the adapter, and a LoRA run resumes exactly."""
 
-import shutil
 
 import pytest
+import support
 import torch
 
 pytest.importorskip("peft")
@@ -50,11 +50,7 @@ def test_lora_run_trains_saves_the_adapter_and_resumes_exactly(write_config, tas
     metrics = [m for m in read_metrics(full) if m["step"] > 0]
     assert metrics[-1]["kl/k3"] > 0  # the adapter moved the policy away from the reference
 
-    crashed = tmp_path / "crashed"
-    shutil.copytree(full, crashed)
-    shutil.rmtree(crashed / "checkpoints" / "step_000004")
-    lines = (crashed / "metrics.jsonl").read_text().splitlines(keepends=True)
-    (crashed / "metrics.jsonl").write_text("".join(lines[:3]))
+    crashed = support.crashed_copy(full, tmp_path / "crashed", last_step=4, steps_kept=2)
     train(str(path), [], output_dir=str(crashed), resume=True)
     strip = lambda ms: [{k: v for k, v in m.items() if not k.startswith(("time/", "throughput/"))} for m in ms]  # noqa: E731
     assert strip(read_metrics(crashed)) == strip(read_metrics(full))

@@ -5,9 +5,9 @@ checkpoint: later checkpoints and metric lines removed, as a crash would have le
 """
 
 import json
-import shutil
 
 import pytest
+import support
 
 from steadyrl.tracking import read_metrics
 from steadyrl.trainer import train
@@ -30,12 +30,7 @@ def test_resume_equals_uninterrupted(preset, write_config, task_dir, tmp_path):
     full = tmp_path / "full"
     train(str(config), [], output_dir=str(full))
 
-    crashed = tmp_path / "crashed"
-    shutil.copytree(full, crashed)
-    shutil.rmtree(crashed / "checkpoints" / "step_000004")
-    (crashed / "summary.json").unlink()
-    lines = (crashed / "metrics.jsonl").read_text().splitlines(keepends=True)
-    (crashed / "metrics.jsonl").write_text("".join(lines[:3]))  # eval at step 0, steps 1 and 2
+    crashed = support.crashed_copy(full, tmp_path / "crashed", last_step=4, steps_kept=2)
 
     summary = train(str(config), [], output_dir=str(crashed), resume=True)
     assert summary["steps"] == 4
