@@ -3,7 +3,7 @@
 Everything is built locally, nothing is downloaded: a character tokenizer (:mod:`.tokenizer`), a
 two-layer Llama-style model (:mod:`.model`), a string-reversal task with its reward
 (:mod:`.task`) and a short supervised warm start (:mod:`.warmstart`). The settings measured to
-make GRPO lift held-out accuracy from ~30% to ~90% in about five minutes on two CPU cores are
+make GRPO lift held-out accuracy from ~30% to over 90% in two to three minutes on two CPU cores are
 the defaults of the config's ``demo`` section and of ``steadyrl.config.presets.DEMO_CONFIG``.
 """
 
