@@ -136,7 +136,9 @@ class RolloutConfig(Section):
     group_size: int = F(8, "Responses generated per prompt (the GRPO group).", ge=1)
     max_new_tokens: int = F(512, "Longest response; a response that reaches it without EOS is "
                             "'truncated'.", ge=1)
-    temperature: float = F(1.0, "Sampling temperature (log-probs are recomputed with the same).", gt=0)
+    temperature: float = F(1.0, "Sampling temperature (log-probs are recomputed with the same). Only "
+                              "rollout.temperature/top_p/top_k shape the sampling: the model's "
+                              "generation_config.json (top-k, repetition penalty, ...) is ignored.", gt=0)
     top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     top_k: int = F(0, "Top-k sampling; 0 = off.", ge=0)
     generation_batch_size: int | None = F(None, "Prompts per generate call; null = all at once.", ge=1)

@@ -18,6 +18,8 @@ import random
 
 import torch
 
+from ..rollout.hf import neutral_generation_defaults
+
 __all__ = [
     "LETTERS",
     "SEPARATOR",
@@ -116,10 +118,11 @@ def generate_completions(
     enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
     # Plain sampling from softmax(logits / temperature): no top-k / top-p truncation.
     sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if do_sample else dict(do_sample=False)
-    out = model.generate(
-        **enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, **sampling,
-    )
+    with neutral_generation_defaults(model):  # the model's generation_config cannot add to these
+        out = model.generate(
+            **enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id, **sampling,
+        )
     model.train(was_training)
     prompt_len = enc["input_ids"].shape[1]
     return enc["input_ids"], out[:, prompt_len:]

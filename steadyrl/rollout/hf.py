@@ -1,12 +1,18 @@
 """The default generation engine: transformers' ``generate`` with sampling and the KV cache.
 
-The generation config is built from scratch for every call, so a model's own defaults (a
-repetition penalty, top-k 50, another temperature) can never change the sampling distribution
-behind the user's back: the log-probs recomputed for the loss assume exactly
-``softmax(logits / temperature)`` (top-p / top-k only truncate it).
+The log-probs recomputed for the loss assume that a response was sampled from exactly
+``softmax(logits / temperature)``, truncated only by the ``top_p`` / ``top_k`` the user set. A
+model's ``generation_config.json`` must not change that: transformers fills every setting a call
+leaves unset from the model's generation config (Qwen2.5-Instruct ships top-p 0.8, top-k 20 and a
+repetition penalty of 1.05), and then from its own global defaults (top-k 50). So for the length of
+each call every ``generation_config`` in the model is swapped for a blank one that keeps only the
+token ids (EOS, BOS, padding), and ``top_k=0`` / ``top_p=1.0`` are passed explicitly when the user
+turned them off. Greedy evaluation is plain argmax decoding for the same reason.
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 
@@ -48,8 +54,8 @@ class HFEngine:
         config = GenerationConfig(
             do_sample=do_sample,
             temperature=temperature if do_sample else None,
-            top_p=top_p if do_sample and top_p < 1.0 else None,
-            top_k=top_k if do_sample and top_k > 0 else None,
+            top_p=top_p if do_sample else None,
+            top_k=top_k if do_sample else None,  # 0 turns top-k off; None would mean transformers' 50
             max_new_tokens=max_new_tokens,
             num_return_sequences=n,
             eos_token_id=self.eos_ids,
@@ -59,12 +65,14 @@ class HFEngine:
         was_training = model.training
         model.eval()
         try:
-            shared = prefill_once(model, input_ids, attention_mask, n) if self.share_prefix else None
-            if shared is not None:  # each prompt prefilled once, its cache repeated for the group
-                config.num_return_sequences = 1
-                out = model.generate(**shared, generation_config=config)
-            else:
-                out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+            with neutral_generation_defaults(model):
+                shared = prefill_once(model, input_ids, attention_mask, n) if self.share_prefix else None
+                if shared is not None:  # each prompt prefilled once, its cache repeated for the group
+                    config.num_return_sequences = 1
+                    out = model.generate(**shared, generation_config=config)
+                else:
+                    out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                         generation_config=config)
         finally:
             model.train(was_training)
         prompt_len = input_ids.shape[1]
@@ -82,6 +90,31 @@ class HFEngine:
             truncated=truncated,
             completions=completions,
         )
+
+
+# Settings of a generation config that name tokens rather than change the sampling distribution.
+_TOKEN_ID_FIELDS = ("eos_token_id", "bos_token_id", "pad_token_id", "decoder_start_token_id")
+
+
+@contextmanager
+def neutral_generation_defaults(model):
+    """For the ``with`` block, every ``generation_config`` in ``model`` (the model itself, or the
+    one inside a PEFT or FSDP wrapper) is a blank ``GenerationConfig`` that keeps only the token
+    ids of the original; the originals are put back afterwards, whatever happens."""
+    from transformers import GenerationConfig
+
+    root = model if isinstance(model, torch.nn.Module) else getattr(model, "model", None)
+    modules = root.modules() if isinstance(root, torch.nn.Module) else ()
+    saved = [(m, vars(m)["generation_config"]) for m in modules  # its own, not a wrapper's view of it
+             if isinstance(vars(m).get("generation_config"), GenerationConfig)]
+    try:
+        for m, original in saved:
+            ids = {k: getattr(original, k, None) for k in _TOKEN_ID_FIELDS}
+            m.generation_config = GenerationConfig(**{k: v for k, v in ids.items() if v is not None})
+        yield
+    finally:
+        for m, original in saved:
+            m.generation_config = original
 
 
 def _pad_to(x: torch.Tensor, length: int, value: int, left: bool) -> torch.Tensor:
