@@ -177,10 +177,12 @@ def rloo_advantages(
 
 @register_advantage("reinforce_plus_plus", uses="token_rewards")
 def reinforce_plus_plus_advantages(
-    token_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = GAMMA
+    token_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = GAMMA,
+    sample_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """REINFORCE++: discounted return-to-go ``G_t = r_t + gamma * G_{t+1}`` over valid tokens
-    (padding contributes nothing), whitened over all valid tokens of the batch."""
+    (padding contributes nothing), whitened over all valid tokens of the batch. Samples with
+    ``sample_mask [B]`` False (an invalid reward) are left out of the whitening statistics."""
     dtype = acc_dtype(token_rewards)
     keep = response_mask.bool() if response_mask.dtype != torch.bool else response_mask
     zero = torch.zeros((), dtype=dtype, device=token_rewards.device)
@@ -190,7 +192,8 @@ def reinforce_plus_plus_advantages(
     for t in reversed(range(r.shape[1])):
         running = torch.where(keep[:, t], r[:, t] + gamma * running, running)
         returns[:, t] = running
-    return masked_whiten(returns, keep)
+    counted = keep if sample_mask is None else keep & sample_mask.bool().unsqueeze(-1)
+    return masked_whiten(returns, counted)
 
 
 @register_advantage("reinforce_plus_plus_baseline", uses="scores", grouped=True)

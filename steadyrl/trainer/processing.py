@@ -69,7 +69,7 @@ def _estimator_options(algo: AlgorithmConfig, valid: torch.Tensor) -> dict:
     if name == "gae":
         return {"gamma": algo.gamma, "lam": algo.lam}
     if name == "reinforce_plus_plus":
-        return {"gamma": algo.gamma}
+        return {"gamma": algo.gamma, "sample_mask": valid}
     return {}
 
 

@@ -150,6 +150,30 @@ def test_scores_that_are_not_finite_never_count_even_if_marked_valid():
     assert all(math.isfinite(v) for v in out.metrics.values()), out.metrics
 
 
+@pytest.mark.parametrize("estimator", sorted(ADVANTAGE_ESTIMATORS))
+@pytest.mark.parametrize("norm", ["batch", "group", "none"])
+@pytest.mark.parametrize("whiten", [False, True])
+def test_an_invalid_sample_moves_no_other_samples_advantage(estimator, norm, whiten):
+    """A sample whose reward function failed enters no statistic (normalisation, baselines,
+    whitening): neither the placeholder score it carries nor its length moves the others."""
+    algo = AlgorithmConfig(advantage_estimator=estimator, reward_norm_mean=norm, reward_norm_std=norm,
+                           whiten_advantages=whiten)
+    valid = torch.ones(8, dtype=torch.bool)
+    valid[1] = False
+    values = torch.linspace(-0.5, 0.5, 40).reshape(8, 5)
+    outs = []
+    for placeholder, invalid_length in [(0.0, 5), (1.0, 5), (-7.0, 1), (0.0, 3)]:
+        mask = torch.ones(8, 5, dtype=torch.long)
+        mask[3, 2:] = 0
+        mask[1, invalid_length:] = 0
+        scores = torch.tensor([1.0, placeholder, 0.0, 1.0, 0.5, 0.0, 0.0, 1.0])
+        outs.append(process_rewards(scores, valid, mask, torch.zeros(8, dtype=torch.bool), algo, 4,
+                                    values=values).advantages)
+        assert outs[-1][1].abs().sum() == 0  # out of the loss
+    for other in outs[1:]:
+        torch.testing.assert_close(other, outs[0], rtol=0, atol=1e-6)
+
+
 # --- the same batches through the update on the tiny model ----------------------------------------
 CPU = torch.device("cpu")
 PROMPT = 3

@@ -145,6 +145,17 @@ def test_reinforce_plus_plus_whitens_the_discounted_return_to_go(dtype, gamma):
     check(reinforce_plus_plus_advantages(r, mask, gamma=gamma), rpp_oracle(r.double(), mask, gamma), dtype)
 
 
+def test_reinforce_plus_plus_leaves_invalid_samples_out_of_the_whitening():
+    r, _, mask = token_case(6, dtype=torch.float64)
+    valid = torch.ones(mask.shape[0], dtype=torch.bool)
+    valid[1] = False  # its reward function failed: its tokens must not move the batch statistics
+    out = reinforce_plus_plus_advantages(r, mask, gamma=0.95, sample_mask=valid)
+    check(out, rpp_oracle(r, mask & valid.unsqueeze(-1), 0.95), torch.float64)
+    r2 = r.clone()
+    r2[1] = 1e6  # whatever the invalid row holds
+    torch.testing.assert_close(reinforce_plus_plus_advantages(r2, mask, gamma=0.95, sample_mask=valid), out)
+
+
 # --- outcome estimators ---------------------------------------------------------------------------
 
 
