@@ -47,18 +47,23 @@ KL_METRIC_ESTIMATORS = ("k1", "k2", "k3", "abs")
 class Metrics:
     """Accumulates a step's metrics over micro-batches, mini-batches and epochs.
 
-    ``mean``: a token-weighted mean (clip fractions, entropy, ratios). ``total``: a quantity that
-    adds up within an optimizer step and over ranks (losses with global denominators), reported
-    as its average over the step's optimizer steps. ``same``: a quantity every rank already
-    holds whole (the gradient norm after synchronisation, the global loss), averaged likewise.
-    Across data-parallel ranks, weighted means pool their sums and weights and totals add up.
+    ``mean``: a token-weighted mean (clip fractions, entropy, mean ratio). ``total``: a quantity
+    that adds up within an optimizer step and over ranks (losses with global denominators),
+    reported as its average over the step's optimizer steps. ``same``: a quantity every rank
+    already holds whole (the gradient norm after synchronisation, the global loss), averaged
+    likewise. ``largest`` / ``smallest``: the extreme over the whole step (the ratio's max and
+    min). Across data-parallel ranks, weighted means pool their sums and weights, totals add up
+    and extremes take the extreme.
     """
 
     def __init__(self) -> None:
         self._weighted: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         self._totals: dict[str, float] = defaultdict(float)
         self._same: dict[str, float] = defaultdict(float)
+        self._largest: dict[str, float] = {}
+        self._smallest: dict[str, float] = {}
         self.optimizer_steps = 0
+        self.empty_minibatches = 0
 
     def mean(self, name: str, value, weight: float) -> None:
         acc = self._weighted[name]
@@ -71,20 +76,36 @@ class Metrics:
     def same(self, name: str, value) -> None:
         self._same[name] += float(value)
 
+    def largest(self, name: str, value) -> None:
+        self._largest[name] = max(self._largest.get(name, -math.inf), float(value))
+
+    def smallest(self, name: str, value) -> None:
+        self._smallest[name] = min(self._smallest.get(name, math.inf), float(value))
+
     def result(self) -> dict[str, float]:
         """The metrics of the whole step over all ranks (a collective: every rank calls it)."""
         weighted: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         totals: dict[str, float] = defaultdict(float)
-        for rank_weighted, rank_totals in dist.gather_objects((dict(self._weighted), dict(self._totals))):
+        largest: dict[str, float] = {}
+        smallest: dict[str, float] = {}
+        mine = (dict(self._weighted), dict(self._totals), self._largest, self._smallest)
+        for rank_weighted, rank_totals, rank_largest, rank_smallest in dist.gather_objects(mine):
             for k, (s, w) in rank_weighted.items():
                 weighted[k][0] += s
                 weighted[k][1] += w
             for k, v in rank_totals.items():
                 totals[k] += v
+            for k, v in rank_largest.items():
+                largest[k] = max(largest.get(k, -math.inf), v)
+            for k, v in rank_smallest.items():
+                smallest[k] = min(smallest.get(k, math.inf), v)
         steps = max(self.optimizer_steps, 1)
         out = {k: (s / w if w > 0 else 0.0) for k, (s, w) in weighted.items()}
         out.update({k: v / steps for k, v in totals.items()})
         out.update({k: v / steps for k, v in self._same.items()})
+        out.update(largest)
+        out.update(smallest)
+        out["health/empty_minibatches"] = float(self.empty_minibatches)  # the same on every rank
         return out
 
 
@@ -115,7 +136,14 @@ def _policy_micro_step(policy, m: TrainBatch, config: Config, agg: dict, kl_coef
     metrics.total("actor/pg_loss", loss.detach())
     for name, value in pg.items():
         key = "actor/pg_" + name if name.startswith("clipfrac") else "actor/" + name
-        metrics.mean(key, value, tokens)
+        if name.endswith("_max"):
+            if tokens > 0:
+                metrics.largest(key, value)
+        elif name.endswith("_min"):
+            if tokens > 0:
+                metrics.smallest(key, value)
+        else:
+            metrics.mean(key, value, tokens)
     metrics.mean("actor/entropy", masked_mean(entropy.detach(), m.loss_mask), tokens)
     if m.ref_logprobs is not None:
         if algo.kl_mode == "loss":
@@ -190,6 +218,9 @@ def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef:
         for start in range(0, size, mini_size):
             mini = batch.select(order[start : start + mini_size])
             tokens, seqs = loss_denominators(mini.loss_mask)
+            if tokens == 0:  # every sample masked out (rewards, difficulty, truncation): no data, so
+                metrics.empty_minibatches += 1  # no step (AdamW's momentum would still move weights)
+                continue
             agg = {"global_tokens": tokens, "global_seqs": seqs,
                    "norm_length": config.algorithm.norm_length or config.rollout.max_new_tokens}
             loss_total, critic_total = 0.0, 0.0

@@ -80,3 +80,39 @@ def test_critic_value_loss_falls_on_a_fixed_batch(tiny_model_dir):
                                    critic_optimizer=critic_opt, device=CPU)
         losses.append(metrics["critic/value_loss"])
     assert losses[-1] < 0.3 * losses[0], losses
+
+
+def test_a_mini_batch_without_valid_tokens_takes_no_optimizer_step(tiny_model_dir):
+    """Every sample masked out (failed rewards, difficulty mask, truncation): AdamW would still
+    move the weights through its momentum and weight decay. No step is taken; it is counted."""
+    policy = _policy(tiny_model_dir, torch.float32)
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-2, weight_decay=0.1)
+    config = _config("trainer.mini_batch_size=4")
+    ppo_update(policy, opt, _batch(seed=1), config, kl_coef=0.0, device=CPU)  # momentum exists now
+    params = copy.deepcopy(policy.state_dict())
+    empty = _batch(seed=2)
+    empty.loss_mask = torch.zeros_like(empty.loss_mask)
+    empty.advantages = torch.zeros_like(empty.advantages)
+    metrics, steps, skipped = ppo_update(policy, opt, empty, config, kl_coef=0.0, device=CPU)
+    assert (steps, skipped) == (0, 0)
+    assert metrics["health/empty_minibatches"] == 2
+    for name, value in policy.state_dict().items():
+        assert torch.equal(value, params[name]), name
+
+
+def test_ratio_max_and_min_are_the_extremes_of_the_whole_step(tiny_model_dir):
+    """Not a token-weighted mean of each micro-batch's extreme."""
+    from steadyrl.trainer.forward import response_logprobs
+
+    policy = _policy(tiny_model_dir)
+    batch = _batch(seed=4)
+    with torch.no_grad():
+        logp, _ = response_logprobs(policy, batch, temperature=1.0)
+    g = torch.Generator().manual_seed(0)
+    batch.old_logprobs = logp + 0.3 * torch.randn(logp.shape, generator=g, dtype=logp.dtype)
+    ratio = torch.exp(logp - batch.old_logprobs)[batch.loss_mask.bool()]
+    config = _config("trainer.micro_batch_size=2")
+    metrics, _, _ = ppo_update(policy, torch.optim.SGD(policy.parameters(), lr=0.0), batch, config,
+                               kl_coef=0.0, device=CPU)
+    assert metrics["actor/ratio_max"] == pytest.approx(ratio.max().item(), rel=1e-6)
+    assert metrics["actor/ratio_min"] == pytest.approx(ratio.min().item(), rel=1e-6)
