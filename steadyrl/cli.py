@@ -73,9 +73,11 @@ def _run(args: argparse.Namespace) -> int:
         return plot_cli(args.run_dirs, args.out)
     path, overrides = _split_config_and_overrides(args.items)
     if args.command == "config":
-        from .config import load_config, render_config
+        from .config import config_notes, load_config, render_config
 
         config, preset_keys = load_config(path, overrides, with_sources=True)
+        for note in config_notes(config):
+            print(f"# note: {note}")
         print(render_config(config, preset_keys), end="")
         return 0
     if args.command == "train":

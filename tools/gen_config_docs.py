@@ -202,8 +202,15 @@ def _preset_summaries() -> list[str]:
         "ppo": "PPO with a critic: GAE (lambda 0.95, gamma 1.0), whitened advantages, k1 KL in the reward.",
         "rloo": "RLOO: leave-one-out baseline, k1 KL subtracted from the reward.",
         "reinforce_plus_plus": "REINFORCE++: whitened returns-to-go with a per-token k1 KL penalty.",
+        "gspo": "GSPO: GRPO advantages, a length-normalised sequence ratio clipped to the paper's "
+                "3e-4 / 4e-4, a per-sequence mean, no KL.",
+        "cispo": "CISPO (MiniMax-M1): GRPO advantages, the importance weight clipped (upper 0.28, no "
+                 "lower bound) and detached so every token keeps its gradient, no KL.",
     }
-    return [f"| `{name}` | {summaries.get(name, '')} |" for name in ALGORITHM_PRESETS]
+    missing = [name for name in ALGORITHM_PRESETS if name not in summaries]
+    if missing:
+        raise SystemExit(f"tools/gen_config_docs.py: write a summary for the preset(s) {missing}")
+    return [f"| `{name}` | {summaries[name]} |" for name in ALGORITHM_PRESETS]
 
 
 def render() -> str:

@@ -1,5 +1,6 @@
 """Typed, validated run configuration: schema, presets, YAML + dotted overrides, rendering."""
 
+from .advice import config_notes
 from .loading import config_to_dict, load_config, parse_override, save_config
 from .presets import ALGORITHM_PRESETS, DEMO_CONFIG
 from .schema import Config
@@ -12,6 +13,7 @@ __all__ = [
     "save_config",
     "config_to_dict",
     "render_config",
+    "config_notes",
     "ALGORITHM_PRESETS",
     "DEMO_CONFIG",
 ]

@@ -60,6 +60,28 @@ ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
         "kl_coef": 0.01,
         "gamma": 1.0,
     },
+    # GSPO (Zheng et al., 2025): GRPO advantages with a length-normalised sequence ratio, whose
+    # clip ranges are tiny (the paper's 3e-4 / 4e-4) and whose loss averages per sequence.
+    "gspo": {
+        "advantage_estimator": "grpo",
+        "norm_by_std": True,
+        "policy_loss": "gspo",
+        "loss_agg_mode": "seq-mean-token-mean",
+        "pg_clip_low": 3e-4,
+        "pg_clip_high": 4e-4,
+        "kl_mode": "none",
+    },
+    # CISPO (MiniMax-M1, 2025): GRPO advantages, the importance weight clipped and detached so no
+    # token loses its gradient; no lower bound on the weight (clip_low 1), only an upper one.
+    "cispo": {
+        "advantage_estimator": "grpo",
+        "norm_by_std": True,
+        "policy_loss": "cispo",
+        "loss_agg_mode": "token-mean",
+        "pg_clip_low": 1.0,
+        "pg_clip_high": 0.28,
+        "kl_mode": "none",
+    },
 }
 
 DEFAULT_PRESET = "grpo"

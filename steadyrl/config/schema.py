@@ -30,7 +30,7 @@ AdvantageName = Literal[
 PolicyLossName = Literal["ppo", "gspo", "cispo", "vanilla_pg"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "k2", "k3", "abs"]
-PresetName = Literal["grpo", "dr_grpo", "ppo", "rloo", "reinforce_plus_plus"]
+PresetName = Literal["grpo", "dr_grpo", "ppo", "rloo", "reinforce_plus_plus", "gspo", "cispo"]
 
 
 def F(default: Any, help: str, **constraints: Any) -> Any:
@@ -147,7 +147,7 @@ class RolloutConfig(Section):
 
 class AlgorithmConfig(Section):
     preset: PresetName = F("grpo", "Named set of defaults for this section: grpo, dr_grpo, ppo, rloo, "
-                           "reinforce_plus_plus. Keys you set yourself always win.")
+                           "reinforce_plus_plus, gspo, cispo. Keys you set yourself always win.")
     advantage_estimator: AdvantageName = F("grpo", "Advantage estimator (see steadyrl.functional.advantages).")
     norm_by_std: bool = F(True, "GRPO / pass@k: divide by the group std (false = Dr. GRPO).")
     policy_loss: PolicyLossName = F("ppo", "Policy loss: ppo (clipped surrogate), gspo, cispo, vanilla_pg.")

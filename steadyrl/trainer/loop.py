@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from .. import distributed as dist
-from ..config import config_to_dict, load_config, save_config
+from ..config import config_notes, config_to_dict, load_config, save_config
 from ..config.schema import Config
 from ..errors import ConfigError, TrainingHalted
 from ..models import resolve_device
@@ -226,6 +226,8 @@ def _start(config: Config, output_dir: str | None, resume: bool, overwrite: bool
     latest = ckpt.latest_checkpoint(out / "checkpoints") if resume else None
     if dist.is_main():
         save_config(config, out / "config.yaml")
+        for note in config_notes(config):
+            print(f"steadyrl: note: {note}", flush=True)
     run = build_run(config, out)
     try:
         return _train(run, config, out, latest, started, resume=resume)

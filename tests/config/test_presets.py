@@ -24,6 +24,9 @@ PROMISES = {
     "rloo": {"advantage_estimator": "rloo", "kl_mode": "reward", "kl_estimator": "k1"},
     "reinforce_plus_plus": {"advantage_estimator": "reinforce_plus_plus", "kl_mode": "reward",
                             "kl_estimator": "k1", "gamma": 1.0},
+    "gspo": {"advantage_estimator": "grpo", "policy_loss": "gspo", "loss_agg_mode": "seq-mean-token-mean",
+             "clip_low": 3e-4, "clip_high": 4e-4},
+    "cispo": {"advantage_estimator": "grpo", "policy_loss": "cispo", "clip_low": 1.0, "clip_high": 0.28},
 }
 
 

@@ -1,0 +1,37 @@
+"""Notes on settings that are valid but are probably not what the user meant.
+
+Nothing here changes the config (no key silently rewrites another): ``steadyrl train`` prints
+each note once at the start, and ``steadyrl config show`` prints them above the config. Each note
+names the keys, their values, and what to set instead.
+"""
+
+from __future__ import annotations
+
+from .schema import Config
+
+GSPO_CLIP_HINT = 0.01
+"""A GSPO clip range at or above this barely clips: the length-normalised sequence ratio moves
+about as much as a token ratio divided by the response length (the paper uses 3e-4 / 4e-4)."""
+
+
+def config_notes(config: Config) -> list[str]:
+    """One line per setting that is valid but probably unintended."""
+    algo = config.algorithm
+    notes = []
+    if algo.policy_loss == "gspo":
+        if max(algo.clip_low, algo.clip_high) >= GSPO_CLIP_HINT:
+            notes.append(
+                f"algorithm.policy_loss=gspo with clip ranges {algo.clip_low:g} / {algo.clip_high:g}: a "
+                "sequence ratio moves far less than a token ratio, so these barely clip; the GSPO paper "
+                "uses 3e-4 / 4e-4 (algorithm.preset=gspo sets them, or set algorithm.pg_clip_low / "
+                "pg_clip_high)")
+        if algo.loss_agg_mode == "token-mean":
+            notes.append(
+                "algorithm.policy_loss=gspo with algorithm.loss_agg_mode=token-mean weights each sequence "
+                "by its length; GSPO averages per sequence (seq-mean-token-mean, set by algorithm.preset=gspo)")
+    if algo.policy_loss == "cispo" and algo.clip_low < 1.0:
+        notes.append(
+            f"algorithm.policy_loss=cispo with a lower clip range of {algo.clip_low:g}: the importance "
+            f"weight is kept above {1 - algo.clip_low:g}; CISPO usually has no lower bound "
+            "(algorithm.pg_clip_low=1, set by algorithm.preset=cispo, with pg_clip_high 0.28)")
+    return notes
