@@ -77,4 +77,5 @@ def math_reward(*, answer_key: str = "answer", gold_marker: str | None = "####")
             out.append(1.0 if ok else 0.0)
         return out
 
+    math.reads_columns = (answer_key,)  # checked against the data before the run starts
     return math

@@ -106,6 +106,7 @@ def _match_reward(reward: str, answer_key: str, marker: str | None, last_line: b
         return out
 
     score.__name__ = reward
+    score.reads_columns = (answer_key,)  # checked against the data before the run starts
     return score
 
 

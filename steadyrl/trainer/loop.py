@@ -33,7 +33,7 @@ from ..rollout import build_engine
 from ..tracking import Tracker
 from . import checkpoint as ckpt
 from .evaluate import evaluate
-from .setup import Run, RunState, build_run, seed_everything
+from .setup import Run, RunState, build_run, check_inputs, seed_everything
 from .step import train_step
 
 RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints")
@@ -45,18 +45,62 @@ def resolve_output_dir(config: Config, output_dir: str | None) -> Path:
     return Path("runs") / f"{config.algorithm.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def prepare_output_dir(output_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse to mix two runs in one directory unless told to resume or overwrite."""
+def check_output_dir(output_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to mix two runs in one directory unless told to resume or overwrite (changes nothing)."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ConfigError(f"--output-dir {str(output_dir)!r} is a file, not a directory: choose a directory")
     has_run = any((output_dir / name).exists() for name in RUN_FILES)
     if has_run and not (resume or overwrite):
         raise ConfigError(f"--output-dir {str(output_dir)!r} already holds a run: pass --resume to "
                           "continue it, --overwrite to replace it, or choose another directory")
+
+
+def prepare_output_dir(output_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Clear the old run for ``--overwrite`` (every input has been checked by then) and create the
+    directory."""
+    check_output_dir(output_dir, resume, overwrite)
     if overwrite and not resume and output_dir.exists() and dist.is_main():
-        for name in (*RUN_FILES, "samples.jsonl", "config.yaml", "warmstart", "tensorboard", "tracking.json"):
+        for name in (*RUN_FILES, "samples.jsonl", "config.yaml", "warmstart", "tensorboard", "tracking.json",
+                     "dashboard.png"):
             path = output_dir / name
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     dist.barrier()
     output_dir.mkdir(parents=True, exist_ok=True)
+
+
+RESUME_KEYS = ("model.name_or_path", "model.tokenizer", "model.revision", "model.critic_name_or_path",
+               "model.lora", "data.train_path", "data.split", "data.prompt_key", "rollout.prompts_per_step")
+"""What a checkpoint was built from: resuming with another value would load weights into another
+model (a crash, or worse, none), or continue the data position in other prompts."""
+
+
+def check_resume_matches(config: Config, output_dir: Path) -> None:
+    """``--resume`` with settings the checkpoint cannot continue from is refused, naming the key."""
+    saved_path = output_dir / "config.yaml"
+    if not saved_path.is_file():
+        return
+    import yaml
+
+    saved, now = yaml.safe_load(saved_path.read_text()) or {}, config_to_dict(config)
+    keys = list(RESUME_KEYS) + (["demo"] if config.is_demo else [])
+    for key in keys:
+        old, new = _dotted(saved, key), _dotted(now, key)
+        if old != new:
+            raise ConfigError(f"--resume: {key} is {new!r}, but the run in {str(output_dir)!r} was trained with "
+                              f"{old!r} ({saved_path}); resume with the same value, or start a new run "
+                              "in another --output-dir")
+    had_critic = _dotted(saved, "algorithm.advantage_estimator") == "gae"
+    if had_critic != (config.algorithm.advantage_estimator == "gae"):
+        raise ConfigError(f"--resume: algorithm.advantage_estimator = {config.algorithm.advantage_estimator!r} "
+                          f"{'needs' if not had_critic else 'has no'} critic, but the run in {str(output_dir)!r} "
+                          f"was trained {'without' if not had_critic else 'with'} one; resume with the same "
+                          "algorithm.preset / advantage_estimator, or start a new run in another --output-dir")
+
+
+def _dotted(tree: dict, key: str):
+    for part in key.split("."):
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
 
 
 def _checkpoint_state(run: Run, shared: dict) -> dict:
@@ -206,8 +250,12 @@ def _halt_if_stuck(run: Run, step: int) -> None:
 
 def train(path: str | None, overrides: list[str], *, output_dir: str | None = None,
           resume: bool = False, overwrite: bool = False) -> dict:
-    """Run ``steadyrl train``; returns the summary."""
+    """Run ``steadyrl train``; returns the summary. ``--resume`` with no config file continues
+    with the run's own ``config.yaml`` (plus ``overrides``)."""
     started = time.time()
+    if path is None and resume and output_dir and (Path(output_dir) / "config.yaml").is_file():
+        path = str(Path(output_dir) / "config.yaml")
+        print(f"resuming with the run's config {path}", flush=True)
     config = load_config(path, overrides)
     owns_group = dist.init_from_env(use_cuda=resolve_device(config.trainer.device).type == "cuda")
     try:
@@ -218,17 +266,29 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
 
 
 def _start(config: Config, output_dir: str | None, resume: bool, overwrite: bool, started: float) -> dict:
+    """Check everything, then touch the run directory: a bad input under ``--overwrite`` or
+    ``--resume`` leaves the old run (and its ``config.yaml``) as it was."""
     out = Path(dist.gather_objects(str(resolve_output_dir(config, output_dir)))[0])  # rank 0's time stamp
-    prepare_output_dir(out, resume, overwrite)
-    if dist.is_main():  # one rank repairs a shared directory; the others then see the result
-        ckpt.clean_partial(out / "checkpoints")
-    dist.barrier()
-    latest = ckpt.latest_checkpoint(out / "checkpoints") if resume else None
-    if dist.is_main():
-        save_config(config, out / "config.yaml")
-        for note in config_notes(config):
-            print(f"steadyrl: note: {note}", flush=True)
-    run = build_run(config, out)
+    check_output_dir(out, resume, overwrite)
+    if resume and ckpt.latest_checkpoint(out / "checkpoints") is not None:
+        check_resume_matches(config, out)
+    inputs = check_inputs(config)
+    try:
+        prepare_output_dir(out, resume, overwrite)
+        if dist.is_main():  # one rank repairs a shared directory; the others then see the result
+            ckpt.clean_partial(out / "checkpoints")
+        dist.barrier()
+        latest = ckpt.latest_checkpoint(out / "checkpoints") if resume else None
+        if dist.is_main():
+            if resume and latest is None:
+                print(f"--resume: no checkpoint in {out / 'checkpoints'}; starting at step 0", flush=True)
+            save_config(config, out / "config.yaml")
+            for note in config_notes(config):
+                print(f"steadyrl: note: {note}", flush=True)
+    except BaseException:
+        inputs.scorer.close()
+        raise
+    run = build_run(config, out, inputs)
     try:
         return _train(run, config, out, latest, started, resume=resume)
     finally:

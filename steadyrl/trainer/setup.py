@@ -239,7 +239,24 @@ def task_inputs(config: Config, *, for_eval: bool = False) -> tuple[list[dict], 
     wanted = config.eval.accuracy_reward
     if wanted is not None and wanted not in names:
         raise ConfigError(f"eval.accuracy_reward = {wanted!r} is not one of the configured rewards {names}")
+    check_reward_columns(specs, train, "data.train_path")
+    check_reward_columns(specs, evals, "data.eval_path")
     return train, evals, Scorer(specs)
+
+
+def check_reward_columns(specs: list[RewardSpec], records: list[dict], source: str) -> None:
+    """A reward that reads a column (the built-in verifiers read the gold answer) needs it in
+    every record: found here, not as a failure on every sample of every step."""
+    if not records:
+        return
+    columns = sorted(records[0])
+    for spec in specs:
+        for column in getattr(spec.fn, "reads_columns", ()):
+            if column not in records[0]:
+                raise ConfigError(
+                    f"rewards: {spec.name!r} reads column {column!r}, but the records of {source} have "
+                    f"columns {columns}; set data.answer_key to the column of your file that holds the "
+                    "gold answer (it is passed to rewards as 'answer'), or the reward's option answer_key")
 
 
 def check_parallel(config: Config, device: torch.device, world: int) -> None:
@@ -296,33 +313,96 @@ def build_optimizer(params, optim_config, lr: float) -> torch.optim.Optimizer:
                              eps=optim_config.eps, weight_decay=optim_config.weight_decay)
 
 
-def build_run(config: Config, output_dir: Path) -> Run:
-    """Everything a run needs; inputs (data, rewards, paths, prompts) checked before any model load."""
+@dataclass
+class Inputs:
+    """What :func:`check_inputs` read and checked, before anything is written or loaded."""
+
+    device: torch.device
+    train_records: list[dict]
+    eval_records: list[dict]
+    scorer: Scorer
+    model_path: str | None = None  # None for the demo: its model is built in the run directory
+    tokenizer: object = None
+    train_prompts: list[PromptItem] | None = None
+    eval_prompts: list[PromptItem] | None = None
+    dropped: int = 0
+
+
+def check_inputs(config: Config) -> Inputs:
+    """Every input of a run checked — layout, engine, trackers, data, rewards, model paths,
+    prompt lengths against the model's context — before anything in the run directory is
+    touched or any model weights are loaded. The caller closes ``inputs.scorer`` on failure."""
     from ..rollout import check_engine_available
     from ..tracking import check_backends_available
 
     trainer = config.trainer
     if trainer.num_threads:
         torch.set_num_threads(trainer.num_threads)
-    seed_everything(trainer.seed)
     device = dist.device_for_rank(resolve_device(trainer.device))
     resolve_dtype(config.model.dtype, device)
     check_parallel(config, device, dist.world_size())
     check_engine_available(config.rollout.engine)
     check_backends_available(trainer.trackers)
     train_records, eval_records, scorer = task_inputs(config)
+    inputs = Inputs(device=device, train_records=train_records, eval_records=eval_records, scorer=scorer)
+    if config.is_demo:
+        return inputs
     try:
-        model_path = demo_model(config, output_dir, train_records) if config.is_demo else config.model.name_or_path
-        check_model_paths(config, model_path)
-        tokenizer = build_tokenizer(config, model_path)
-        prompt_options = {"max_prompt_tokens": config.data.max_prompt_tokens, "chat_template": config.data.chat_template}
-        train_prompts, dropped = prepare_prompts(train_records, tokenizer, source="data.train_path", **prompt_options)
-        eval_prompts, _ = prepare_prompts(eval_records, tokenizer, source="data.eval_path", **prompt_options)
-        policy, reference, critic, adapter_ref = build_models(config, model_path, device)
+        inputs.model_path = config.model.name_or_path
+        check_model_paths(config, inputs.model_path)
+        _tokenize_prompts(config, inputs)
+        check_context_length(config, inputs)
+    except BaseException:
+        scorer.close()
+        raise
+    return inputs
+
+
+def _tokenize_prompts(config: Config, inputs: Inputs) -> None:
+    inputs.tokenizer = build_tokenizer(config, inputs.model_path)
+    options = {"max_prompt_tokens": config.data.max_prompt_tokens, "chat_template": config.data.chat_template}
+    inputs.train_prompts, inputs.dropped = prepare_prompts(inputs.train_records, inputs.tokenizer,
+                                                           source="data.train_path", **options)
+    inputs.eval_prompts, _ = prepare_prompts(inputs.eval_records, inputs.tokenizer, source="data.eval_path",
+                                             **options)
+
+
+def check_context_length(config: Config, inputs: Inputs) -> None:
+    """The longest prompt plus ``rollout.max_new_tokens`` must fit the model's positions (a
+    model with learned positions, GPT-2 for one, otherwise fails with an index error mid-run)."""
+    from transformers import AutoConfig
+
+    m = config.model
+    model_config = AutoConfig.from_pretrained(inputs.model_path, revision=m.revision,
+                                              trust_remote_code=m.trust_remote_code)
+    text_config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
+    limit = getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", None)
+    longest = max((len(p.ids) for p in inputs.train_prompts + inputs.eval_prompts), default=0)
+    if limit and longest + config.rollout.max_new_tokens > limit:
+        raise ConfigError(
+            f"rollout.max_new_tokens = {config.rollout.max_new_tokens} plus the longest prompt ({longest} tokens, "
+            f"data.max_prompt_tokens = {config.data.max_prompt_tokens}) is {longest + config.rollout.max_new_tokens} "
+            f"tokens, more than the {limit} positions of model.name_or_path = {inputs.model_path!r}; lower "
+            "rollout.max_new_tokens or data.max_prompt_tokens so that they fit")
+
+
+def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) -> Run:
+    """Everything a run needs, from the inputs :func:`check_inputs` checked (checked here when
+    not given). The demo's model is built and warm-started here, in ``output_dir/warmstart``."""
+    inputs = check_inputs(config) if inputs is None else inputs
+    trainer = config.trainer
+    seed_everything(trainer.seed)
+    device, scorer = inputs.device, inputs.scorer
+    try:
+        if config.is_demo:
+            inputs.model_path = demo_model(config, output_dir, inputs.train_records)
+            _tokenize_prompts(config, inputs)
+        policy, reference, critic, adapter_ref = build_models(config, inputs.model_path, device)
         train_policy, train_critic, reference, generator = parallelize(config, policy, reference, critic, device)
     except BaseException:
         scorer.close()
         raise
+    train_prompts = inputs.train_prompts
     optimizer = build_optimizer(policy.parameters(), config.optim, config.optim.lr)
     critic_optimizer = build_optimizer(critic.parameters(), config.optim, config.optim.critic_lr) if critic else None
     total = total_steps(trainer, len(train_prompts), config.rollout.prompts_per_step)
@@ -332,14 +412,14 @@ def build_run(config: Config, output_dir: Path) -> Run:
           else FixedKLController(algo.kl_coef))
     sampler = PromptSampler(train_prompts, config.rollout.prompts_per_step, seed=trainer.seed,
                             shuffle=config.data.shuffle)
-    run = Run(config=config, output_dir=output_dir, device=device, tokenizer=tokenizer, policy=policy,
+    run = Run(config=config, output_dir=output_dir, device=device, tokenizer=inputs.tokenizer, policy=policy,
               reference=reference, critic=critic, optimizer=optimizer, critic_optimizer=critic_optimizer,
-              scheduler=scheduler, scorer=scorer, train_prompts=train_prompts, eval_prompts=eval_prompts,
+              scheduler=scheduler, scorer=scorer, train_prompts=train_prompts, eval_prompts=inputs.eval_prompts,
               sampler=sampler, kl_controller=kl, running=RunningMoments(), uses_adapter_reference=adapter_ref,
               train_policy=train_policy, train_critic=train_critic, generator=generator, total_steps=total)
-    run.state.dropped_prompts = dropped
-    if dropped and dist.is_main():
-        print(f"data: dropped {dropped} of {len(train_records)} training prompts longer than "
+    run.state.dropped_prompts = inputs.dropped
+    if inputs.dropped and dist.is_main():
+        print(f"data: dropped {inputs.dropped} of {len(inputs.train_records)} training prompts longer than "
               f"data.max_prompt_tokens = {config.data.max_prompt_tokens} tokens", flush=True)
     if dist.world_size() > 1:  # the ranks sample different responses (resume restores each rank's RNG)
         seed_everything(trainer.seed + dist.rank())

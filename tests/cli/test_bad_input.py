@@ -72,6 +72,8 @@ CASES = {
     "chat template the tokenizer lacks": Case(("data.chat_template=true",), ("chat_template", "no chat template")),
     "missing eval file": Case(("data.eval_path={root}/no_such_eval.jsonl",), ("no_such_eval.jsonl", "does not exist")),
     "all prompts over the length limit": Case(("data.max_prompt_tokens=1",), ("data.max_prompt_tokens", "1")),
+    "prompt + response longer than the model's positions": Case(
+        ("rollout.max_new_tokens=5000",), ("rollout.max_new_tokens", "5000", "positions", "data.max_prompt_tokens")),
     # --- rewards -------------------------------------------------------------------------------
     "reward module that does not import": Case(("rewards=[{name: 'no_such_reward_module:score'}]",),
                                                ("no_such_reward_module",)),
@@ -85,6 +87,9 @@ CASES = {
         ("rewards=[{name: '{root}/rewards.py:reverse_match'}, {name: '{root}/reward_without_fn.py:something_else'}, "
          "{name: '{root}/rewards.py:reverse_match', weight: 2}]",), ("rewards", "reverse_match", "unique")),
     "unknown built-in reward": Case(("rewards=[{name: exact_mtch}]",), ("'exact_mtch'", "'exact_match'")),
+    "a reward's gold-answer column missing from the data": Case(
+        ("rewards=[{name: exact_match}]", "data.answer_key=solution"),
+        ("'exact_match'", "'answer'", "data.answer_key", "data.train_path")),
     "accuracy reward that is not configured": Case(
         ("eval.accuracy_reward=no_such_reward",), ("eval.accuracy_reward", "no_such_reward")),
     # --- model ---------------------------------------------------------------------------------
@@ -116,6 +121,8 @@ CASES = {
     "critic path that does not exist": Case(("algorithm.preset=ppo", "model.critic_name_or_path={root}/no_critic"),
                                             ("model.critic_name_or_path", "no_critic")),
     # --- command line --------------------------------------------------------------------------
+    "--output-dir that is a file": Case((), ("--output-dir", "train.jsonl", "is a file"),
+                                        command=("train", "{config}", "--output-dir", "{root}/train.jsonl")),
     "--resume without --output-dir": Case((), ("--resume", "--output-dir"), command=("train", "{config}", "--resume")),
     "--overwrite without --output-dir": Case((), ("--overwrite", "--output-dir"),
                                              command=("train", "{config}", "--overwrite")),
