@@ -49,6 +49,10 @@ def check_model_source(field: str, name: str) -> None:
     if path.exists():
         if not path.is_dir():
             raise ModelLoadError(f"{field} = {name!r} is a file; expected a directory written by save_pretrained")
+        if not any((path / f).is_file() for f in ("config.json", "adapter_config.json", "tokenizer_config.json",
+                                                  "tokenizer.json")):
+            raise ModelLoadError(f"{field} = {name!r} is a directory without config.json or tokenizer files; "
+                                 "expected a directory written by save_pretrained")
         return
     if name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or name.endswith("/"):
         raise ModelLoadError(f"{field} = {name!r}: no such directory")

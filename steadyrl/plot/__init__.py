@@ -63,8 +63,10 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path) -> Path:
 
 
 def plot_run(run_dir: str | Path, out_path: str | Path | None = None) -> Path:
-    """Write the dashboard of one run (default ``run_dir/dashboard.png``); returns its path."""
-    return plot_runs([run_dir], Path(run_dir) / DASHBOARD_FILE if out_path is None else out_path)
+    """Write the dashboard of one run (default ``run_dir/dashboard.png``); returns its path.
+    ``run_dir`` may also be the run's ``metrics.jsonl`` (the dashboard then goes beside it)."""
+    folder = Path(run_dir).parent if Path(run_dir).is_file() else Path(run_dir)
+    return plot_runs([run_dir], folder / DASHBOARD_FILE if out_path is None else out_path)
 
 
 # --- command line --------------------------------------------------------------------------------

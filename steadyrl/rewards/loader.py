@@ -97,23 +97,27 @@ def _import_module(spec: str, target: str):
         raise _err(spec, f"importing {target!r} raised {type(err).__name__}: {err}") from err
 
 
-def _attribute(spec: str, module, attr: str):
+def _attribute(spec: str, module, attr: str, shown: str):
+    """``module.attr`` (dotted); ``shown`` names the module in errors (the file or module the user wrote)."""
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
             public = sorted(n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None)))
             close = difflib.get_close_matches(part, public, n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else f"; callables defined there: {public[:20]}"
-            raise _err(spec, f"{getattr(obj, '__name__', obj)!r} has no attribute {part!r}{hint}")
+            owner = shown if obj is module else getattr(obj, "__name__", obj)
+            raise _err(spec, f"{owner!r} has no attribute {part!r}{hint}")
         obj = getattr(obj, part)
     return obj
 
 
-def _check_signature(spec: str, fn, options: dict) -> None:
+def _check_signature(spec: str, fn, options: dict) -> tuple[str, ...]:
+    """Check ``fn`` can be called as ``fn(prompts, completions, **columns)``; returns the dataset
+    columns it requires (its keyword parameters without a default beyond the first two)."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
-        return  # no introspectable signature (some C callables): trust it
+        return ()  # no introspectable signature (some C callables): trust it
     kinds = {p.kind for p in sig.parameters.values()}
     if inspect.Parameter.VAR_KEYWORD not in kinds:
         raise _err(
@@ -131,6 +135,7 @@ def _check_signature(spec: str, fn, options: dict) -> None:
         sig.bind([], [], **columns, **options)
     except TypeError as err:
         raise _err(spec, f"cannot be called as fn(prompts, completions, **columns): {err}; signature {sig}")
+    return tuple(columns)
 
 
 def load_reward(spec: str, **options) -> RewardFn:
@@ -147,11 +152,14 @@ def load_reward(spec: str, **options) -> RewardFn:
         raise _err(spec, "expected 'package.module:function' or 'path/to/file.py:function'")
     is_file = target.endswith(".py") or "/" in target or "\\" in target
     module = _import_file(spec, target) if is_file else _import_module(spec, target)
-    fn = _attribute(spec, module, attr)
+    fn = _attribute(spec, module, attr, shown=target)
     if not callable(fn):
         raise _err(spec, f"{attr!r} is a {type(fn).__name__}, not a callable")
-    _check_signature(spec, fn, options)
-    return functools.partial(fn, **options) if options else fn
+    columns = _check_signature(spec, fn, options)
+    bound = functools.partial(fn, **options)
+    # the columns it cannot run without, checked against the data before the run starts
+    bound.reads_columns = tuple(getattr(fn, "reads_columns", columns))
+    return bound
 
 
 def reward_name(spec: str) -> str:

@@ -28,20 +28,22 @@ def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
 
     Returns ``(items, dropped)``. All prompts over the limit is a :class:`DataError`.
     """
-    items, longest = [], 0
+    items, lengths = [], []
     for record in records:
         prompt = record["prompt"]
         text = render_prompt(tokenizer, prompt, chat_template=chat_template)
         templated = isinstance(prompt, list) or chat_template is True
-        ids = tokenizer(text, add_special_tokens=not templated)["input_ids"]
-        longest = max(longest, len(ids))
+        # verbose=False: the tokenizer's "longer than the model's maximum" warning is ours to say
+        ids = tokenizer(text, add_special_tokens=not templated, verbose=False)["input_ids"]
+        lengths.append(len(ids))
         if len(ids) <= max_prompt_tokens:
             columns = {k: v for k, v in record.items() if k != "prompt"}
             items.append(PromptItem(text=text, ids=list(ids), columns=columns))
     if records and not items:
         raise DataError(
             f"all {len(records)} prompts of {source} are longer than data.max_prompt_tokens = "
-            f"{max_prompt_tokens} tokens (the longest has {longest}); raise the limit"
+            f"{max_prompt_tokens} tokens (the shortest has {min(lengths)}, the longest {max(lengths)}); "
+            "raise the limit"
         )
     return items, len(records) - len(items)
 

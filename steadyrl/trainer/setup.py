@@ -252,11 +252,13 @@ def check_reward_columns(specs: list[RewardSpec], records: list[dict], source: s
     columns = sorted(records[0])
     for spec in specs:
         for column in getattr(spec.fn, "reads_columns", ()):
-            if column not in records[0]:
-                raise ConfigError(
-                    f"rewards: {spec.name!r} reads column {column!r}, but the records of {source} have "
-                    f"columns {columns}; set data.answer_key to the column of your file that holds the "
-                    "gold answer (it is passed to rewards as 'answer'), or the reward's option answer_key")
+            if column in records[0]:
+                continue
+            fix = ("set data.answer_key to the column of your file that holds the gold answer (rewards "
+                   "receive it as 'answer'), or the reward's option answer_key" if column == "answer" else
+                   f"check that the file has a column {column!r} (and that data.extra_keys, when set, lists it)")
+            raise ConfigError(f"rewards: {spec.name!r} reads column {column!r}, but the records of {source} "
+                              f"have columns {columns}; {fix}")
 
 
 def check_parallel(config: Config, device: torch.device, world: int) -> None:

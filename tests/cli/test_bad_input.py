@@ -98,6 +98,8 @@ CASES = {
     "hub model name on an offline machine": Case(("model.name_or_path=some-org/some-model-that-is-not-cached",),
                                                  ("model.name_or_path", "some-org/some-model-that-is-not-cached",
                                                   "offline")),
+    "model directory that holds no model": Case(("model.name_or_path={root}",),
+                                                ("model.name_or_path", "without config.json")),
     "model path that is a file": Case(("model.name_or_path={root}/train.jsonl",), ("model.name_or_path", "is a file")),
     "tokenizer path that does not exist": Case(("model.tokenizer={root}/no_such_tokenizer",),
                                                ("model.tokenizer", "no_such_tokenizer")),

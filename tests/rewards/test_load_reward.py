@@ -61,7 +61,19 @@ def test_a_file_spec_loads_relative_to_the_current_directory(user_file, monkeypa
     monkeypatch.chdir(user_file.parent)
     fn = load_reward("my_rewards.py:contains_answer")
     assert fn(["q", "q"], ["it is 42", "it is 41"], answer=[42, 42], extra=["x", "y"]) == [1.0, 0.0]
-    assert fn is load_reward(f"{user_file}:contains_answer")  # absolute path, same module object
+    assert fn.func is load_reward(f"{user_file}:contains_answer").func  # absolute path, same module object
+
+
+def test_a_user_reward_names_the_columns_it_requires(user_file, tmp_path):
+    """Its keyword parameters without a default are dataset columns: checked against the data
+    before a run starts (``reads_columns``), unless the function names them itself."""
+    assert load_reward(f"{user_file}:contains_answer").reads_columns == ()  # answer=None: optional
+    path = tmp_path / "needs.py"
+    path.write_text("def graded(prompts, completions, solution, *, rubric, **kw):\n    return [0.0] * len(completions)\n"
+                    "def declared(prompts, completions, **kw):\n    return [0.0] * len(completions)\n"
+                    "declared.reads_columns = ('answer', 'level')\n")
+    assert load_reward(f"{path}:graded").reads_columns == ("solution", "rubric")
+    assert load_reward(f"{path}:declared").reads_columns == ("answer", "level")
 
 
 def test_options_of_a_user_function_are_bound_as_keyword_arguments(user_file):

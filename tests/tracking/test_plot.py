@@ -61,6 +61,12 @@ def test_cli_main_writes_the_png_and_prints_its_path(tmp_path, capsys):
     assert out.stat().st_size > 0
 
 
+def test_the_runs_metrics_file_may_be_given_for_its_directory(tmp_path, make_run):
+    run_dir = make_run(tmp_path / "run", steps=5)
+    assert plot_run(run_dir / "metrics.jsonl") == run_dir / "dashboard.png"
+    assert_real_image(run_dir / "dashboard.png")
+
+
 def test_a_missing_run_is_a_data_error_naming_the_file(tmp_path, capsys):
     with pytest.raises(DataError, match="metrics.jsonl does not exist") as err:
         plot_cli([str(tmp_path / "nope")])
