@@ -7,6 +7,7 @@ names the keys, their values, and what to set instead.
 
 from __future__ import annotations
 
+from .presets import ALGORITHM_PRESETS
 from .schema import Config
 
 GSPO_CLIP_HINT = 0.01
@@ -18,6 +19,13 @@ def config_notes(config: Config) -> list[str]:
     """One line per setting that is valid but probably unintended."""
     algo = config.algorithm
     notes = []
+    preset = ALGORITHM_PRESETS.get(algo.preset, {})
+    if "advantage_estimator" in preset and algo.advantage_estimator != preset["advantage_estimator"]:
+        notes.append(
+            f"algorithm.preset={algo.preset} but algorithm.advantage_estimator={algo.advantage_estimator} is "
+            f"set (the preset's is {preset['advantage_estimator']}), and a key you set wins over the preset. "
+            "If this config is a run's saved config.yaml (it holds every key), keep only algorithm.preset "
+            "in its algorithm section to switch algorithm")
     if algo.policy_loss == "gspo":
         if max(algo.clip_low, algo.clip_high) >= GSPO_CLIP_HINT:
             notes.append(

@@ -15,13 +15,14 @@ from steadyrl.config import config_notes, load_config
     (["algorithm.policy_loss=cispo"], ["lower clip range of 0.2"]),
     (["algorithm.preset=cispo"], []),
     (["algorithm.preset=ppo"], []),
+    (["algorithm.preset=ppo", "algorithm.advantage_estimator=grpo"], ["the preset's is gae"]),
     ([], []),
 ])
 def test_notes_name_the_keys_and_values_that_look_unintended(overrides, expected):
     notes = config_notes(load_config(None, overrides))
     assert len(notes) == len(expected), notes
     for note, text in zip(notes, expected):
-        assert text in note and "algorithm.policy_loss" in note
+        assert text in note and ("algorithm.policy_loss" in note or "algorithm.preset" in note)
 
 
 def test_a_note_changes_nothing():
