@@ -9,6 +9,7 @@ problem becomes one :class:`ConfigError` naming the field, the value and what wo
 from __future__ import annotations
 
 import copy
+import datetime
 import difflib
 import re
 import typing
@@ -17,16 +18,38 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from ..errors import ConfigError
 from .presets import DEMO_CONFIG, apply_preset
 from .schema import Config
 
 
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping that names the same key twice (PyYAML would keep the last one, silently)."""
+
+    def __init__(self, key: Any, first: yaml.Mark, again: yaml.Mark) -> None:
+        super().__init__(None, None, f"duplicate key {key!r} (first at line {first.line + 1})", again)
+        self.key, self.lines = key, (first.line + 1, again.line + 1)
+
+
 class _Loader(yaml.SafeLoader):
     """YAML 1.1 as PyYAML reads it, plus floats written without a dot (``1e-6``, ``3E-4``,
     ``1.0e6``), which PyYAML leaves as strings: ``optim.lr=1e-6`` is a number, in a file as on
-    the command line, also where no schema converts it (a reward's ``options``)."""
+    the command line, also where no schema converts it (a reward's ``options``). A key written
+    twice in one mapping is a :class:`DuplicateKeyError`, not "the last one wins"."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        # before merge keys (``<<: *base``) are flattened in: a key may override a merged one
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise DuplicateKeyError(key, seen[key], key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -67,6 +90,11 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         data = yaml_load(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except DuplicateKeyError as exc:
+        first, again = exc.lines
+        where = f"line {first}" if first == again else f"lines {first} and {again}"
+        raise ConfigError(f"config file {str(path)!r} sets the key {exc.key!r} twice in one mapping ({where}); "
+                          f"the second would silently replace the first: keep one") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML{_yaml_problem(exc)}") from None
     if data is None:
@@ -77,15 +105,43 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """``'algorithm.pg_clip=0.1'`` -> ``(['algorithm', 'pg_clip'], 0.1)``; values are YAML."""
+    """``'algorithm.pg_clip=0.1'`` -> ``(['algorithm', 'pg_clip'], 0.1)``; values are YAML.
+
+    Except for a text field (``str`` or ``str | None``): there the value is the text as typed,
+    where YAML 1.1 would read it as something else (``model.revision=0123`` is ``'0123'``, not
+    83; ``data.prompt_key=yes`` is ``'yes'``, not true). Quotes and ``null`` keep their YAML
+    meaning, and a list or mapping stays one, to be reported as not a string.
+    """
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"override {text!r} must look like section.key=value")
+    keys = key.strip().split(".")
     try:
         parsed = yaml_load(value) if value.strip() else ""
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"override {text!r} sets the key {exc.key!r} twice; keep one") from None
     except yaml.YAMLError:
         parsed = value
-    return key.strip().split("."), parsed
+    if _is_text_field(keys) and not isinstance(parsed, (str, list, dict)) and parsed is not None:
+        parsed = value.strip()
+    return keys, parsed
+
+
+def _field_at(keys: list[str]) -> FieldInfo | None:
+    """The schema field a dotted path names (``['model', 'revision']``), or None."""
+    model: Any = Config
+    field = None
+    for key in keys:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or key not in model.model_fields:
+            return None
+        field = model.model_fields[key]
+        model = field.annotation
+    return field
+
+
+def _is_text_field(keys: list[str]) -> bool:
+    field = _field_at(keys)
+    return field is not None and field.annotation in (str, str | None)
 
 
 def set_dotted(raw: dict[str, Any], keys: list[str], value: Any) -> None:
@@ -111,54 +167,126 @@ def _all_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
     return paths
 
 
-# Names other trainers use (TRL's GRPOConfig, verl's ppo_trainer.yaml) for steadyrl keys, so a
-# migrating user's ``trainer.learning_rate`` is answered with ``optim.lr``. See docs/migrating.md.
-KNOWN_ALIASES: dict[str, str] = {
-    "learning_rate": "optim.lr",
-    "num_generations": "rollout.group_size",
-    "n": "rollout.group_size",
-    "max_completion_length": "rollout.max_new_tokens",
-    "response_length": "rollout.max_new_tokens",
-    "max_prompt_length": "data.max_prompt_tokens",
-    "prompt_length": "data.max_prompt_tokens",
-    "beta": "algorithm.kl_coef",
-    "kl_loss_coef": "algorithm.kl_coef",
-    "kl_coeff": "algorithm.kl_coef",
-    "kl_loss_type": "algorithm.kl_estimator",
-    "kl_penalty": "algorithm.kl_estimator",
-    "epsilon": "algorithm.pg_clip",
-    "clip_ratio": "algorithm.pg_clip",
-    "cliprange": "algorithm.pg_clip",
-    "epsilon_low": "algorithm.pg_clip_low",
-    "clip_ratio_low": "algorithm.pg_clip_low",
-    "epsilon_high": "algorithm.pg_clip_high",
-    "clip_ratio_high": "algorithm.pg_clip_high",
-    "clip_ratio_c": "algorithm.dual_clip_c",
-    "cliprange_value": "algorithm.value_clip",
-    "loss_type": "algorithm.loss_agg_mode",
-    "adv_estimator": "algorithm.advantage_estimator",
-    "norm_adv_by_std_in_grpo": "algorithm.norm_by_std",
-    "scale_rewards": "algorithm.norm_by_std",
-    "mask_truncated_completions": "algorithm.mask_truncated",
-    "entropy_coeff": "algorithm.entropy_coef",
-    "lambd": "algorithm.lam",
-    "num_iterations": "trainer.ppo_epochs",
-    "ppo_mini_batch_size": "trainer.mini_batch_size",
-    "ppo_micro_batch_size_per_gpu": "trainer.micro_batch_size",
-    "per_device_train_batch_size": "trainer.micro_batch_size",
-    "train_batch_size": "rollout.prompts_per_step",
-    "grad_clip": "optim.max_grad_norm",
-    "lr_scheduler_type": "optim.schedule",
-    "save_steps": "trainer.save_every",
-    "eval_steps": "trainer.eval_every",
-    "report_to": "trainer.trackers",
-    "model_name_or_path": "model.name_or_path",
-    "reward_funcs": "rewards",
-    "rank": "model.lora.r",
-    "lora_rank": "model.lora.r",
-    "lora_r": "model.lora.r",
-    "lora_alpha": "model.lora.alpha",
-    "lora_dropout": "model.lora.dropout",
+_TRL, _VERL, _BOTH, _OTHER = "TRL's", "verl's", "TRL's and verl's", None
+
+# Names other trainers use for steadyrl settings -> (whose name, what to write instead): a
+# steadyrl key, or a short instruction where no single key matches. docs/migrating.md has the
+# same mapping with the differences in meaning; tests/config/test_docs.py checks every name in
+# its tables is answered here. A name is matched on its whole dotted path or on its last
+# components (``actor_rollout_ref.actor.ppo_mini_batch_size`` finds ``ppo_mini_batch_size``),
+# so a generic last word (``path``, ``name``, ``lr``) is written with its section.
+FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
+    # TRL GRPOConfig / TrainingArguments
+    "learning_rate": (_TRL, "optim.lr"),
+    "num_generations": (_TRL, "rollout.group_size"),
+    "max_completion_length": (_TRL, "rollout.max_new_tokens"),
+    "max_prompt_length": (_BOTH, "data.max_prompt_tokens (longer prompts are dropped and counted)"),
+    "beta": (_TRL, "algorithm.kl_coef (TRL's beta 0 means no KL: algorithm.kl_mode=none)"),
+    "epsilon": (_TRL, "algorithm.pg_clip"),
+    "epsilon_low": (_TRL, "algorithm.pg_clip_low"),
+    "epsilon_high": (_TRL, "algorithm.pg_clip_high"),
+    "delta": (_TRL, "algorithm.dual_clip=true with algorithm.dual_clip_c set to delta"),
+    "loss_type": (_TRL, "algorithm.loss_agg_mode (dapo/bnpo = token-mean, grpo = seq-mean-token-mean, "
+                        "dr_grpo = seq-mean-token-sum-norm), or algorithm.preset=cispo for cispo"),
+    "importance_sampling_level": (_TRL, "algorithm.policy_loss (sequence = gspo; algorithm.preset=gspo "
+                                        "also sets its clip ranges)"),
+    "scale_rewards": (_TRL, "algorithm.norm_by_std (group = true, none = false)"),
+    "num_iterations": (_TRL, "trainer.ppo_epochs"),
+    "per_device_train_batch_size": (_TRL, "trainer.micro_batch_size"),
+    "gradient_accumulation_steps": (_TRL, "trainer.mini_batch_size (samples per optimizer step, "
+                                          "accumulated in micro-batches)"),
+    "generation_batch_size": (_TRL, "rollout.prompts_per_step (prompts, not samples, per step; "
+                                    "rollout.generation_batch_size is only prompts per generate call)"),
+    "steps_per_generation": (_TRL, "rollout.prompts_per_step"),
+    "mask_truncated_completions": (_TRL, "algorithm.mask_truncated"),
+    "reward_funcs": (_TRL, "rewards[].name ('path/to/file.py:function')"),
+    "reward_weights": (_TRL, "rewards[].weight"),
+    "use_vllm": (_TRL, "rollout.engine=vllm"),
+    "vllm_gpu_memory_utilization": (_TRL, "rollout.vllm.gpu_memory_utilization"),
+    "vllm_importance_sampling_correction": (_TRL, "rollout.vllm.tis_cap (null = off)"),
+    "vllm_importance_sampling_cap": (_TRL, "rollout.vllm.tis_cap"),
+    "num_train_epochs": (_TRL, "trainer.max_epochs"),
+    "lr_scheduler_type": (_TRL, "optim.schedule"),
+    "adam_beta1": (_TRL, "optim.betas (a pair: [beta1, beta2])"),
+    "adam_beta2": (_TRL, "optim.betas (a pair: [beta1, beta2])"),
+    "adam_epsilon": (_TRL, "optim.eps"),
+    "bf16": (_TRL, "model.dtype=bfloat16 (model.dtype=auto picks it on a GPU that supports it)"),
+    "fp16": (_TRL, "model.dtype=float16"),
+    "model_init_kwargs": (_TRL, "model.dtype, model.attn_implementation, model.trust_remote_code"),
+    "model_name_or_path": (_TRL, "model.name_or_path"),
+    "peft_config": (_TRL, "model.lora.enabled=true with model.lora.r, model.lora.alpha, "
+                          "model.lora.target_modules"),
+    "shuffle_dataset": (_TRL, "data.shuffle"),
+    "report_to": (_TRL, "trainer.trackers"),
+    "save_steps": (_TRL, "trainer.save_every"),
+    "save_total_limit": (_TRL, "trainer.keep_checkpoints"),
+    "eval_steps": (_TRL, "trainer.eval_every"),
+    "output_dir": (_TRL, "the --output-dir flag of steadyrl train"),
+    "disable_dropout": (_TRL, "nothing: dropout is always off"),
+    "cliprange": (_TRL, "algorithm.pg_clip"),
+    "cliprange_value": (_BOTH, "algorithm.value_clip"),
+    # verl ppo_trainer.yaml (actor_rollout_ref.* is matched by its last components)
+    "train_files": (_VERL, "data.train_path"),
+    "val_files": (_VERL, "data.eval_path"),
+    "train_batch_size": (_VERL, "rollout.prompts_per_step"),
+    "max_response_length": (_VERL, "rollout.max_new_tokens"),
+    "response_length": (_VERL, "rollout.max_new_tokens"),
+    "prompt_length": (_VERL, "data.max_prompt_tokens"),
+    "model.path": (_VERL, "model.name_or_path"),
+    "critic.model.path": (_VERL, "model.critic_name_or_path"),
+    "enable_gradient_checkpointing": (_VERL, "model.gradient_checkpointing"),
+    "lora_rank": (_VERL, "model.lora.r (with model.lora.enabled=true)"),
+    "model.lora_alpha": (_VERL, "model.lora.alpha"),
+    "model.target_modules": (_VERL, "model.lora.target_modules"),
+    "n": (_VERL, "rollout.group_size"),
+    "rollout.name": (_VERL, "rollout.engine (hf or vllm)"),
+    "ppo_mini_batch_size": (_VERL, "trainer.mini_batch_size (in samples: verl's ppo_mini_batch_size x rollout.n)"),
+    "ppo_micro_batch_size": (_VERL, "trainer.micro_batch_size"),
+    "ppo_micro_batch_size_per_gpu": (_VERL, "trainer.micro_batch_size"),
+    "log_prob_micro_batch_size": (_VERL, "trainer.micro_batch_size"),
+    "log_prob_micro_batch_size_per_gpu": (_VERL, "trainer.micro_batch_size"),
+    "grad_clip": (_VERL, "optim.max_grad_norm"),
+    "clip_ratio": (_VERL, "algorithm.pg_clip"),
+    "clip_ratio_low": (_VERL, "algorithm.pg_clip_low"),
+    "clip_ratio_high": (_VERL, "algorithm.pg_clip_high"),
+    "clip_ratio_c": (_VERL, "algorithm.dual_clip_c (with algorithm.dual_clip=true)"),
+    "policy_loss.loss_mode": (_VERL, "algorithm.policy_loss (vanilla = ppo)"),
+    "entropy_coeff": (_VERL, "algorithm.entropy_coef"),
+    "use_kl_loss": (_VERL, "algorithm.kl_mode=loss"),
+    "kl_loss_coef": (_VERL, "algorithm.kl_coef"),
+    "kl_loss_type": (_VERL, "algorithm.kl_estimator (low_var_kl = k3, kl = k1, mse = k2)"),
+    "actor.optim.lr": (_VERL, "optim.lr"),
+    "critic.optim.lr": (_VERL, "optim.critic_lr"),
+    "lr_warmup_steps": (_VERL, "optim.warmup_steps"),
+    "lr_warmup_steps_ratio": (_VERL, "optim.warmup_steps (a number of steps)"),
+    "warmup_style": (_VERL, "optim.schedule"),
+    "adv_estimator": (_VERL, "algorithm.advantage_estimator"),
+    "norm_adv_by_std_in_grpo": (_VERL, "algorithm.norm_by_std"),
+    "use_kl_in_reward": (_VERL, "algorithm.kl_mode=reward"),
+    "kl_penalty": (_VERL, "algorithm.kl_estimator (kl = k1, low_var_kl = k3, mse = k2)"),
+    "kl_ctrl.type": (_VERL, "algorithm.kl_target (null = fixed, a number = adaptive with that target)"),
+    "kl_ctrl.kl_coef": (_VERL, "algorithm.kl_coef"),
+    "target_kl": (_VERL, "algorithm.kl_target"),
+    "kl_ctrl.horizon": (_VERL, "algorithm.kl_horizon"),
+    "custom_reward_function.path": (_VERL, "rewards[].name ('path/to/file.py:function')"),
+    "custom_reward_function.name": (_VERL, "rewards[].name ('path/to/file.py:function')"),
+    "total_training_steps": (_VERL, "trainer.max_steps"),
+    "total_epochs": (_VERL, "trainer.max_epochs"),
+    "save_freq": (_VERL, "trainer.save_every"),
+    "test_freq": (_VERL, "trainer.eval_every"),
+    "trainer.logger": (_VERL, "trainer.trackers (the console and metrics.jsonl are always on)"),
+    "project_name": (_VERL, "trainer.project"),
+    "experiment_name": (_VERL, "trainer.run_name"),
+    "default_local_dir": (_VERL, "the --output-dir flag of steadyrl train"),
+    "resume_mode": (_VERL, "the --resume flag of steadyrl train (with --output-dir)"),
+    "val_before_train": (_VERL, "nothing: with held-out data, steadyrl evaluates before and after training"),
+    # others
+    "kl_coeff": (_OTHER, "algorithm.kl_coef"),
+    "lambd": (_OTHER, "algorithm.lam"),
+    "rank": (_OTHER, "model.lora.r"),
+    "lora_r": (_OTHER, "model.lora.r"),
+    "lora_alpha": (_OTHER, "model.lora.alpha"),
+    "lora_dropout": (_OTHER, "model.lora.dropout"),
 }
 
 
@@ -166,43 +294,71 @@ def _leaf(path: str) -> str:
     return path.rsplit(".", 1)[-1]
 
 
-def _suggest(bad: str, siblings: list[str], everywhere: list[str]) -> str:
-    """The nearest valid key to ``bad``, as a hint, or ``""``.
+def _foreign_name(path: str) -> tuple[str | None, str] | None:
+    """``FOREIGN_NAMES``' entry for the longest tail of ``path`` it has, or None."""
+    parts = path.lower().split(".")
+    for start in range(len(parts)):
+        entry = FOREIGN_NAMES.get(".".join(parts[start:]))
+        if entry:
+            return entry
+    return None
 
-    In order: the same name in another section (``trainer.lr`` -> ``optim.lr``); the name other
-    trainers use for a key (``learning_rate`` -> ``optim.lr``); a close name in the same section
-    (``trainer.max_step`` -> ``trainer.max_steps``); a close name anywhere. Names are compared
-    without their section: the shared prefix would make every sibling look close.
+
+def _leaf_paths(path: str, value: Any) -> list[str]:
+    """The dotted paths of the values under ``path`` when it holds a mapping (a section of another
+    trainer's config, such as verl's ``critic:``), else ``[path]``."""
+    if not isinstance(value, dict) or not value:
+        return [path]
+    return [leaf for key, sub in value.items() for leaf in _leaf_paths(f"{path}.{key}", sub)]
+
+
+def _unknown_key(path: str, value: Any, siblings: list[str], everywhere: list[str]) -> str:
+    """The error for a key that is not a field, with the best hint.
+
+    In order, each tried on the key and then on every key under it (a section of another
+    trainer's config): the name another trainer uses for a setting (``trainer.total_epochs`` ->
+    use ``trainer.max_epochs``); a steadyrl key it ends with, or the same name in another section
+    (``trainer.lr`` -> ``optim.lr``). Then, for the key itself: a close name in the same section
+    (``trainer.max_step`` -> ``trainer.max_steps``); a close name anywhere; else the valid keys of
+    the section. Names are compared without their section: the shared prefix would make every
+    sibling look close.
     """
-    leaf = _leaf(bad)
-    same = [p for p in everywhere if _leaf(p) == leaf]
-    if same:
-        return f"; did you mean {same[0]!r}?"
-    alias = KNOWN_ALIASES.get(leaf.lower()) if everywhere else None
-    if alias:
-        return f"; did you mean {alias!r}?"
+    candidates = [path] + [p for p in _leaf_paths(path, value) if p != path]
+    if everywhere:  # a reward's keys are suggested only among a reward's keys
+        for candidate in candidates:
+            entry = _foreign_name(candidate)
+            if entry:
+                whose, advice = entry
+                # the key it starts with is quoted, as keys are in every other message
+                advice = re.sub(r"^([a-z_]+(?:\[\])?(?:\.[a-z_]+)+)(?=$|[ ,])", r"'\1'", advice)
+                if whose is None:
+                    return f"unknown config key {candidate!r}; did you mean {advice}?"
+                return f"unknown config key {candidate!r} ({whose} name): use {advice}"
+    for candidate in candidates:
+        same = ([p for p in everywhere if candidate.endswith(f".{p}")]  # actor_rollout_ref.rollout.top_p
+                or [p for p in everywhere if _leaf(p) == _leaf(candidate)])
+        if same:
+            return f"unknown config key {candidate!r}; did you mean {same[0]!r}?"
+    leaf = _leaf(path)
     for pool, cutoff in ((siblings, 0.6), (everywhere, 0.75)):
         leaves = [_leaf(p) for p in pool]
         close = difflib.get_close_matches(leaf, leaves, n=1, cutoff=cutoff)
         if close:
-            return f"; did you mean {pool[leaves.index(close[0])]!r}?"
-    return ""
+            return f"unknown config key {path!r}; did you mean {pool[leaves.index(close[0])]!r}?"
+    return f"unknown config key {path!r}; valid keys here: {', '.join(_leaf(p) for p in siblings)}"
 
 
 def check_unknown_keys(raw: dict[str, Any], model: type[BaseModel] = Config, prefix: str = "") -> None:
     """Raise ConfigError for the first key that is not a field, suggesting the nearest valid one."""
     from .schema import RewardConfig
 
-    # a reward's keys are suggested only among a reward's keys
     everywhere = [] if model is RewardConfig else _all_paths(Config)
     for key, value in raw.items():
         path = f"{prefix}{key}"
         field = model.model_fields.get(key)
         if field is None:
             siblings = [f"{prefix}{name}" for name in model.model_fields]
-            hint = _suggest(str(path), siblings, everywhere)
-            hint = hint or f"; valid keys here: {', '.join(model.model_fields)}"
-            raise ConfigError(f"unknown config key {path!r}{hint}")
+            raise ConfigError(_unknown_key(str(path), value, siblings, everywhere))
         sub = field.annotation
         if isinstance(sub, type) and issubclass(sub, BaseModel) and isinstance(value, dict):
             check_unknown_keys(value, sub, path + ".")
@@ -266,6 +422,10 @@ def _message(err: dict, loc: tuple, raw: dict[str, Any]) -> str:
     value = _lookup(raw, loc)
     if len(loc) == 2 and loc[0] == "rewards" and isinstance(value, str):
         msg += f"; write a reward as {{name: {value}}}"
+    if loc in (("algorithm", "pg_clip"), ("algorithm", "pg_clip_low")) and err["type"] == "less_than_equal":
+        msg += " (the ratio's lower bound is 1 - clip; 1 = no lower bound)"
+    if err["type"] == "string_type" and isinstance(value, (bool, int, float, datetime.date)):
+        msg += " (YAML reads 0123, yes, 1e-6 or 2024-01-01 as numbers, booleans or dates: quote it to keep it text)"
     return msg
 
 

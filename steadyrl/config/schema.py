@@ -9,10 +9,14 @@ max_grad_norm 1.0, ppo_epochs 1, difficulty mask (0.1, 0.95). Algorithm presets
 from __future__ import annotations
 
 import math
+import types
+import typing
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from ..functional.advantages import ADVANTAGE_ESTIMATORS
+from ..rewards.loader import reward_name
 from ..functional.constants import (
     DIFFICULTY_HIGH,
     DIFFICULTY_LOW,
@@ -48,8 +52,57 @@ def _has_nan(value: Any) -> bool:
     return False
 
 
+def _number_type(annotation: Any) -> type | None:
+    """``int`` or ``float`` when a field holds a number (or null), else None."""
+    if annotation in (int, float):
+        return annotation
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        return _number_type(args[0])
+    if origin in (typing.Union, types.UnionType):
+        kinds = {_number_type(a) for a in args if a is not type(None)}
+        return kinds.pop() if len(kinds) == 1 else None
+    return None
+
+
+def _valid_numbers(annotation: Any, metadata: list) -> str:
+    """What a number field accepts, in words: ``an integer >= 1``, ``a number > 0 or null``."""
+    if typing.get_origin(annotation) is Annotated:  # a tuple's item: its constraints live inside
+        inner = typing.get_args(annotation)[1:]
+        metadata = [m for info in inner for m in getattr(info, "metadata", [info])]
+    kind = "an integer" if _number_type(annotation) is int else "a number"
+    bounds = [f"{op} {getattr(m, attr)}" for attr, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+              for m in metadata if hasattr(m, attr)]
+    text = f"{kind} {' and '.join(bounds)}" if bounds else kind
+    return text + (" or null" if type(None) in typing.get_args(annotation) else "")
+
+
+def _boolean_for_number(annotation: Any, metadata: list, value: Any) -> str | None:
+    """Why ``value`` is refused when it is a boolean where a number belongs (pydantic would read
+    ``true`` as 1), else None. Looks inside tuples (``optim.betas``)."""
+    if isinstance(value, bool) and _number_type(annotation) is not None:
+        return f"a boolean is not a number; valid: {_valid_numbers(annotation, metadata)}"
+    if typing.get_origin(annotation) is tuple and isinstance(value, (list, tuple)):
+        for item_annotation, item in zip(typing.get_args(annotation), value):
+            problem = _boolean_for_number(item_annotation, [], item)
+            if problem:
+                return problem
+    return None
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic reads true as 1 and false as 0 in a number field: rollout.group_size=true would
+        # quietly be 1.
+        field = cls.model_fields[info.field_name]
+        problem = _boolean_for_number(field.annotation, field.metadata, value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("*", mode="after")
     @classmethod
@@ -110,6 +163,9 @@ class DataConfig(Section):
 class RewardConfig(Section):
     name: str = F(..., "A built-in reward (math, exact_match, normalized_match, regex_format, "
                   "length_penalty) or a user function 'module:function' / 'path/file.py:function'.")
+    label: str | None = F(None, "Name under which this reward is logged (reward/<label>) and weighted, "
+                          "and which eval.accuracy_reward names; default: name (the function's name for "
+                          "'module:function'). Tells apart two rewards with the same name.")
     weight: float = F(1.0, "Weight of this reward in the combined score.")
     options: dict[str, Any] = F({}, "Keyword options: passed to a built-in reward's factory, or bound to a "
                                 "user function as keyword arguments.")
@@ -118,6 +174,19 @@ class RewardConfig(Section):
     isolation: Literal["process", "thread", "inline"] | None = F(
         None, "Where the function runs: process (a worker killed on time-out; default on Linux), "
         "thread (time-out abandons it), inline (no time limit, for debugging).")
+
+    @field_validator("label")
+    @classmethod
+    def _check_label(cls, label: str | None) -> str | None:
+        if label is not None and (not label.strip() or "/" in label):
+            raise ValueError("a label is part of the metric name reward/<label>: give a non-empty name without '/'")
+        return label
+
+    @property
+    def key(self) -> str:
+        """The name this reward is logged (``reward/<key>``), weighted and chosen by: the label, or the
+        short name of ``name`` (:func:`steadyrl.rewards.reward_name`)."""
+        return self.label if self.label is not None else reward_name(self.name)
 
 
 class VLLMConfig(Section):
@@ -154,8 +223,10 @@ class AlgorithmConfig(Section):
     loss_agg_mode: LossAggMode = F("token-mean", "How per-token losses become one scalar.")
     norm_length: int | None = F(None, "Constant length of seq-mean-token-sum-norm; null = "
                                 "rollout.max_new_tokens.", ge=1)
-    pg_clip: float = F(PG_CLIP, "PPO clip range: the ratio is kept in [1 - clip, 1 + clip].", ge=0)
-    pg_clip_low: float | None = F(None, "Lower clip range (asymmetric); null = pg_clip.", ge=0)
+    pg_clip: float = F(PG_CLIP, "PPO clip range: the ratio is kept in [1 - clip, 1 + clip]; at most 1 "
+                       "(a larger clip would make the lower bound negative).", ge=0, le=1)
+    pg_clip_low: float | None = F(None, "Lower clip range (asymmetric), at most 1 (1 = no lower bound, as "
+                                  "in the cispo preset); null = pg_clip.", ge=0, le=1)
     pg_clip_high: float | None = F(None, "Upper clip range (clip-higher); null = pg_clip.", ge=0)
     dual_clip: bool = F(False, "Dual clip for negative advantages: loss bounded by -c * A.")
     dual_clip_c: float | None = F(None, "Dual-clip constant c; null = 1 + 2 * pg_clip (seed 003).", gt=1)
@@ -316,4 +387,22 @@ class Config(Section):
         if self.algorithm.advantage_estimator == "gae" and self.model.lora.enabled:
             raise ValueError("algorithm.advantage_estimator 'gae' needs a critic, which is not "
                              "supported with model.lora.enabled yet; use grpo/rloo or full fine-tuning")
+        estimator = self.algorithm.advantage_estimator
+        if ADVANTAGE_ESTIMATORS[estimator].grouped and self.rollout.group_size < 2:
+            per_sample = sorted(name for name, est in ADVANTAGE_ESTIMATORS.items() if not est.grouped)
+            raise ValueError(
+                f"rollout.group_size = {self.rollout.group_size}: algorithm.advantage_estimator {estimator!r} "
+                f"compares the responses to one prompt with each other and needs rollout.group_size >= 2 "
+                f"(with one response every advantage is 0 and nothing is learned); raise group_size or "
+                f"use an estimator that needs no group ({', '.join(per_sample)})"
+            )
+        keys = [reward.key for reward in self.rewards]
+        for i, key in enumerate(keys):
+            if key in keys[:i]:
+                first = keys.index(key)
+                raise ValueError(
+                    f"rewards[{first}] and rewards[{i}] are both named {key!r}, but reward names must be "
+                    f"unique (each is logged as reward/<name> and weighted by it): set rewards[i].label to "
+                    f"tell them apart, e.g. label: {key}_{i} on rewards[{i}]"
+                )
         return self

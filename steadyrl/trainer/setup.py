@@ -36,7 +36,7 @@ from ..models import (
     resolve_device,
     resolve_dtype,
 )
-from ..rewards import RewardSpec, load_reward, reward_name
+from ..rewards import RewardSpec, load_reward
 from .prompts import PromptItem, Scorer, prepare_prompts
 
 
@@ -120,15 +120,9 @@ def lr_lambda(optim_config, max_steps: int):
 def build_rewards(config: Config, default: list[RewardSpec]) -> list[RewardSpec]:
     if not config.rewards:
         return default
-    specs = []
-    for r in config.rewards:
-        fn = load_reward(r.name, **r.options)
-        specs.append(RewardSpec(name=reward_name(r.name), fn=fn, weight=r.weight, timeout_s=r.timeout_s,
-                                isolation=r.isolation))
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"rewards: two reward functions share a name in {names}; names must be unique")
-    return specs
+    # the config has checked the keys (label, else the function's short name) are unique
+    return [RewardSpec(name=r.key, fn=load_reward(r.name, **r.options), weight=r.weight, timeout_s=r.timeout_s,
+                       isolation=r.isolation) for r in config.rewards]
 
 
 def load_data(config: Config, *, eval_only: bool = False) -> tuple[list[dict], list[dict]]:

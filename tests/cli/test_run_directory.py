@@ -91,3 +91,14 @@ def test_resume_of_a_directory_without_checkpoints_says_it_starts_over(tiny_run,
     out = tmp_path / "fresh"
     assert cli.main(["train", str(tiny_run.config), "--output-dir", str(out), "--resume", "trainer.max_steps=1"]) == 0
     assert "no checkpoint" in capsys.readouterr().out
+
+
+def test_one_reward_twice_under_two_labels_is_scored_and_logged_twice(tiny_run, tmp_path):
+    from steadyrl.tracking import read_metrics
+
+    out = tmp_path / "labelled"
+    rewards = ("rewards=[{name: regex_format, label: starts_a, options: {pattern: '^a'}}, "
+               "{name: regex_format, label: ends_a, options: {pattern: 'a$'}, weight: 0.5}]")
+    assert cli.main(["train", str(tiny_run.config), "--output-dir", str(out), rewards, "trainer.max_steps=1"]) == 0
+    step = [m for m in read_metrics(out) if m["step"] == 1][0]
+    assert "reward/starts_a/failed" in step and "reward/ends_a/failed" in step

@@ -14,6 +14,7 @@ import pytest
 from steadyrl.config import Config, load_config
 from steadyrl.config.loading import _all_paths
 from steadyrl.config.schema import RewardConfig
+from steadyrl.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -148,3 +149,57 @@ def test_troubleshooting_names_only_real_metrics_and_keys():
 ])
 def test_troubleshooting_covers_the_main_symptoms(metric):
     assert f"`{metric}`" in (DOCS / "troubleshooting.md").read_text()
+
+
+def _names_in(cell: str) -> list[str]:
+    """The backticked names of a first-column cell, defaults dropped; ``.name`` after
+    ``custom_reward_function.path`` is ``custom_reward_function.name``."""
+    names: list[str] = []
+    for span in re.findall(r"`([^`]+)`", re.sub(r"\([^)]*\)", "", cell)):
+        if span.startswith(".") and names:
+            span = names[-1].rsplit(".", 1)[0] + span
+        names.append(span)
+    return names
+
+
+def _migration_cases() -> list[tuple[str, str, list[str]]]:
+    """(how a user would write the name, which table, what the error must name), for every name in
+    the first column of docs/migrating.md's tables that is not a steadyrl key itself."""
+    text = (DOCS / "migrating.md").read_text()
+    verl_at = text.index("## From verl")
+    cases = []
+    for table in _tables(text):
+        header = [h.lower() for h in table[0]]
+        if not any("steadyrl" in h for h in header):
+            continue
+        col = next(i for i, h in enumerate(header) if "steadyrl" in h)
+        whose = "verl" if text.index("| " + " | ".join(table[1])) > verl_at else "TRL"
+        for row in table[1:]:
+            wanted = re.findall(r"`([^`]+)`", re.sub(r"\([^)]*\)", "", row[col])) or ["nothing"]
+            for name in _names_in(row[0]):
+                writings = [name]
+                if whose == "TRL":  # no sections in TRL: a name goes anywhere
+                    writings.append(f"trainer.{name}")
+                elif name.split(".")[0] in {"actor", "rollout", "ref", "model"}:
+                    writings.append(f"actor_rollout_ref.{name}")  # the docs drop this prefix
+                cases += [(w, whose, wanted) for w in writings if w not in KEYS]
+    return cases
+
+
+MIGRATION_CASES = _migration_cases()
+
+
+def test_the_migration_tables_were_read():
+    assert len(MIGRATION_CASES) > 150
+    assert ("trainer.total_epochs", "verl", ["trainer.max_steps", "trainer.max_epochs"]) in MIGRATION_CASES
+
+
+@pytest.mark.parametrize(("written", "whose", "wanted"), MIGRATION_CASES, ids=[c[0] for c in MIGRATION_CASES])
+def test_every_name_in_the_migration_tables_gets_its_steadyrl_key(written, whose, wanted):
+    """The error for another trainer's name names a key (or flag) of its row in docs/migrating.md,
+    so the table in steadyrl/config/loading.py and the docs cannot drift apart."""
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [f"{written}=1"])
+    message = str(info.value)
+    assert "unknown config key" in message and "valid keys here" not in message, message
+    assert any(key in message for key in wanted), (wanted, message)

@@ -291,11 +291,12 @@ def test_rewards_of_1e6_train_with_finite_metrics_and_weights(preset, fault_conf
 @pytest.mark.parametrize("case", [
     {"rewards": "constant", "algorithm": {"preset": "grpo"}},  # all equal: every group std 0
     {"rewards": "constant", "algorithm": {"preset": "ppo"}},
-    {"rollout": {"group_size": 1}, "algorithm": {"preset": "grpo"}},  # groups of one
-    {"rollout": {"group_size": 1}, "algorithm": {"preset": "rloo"}},
+    # groups of one, with the estimators that allow them (a group-based one refuses group_size 1)
+    {"rollout": {"group_size": 1}, "algorithm": {"preset": "ppo"}},
+    {"rollout": {"group_size": 1}, "algorithm": {"preset": "reinforce_plus_plus"}},
     {"rollout": {"max_new_tokens": 1}, "algorithm": {"preset": "reinforce_plus_plus"}},  # all at the limit
     {"rollout": {"max_new_tokens": 1}, "algorithm": {"preset": "grpo", "mask_truncated": True}},  # none left
-], ids=["equal-grpo", "equal-ppo", "group1-grpo", "group1-rloo", "limit-rpp", "limit-masked"])
+], ids=["equal-grpo", "equal-ppo", "group1-ppo", "group1-rpp", "limit-rpp", "limit-masked"])
 def test_degenerate_batches_train_with_finite_metrics(case, fault_config, reward, tmp_path):
     sections = {k: v for k, v in case.items() if k != "rewards"}
     if "rewards" in case:
