@@ -16,7 +16,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ..functional.advantages import ADVANTAGE_ESTIMATORS
-from ..rewards.loader import reward_name
 from ..functional.constants import (
     DIFFICULTY_HIGH,
     DIFFICULTY_LOW,
@@ -26,6 +25,7 @@ from ..functional.constants import (
     PG_CLIP,
     dual_clip_default,
 )
+from ..rewards.loader import reward_name
 
 NormType = Literal["batch", "group", "running", "none"]
 AdvantageName = Literal[
