@@ -17,6 +17,7 @@ same one.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -255,7 +256,8 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
     started = time.time()
     if path is None and resume and output_dir and (Path(output_dir) / "config.yaml").is_file():
         path = str(Path(output_dir) / "config.yaml")
-        print(f"resuming with the run's config {path}", flush=True)
+        if os.environ.get("RANK", "0") == "0":  # before the process group exists: torchrun's rank
+            print(f"resuming with the run's config {path}", flush=True)
     config = load_config(path, overrides)
     owns_group = dist.init_from_env(use_cuda=resolve_device(config.trainer.device).type == "cuda")
     try:
