@@ -144,6 +144,14 @@ def _is_text_field(keys: list[str]) -> bool:
     return field is not None and field.annotation in (str, str | None)
 
 
+def get_dotted(raw: dict[str, Any], keys: list[str]) -> Any:
+    """The value at ``keys`` (``['model', 'lora', 'r']``) in a config dict, or None when absent."""
+    node: Any = raw
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
 def set_dotted(raw: dict[str, Any], keys: list[str], value: Any) -> None:
     node = raw
     for i, key in enumerate(keys[:-1]):

@@ -26,6 +26,7 @@ import torch
 
 from .. import distributed as dist
 from ..config import config_notes, config_to_dict, load_config, save_config
+from ..config.loading import get_dotted, read_yaml
 from ..config.schema import Config
 from ..errors import ConfigError, TrainingHalted
 from ..models import resolve_device
@@ -80,28 +81,20 @@ def check_resume_matches(config: Config, output_dir: Path) -> None:
     saved_path = output_dir / "config.yaml"
     if not saved_path.is_file():
         return
-    import yaml
-
-    saved, now = yaml.safe_load(saved_path.read_text()) or {}, config_to_dict(config)
+    saved, now = read_yaml(saved_path), config_to_dict(config)
     keys = list(RESUME_KEYS) + (["demo"] if config.is_demo else [])
     for key in keys:
-        old, new = _dotted(saved, key), _dotted(now, key)
+        old, new = get_dotted(saved, key.split(".")), get_dotted(now, key.split("."))
         if old != new:
             raise ConfigError(f"--resume: {key} is {new!r}, but the run in {str(output_dir)!r} was trained with "
                               f"{old!r} ({saved_path}); resume with the same value, or start a new run "
                               "in another --output-dir")
-    had_critic = _dotted(saved, "algorithm.advantage_estimator") == "gae"
+    had_critic = get_dotted(saved, ["algorithm", "advantage_estimator"]) == "gae"
     if had_critic != (config.algorithm.advantage_estimator == "gae"):
         raise ConfigError(f"--resume: algorithm.advantage_estimator = {config.algorithm.advantage_estimator!r} "
-                          f"{'needs' if not had_critic else 'has no'} critic, but the run in {str(output_dir)!r} "
-                          f"was trained {'without' if not had_critic else 'with'} one; resume with the same "
+                          f"{'has no' if had_critic else 'needs a'} critic, but the run in {str(output_dir)!r} "
+                          f"was trained {'with' if had_critic else 'without'} one; resume with the same "
                           "algorithm.preset / advantage_estimator, or start a new run in another --output-dir")
-
-
-def _dotted(tree: dict, key: str):
-    for part in key.split("."):
-        tree = tree.get(part) if isinstance(tree, dict) else None
-    return tree
 
 
 def _checkpoint_state(run: Run, shared: dict) -> dict:
