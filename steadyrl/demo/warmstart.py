@@ -16,7 +16,7 @@ import time
 
 import torch
 
-__all__ = ["IGNORE_INDEX", "encode_supervised", "warm_start"]
+__all__ = ["IGNORE_INDEX", "encode_supervised", "warm_start", "train_supervised"]
 
 IGNORE_INDEX = -100
 """Label of the tokens the supervised loss skips (prompt and padding)."""
@@ -67,18 +67,44 @@ def warm_start(
     ``losses`` holds the answer-token loss of every step (before its update). The model is left
     in eval mode.
     """
-    if steps < 0 or batch_size < 1 or not lr > 0:
-        raise ValueError(f"need steps >= 0, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}")
     if not records:
         raise ValueError("records must not be empty")
+    _check_arguments(steps, lr, batch_size)
     start = time.perf_counter()
-    input_ids, attention_mask, labels = encode_supervised(tokenizer, records)
+    encoded = encode_supervised(tokenizer, records)
+    info = train_supervised(model, *encoded, steps=steps, lr=lr, batch_size=batch_size, seed=seed,
+                            weight_decay=weight_decay)
+    return {**info, "seconds": time.perf_counter() - start}
+
+
+def _check_arguments(steps: int, lr: float, batch_size: int) -> None:
+    if steps < 0 or batch_size < 1 or not lr > 0:
+        raise ValueError(f"need steps >= 0, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}")
+
+
+def train_supervised(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    steps: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+    weight_decay: float = 0.0,
+) -> dict:
+    """:func:`warm_start` on already encoded, right-padded rows (labels -100 where not trained)."""
+    _check_arguments(steps, lr, batch_size)
+    if input_ids.shape[0] == 0:
+        raise ValueError("there are no rows to train on")
+    start = time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     model.train()
     losses = []
     for _ in range(steps):
-        idx = torch.randint(len(records), (batch_size,), generator=generator)
+        idx = torch.randint(input_ids.shape[0], (batch_size,), generator=generator)
         width = int(attention_mask[idx].sum(-1).max())
         loss = _answer_loss(model, input_ids[idx, :width], attention_mask[idx, :width], labels[idx, :width])
         optimizer.zero_grad(set_to_none=True)
