@@ -31,9 +31,12 @@ from .protocol import Reply, Start
 
 def load_environment(spec: str) -> type:
     """The class named by ``rollout.environment`` (``file.py:Class`` or ``package.module:Class``)."""
-    from .userfn import load_object
+    from ..userfn import SPEC_FORMS, resolve_spec
 
-    cls = load_object(spec, "rollout.environment")
+    def err(what: str) -> ConfigError:
+        return ConfigError(f"rollout.environment = {spec!r}: {what}; valid: {SPEC_FORMS.replace('function', 'Class')}")
+
+    cls = resolve_spec(str(spec).strip(), err, prefix="_steadyrl_env")
     if not inspect.isclass(cls):
         raise ConfigError(f"rollout.environment = {spec!r} is a {type(cls).__name__}, not a class; "
                           "valid: a class with reset(**row) and step(text) methods")
