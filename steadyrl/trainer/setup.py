@@ -238,12 +238,14 @@ def task_inputs(config: Config, *, for_eval: bool = False) -> tuple[list[dict], 
     wanted = config.eval.accuracy_reward
     if wanted is not None and wanted not in names:
         raise ConfigError(f"eval.accuracy_reward = {wanted!r} is not one of the configured rewards {names}")
-    check_reward_columns(specs, train, "data.train_path")
-    check_reward_columns(specs, evals, "data.eval_path")
+    provided = ("turns",) if config.rollout.multi_turn else ()  # an episode's turn list, given at scoring
+    check_reward_columns(specs, train, "data.train_path", provided)
+    check_reward_columns(specs, evals, "data.eval_path", provided)
     return train, evals, Scorer(specs, allow_empty=environment)
 
 
-def check_reward_columns(specs: list[RewardSpec], records: list[dict], source: str) -> None:
+def check_reward_columns(specs: list[RewardSpec], records: list[dict], source: str,
+                         provided: tuple[str, ...] = ()) -> None:
     """A reward that reads a column (the built-in verifiers read the gold answer) needs it in
     every record: found here, not as a failure on every sample of every step."""
     if not records:
@@ -251,7 +253,7 @@ def check_reward_columns(specs: list[RewardSpec], records: list[dict], source: s
     columns = sorted(records[0])
     for spec in specs:
         for column in getattr(spec.fn, "reads_columns", ()):
-            if column in records[0]:
+            if column in records[0] or column in provided:
                 continue
             fix = ("set data.answer_key to the column of your file that holds the gold answer (rewards "
                    "receive it as 'answer'), or the reward's option answer_key" if column == "answer" else

@@ -15,30 +15,7 @@ from steadyrl.agents.tools import Tool, tool_schemas
 from steadyrl.rollout.base import Generation, response_mask_from_ids
 from steadyrl.rollout.episodes import TurnLimits, episode_metrics, run_episodes
 from steadyrl.trainer.prompts import prepare_prompts
-
-HERMES_LIKE = (
-    "{% if tools %}{{ '<|im_start|>system\\nTools:' }}{% for t in tools %} {{ t.function.name }}{% endfor %}"
-    "{{ '<|im_end|>\\n' }}{% endif %}"
-    "{% for m in messages %}{% if m.role == 'tool' %}"
-    "{{ '<|im_start|>user\\n<tool_response>\\n' + m.content + '\\n</tool_response><|im_end|>\\n' }}"
-    "{% else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-
-
-def chat_tokenizer():
-    import support
-
-    from tokenizers import decoders
-
-    tok = support.char_tokenizer()
-    tok.backend_tokenizer.decoder = decoders.Fuse()  # characters join without spaces
-    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
-    tok.eos_token = "<|im_end|>"
-    tok.chat_template = HERMES_LIKE
-    tok.padding_side = "left"
-    return tok
-
+from support import chat_tokenizer
 
 class ScriptedEngine:
     """``generate`` answers a context holding k assistant turns with ``script[k]`` (+ end token)."""
