@@ -173,3 +173,28 @@ def test_a_tokenizer_without_a_template_fails_the_probe_and_render():
 def test_wrong_end_texts_fail_the_probe():
     with pytest.raises(TemplateError, match="does not close an assistant turn"):
         check_template(llama31(), tools=None, observation_role="tool", end_texts=[QWEN_END])
+
+
+def test_template_kwargs_reach_the_template():
+    tok = llama31()
+    kwargs = {"date_string": "01 Jan 2030"}
+    assert "Today Date: 01 Jan 2030" in render(tok, PROMPT, tools=None, add_generation_prompt=True,
+                                               template_kwargs=kwargs)
+    obs = observation_ids(tok, PROMPT, LLAMA_CALL, [tool("5")], tools=TOOLS, end_texts=LLAMA_ENDS,
+                          template_kwargs=kwargs)
+    assert tok.decode(obs, skip_special_tokens=False).startswith("<|start_header_id|>ipython")
+    check_template(tok, tools=TOOLS, observation_role="tool", end_texts=LLAMA_ENDS, template_kwargs=kwargs)
+
+
+def test_qwen3_without_thinking_fails_the_probe_even_with_tool_observations():
+    # enable_thinking=False puts an empty <think> block in the generation prompt, so the model writes
+    # none; the template shows that block on the last assistant turn only, and drops it once a
+    # tool result follows: the turn is re-rendered, which the probe must catch before training.
+    kwargs = {"enable_thinking": False}
+    tok = qwen3()
+    with pytest.raises(TemplateDriftError, match="drops their <think> blocks"):
+        check_template(tok, tools=TOOLS, observation_role="tool", end_texts=[QWEN_END], template_kwargs=kwargs)
+    with pytest.raises(TemplateDriftError):
+        observation_ids(tok, PROMPT, HERMES_CALL, [tool("5")], tools=TOOLS, end_texts=[QWEN_END],
+                        template_kwargs=kwargs)
+    check_template(tok, tools=TOOLS, observation_role="tool", end_texts=[QWEN_END])  # thinking on: fine
