@@ -187,3 +187,19 @@ def test_run_tool_accepts_null_for_an_optional_argument(tools):
 def test_exceptions_from_the_tool_propagate(tools):
     with pytest.raises(RuntimeError, match="boom 3"):
         run_tool(tools["boom"], {"x": 3})
+
+
+def test_a_file_holding_a_reward_and_a_tool_is_executed_once(tmp_path):
+    from steadyrl.rewards.loader import load_reward
+
+    path = tmp_path / "shared.py"
+    path.write_text(TOOLS_PY + textwrap.dedent('''
+        RUNS = globals().get("RUNS", 0) + 1
+
+        def reward(prompts, completions, **columns):
+            return [float(RUNS)] * len(completions)
+    '''))
+    [tool] = load_tools([f"{path}:add"])
+    reward = load_reward(f"{path}:reward")
+    assert reward(["p"], ["c"]) == [1.0]
+    assert tool.fn.__globals__ is reward.func.__globals__  # one module: state is shared
