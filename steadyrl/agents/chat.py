@@ -42,14 +42,18 @@ def _name(tokenizer) -> str:
     return getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
 
 
-def render(tokenizer, messages: list[dict], *, tools: list[dict] | None, add_generation_prompt: bool,
-           purpose: str = "a conversation", template_kwargs: dict | None = None) -> str:
-    """``apply_chat_template(tokenize=False)``; any failure is a ``TemplateError`` naming ``purpose``.
-    ``template_kwargs`` go to the template as variables (``enable_thinking``, ``date_string`` ...)."""
+def _require_template(tokenizer) -> None:
     if not getattr(tokenizer, "chat_template", None):
         raise TemplateError(
             f"multi-turn rollouts need a chat template, and the tokenizer {_name(tokenizer)!r} has none; "
             "use an instruct model's tokenizer or set tokenizer.chat_template to a Jinja template")
+
+
+def render(tokenizer, messages: list[dict], *, tools: list[dict] | None, add_generation_prompt: bool,
+           purpose: str = "a conversation", template_kwargs: dict | None = None) -> str:
+    """``apply_chat_template(tokenize=False)``; any failure is a ``TemplateError`` naming ``purpose``.
+    ``template_kwargs`` go to the template as variables (``enable_thinking``, ``date_string`` ...)."""
+    _require_template(tokenizer)
     try:
         text = tokenizer.apply_chat_template(
             messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False,
@@ -186,10 +190,7 @@ def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str
     """Probe, before training, that the chat template supports a multi-turn rollout: it exists, shows
     the tools, renders ``observation_role`` messages, and keeps earlier turns as rendered (the prefix
     property ``observation_ids`` relies on). Raises ``TemplateError`` / ``TemplateDriftError``."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise TemplateError(
-            f"multi-turn rollouts need a chat template, and the tokenizer {_name(tokenizer)!r} has none; "
-            "use an instruct model's tokenizer or set tokenizer.chat_template to a Jinja template")
+    _require_template(tokenizer)
     _check_renders(tokenizer, tools=tools, observation_role=observation_role, kwargs=template_kwargs)
     _drift_probe(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
                  kwargs=template_kwargs)
