@@ -42,16 +42,22 @@ def _name(tokenizer) -> str:
     return getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
 
 
-def render(tokenizer, messages: list[dict], *, tools: list[dict] | None, add_generation_prompt: bool,
-           purpose: str = "a conversation") -> str:
-    """``apply_chat_template(tokenize=False)``; any failure is a ``TemplateError`` naming ``purpose``."""
+def _require_template(tokenizer) -> None:
     if not getattr(tokenizer, "chat_template", None):
         raise TemplateError(
             f"multi-turn rollouts need a chat template, and the tokenizer {_name(tokenizer)!r} has none; "
             "use an instruct model's tokenizer or set tokenizer.chat_template to a Jinja template")
+
+
+def render(tokenizer, messages: list[dict], *, tools: list[dict] | None, add_generation_prompt: bool,
+           purpose: str = "a conversation", template_kwargs: dict | None = None) -> str:
+    """``apply_chat_template(tokenize=False)``; any failure is a ``TemplateError`` naming ``purpose``.
+    ``template_kwargs`` go to the template as variables (``enable_thinking``, ``date_string`` ...)."""
+    _require_template(tokenizer)
     try:
         text = tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False)
+            messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False,
+            **(template_kwargs or {}))
     except Exception as err:  # noqa: BLE001 - a template may raise anything (raise_exception, ...)
         raise TemplateError(f"the chat template of {_name(tokenizer)!r} failed to render {purpose}: "
                             f"{type(err).__name__}: {err}") from None
@@ -87,13 +93,13 @@ def _after_end(tokenizer, base: str, end_texts: list[str]) -> str:
     return base[max(ends):]
 
 
-def _suffix(tokenizer, history, assistant_text, new_messages, tools, end_texts, what) -> str:
+def _suffix(tokenizer, history, assistant_text, new_messages, tools, end_texts, what, kwargs) -> str:
     turns = list(history) + [{"role": "assistant", "content": assistant_text}]
-    for attempt in range(2):  # a second try: a date header may change between the two renders
+    for _ in range(2):  # a second try: a date header may change between the two renders
         base = render(tokenizer, turns, tools=tools, add_generation_prompt=False,
-                      purpose="the conversation up to the sampled turn")
+                      purpose="the conversation up to the sampled turn", template_kwargs=kwargs)
         full = render(tokenizer, turns + list(new_messages), tools=tools, add_generation_prompt=True,
-                      purpose=f"the conversation with {what}")
+                      purpose=f"the conversation with {what}", template_kwargs=kwargs)
         if full.startswith(base):
             return _after_end(tokenizer, base, end_texts) + full[len(base):]
     raise _drift_error(tokenizer, base, full, what)
@@ -105,10 +111,12 @@ def _describe(new_messages: list[dict]) -> str:
 
 
 def observation_ids(tokenizer, history: list[dict], assistant_text: str, new_messages: list[dict], *,
-                    tools: list[dict] | None, end_texts: list[str]) -> list[int]:
+                    tools: list[dict] | None, end_texts: list[str],
+                    template_kwargs: dict | None = None) -> list[int]:
     """The token ids to append after a sampled turn (ended by one of ``end_texts``) so that the
     conversation goes on with ``new_messages`` and a fresh generation prompt (see the module docstring)."""
-    text = _suffix(tokenizer, history, assistant_text, new_messages, tools, end_texts, _describe(new_messages))
+    text = _suffix(tokenizer, history, assistant_text, new_messages, tools, end_texts,
+                   _describe(new_messages), template_kwargs)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -116,11 +124,12 @@ def _tool_names(tools: list[dict]) -> list[str]:
     return [t.get("function", t).get("name", "") for t in tools]
 
 
-def _check_renders(tokenizer, *, tools, observation_role: str) -> None:
+def _check_renders(tokenizer, *, tools, observation_role: str, kwargs) -> None:
     """The template shows the tools (when given) and renders ``observation_role`` messages."""
     user = [{"role": "user", "content": "What is 2 + 3?"}]
     if tools:
-        prompt = render(tokenizer, user, tools=tools, add_generation_prompt=True, purpose="a prompt with tools")
+        prompt = render(tokenizer, user, tools=tools, add_generation_prompt=True, purpose="a prompt with tools",
+                        template_kwargs=kwargs)
         hidden = [n for n in _tool_names(tools) if n not in prompt]
         if hidden:
             raise TemplateError(
@@ -130,7 +139,7 @@ def _check_renders(tokenizer, *, tools, observation_role: str) -> None:
     messages = user + [{"role": "assistant", "content": "Let me check."},
                        {"role": observation_role, "content": PROBE_MARKER}]
     text = render(tokenizer, messages, tools=tools, add_generation_prompt=True,
-                  purpose=f"a {observation_role!r} message")
+                  purpose=f"a {observation_role!r} message", template_kwargs=kwargs)
     if PROBE_MARKER not in text:
         raise TemplateError(
             f"the chat template of {_name(tokenizer)!r} cannot render {observation_role} messages (their "
@@ -138,38 +147,50 @@ def _check_renders(tokenizer, *, tools, observation_role: str) -> None:
             f"use a template that renders role {observation_role!r}")
 
 
-def _drift_probe(tokenizer, *, tools, observation_role: str, end_texts: list[str]) -> None:
+def _drift_probe(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwargs) -> None:
     """The prefix property over two turns whose assistant messages hold reasoning."""
     obs = [{"role": observation_role, "content": f"{PROBE_MARKER}-1"}]
     history = [{"role": "user", "content": "What is 2 + 3?"}]
     turns = ["<think>\nr1\n</think>\n\na1", "<think>\nr2\n</think>\n\na2"]
+    if "</think>" in _generation_prompt(tokenizer, history, tools, kwargs):
+        turns = ["a1", "a2"]  # thinking switched off: the prompt holds an empty block, the model writes none
     for turn in turns:
         try:
-            _suffix(tokenizer, history, turn, obs, tools, end_texts, f"a {observation_role!r} observation")
+            _suffix(tokenizer, history, turn, obs, tools, end_texts, f"a {observation_role!r} observation", kwargs)
         except TemplateDriftError as err:
-            dropped = " (drops their <think> blocks)" if _drops_think(tokenizer, history, turn, obs, tools) else ""
+            dropped = " (drops their <think> blocks)" if _drops_think(tokenizer, history, turn, obs, tools,
+                                                                      kwargs) else ""
+            fix = ("give observations the 'tool' role, or use a template that keeps earlier turns"
+                   if observation_role != "tool" else
+                   "use a template that keeps earlier turns (with Qwen3: keep thinking on)")
             raise TemplateDriftError(
                 f"the chat template of {_name(tokenizer)!r} re-renders earlier assistant turns once a turn is "
                 f"added{dropped} when observations have role {observation_role!r}; token-in/token-out "
-                "training needs each turn rendered once and kept: give observations the 'tool' role, or use "
-                f"a template that keeps earlier turns as they were. {err}") from None
+                f"training needs each turn rendered once and kept: {fix}. {err}") from None
         history = history + [{"role": "assistant", "content": turn}] + obs
 
 
-def _drops_think(tokenizer, history, turn, obs, tools) -> bool:
+def _generation_prompt(tokenizer, history, tools, kwargs) -> str:
+    """What ``add_generation_prompt=True`` adds after ``history`` (Qwen3 with ``enable_thinking=False``:
+    an empty ``<think>`` block)."""
+    with_prompt = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
+    without = render(tokenizer, history, tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
+    return with_prompt[len(without):] if with_prompt.startswith(without) else with_prompt
+
+
+def _drops_think(tokenizer, history, turn, obs, tools, kwargs) -> bool:
     turns = history + [{"role": "assistant", "content": turn}]
-    full = render(tokenizer, turns + obs, tools=tools, add_generation_prompt=True)
-    before = render(tokenizer, turns, tools=tools, add_generation_prompt=False)
+    full = render(tokenizer, turns + obs, tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
+    before = render(tokenizer, turns, tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
     return before.count("<think>") > full.count("<think>")
 
 
-def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str, end_texts: list[str]) -> None:
+def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str, end_texts: list[str],
+                   template_kwargs: dict | None = None) -> None:
     """Probe, before training, that the chat template supports a multi-turn rollout: it exists, shows
     the tools, renders ``observation_role`` messages, and keeps earlier turns as rendered (the prefix
     property ``observation_ids`` relies on). Raises ``TemplateError`` / ``TemplateDriftError``."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise TemplateError(
-            f"multi-turn rollouts need a chat template, and the tokenizer {_name(tokenizer)!r} has none; "
-            "use an instruct model's tokenizer or set tokenizer.chat_template to a Jinja template")
-    _check_renders(tokenizer, tools=tools, observation_role=observation_role)
-    _drift_probe(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts)
+    _require_template(tokenizer)
+    _check_renders(tokenizer, tools=tools, observation_role=observation_role, kwargs=template_kwargs)
+    _drift_probe(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
+                 kwargs=template_kwargs)

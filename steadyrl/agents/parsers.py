@@ -80,7 +80,8 @@ def _short(text: str, n: int = 80) -> str:
 def _to_call(obj, where: str, args_keys: tuple[str, ...], fmt: str) -> ToolCall | str:
     """A ``ToolCall`` from a decoded JSON value, or the error line saying why not."""
     if not isinstance(obj, dict):
-        return f"{where}: expected a JSON object, got {type(obj).__name__} {_short(json.dumps(obj))}; format: {fmt}"
+        shown = _short(json.dumps(obj))
+        return f"{where}: expected a JSON object, got {type(obj).__name__} {shown}; format: {fmt}"
     name = obj.get("name")
     if not isinstance(name, str) or not name.strip():
         return f"{where}: missing \"name\" (a non-empty string); format: {fmt}"

@@ -134,7 +134,8 @@ def check_arguments(tool: Tool, arguments) -> None:
     params = tool.schema["function"].get("parameters", {})
     properties = params.get("properties", {})
     if not isinstance(arguments, dict):
-        raise ToolArgumentError(f"tool {tool.name!r}: arguments must be a JSON object, got {type(arguments).__name__}")
+        raise ToolArgumentError(
+            f"tool {tool.name!r}: arguments must be a JSON object, got {type(arguments).__name__}")
     unknown = sorted(set(arguments) - set(properties))
     if unknown:
         raise ToolArgumentError(
