@@ -41,30 +41,6 @@ def char_tokenizer():
     )
 
 
-HERMES_LIKE = (
-    "{% if tools %}{{ '<|im_start|>system\\nTools:' }}{% for t in tools %} {{ t.function.name }}{% endfor %}"
-    "{{ '<|im_end|>\\n' }}{% endif %}"
-    "{% for m in messages %}{% if m.role == 'tool' %}"
-    "{{ '<|im_start|>user\\n<tool_response>\\n' + m.content + '\\n</tool_response><|im_end|>\\n' }}"
-    "{% else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-
-
-def chat_tokenizer():
-    """The character tokenizer with <|im_start|> / <|im_end|> (the EOS) and a Qwen2.5-like Hermes
-    chat template: tools listed in a system turn, tool results as <tool_response> user turns."""
-    from tokenizers import decoders
-
-    tok = char_tokenizer()
-    tok.backend_tokenizer.decoder = decoders.Fuse()  # characters join without spaces
-    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
-    tok.eos_token = "<|im_end|>"
-    tok.chat_template = HERMES_LIKE
-    tok.padding_side = "left"
-    return tok
-
-
 def build_tiny_lm(directory, *, n_layers: int = 1, hidden_size: int = 32, n_heads: int = 2, seed: int = 0):
     """A tiny Llama over the demo's character tokenizer, saved with ``save_pretrained``."""
     from steadyrl.demo.model import build_tiny_model

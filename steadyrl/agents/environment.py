@@ -87,6 +87,7 @@ class EnvironmentAgent:
         self.cls = cls
         self.observation_role = observation_role
         self.timeout_s = timeout_s
+        self.template_kwargs: dict = {}
         self.isolation = "thread" if isolation == "process" else isolation
 
     def _reset(self, row: dict, seed: int):

@@ -45,6 +45,7 @@ class Reply:
 class Agent(Protocol):
     observation_role: str
     tool_schemas: list[dict] | None
+    template_kwargs: dict  # variables of the chat template (data.chat_template_kwargs)
 
     def start(self, rows: list[dict], seeds: list[int]) -> list[Start]: ...
 

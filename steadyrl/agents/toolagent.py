@@ -31,6 +31,7 @@ class ToolAgent:
         self.tool_schemas = [t.schema for t in tools]
         self.parser = parser
         self.timeout_s = timeout_s
+        self.template_kwargs: dict = {}
         self.isolation = isolation
 
     def start(self, rows: list[dict], seeds: list[int]) -> list[Start]:

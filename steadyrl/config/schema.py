@@ -154,6 +154,9 @@ class DataConfig(Section):
     extra_keys: list[str] | None = F(None, "Other columns passed to reward functions; null = all.")
     chat_template: bool | None = F(None, "Render prompts with the tokenizer's chat template. "
                                    "null = when the prompt is a list of messages.")
+    chat_template_kwargs: dict[str, Any] = F({}, "Extra variables for the chat template, e.g. "
+                                             "{enable_thinking: false} (Qwen3) or {date_string: ...}; used for "
+                                             "prompts and for every multi-turn observation.")
     max_prompt_tokens: int = F(1024, "Prompts longer than this (in tokens) are dropped, with a count "
                                "in the log.", ge=1)
     shuffle: bool = F(True, "Shuffle the prompts every epoch (seeded by trainer.seed).")

@@ -66,15 +66,16 @@ def prompt_messages(prompt) -> list[dict]:
     return prompt if is_chat(prompt) else [{"role": "user", "content": prompt}]
 
 
-def render_prompt(tokenizer, prompt, *, chat_template: bool | None = None, tools: list[dict] | None = None) -> str:
+def render_prompt(tokenizer, prompt, *, chat_template: bool | None = None, tools: list[dict] | None = None,
+                  template_kwargs: dict | None = None) -> str:
     """The prompt as the text the model sees (see the module docstring); ``tools`` (JSON schemas)
-    go to the chat template's ``tools=``."""
+    go to the chat template's ``tools=``, ``template_kwargs`` are variables of the template."""
     if not uses_chat_template(tokenizer, prompt, chat_template):
         return prompt
     messages = prompt_messages(prompt)
     try:
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
-                                             **({"tools": tools} if tools else {}))
+                                             **({"tools": tools} if tools else {}), **(template_kwargs or {}))
     except Exception as err:  # noqa: BLE001 - a template may raise anything (jinja raise_exception, ...)
         raise DataError(
             f"the tokenizer's chat template failed on prompt {_short(prompt)!r}: {type(err).__name__}: {err}"

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..agents.chat import TemplateError
 from .base import EpisodeInfo, Generation
 
 
@@ -111,7 +112,8 @@ def _start(agent, tokenizer, episodes: list[_Episode], seeds: list[int]) -> None
             e.info.failed, e.info.error = True, s.error
         elif s.messages is not None:  # the environment's first observation replaces the row's prompt
             e.history = list(s.messages)
-            text = render(tokenizer, e.history, tools=agent.tool_schemas, add_generation_prompt=True)
+            text = render(tokenizer, e.history, tools=agent.tool_schemas, add_generation_prompt=True,
+                          purpose="the environment's first observation", template_kwargs=agent.template_kwargs)
             e.prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
@@ -164,7 +166,11 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         if info.turns >= limits.max_turns:
             info.truncation, e.running = "max_turns", False
             continue
-        obs = _observation(tokenizer, e, reply.messages, agent.tool_schemas, limits, end_texts)
+        try:
+            obs = _observation(tokenizer, e, reply.messages, agent, limits, end_texts)
+        except TemplateError as err:  # a template behaviour the start-up probe did not see: this episode only
+            info.failed, info.error, e.running = True, str(err), False
+            continue
         info.messages.extend(reply.messages)
         if len(e.ids) + len(obs) + 1 > limits.episode_tokens:  # no room for another turn
             info.truncation, e.running = "max_episode_tokens", False
@@ -177,13 +183,14 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         info.observation_tokens += len(obs)
 
 
-def _observation(tokenizer, e: _Episode, messages: list[dict], tools, limits: TurnLimits,
+def _observation(tokenizer, e: _Episode, messages: list[dict], agent, limits: TurnLimits,
                  end_texts: list[str]) -> list[int]:
     """The observation's token ids, its messages' contents shortened until it fits the limit."""
     from ..agents.chat import observation_ids
 
     def ids_of(msgs):
-        return observation_ids(tokenizer, e.history or [], e.text, msgs, tools=tools, end_texts=end_texts)
+        return observation_ids(tokenizer, e.history or [], e.text, msgs, tools=agent.tool_schemas,
+                               end_texts=end_texts, template_kwargs=agent.template_kwargs)
 
     ids = ids_of(messages)
     limit = limits.max_observation_tokens

@@ -15,6 +15,7 @@ Environment instances are seeded from ``trainer.seed``, the step and the sample'
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import torch
 
@@ -46,9 +47,10 @@ def build_agent(config, tokenizer):
 
         agent = EnvironmentAgent(load_environment(ro.environment), observation_role=ro.observation_role,
                                  timeout_s=ro.tool_timeout_s, isolation=isolation)
+    agent.template_kwargs = dict(config.data.chat_template_kwargs)
     end_texts = [tokenizer.decode([i]) for i in eos_token_ids(tokenizer)]
     check_template(tokenizer, tools=agent.tool_schemas, observation_role=agent.observation_role,
-                   end_texts=end_texts)
+                   end_texts=end_texts, template_kwargs=agent.template_kwargs)
     return agent
 
 
@@ -88,9 +90,22 @@ def score_episodes(scorer, samples: list, gen, *, environment: bool) -> ScoreRes
     """Reward functions on the transcripts, plus the environment's reward when there is one."""
     extra = {"turns": [e.messages for e in gen.episodes]} if gen.episodes else None
     result = scorer(samples, gen.completions, extra_columns=extra)
-    if not environment or not gen.episodes:
+    if not gen.episodes:
         return result
-    return _with_environment(result, gen.episodes)
+    if environment:
+        return _with_environment(result, gen.episodes)
+    return _without_failed(result, gen.episodes)
+
+
+def _without_failed(result: ScoreResult, episodes) -> ScoreResult:
+    """Episodes that could not be completed (a chat template that failed mid-episode) are invalid."""
+    failed = torch.tensor([e.failed for e in episodes], dtype=torch.bool)
+    if not bool(failed.any()):
+        return result
+    errors = {**result.errors, "episode": next(e.error for e in episodes if e.failed)}
+    valid = result.valid & ~failed
+    return replace(result, valid=valid, scores=torch.where(valid, result.scores, torch.zeros_like(result.scores)),
+                   errors=errors)
 
 
 def _with_environment(result: ScoreResult, episodes) -> ScoreResult:

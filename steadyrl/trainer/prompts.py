@@ -29,7 +29,8 @@ class PromptItem:
 
 def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
                     chat_template: bool | None, source: str,
-                    tools: list[dict] | None = None) -> tuple[list[PromptItem], int]:
+                    tools: list[dict] | None = None,
+                    template_kwargs: dict | None = None) -> tuple[list[PromptItem], int]:
     """Render and tokenize ``records``; drop those over ``max_prompt_tokens``.
 
     Returns ``(items, dropped)``. All prompts over the limit is a :class:`DataError`.
@@ -37,7 +38,8 @@ def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
     items, lengths = [], []
     for record in records:
         prompt = record["prompt"]
-        text = render_prompt(tokenizer, prompt, chat_template=chat_template, tools=tools)
+        text = render_prompt(tokenizer, prompt, chat_template=chat_template, tools=tools,
+                             template_kwargs=template_kwargs)
         templated = isinstance(prompt, list) or chat_template is True
         # verbose=False: the tokenizer's "longer than the model's maximum" warning is ours to say
         ids = tokenizer(text, add_special_tokens=not templated, verbose=False)["input_ids"]

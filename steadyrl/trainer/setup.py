@@ -374,7 +374,7 @@ def prompt_options(config: Config, agent) -> dict:
                               "data.chat_template to true or null")
         chat_template = True
     return {"max_prompt_tokens": config.data.max_prompt_tokens, "chat_template": chat_template,
-            "tools": getattr(agent, "tool_schemas", None)}
+            "tools": getattr(agent, "tool_schemas", None), "template_kwargs": config.data.chat_template_kwargs}
 
 
 def _tokenize_prompts(config: Config, inputs: Inputs) -> None:
@@ -398,12 +398,15 @@ def check_context_length(config: Config, inputs: Inputs) -> None:
     text_config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
     limit = getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", None)
     longest = max((len(p.ids) for p in inputs.train_prompts + inputs.eval_prompts), default=0)
-    if limit and longest + config.rollout.max_new_tokens > limit:
+    ro = config.rollout
+    key, after = (("rollout.max_episode_tokens", ro.episode_token_limit) if ro.multi_turn else
+                  ("rollout.max_new_tokens", ro.max_new_tokens))
+    if limit and longest + after > limit:
         raise ConfigError(
-            f"rollout.max_new_tokens = {config.rollout.max_new_tokens} plus the longest prompt ({longest} tokens, "
-            f"data.max_prompt_tokens = {config.data.max_prompt_tokens}) is {longest + config.rollout.max_new_tokens} "
+            f"{key} = {after} plus the longest prompt ({longest} tokens, "
+            f"data.max_prompt_tokens = {config.data.max_prompt_tokens}) is {longest + after} "
             f"tokens, more than the {limit} positions of model.name_or_path = {inputs.model_path!r}; lower "
-            "rollout.max_new_tokens or data.max_prompt_tokens so that they fit")
+            f"{key} or data.max_prompt_tokens so that they fit")
 
 
 def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) -> Run:

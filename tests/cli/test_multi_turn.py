@@ -54,12 +54,12 @@ def has_turns(prompts, completions, turns, **columns):
 
 @pytest.fixture(scope="session")
 def agent_run(tmp_path_factory):
-    import support
+    from agents.templates import QWEN25, chat_tokenizer
     from steadyrl.demo.model import build_tiny_model
 
     root = tmp_path_factory.mktemp("agent_run")
-    tokenizer = support.chat_tokenizer()
-    model = build_tiny_model(tokenizer, n_layers=1, hidden_size=32, n_heads=2, seed=0)
+    tokenizer = chat_tokenizer(QWEN25, bos="<|begin_of_text|>")  # the tiny model wants a BOS id; none is added
+    model = build_tiny_model(tokenizer, n_layers=1, hidden_size=32, n_heads=2, seed=0, max_positions=2048)
     model.save_pretrained(root / "model")
     tokenizer.save_pretrained(root / "model")
     rows = [{"prompt": f"What is {a}+{b}?", "answer": str(a + b)} for a in range(4) for b in range(3)]

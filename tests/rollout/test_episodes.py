@@ -6,23 +6,27 @@ the assembled ids against the chat template's own rendering of the conversation,
 sampled tokens are in ``policy_mask``, and how tools, environments and each limit end an episode.
 """
 
+import pytest
 import torch
 
 from steadyrl.agents.environment import EnvironmentAgent
 from steadyrl.agents.parsers import load_parser
 from steadyrl.agents.toolagent import ToolAgent
-from steadyrl.agents.tools import Tool, tool_schemas
+from steadyrl.agents.tools import Tool
 from steadyrl.rollout.base import Generation, response_mask_from_ids
 from steadyrl.rollout.episodes import TurnLimits, episode_metrics, run_episodes
 from steadyrl.trainer.prompts import prepare_prompts
-from support import chat_tokenizer
+from agents.templates import llama31, llama32_dated, qwen25
+
+QWEN_HEADER, LLAMA_HEADER = "<|im_start|>assistant", "<|start_header_id|>assistant"
+
 
 class ScriptedEngine:
     """``generate`` answers a context holding k assistant turns with ``script[k]`` (+ end token)."""
 
-    def __init__(self, tokenizer, script: list[str], end: bool = True):
-        self.tokenizer, self.script, self.end = tokenizer, script, end
-        self.eos_ids = [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    def __init__(self, tokenizer, script: list[str], end: bool = True, header: str = QWEN_HEADER):
+        self.tokenizer, self.script, self.end, self.header = tokenizer, script, end, header
+        self.eos_ids = [tokenizer.eos_token_id]
         self.calls = []
 
     def generate(self, prompt_ids, n, *, max_new_tokens, **sampling):
@@ -30,7 +34,7 @@ class ScriptedEngine:
         contexts = [p for p in prompt_ids for _ in range(n)]
         rows = []
         for ids in contexts:
-            k = self.tokenizer.decode(ids).count("<|im_start|>assistant") - 1
+            k = self.tokenizer.decode(ids).count(self.header) - 1
             text = self.script[min(k, len(self.script) - 1)]
             out = self.tokenizer(text, add_special_tokens=False)["input_ids"] + (self.eos_ids if self.end else [])
             rows.append(out[:max_new_tokens])
@@ -61,36 +65,45 @@ LIMITS = TurnLimits(max_turns=4, max_new_tokens=200, max_observation_tokens=200,
                     episode_tokens=1000)
 
 
-def tool_agent(isolation="inline", timeout_s=5.0):
+def tool_agent(isolation="inline", timeout_s=5.0, parser="hermes"):
     from transformers.utils import get_json_schema
 
     tools = [Tool(name="add", fn=add, schema=get_json_schema(add))]
-    return ToolAgent(tools, load_parser("hermes"), timeout_s=timeout_s, isolation=isolation)
+    return ToolAgent(tools, load_parser(parser), timeout_s=timeout_s, isolation=isolation)
 
 
 def prompts_for(tok, agent, texts=("What is 1+2?",)):
-    items, _ = prepare_prompts([{"prompt": t, "answer": "3"} for t in texts], tok, max_prompt_tokens=500,
+    items, _ = prepare_prompts([{"prompt": t, "answer": "3"} for t in texts], tok, max_prompt_tokens=5000,
                                chat_template=True, source="test", tools=agent.tool_schemas if agent else None)
     return items
 
 
-def test_tool_episode_is_sampled_ids_plus_the_templates_observation():
-    tok = chat_tokenizer()
-    agent = tool_agent()
+LLAMA_CALL = '{"name": "add", "parameters": {"a": 1, "b": 2}}'
+
+
+@pytest.mark.parametrize("make, parser, call, header, after_end", [
+    (qwen25, "hermes", CALL, QWEN_HEADER, "\n"),
+    (llama31, "llama3_json", LLAMA_CALL, LLAMA_HEADER, ""),
+    (llama32_dated, "llama3_json", LLAMA_CALL, LLAMA_HEADER, ""),  # a date header rendered from today's date
+])
+def test_tool_episode_is_sampled_ids_plus_the_templates_observation(make, parser, call, header, after_end):
+    tok = make()
+    agent = tool_agent(parser=parser)
     prompts = prompts_for(tok, agent)
-    gen = run_episodes(ScriptedEngine(tok, [CALL, "The answer is 3."]), tok, prompts, 2, agent=agent, limits=LIMITS)
-    conversation = [*prompts[0].messages, {"role": "assistant", "content": CALL},
+    gen = run_episodes(ScriptedEngine(tok, [call, "The answer is 3."], header=header), tok, prompts, 2,
+                       agent=agent, limits=LIMITS)
+    conversation = [*prompts[0].messages, {"role": "assistant", "content": call},
                     {"role": "tool", "name": "add", "content": "3"},
                     {"role": "assistant", "content": "The answer is 3."}]
     rendered = tok.apply_chat_template(conversation, tools=agent.tool_schemas, tokenize=False)
     for i in range(2):
         ids = gen.prompt_ids[i][gen.prompt_mask[i].bool()].tolist() + gen.response_ids[i][gen.response_mask[i].bool()].tolist()
-        assert tok.decode(ids) + "\n" == rendered  # the template writes "\n" after the last end token
+        assert tok.decode(ids) + after_end == rendered  # what the template writes after the last end token
     policy = gen.policy_mask[0][gen.response_mask[0].bool()].tolist()
-    turn = len(tok(CALL, add_special_tokens=False)["input_ids"]) + 1
-    obs_text = "\n<|im_start|>user\n<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
-    obs = len(tok(obs_text, add_special_tokens=False)["input_ids"])
-    assert policy == [1] * turn + [0] * obs + [1] * (len(policy) - turn - obs)
+    first = len(tok(call, add_special_tokens=False)["input_ids"]) + 1
+    last = len(tok("The answer is 3.", add_special_tokens=False)["input_ids"]) + 1
+    observation = len(policy) - first - last
+    assert observation > 0 and policy == [1] * first + [0] * observation + [1] * last
     info = gen.episodes[0]
     assert (info.turns, info.tool_calls, info.drift_tokens, info.truncation) == (2, 1, 0, None)
     assert info.messages[1] == {"role": "tool", "name": "add", "content": "3"}
@@ -100,7 +113,7 @@ def test_tool_episode_is_sampled_ids_plus_the_templates_observation():
 
 
 def test_without_an_agent_the_episode_is_the_single_turn_generation():
-    tok = chat_tokenizer()
+    tok = qwen25()
     prompts = prompts_for(tok, None)
     engine = ScriptedEngine(tok, ["3"])
     gen = run_episodes(engine, tok, prompts, 3, agent=None, limits=LIMITS)
@@ -110,7 +123,7 @@ def test_without_an_agent_the_episode_is_the_single_turn_generation():
 
 
 def test_an_agent_that_ends_at_once_gives_the_single_turn_tensors():
-    tok = chat_tokenizer()
+    tok = qwen25()
     agent = tool_agent()
     prompts = prompts_for(tok, agent)
     single = run_episodes(ScriptedEngine(tok, ["3"]), tok, prompts, 2, agent=None, limits=LIMITS)
@@ -121,7 +134,7 @@ def test_an_agent_that_ends_at_once_gives_the_single_turn_tensors():
 
 
 def test_tool_errors_go_back_to_the_model_and_are_counted():
-    tok = chat_tokenizer()
+    tok = qwen25()
     agent = tool_agent()
     bad = '<tool_call>\n{"name": "mul", "arguments": {}}\n</tool_call><tool_call>\n{"name": "add", "arguments": {"a": "x"}}\n</tool_call>'
     gen = run_episodes(ScriptedEngine(tok, [bad, "<tool_call>\n{not json\n</tool_call>", "done"]), tok,
@@ -133,7 +146,7 @@ def test_tool_errors_go_back_to_the_model_and_are_counted():
 
 
 def test_limits_truncate_episodes():
-    tok = chat_tokenizer()
+    tok = qwen25()
     agent = tool_agent()
     prompts = prompts_for(tok, agent)
     forever = ScriptedEngine(tok, [CALL])
@@ -159,7 +172,7 @@ def test_long_observations_are_cut_to_the_limit():
 
     from transformers.utils import get_json_schema
 
-    tok = chat_tokenizer()
+    tok = qwen25()
     agent = ToolAgent([Tool("shout", shout, get_json_schema(shout))], load_parser("hermes"), timeout_s=5,
                       isolation="inline")
     call = '<tool_call>\n{"name": "shout", "arguments": {"text": "ab"}}\n</tool_call>'
@@ -190,7 +203,7 @@ class CrashingEnv:
 
 
 def test_environment_episodes_collect_turn_rewards_and_fail_alone():
-    tok = chat_tokenizer()
+    tok = qwen25()
     prompts = prompts_for(tok, None)
     agent = EnvironmentAgent(CountingEnv, observation_role="user", timeout_s=5, isolation="thread")
     gen = run_episodes(ScriptedEngine(tok, ["go", "stop"]), tok, prompts, 2, agent=agent, limits=LIMITS,
@@ -218,7 +231,7 @@ def test_tools_in_process_isolation_run_and_time_out(tmp_path):
 
     from transformers.utils import get_json_schema
 
-    tok = chat_tokenizer()
+    tok = qwen25()
     agent = ToolAgent([Tool("slow", slow, get_json_schema(slow))], load_parser("hermes"), timeout_s=1.0,
                       isolation="process")
     calls = ['<tool_call>\n{"name": "slow", "arguments": {"seconds": 0.01}}\n</tool_call>',
