@@ -154,6 +154,9 @@ class DataConfig(Section):
     extra_keys: list[str] | None = F(None, "Other columns passed to reward functions; null = all.")
     chat_template: bool | None = F(None, "Render prompts with the tokenizer's chat template. "
                                    "null = when the prompt is a list of messages.")
+    chat_template_kwargs: dict[str, Any] = F({}, "Extra variables for the chat template, e.g. "
+                                             "{enable_thinking: false} (Qwen3) or {date_string: ...}; used for "
+                                             "prompts and for every multi-turn observation.")
     max_prompt_tokens: int = F(1024, "Prompts longer than this (in tokens) are dropped, with a count "
                                "in the log.", ge=1)
     shuffle: bool = F(True, "Shuffle the prompts every epoch (seeded by trainer.seed).")
@@ -212,6 +215,54 @@ class RolloutConfig(Section):
     top_k: int = F(0, "Top-k sampling; 0 = off.", ge=0)
     generation_batch_size: int | None = F(None, "Prompts per generate call; null = all at once.", ge=1)
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+    # --- multi-turn episodes (docs/agents.md); with neither tools nor an environment an episode
+    # is one turn and nothing below applies.
+    tools: list[str] = F([], "Tool functions the policy may call (file.py:fn or package.module:fn), with "
+                         "type hints and a docstring; their JSON schemas go to the chat template's tools=.")
+    tool_parser: str = F("hermes", "How tool calls are read from a turn: hermes (<tool_call>{json}</tool_call>, "
+                         "Qwen2.5/Qwen3/Hermes), llama3_json (Llama-3.1 JSON calls) or a file.py:fn.")
+    environment: str | None = F(None, "An environment class (file.py:Class): one instance per episode, "
+                                "reset(**row) -> first observation or None, step(text) -> "
+                                "(observation, reward, done).")
+    observation_role: Literal["user", "tool"] = F("user", "Role of an environment's text observations in "
+                                                  "the chat template (tool results are always 'tool').")
+    turn_reward: Literal["sum", "last"] = F("sum", "How an environment's per-turn rewards combine into the "
+                                           "episode's, which is added to the reward functions' score.")
+    max_turns: int = F(8, "Most policy turns in an episode; an episode still calling tools then is "
+                       "truncated.", ge=1)
+    max_observation_tokens: int = F(512, "Longest observation (tool result or environment message) in "
+                                    "tokens; longer ones are cut.", ge=1)
+    observation_truncation: Literal["right", "left"] = F("right", "Which end of a long observation is cut: "
+                                                         "right keeps its start, left keeps its end.")
+    max_episode_tokens: int | None = F(None, "Most tokens after the prompt (turns and observations); an "
+                                       "episode that reaches it is truncated (so algorithm.mask_truncated "
+                                       "applies). null = max_turns * max_new_tokens + (max_turns - 1) * "
+                                       "max_observation_tokens.", ge=1)
+    tool_timeout_s: float = F(30.0, "Time limit of one tool or environment call; a tool that exceeds it "
+                              "returns an error to the model, an environment that does fails the episode.", gt=0)
+    tool_isolation: Literal["process", "thread", "inline"] | None = F(
+        None, "Where tool and environment calls run, as rewards[].isolation: process (a worker, killed on "
+        "time-out; default on Linux), thread, inline.")
+
+    @property
+    def multi_turn(self) -> bool:
+        return bool(self.tools) or self.environment is not None
+
+    @property
+    def episode_token_limit(self) -> int:
+        if self.max_episode_tokens is not None:
+            return self.max_episode_tokens
+        return self.max_turns * self.max_new_tokens + (self.max_turns - 1) * self.max_observation_tokens
+
+    @model_validator(mode="after")
+    def _check_turns(self) -> "RolloutConfig":
+        if self.tools and self.environment is not None:
+            raise ValueError("rollout.tools and rollout.environment are both set: an episode is driven by "
+                             "either tools or an environment; an environment can call functions itself")
+        if self.multi_turn and self.episode_token_limit < 2:
+            raise ValueError(f"rollout.max_episode_tokens = {self.max_episode_tokens} cannot fit one turn; "
+                             "valid: at least 2 (and enough for a turn and an observation)")
+        return self
 
 
 class AlgorithmConfig(Section):

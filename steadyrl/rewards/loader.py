@@ -4,10 +4,9 @@ A spec is one of:
 
 * a built-in name: ``math``, ``exact_match``, ``normalized_match``, ``regex_format``,
   ``length_penalty``; the options go to its factory;
-* ``package.module:function``: imported with :func:`importlib.import_module` (so the package must
-  be on ``sys.path`` / ``PYTHONPATH``);
-* ``path/to/file.py:function``: the file is executed as a module (relative to the current
-  directory, or absolute); its folder is *not* put on ``sys.path``.
+* ``package.module:function`` or ``path/to/file.py:function``: imported by
+  :func:`steadyrl.userfn.resolve_spec` (a module must be on ``sys.path`` / ``PYTHONPATH``; a file
+  is executed as a module, its folder is *not* put on ``sys.path``).
 
 For a user function the options are bound as keyword arguments (``functools.partial``), so
 ``load_reward("my.py:fn", threshold=0.5)`` calls ``fn(prompts, completions, threshold=0.5,
@@ -20,14 +19,10 @@ from __future__ import annotations
 
 import difflib
 import functools
-import hashlib
-import importlib
-import importlib.util
 import inspect
-import sys
-from pathlib import Path
 
 from ..errors import RewardLoadError
+from ..userfn import SPEC_FORMS, resolve_spec
 from . import math_verifier, verifiers  # noqa: F401  (registers the built-ins)
 from .registry import BUILTIN_REWARDS, RewardFn
 
@@ -57,58 +52,8 @@ def _unknown_name(spec: str) -> RewardLoadError:
     return _err(
         spec,
         f"not a built-in reward; {hint}built-ins: {names}; "
-        "a function of your own is 'package.module:function' or 'path/to/file.py:function'",
+        f"a function of your own is {SPEC_FORMS}",
     )
-
-
-def _import_file(spec: str, target: str):
-    path = Path(target).expanduser().resolve()
-    if not path.is_file():
-        raise _err(spec, f"file {str(path)!r} does not exist")
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
-    module_name = f"_steadyrl_reward_{path.stem}_{digest}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    module_spec = importlib.util.spec_from_file_location(module_name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise _err(spec, f"{str(path)!r} cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module  # so classes and pickling inside it find their module
-    try:
-        module_spec.loader.exec_module(module)
-    except (Exception, SystemExit) as err:
-        del sys.modules[module_name]
-        raise _err(spec, f"running {str(path)!r} raised {type(err).__name__}: {err}") from err
-    return module
-
-
-def _import_module(spec: str, target: str):
-    try:
-        return importlib.import_module(target)
-    except ModuleNotFoundError as err:
-        if err.name and (target == err.name or target.startswith(err.name + ".")):
-            raise _err(
-                spec,
-                f"no module named {err.name!r} (is it on sys.path / PYTHONPATH? "
-                "a file is given as 'path/to/file.py:function')",
-            ) from err
-        raise _err(spec, f"importing {target!r} raised ModuleNotFoundError: {err}") from err
-    except (Exception, SystemExit) as err:
-        raise _err(spec, f"importing {target!r} raised {type(err).__name__}: {err}") from err
-
-
-def _attribute(spec: str, module, attr: str, shown: str):
-    """``module.attr`` (dotted); ``shown`` names the module in errors (the file or module the user wrote)."""
-    obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            public = sorted(n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None)))
-            close = difflib.get_close_matches(part, public, n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; callables defined there: {public[:20]}"
-            owner = shown if obj is module else getattr(obj, "__name__", obj)
-            raise _err(spec, f"{owner!r} has no attribute {part!r}{hint}")
-        obj = getattr(obj, part)
-    return obj
 
 
 def _check_signature(spec: str, fn, options: dict) -> tuple[str, ...]:
@@ -147,13 +92,9 @@ def load_reward(spec: str, **options) -> RewardFn:
         return _builtin(spec, options)
     if ":" not in spec:
         raise _unknown_name(spec)
-    target, attr = spec.rsplit(":", 1)  # rsplit: a Windows path has a drive colon
-    if not target or not attr:
-        raise _err(spec, "expected 'package.module:function' or 'path/to/file.py:function'")
-    is_file = target.endswith(".py") or "/" in target or "\\" in target
-    module = _import_file(spec, target) if is_file else _import_module(spec, target)
-    fn = _attribute(spec, module, attr, shown=target)
+    fn = resolve_spec(spec, functools.partial(_err, spec))
     if not callable(fn):
+        attr = spec.rsplit(":", 1)[1]
         raise _err(spec, f"{attr!r} is a {type(fn).__name__}, not a callable")
     columns = _check_signature(spec, fn, options)
     bound = functools.partial(fn, **options)

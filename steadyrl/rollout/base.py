@@ -7,7 +7,7 @@ up to and including its first EOS token; one with no EOS in ``max_new_tokens`` i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -23,9 +23,36 @@ class Generation:
     truncated: torch.Tensor  # [B] bool: no EOS within max_new_tokens
     completions: list[str]  # decoded responses, special tokens skipped
     rollout_logprobs: torch.Tensor | None = None  # [B, R] from the engine (vLLM), else None
+    policy_mask: torch.Tensor | None = None  # [B, R] 1 on policy-sampled tokens; None = response_mask
+    episodes: list[EpisodeInfo] | None = None  # multi-turn episodes' turns, rewards and counters
 
     def __len__(self) -> int:
         return self.response_ids.shape[0]
+
+    @property
+    def trained_mask(self) -> torch.Tensor:
+        """``[B, R]`` the tokens the policy sampled: the only ones a loss, KL, entropy or length
+        metric may count (observations are attended to, never trained on)."""
+        return self.response_mask if self.policy_mask is None else self.policy_mask
+
+
+@dataclass
+class EpisodeInfo:
+    """One multi-turn episode beyond its tokens: what the metrics, rewards and samples need."""
+
+    turns: int = 1
+    turn_ends: list[int] = field(default_factory=list)  # response position of each turn's last token
+    turn_rewards: list[float | None] = field(default_factory=list)  # the environment's, per turn
+    env_reward: float | None = None  # turn rewards combined (rollout.turn_reward); None = none given
+    failed: bool = False  # the environment crashed: the episode is left out of the update
+    error: str | None = None
+    truncation: str | None = None  # the limit that cut it: max_new_tokens, max_episode_tokens, max_turns
+    tool_calls: int = 0
+    tool_errors: dict[str, int] = field(default_factory=dict)  # by tool name ('parse' for bad calls)
+    observation_tokens: int = 0
+    env_time_s: float = 0.0
+    drift_tokens: int = 0  # tokens of a turn's context that differ from the trained sequence (always 0)
+    messages: list[dict] = field(default_factory=list)  # the transcript after the prompt
 
 
 def response_mask_from_ids(

@@ -7,6 +7,10 @@
 * ``pass@k`` for k = 1 and k = ``eval.num_samples`` (and powers of two between): the unbiased
   estimator ``1 - C(n - c, k) / C(n, k)`` over ``n = num_samples`` sampled completions per prompt,
   ``c`` of them correct (Chen et al., 2021).
+
+With tools or an environment every completion is a whole episode (:mod:`.episodes`): greedy
+success and pass@k are over episodes, and the environment's reward can decide correctness
+(``eval.accuracy_reward: environment``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from .episodes import ENVIRONMENT_REWARD, episode_seeds, rollout, score_episodes
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -47,20 +53,28 @@ def _report_failures(result, shown: set[str]) -> None:
 
 
 @torch.no_grad()
-def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict:
-    """Evaluate the engine's model on ``prompts`` (:class:`~steadyrl.trainer.prompts.PromptItem`)."""
+def evaluate(engine, scorer, prompts: list, eval_config, rollout_config, agent=None) -> dict:
+    """Evaluate the engine's model on ``prompts`` (:class:`~steadyrl.trainer.prompts.PromptItem`):
+    whole episodes when there is an ``agent`` (tools or an environment), greedy and sampled."""
     if not prompts:
         return {}
     max_new = eval_config.max_new_tokens or rollout_config.max_new_tokens
-    name = eval_config.accuracy_reward or scorer.names[0]
-    if name not in scorer.names:
-        raise ValueError(f"eval.accuracy_reward {name!r} is not one of the rewards {scorer.names}")
+    environment = rollout_config.environment is not None
+    names = scorer.names + ([ENVIRONMENT_REWARD] if environment else [])
+    name = eval_config.accuracy_reward or names[0]
+    if name not in names:
+        raise ValueError(f"eval.accuracy_reward {name!r} is not one of the rewards {names}")
+
+    def episodes(chunk, n, **sampling):
+        gen = rollout(engine, engine.tokenizer, agent, chunk, n, rollout_config, max_new_tokens=max_new,
+                      seeds=episode_seeds(0, -1, start, len(chunk) * n), **sampling)
+        return score_episodes(scorer, [p for p in chunk for _ in range(n)], gen, environment=environment)
+
     correct, scored, rewards, shown = [], 0, 0.0, set()
     step = eval_config.batch_size
     for start in range(0, len(prompts), step):
         chunk = prompts[start : start + step]
-        gen = engine.generate([p.ids for p in chunk], 1, max_new_tokens=max_new, do_sample=False)
-        result = scorer(chunk, gen.completions)
+        result = episodes(chunk, 1, do_sample=False)
         _report_failures(result, shown)
         correct += _correct(result, name, eval_config.correct_threshold)
         scored += int(result.valid.sum())
@@ -73,9 +87,7 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict
         per_call = max(1, step // n)
         for start in range(0, len(prompts), per_call):
             chunk = prompts[start : start + per_call]
-            gen = engine.generate([p.ids for p in chunk], n, max_new_tokens=max_new,
-                                  temperature=eval_config.temperature)
-            result = scorer([p for p in chunk for _ in range(n)], gen.completions)
+            result = episodes(chunk, n, temperature=eval_config.temperature)
             _report_failures(result, shown)
             ok = _correct(result, name, eval_config.correct_threshold)
             counts += [sum(ok[i * n : (i + 1) * n]) for i in range(len(chunk))]

@@ -181,14 +181,14 @@ def _apply_optim_config(run: Run) -> None:
     scheduler._last_lr = [group["lr"] for group in run.optimizer.param_groups]
 
 
-def run_eval(config: Config, engine, scorer, prompts: list, device: torch.device) -> dict:
+def run_eval(config: Config, engine, scorer, prompts: list, device: torch.device, agent=None) -> dict:
     """Evaluate on held-out ``prompts`` with an RNG of its own (training's RNG is untouched)."""
     if not prompts:
         return {}
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(config.trainer.seed + 1)
-        return evaluate(engine, scorer, prompts, config.eval, config.rollout)
+        return evaluate(engine, scorer, prompts, config.eval, config.rollout, agent)
 
 
 def _sample_rows(extras: dict, limit: int = 8) -> list[dict]:
@@ -198,6 +198,9 @@ def _sample_rows(extras: dict, limit: int = 8) -> list[dict]:
         row = {"prompt": prompt.text, "completion": completion,
                "reward": float(result.scores[i]) if bool(result.valid[i]) else None}
         row.update({f"reward/{name}": scores[i] for name, scores in result.raw.items()})
+        episodes = extras.get("episodes")
+        if episodes:  # the transcript turn by turn: assistant turns, tool results, observations
+            row.update(turns=episodes[i].messages, truncated_by=episodes[i].truncation)
         rows.append(row)
     return rows
 
@@ -305,7 +308,7 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                       # --resume with no checkpoint yet starts over: the killed run's lines go
                       resume_step=run.state.step if latest is not None or resume else None)
     def evaluate_now() -> dict:
-        return run_eval(config, engine, run.scorer, run.eval_prompts, run.device)
+        return run_eval(config, engine, run.scorer, run.eval_prompts, run.device, run.agent)
 
     shown: set[str] = set()
     elapsed_before = run.state.wall_time_s
@@ -388,9 +391,9 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
             raise ConfigError("steadyrl eval needs --output-dir RUN_DIR, --model PATH, or model.name_or_path")
     from .setup import build_eval
 
-    engine, scorer, prompts, device = build_eval(config, model_path)
+    engine, scorer, prompts, device, agent = build_eval(config, model_path)
     try:
-        results = run_eval(config, engine, scorer, prompts, device)
+        results = run_eval(config, engine, scorer, prompts, device, agent)
     finally:
         scorer.close()
     print(json.dumps({"model": model_path, **results}, indent=2))

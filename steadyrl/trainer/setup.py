@@ -37,6 +37,7 @@ from ..models import (
     resolve_dtype,
 )
 from ..rewards import RewardSpec, load_reward
+from .episodes import build_agent
 from .prompts import PromptItem, Scorer, prepare_prompts
 
 
@@ -79,6 +80,7 @@ class Run:
     train_policy: torch.nn.Module | None = None
     train_critic: torch.nn.Module | None = None
     generator: object = None
+    agent: object = None  # multi-turn: answers the policy's turns (tools or an environment); None = one turn
 
     def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
         """``(policy, critic)`` to run forward/backward passes through."""
@@ -228,17 +230,22 @@ def task_inputs(config: Config, *, for_eval: bool = False) -> tuple[list[dict], 
     else:
         train, evals = load_data(config, eval_only=for_eval)
         default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
+    environment = config.rollout.environment is not None
+    if environment and not config.rewards:  # the environment's rewards alone
+        default_specs = []
     specs = build_rewards(config, default=default_specs)
-    names = [s.name for s in specs]
+    names = [s.name for s in specs] + (["environment"] if environment else [])
     wanted = config.eval.accuracy_reward
     if wanted is not None and wanted not in names:
         raise ConfigError(f"eval.accuracy_reward = {wanted!r} is not one of the configured rewards {names}")
-    check_reward_columns(specs, train, "data.train_path")
-    check_reward_columns(specs, evals, "data.eval_path")
-    return train, evals, Scorer(specs)
+    provided = ("turns",) if config.rollout.multi_turn else ()  # an episode's turn list, given at scoring
+    check_reward_columns(specs, train, "data.train_path", provided)
+    check_reward_columns(specs, evals, "data.eval_path", provided)
+    return train, evals, Scorer(specs, allow_empty=environment)
 
 
-def check_reward_columns(specs: list[RewardSpec], records: list[dict], source: str) -> None:
+def check_reward_columns(specs: list[RewardSpec], records: list[dict], source: str,
+                         provided: tuple[str, ...] = ()) -> None:
     """A reward that reads a column (the built-in verifiers read the gold answer) needs it in
     every record: found here, not as a failure on every sample of every step."""
     if not records:
@@ -246,7 +253,7 @@ def check_reward_columns(specs: list[RewardSpec], records: list[dict], source: s
     columns = sorted(records[0])
     for spec in specs:
         for column in getattr(spec.fn, "reads_columns", ()):
-            if column in records[0]:
+            if column in records[0] or column in provided:
                 continue
             fix = ("set data.answer_key to the column of your file that holds the gold answer (rewards "
                    "receive it as 'answer'), or the reward's option answer_key" if column == "answer" else
@@ -322,6 +329,7 @@ class Inputs:
     train_prompts: list[PromptItem] | None = None
     eval_prompts: list[PromptItem] | None = None
     dropped: int = 0
+    agent: object = None
 
 
 def check_inputs(config: Config) -> Inputs:
@@ -354,9 +362,25 @@ def check_inputs(config: Config) -> Inputs:
     return inputs
 
 
+def prompt_options(config: Config, agent) -> dict:
+    """How prompts are rendered: a multi-turn episode is a conversation, so its string prompts are
+    user messages of the chat template (``data.chat_template`` null means true there), and the
+    tools' schemas go to the template."""
+    chat_template = config.data.chat_template
+    if config.rollout.multi_turn:
+        if chat_template is False:
+            raise ConfigError("data.chat_template = false, but rollout.tools / rollout.environment make every "
+                              "episode a conversation, which only the chat template can render; set "
+                              "data.chat_template to true or null")
+        chat_template = True
+    return {"max_prompt_tokens": config.data.max_prompt_tokens, "chat_template": chat_template,
+            "tools": getattr(agent, "tool_schemas", None), "template_kwargs": config.data.chat_template_kwargs}
+
+
 def _tokenize_prompts(config: Config, inputs: Inputs) -> None:
     inputs.tokenizer = build_tokenizer(config, inputs.model_path)
-    options = {"max_prompt_tokens": config.data.max_prompt_tokens, "chat_template": config.data.chat_template}
+    inputs.agent = build_agent(config, inputs.tokenizer)
+    options = prompt_options(config, inputs.agent)
     inputs.train_prompts, inputs.dropped = prepare_prompts(inputs.train_records, inputs.tokenizer,
                                                            source="data.train_path", **options)
     inputs.eval_prompts, _ = prepare_prompts(inputs.eval_records, inputs.tokenizer, source="data.eval_path",
@@ -374,12 +398,15 @@ def check_context_length(config: Config, inputs: Inputs) -> None:
     text_config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
     limit = getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", None)
     longest = max((len(p.ids) for p in inputs.train_prompts + inputs.eval_prompts), default=0)
-    if limit and longest + config.rollout.max_new_tokens > limit:
+    ro = config.rollout
+    key, after = (("rollout.max_episode_tokens", ro.episode_token_limit) if ro.multi_turn else
+                  ("rollout.max_new_tokens", ro.max_new_tokens))
+    if limit and longest + after > limit:
         raise ConfigError(
-            f"rollout.max_new_tokens = {config.rollout.max_new_tokens} plus the longest prompt ({longest} tokens, "
-            f"data.max_prompt_tokens = {config.data.max_prompt_tokens}) is {longest + config.rollout.max_new_tokens} "
+            f"{key} = {after} plus the longest prompt ({longest} tokens, "
+            f"data.max_prompt_tokens = {config.data.max_prompt_tokens}) is {longest + after} "
             f"tokens, more than the {limit} positions of model.name_or_path = {inputs.model_path!r}; lower "
-            "rollout.max_new_tokens or data.max_prompt_tokens so that they fit")
+            f"{key} or data.max_prompt_tokens so that they fit")
 
 
 def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) -> Run:
@@ -412,7 +439,8 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
               reference=reference, critic=critic, optimizer=optimizer, critic_optimizer=critic_optimizer,
               scheduler=scheduler, scorer=scorer, train_prompts=train_prompts, eval_prompts=inputs.eval_prompts,
               sampler=sampler, kl_controller=kl, running=RunningMoments(), uses_adapter_reference=adapter_ref,
-              train_policy=train_policy, train_critic=train_critic, generator=generator, total_steps=total)
+              train_policy=train_policy, train_critic=train_critic, generator=generator, total_steps=total,
+              agent=inputs.agent)
     run.state.dropped_prompts = inputs.dropped
     if inputs.dropped and dist.is_main():
         print(f"data: dropped {inputs.dropped} of {len(inputs.train_records)} training prompts longer than "
@@ -423,7 +451,7 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
 
 
 def build_eval(config: Config, model_path: str):
-    """``(engine, scorer, held-out prompts, device)`` to evaluate ``model_path`` alone."""
+    """``(engine, scorer, held-out prompts, device, agent)`` to evaluate ``model_path`` alone."""
     from ..rollout import build_engine, check_engine_available
 
     check_engine_available(config.rollout.engine)
@@ -439,8 +467,8 @@ def build_eval(config: Config, model_path: str):
         dtype = resolve_dtype(m.dtype, device)
         check_model_source("model.name_or_path", model_path)
         tokenizer = build_tokenizer(config, model_path)
-        prompts, _ = prepare_prompts(evals, tokenizer, max_prompt_tokens=config.data.max_prompt_tokens,
-                                     chat_template=config.data.chat_template, source="data.eval_path")
+        agent = build_agent(config, tokenizer)
+        prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **prompt_options(config, agent))
         policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
                              trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
     except BaseException:
@@ -448,4 +476,4 @@ def build_eval(config: Config, model_path: str):
         raise
     engine = build_engine(config.rollout.engine, policy, tokenizer, config.rollout,
                           share_prefix=config.trainer.share_prompt_prefix)
-    return engine, scorer, prompts, device
+    return engine, scorer, prompts, device, agent
