@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from ..errors import ConfigError
-from .presets import DEMO_CONFIG, apply_preset
+from .presets import DEMO_CONFIG, DEMO_CONFIGS, apply_preset
 from .schema import Config
 
 
@@ -476,6 +476,17 @@ def _drop_empty_sections(raw: dict[str, Any], model: type[BaseModel] = Config) -
     return out
 
 
+def _demo_base(overrides: list[str]) -> dict[str, Any]:
+    """The built-in config that the command line starts from: the one of the ``demo.task`` the
+    overrides choose (the reverse task when none does or the value is not a task name)."""
+    task = "reverse"
+    for text in overrides:
+        keys, value = parse_override(text)
+        if keys == ["demo", "task"] and isinstance(value, str):
+            task = value
+    return copy.deepcopy(DEMO_CONFIGS.get(task, DEMO_CONFIG))
+
+
 def load_config(
     path: str | Path | None = None, overrides: list[str] | None = None, *, with_sources: bool = False
 ):
@@ -484,7 +495,7 @@ def load_config(
     ``path=None`` starts from the built-in demo config. Returns the config, or with
     ``with_sources=True`` a pair ``(config, preset_keys)`` naming the keys a preset filled.
     """
-    raw = read_yaml(path) if path is not None else copy.deepcopy(DEMO_CONFIG)
+    raw = read_yaml(path) if path is not None else _demo_base(overrides or [])
     for text in overrides or []:
         keys, value = parse_override(text)
         set_dotted(raw, keys, value)

@@ -98,6 +98,25 @@ DEMO_CONFIG: dict[str, Any] = {
 }
 """The run ``steadyrl train`` does with no config: the built-in reverse-a-string task."""
 
+DEMO_TOOL_CONFIG: dict[str, Any] = {
+    "demo": {"task": "tool", "num_train": 4000, "num_eval": 300, "tool_skill_steps": 500,
+             "warmstart_steps": 50, "warmstart_lr": 1e-4, "tool_fraction": 0.15},
+    "rollout": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 16, "temperature": 1.0,
+                "tools": ["steadyrl.demo.calculator:calculate"], "tool_parser": "hermes", "max_turns": 2,
+                "max_observation_tokens": 24, "max_episode_tokens": 48, "tool_timeout_s": 5.0,
+                # the calculator parses its input itself (no eval, bounded work): a thread is enough
+                "tool_isolation": "thread"},
+    "algorithm": {"preset": "grpo", "kl_mode": "none"},
+    "optim": {"lr": 5e-4},
+    "trainer": {"max_steps": 60, "micro_batch_size": 128, "save_every": 0, "samples_every": 10,
+                "num_threads": 1},
+    "eval": {"num_samples": 0, "batch_size": 300},
+}
+"""The run ``steadyrl train demo.task=tool`` does with no config: multiplication with a calculator."""
+
+DEMO_CONFIGS: dict[str, dict[str, Any]] = {"reverse": DEMO_CONFIG, "tool": DEMO_TOOL_CONFIG}
+"""The built-in config of each ``demo.task``."""
+
 
 def apply_preset(raw: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     """Fill the unset keys of ``raw['algorithm']`` from its preset.

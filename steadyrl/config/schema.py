@@ -386,8 +386,14 @@ class EvalConfig(Section):
 class DemoConfig(Section):
     """The built-in demo (used when ``data.train_path`` is null): a tiny model learns to reverse
     strings; a short supervised warm-start, then RL. The defaults were measured on 2 CPU cores:
-    held-out accuracy ~30% after the warm-start, 81-99% after 600 GRPO steps (8 seeds)."""
+    held-out accuracy ~30% after the warm-start, 81-99% after 600 GRPO steps (8 seeds).
+    ``demo.task=tool`` is the multi-turn demo instead (``steadyrl.config.presets.DEMO_TOOL_CONFIG``):
+    multiplication with a calculator tool."""
 
+    task: Literal["reverse", "tool"] = F("reverse", "Which built-in task: reverse (reverse a string, one "
+                                         "turn) or tool (multiply two numbers with a calculator tool, "
+                                         "multi-turn; on the command line without a config it starts "
+                                         "from the tool demo's own settings).")
     n_layers: int = F(2, "Transformer layers of the demo model.", ge=1)
     hidden_size: int = F(128, "Hidden size of the demo model.", ge=8)
     n_heads: int = F(4, "Attention heads of the demo model.", ge=1)
@@ -400,6 +406,12 @@ class DemoConfig(Section):
                              "before the supervised curve's sharp rise, at ~30% held-out accuracy.", ge=0)
     warmstart_lr: float = F(1e-3, "Warm-start learning rate.", gt=0)
     warmstart_batch_size: int = F(32, "Warm-start batch size.", ge=1)
+    tool_skill_steps: int = F(400, "Tool task only: supervised steps on tool transcripts alone, before "
+                              "demo.warmstart_steps (the format and copying the numbers in and out).", ge=0)
+    tool_skill_lr: float = F(2e-3, "Tool task only: learning rate of the demo.tool_skill_steps.", gt=0)
+    tool_fraction: float = F(0.1, "Tool task only: fraction of the demo.warmstart_steps transcripts that call "
+                             "the calculator (the rest answer at once), so RL starts from rare tool use.",
+                             ge=0, le=1)
 
     @model_validator(mode="after")
     def _check(self) -> "DemoConfig":

@@ -4,8 +4,9 @@ A prompt is one user message; the answer is the exact product::
 
     {"prompt": [{"role": "user", "content": "What is 347*29?"}], "answer": "10063"}
 
-The factors are drawn uniformly from ``a_digits``-digit and ``b_digits``-digit numbers; a pair
-already drawn is redrawn, so the training and held-out splits never share a question, and both
+The factors are drawn uniformly from ``a_digits``-digit and ``b_digits``-digit numbers whose product
+has ``a_digits + b_digits`` digits (so every transcript has one shape: the model copies digits at
+fixed offsets); a pair already drawn, or with a shorter product, is redrawn, so the training and held-out splits never share a question, and both
 depend only on ``seed``. A tiny model cannot multiply a 3-digit by a 2-digit number in its head;
 it can copy the factors into a call of :func:`~steadyrl.demo.calculator.calculate` and copy the
 result back. Two kinds of transcript teach it the format in the supervised warm start:
@@ -14,8 +15,8 @@ result back. Two kinds of transcript teach it the format in the supervised warm 
 * tool: the assistant calls the calculator in the Hermes format, reads the ``tool`` message and
   answers with the result.
 
-The reward is 1.0 when the episode's final answer (:func:`final_answer`: the last line of the
-completion) is exactly the product, else 0.0.
+The reward is 1.0 when the episode's final answer (the policy's last turn, :func:`episode_answer`)
+is exactly the product, else 0.0.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ __all__ = [
     "tool_call_text",
     "warmstart_transcripts",
     "final_answer",
+    "episode_answer",
     "tool_answer_reward",
+    "format_transcript",
 ]
 
 TOOL_NAME = "calculate"
@@ -56,7 +59,9 @@ def make_tool_splits(n_train: int, n_eval: int, *, a_digits: int = 3, b_digits: 
         raise ValueError(f"n_train and n_eval must be >= 0, got {n_train} and {n_eval}")
     a_range = (10 ** (a_digits - 1), 10**a_digits - 1)
     b_range = (10 ** (b_digits - 1), 10**b_digits - 1)
-    space = (a_range[1] - a_range[0] + 1) * (b_range[1] - b_range[0] + 1)
+    smallest = 10 ** (a_digits + b_digits - 1)  # the product has a_digits + b_digits digits
+    space = sum(b_range[1] - max(b_range[0], -(-smallest // a)) + 1 for a in range(a_range[0], a_range[1] + 1)
+                if a * b_range[1] >= smallest)
     wanted = n_train + n_eval
     if 2 * wanted > space:
         raise ValueError(f"n_train + n_eval = {wanted} is too many distinct questions for {a_digits}-digit "
@@ -66,7 +71,7 @@ def make_tool_splits(n_train: int, n_eval: int, *, a_digits: int = 3, b_digits: 
     records = []
     while len(records) < wanted:
         pair = (rng.randint(*a_range), rng.randint(*b_range))
-        if pair not in seen:
+        if pair[0] * pair[1] >= smallest and pair not in seen:
             seen.add(pair)
             records.append({"prompt": question(*pair), "answer": str(pair[0] * pair[1]),
                             "a": pair[0], "b": pair[1]})
@@ -117,9 +122,34 @@ def final_answer(completion: str) -> str:
     return lines[-1] if lines else ""
 
 
-def tool_answer_reward(prompts: list, completions: list[str], answer: list[str], **kwargs) -> list[float]:
-    """1.0 where :func:`final_answer` of the completion equals ``answer``, else 0.0."""
+def episode_answer(turns: list[dict]) -> str:
+    """The final answer of an episode given as its turn list (the messages after the prompt): the
+    last message's text when the policy wrote it, else ``""`` (an episode cut after a tool result)."""
+    if not turns or turns[-1].get("role") != "assistant":
+        return ""
+    return str(turns[-1].get("content") or "").strip()
+
+
+def tool_answer_reward(prompts: list, completions: list[str], answer: list[str], turns: list | None = None,
+                       **kwargs) -> list[float]:
+    """1.0 where the episode's final answer equals ``answer``, else 0.0.
+
+    The final answer is :func:`episode_answer` of ``turns`` when the trainer passes the episodes'
+    turn lists, else :func:`final_answer` of the completion.
+    """
     if not len(prompts) == len(completions) == len(answer):
         raise ValueError(f"prompts, completions and answer must have one length, got "
                          f"{len(prompts)}, {len(completions)}, {len(answer)}")
-    return [1.0 if final_answer(c) == str(a).strip() else 0.0 for c, a in zip(completions, answer)]
+    finals = ([episode_answer(t) for t in turns] if turns is not None else [final_answer(c) for c in completions])
+    return [1.0 if f == str(a).strip() else 0.0 for f, a in zip(finals, answer)]
+
+
+def format_transcript(prompt: list[dict] | str, turns: list[dict]) -> str:
+    """A transcript for people: one ``role: text`` block per message, prompt first."""
+    messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    lines = []
+    for m in [*messages, *turns]:
+        role = m.get("role", "?") + (f" ({m['name']})" if m.get("role") == "tool" and m.get("name") else "")
+        text = str(m.get("content") or "").strip().replace("\n", "\n    ")
+        lines.append(f"  {role}: {text}")
+    return "\n".join(lines)

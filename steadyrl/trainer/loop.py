@@ -205,6 +205,21 @@ def _sample_rows(extras: dict, limit: int = 8) -> list[dict]:
     return rows
 
 
+def _demo_transcript(run: Run, engine, when: str) -> None:
+    """The tool demo's greedy episode on its first held-out prompt, printed (``when``: before/after RL)."""
+    config = run.config
+    if not (config.is_demo and config.demo.task == "tool" and run.eval_prompts and dist.is_main()):
+        return
+    from ..demo.tool_task import format_transcript
+    from .episodes import rollout
+
+    prompt = run.eval_prompts[0]
+    with torch.random.fork_rng(devices=[run.device] if run.device.type == "cuda" else []):
+        gen = rollout(engine, run.tokenizer, run.agent, [prompt], 1, config.rollout, do_sample=False)
+    turns = gen.episodes[0].messages if gen.episodes else [{"role": "assistant", "content": gen.completions[0]}]
+    print(f"held-out transcript {when} RL:\n{format_transcript(prompt.messages or prompt.text, turns)}", flush=True)
+
+
 SKIP_METRICS = ("actor/loss", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "reward/min", "reward/max")
 """What a step with a skipped optimizer step prints (non-finite values print as inf / nan)."""
 
@@ -319,6 +334,7 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                 tracker.log({f"eval/{k}": v for k, v in run.state.eval_before.items()}, 0)
                 if dist.is_main():
                     print(f"eval before RL: {json.dumps(run.state.eval_before)}", flush=True)
+            _demo_transcript(run, engine, "before")
         bar = progress(run.total_steps - run.state.step, "train", is_main_process=dist.is_main())
         with bar:
             for step in range(run.state.step + 1, run.total_steps + 1):
@@ -344,6 +360,7 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
             tracker.log({f"eval/{k}": v for k, v in eval_after.items()}, run.state.step)
             if dist.is_main():
                 print(f"eval after RL: {json.dumps(eval_after)}", flush=True)
+        _demo_transcript(run, engine, "after")
     summary = {
         "steps": run.state.step,
         "wall_time_s": round(elapsed_before + time.time() - started, 2),

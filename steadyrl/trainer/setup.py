@@ -143,6 +143,8 @@ def demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]
     from ..demo import make_splits, reverse_reward
 
     demo = config.demo
+    if demo.task == "tool":
+        return _tool_demo_task(config)
     try:
         train, evals = make_splits(demo.num_train, demo.num_eval, min_len=demo.min_len,
                                    max_len=demo.max_len, seed=config.trainer.seed)
@@ -151,22 +153,53 @@ def demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]
     return train, evals, [RewardSpec(name="reverse", fn=reverse_reward, weight=1.0, timeout_s=60.0)]
 
 
-def demo_model(config: Config, output_dir: Path, train: list[dict]) -> str:
-    """A tiny model, warm-started on the demo task and saved to ``output_dir/warmstart``
-    (reused when it is already there, e.g. on ``--resume``). Returns its directory."""
+def _tool_demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]:
+    from ..demo.tool_task import make_tool_splits, tool_answer_reward
+
+    demo = config.demo
+    if not config.rollout.tools:
+        from ..demo.tool_demo import TOOL_SPEC
+
+        raise ConfigError(f"demo.task = 'tool' needs the calculator in rollout.tools (rollout.tools=[{TOOL_SPEC}]); "
+                          "'steadyrl train demo.task=tool' without a config file sets it")
+    try:
+        train, evals = make_tool_splits(demo.num_train, demo.num_eval, seed=config.trainer.seed)
+    except ValueError as exc:
+        raise ConfigError(f"demo.num_train / demo.num_eval: {exc}") from None
+    return train, evals, [RewardSpec(name="answer", fn=tool_answer_reward, weight=1.0, timeout_s=60.0)]
+
+
+def _build_demo_model(config: Config, train: list[dict]):
+    """``(model, tokenizer)`` of ``demo.task``, warm-started."""
+    demo, seed = config.demo, config.trainer.seed
+    if demo.task == "tool":
+        from ..demo.tool_demo import build_tool_demo
+
+        model, tokenizer, info = build_tool_demo(demo, train, seed=seed)
+        phases = ", ".join(f"{name} {p['steps']} steps, loss {p['loss_first']:.3f} -> {p['loss_last']:.3f}"
+                           for name, p in info.items() if isinstance(p, dict))
+        print(f"warm-start ({phases or 'none'}) in {info['seconds']:.1f}s", flush=True)
+        return model, tokenizer
     from ..demo import build_char_tokenizer, build_tiny_model, warm_start
     from ..demo.task import VOCAB_CHARS
 
-    demo, warm = config.demo, output_dir / "warmstart"
+    tokenizer = build_char_tokenizer(VOCAB_CHARS)
+    model = build_tiny_model(tokenizer, n_layers=demo.n_layers, hidden_size=demo.hidden_size,
+                             n_heads=demo.n_heads, seed=seed)
+    if demo.warmstart_steps:
+        info = warm_start(model, tokenizer, train, steps=demo.warmstart_steps, lr=demo.warmstart_lr,
+                          batch_size=demo.warmstart_batch_size, seed=seed)
+        print(f"warm-start: {info['steps']} supervised steps in {info['seconds']:.1f}s, "
+              f"loss {info['losses'][0]:.3f} -> {info['losses'][-1]:.3f}", flush=True)
+    return model, tokenizer
+
+
+def demo_model(config: Config, output_dir: Path, train: list[dict]) -> str:
+    """A tiny model, warm-started on the demo task and saved to ``output_dir/warmstart``
+    (reused when it is already there, e.g. on ``--resume``). Returns its directory."""
+    warm = output_dir / "warmstart"
     if not (warm / "config.json").is_file() and dist.is_main():
-        tokenizer = build_char_tokenizer(VOCAB_CHARS)
-        model = build_tiny_model(tokenizer, n_layers=demo.n_layers, hidden_size=demo.hidden_size,
-                                 n_heads=demo.n_heads, seed=config.trainer.seed)
-        if demo.warmstart_steps:
-            info = warm_start(model, tokenizer, train, steps=demo.warmstart_steps, lr=demo.warmstart_lr,
-                              batch_size=demo.warmstart_batch_size, seed=config.trainer.seed)
-            print(f"warm-start: {info['steps']} supervised steps in {info['seconds']:.1f}s, "
-                  f"loss {info['losses'][0]:.3f} -> {info['losses'][-1]:.3f}", flush=True)
+        model, tokenizer = _build_demo_model(config, train)
         tmp = output_dir / ".tmp-warmstart"
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)
