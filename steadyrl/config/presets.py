@@ -100,7 +100,7 @@ DEMO_CONFIG: dict[str, Any] = {
 
 DEMO_TOOL_CONFIG: dict[str, Any] = {
     "demo": {"task": "tool", "num_train": 4000, "num_eval": 300, "tool_skill_steps": 500,
-             "warmstart_steps": 50, "warmstart_lr": 1e-4, "tool_fraction": 0.15},
+             "warmstart_steps": 30, "warmstart_lr": 1e-4, "tool_fraction": 0.3},
     "rollout": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 16, "temperature": 1.0,
                 "tools": ["steadyrl.demo.calculator:calculate"], "tool_parser": "hermes", "max_turns": 2,
                 "max_observation_tokens": 24, "max_episode_tokens": 48, "tool_timeout_s": 5.0,

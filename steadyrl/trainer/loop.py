@@ -216,8 +216,12 @@ def _demo_transcript(run: Run, engine, when: str) -> None:
     prompt = run.eval_prompts[0]
     with torch.random.fork_rng(devices=[run.device] if run.device.type == "cuda" else []):
         gen = rollout(engine, run.tokenizer, run.agent, [prompt], 1, config.rollout, do_sample=False)
-    turns = gen.episodes[0].messages if gen.episodes else [{"role": "assistant", "content": gen.completions[0]}]
-    print(f"held-out transcript {when} RL:\n{format_transcript(prompt.messages or prompt.text, turns)}", flush=True)
+    episode = gen.episodes[0]
+    turns = list(episode.messages) or [{"role": "assistant", "content": gen.completions[0]}]
+    text = format_transcript(prompt.messages or prompt.text, turns)
+    if episode.truncation:  # a cut turn is not in the message list
+        text += f"\n  [episode cut by rollout.{episode.truncation}]"
+    print(f"held-out transcript {when} RL:\n{text}", flush=True)
 
 
 SKIP_METRICS = ("actor/loss", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "reward/min", "reward/max")

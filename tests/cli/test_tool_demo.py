@@ -1,0 +1,50 @@
+"""``steadyrl train demo.task=tool``: the multi-turn demo starts from its own built-in config,
+trains end to end for a few steps on a tiny warm start, and prints a transcript before and after."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from steadyrl.config import load_config
+from steadyrl.config.presets import DEMO_TOOL_CONFIG
+from steadyrl.errors import ConfigError
+
+FAST = ("demo.tool_skill_steps=4", "demo.warmstart_steps=2", "demo.num_train=64", "demo.num_eval=4",
+        "demo.hidden_size=32", "rollout.prompts_per_step=2", "rollout.group_size=2", "trainer.max_steps=2")
+
+
+def test_demo_task_tool_on_the_command_line_starts_from_the_tool_demo_config():
+    config = load_config(None, ["demo.task=tool", "trainer.max_steps=7"])
+    assert config.demo.task == "tool" and config.trainer.max_steps == 7
+    assert config.rollout.tools == DEMO_TOOL_CONFIG["rollout"]["tools"] and config.rollout.multi_turn
+    assert config.rollout.max_turns == DEMO_TOOL_CONFIG["rollout"]["max_turns"]
+    reverse = load_config(None, [])
+    assert reverse.demo.task == "reverse" and not reverse.rollout.multi_turn
+
+
+def test_tool_demo_without_the_calculator_is_refused(tmp_path):
+    from steadyrl.trainer.setup import demo_task
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"demo": {"task": "tool"}}))
+    with pytest.raises(ConfigError, match=r"rollout\.tools"):
+        demo_task(load_config(path))
+
+
+def test_tool_demo_trains_a_few_steps_and_shows_transcripts(steadyrl_cli, tmp_path):
+    out = tmp_path / "run"
+    proc = steadyrl_cli("train", "demo.task=tool", "--output-dir", str(out), *FAST, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = proc.stdout
+    assert "warm-start (skill 4 steps" in text and "preference 2 steps" in text
+    for when in ("before", "after"):
+        block = text.split(f"held-out transcript {when} RL:\n", 1)[1]
+        assert block.startswith("  user: What is ") and "\n  assistant: " in block
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "rollout/turns_mean" in r] == [1, 2]
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["demo"]["task"] == "tool" and saved["rollout"]["tools"] == ["steadyrl.demo.calculator:calculate"]
