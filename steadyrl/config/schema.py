@@ -388,7 +388,8 @@ class DemoConfig(Section):
     strings; a short supervised warm-start, then RL. The defaults were measured on 2 CPU cores:
     held-out accuracy ~30% after the warm-start, 81-99% after 600 GRPO steps (8 seeds).
     ``demo.task=tool`` is the multi-turn demo instead (``steadyrl.config.presets.DEMO_TOOL_CONFIG``):
-    multiplication with a calculator tool."""
+    multiplication with a calculator tool; measured on 2 CPU cores: held-out success 0-6% after
+    its warm-start, 78-100% after 60 GRPO steps (3 seeds)."""
 
     task: Literal["reverse", "tool"] = F("reverse", "Which built-in task: reverse (reverse a string, one "
                                          "turn) or tool (multiply two numbers with a calculator tool, "

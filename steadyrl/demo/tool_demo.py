@@ -5,12 +5,14 @@
 2. A tiny Llama model (:mod:`.model`) with room for a whole episode (``max_positions``).
 3. Skill phase (``tool_skill_steps`` at ``tool_skill_lr``): tool transcripts only. The model learns the Hermes call
    format and to copy the factors into the call and the result into the answer; copying is
-   learned in a few hundred steps this way, while a mix that is mostly direct answers did not
-   learn it in 1,200 (measured; the direct answers' unlearnable digits swamp the gradient).
+   learned in a few hundred steps this way (loss ~0.001 after 500 steps for seeds 0 and 1, 0.03
+   for seed 2), while a mix with 30% tool transcripts did not learn it in 1,200 steps (measured;
+   the direct answers' digits, which the model cannot compute, swamp the gradient).
 4. Preference phase (``warmstart_steps`` at ``warmstart_lr``): a mix where only
    ``tool_fraction`` of the transcripts call the tool, the rest answering at once (a guess the
-   model cannot get right). The policy now mostly answers directly: RL has to find out that
-   calling the tool pays.
+   model cannot get right). Measured with the demo's settings: greedy held-out success 0-6%; a
+   sampled policy calls the tool in a few percent of episodes and starts many more calls that it
+   botches. RL has to find out that calling the tool (correctly) pays.
 """
 
 from __future__ import annotations

@@ -31,13 +31,8 @@ def _ids(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def encode_transcript(tokenizer, messages: list[dict], tools: list[dict] | None = None, *,
-                      decision_only: bool = False) -> tuple[list[int], list[int]]:
-    """``(ids, labels)`` of one transcript whose first assistant message follows the prompt.
-
-    ``decision_only`` labels only the first token of the first assistant turn: the choice between
-    calling a tool and answering at once, nothing of how either is written.
-    """
+def encode_transcript(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[int], list[int]]:
+    """``(ids, labels)`` of one transcript whose first assistant message follows the prompt."""
     first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
     if first is None or first == 0:
         raise ValueError("a transcript needs prompt messages and then at least one assistant message")
@@ -49,11 +44,8 @@ def encode_transcript(tokenizer, messages: list[dict], tools: list[dict] | None 
             raise ValueError(f"message {i} has role {messages[i]['role']!r}: the pieces after an assistant turn "
                              "must be followed by another assistant turn")
         turn = _ids(tokenizer, messages[i]["content"]) + [tokenizer.eos_token_id]
-        labeled = turn
-        if decision_only:  # the first token of the first turn, nothing else
-            labeled = [t if (i == first and k == 0) else IGNORE_INDEX for k, t in enumerate(turn)]
         ids += turn
-        labels += labeled
+        labels += turn
         j = i + 1
         while j < len(messages) and messages[j]["role"] != "assistant":
             j += 1
@@ -73,12 +65,12 @@ def encode_transcript(tokenizer, messages: list[dict], tools: list[dict] | None 
     return ids, labels
 
 
-def encode_transcripts(tokenizer, transcripts: list[list[dict]], tools: list[dict] | None = None, *,
-                       decision_only: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def encode_transcripts(tokenizer, transcripts: list[list[dict]],
+                       tools: list[dict] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded ``(input_ids, attention_mask, labels)``, each ``[N, L]``."""
     if not transcripts:
         raise ValueError("transcripts must not be empty")
-    rows = [encode_transcript(tokenizer, t, tools, decision_only=decision_only) for t in transcripts]
+    rows = [encode_transcript(tokenizer, t, tools) for t in transcripts]
     width = max(len(ids) for ids, _ in rows)
     input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)

@@ -112,14 +112,16 @@ def test_encoding_matches_what_the_episode_driver_appends(tokenizer, splits):
     assert labels == [IGNORE_INDEX] * len(prompt) + call + [IGNORE_INDEX] * len(obs) + answer
 
 
-def test_decision_only_labels_the_first_token_of_the_first_turn(tokenizer, splits):
+def test_padded_rows_keep_each_transcript_and_its_labels(tokenizer, splits):
     tools = tool_schemas()
-    ids, labels = encode_transcript(tokenizer, tool_transcript(splits[0][0]), tools, decision_only=True)
-    labelled = [(i, t) for i, t in enumerate(labels) if t != IGNORE_INDEX]
-    assert len(labelled) == 1 and tokenizer.convert_ids_to_tokens(labelled[0][1]) == "<tool_call>"
-    rows, mask, padded = encode_transcripts(tokenizer, [tool_transcript(splits[0][0]), direct_transcript(splits[0][1])],
-                                            tools)
-    assert rows.shape == mask.shape == padded.shape and mask[1].sum() < mask[0].sum()
+    pair = [tool_transcript(splits[0][0]), direct_transcript(splits[0][1])]
+    rows, mask, labels = encode_transcripts(tokenizer, pair, tools)
+    assert rows.shape == mask.shape == labels.shape and mask[1].sum() < mask[0].sum()
+    for k, transcript in enumerate(pair):
+        ids, row_labels = encode_transcript(tokenizer, transcript, tools)
+        n = int(mask[k].sum())
+        assert rows[k, :n].tolist() == ids and labels[k, :n].tolist() == row_labels
+        assert (labels[k, n:] == IGNORE_INDEX).all()
 
 
 def test_transcripts_without_an_assistant_turn_are_refused(tokenizer, splits):
