@@ -151,10 +151,15 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ").strip()
 
 
-def _table(model: type[BaseModel], prefix: str) -> list[str]:
-    rows = ["| key | default | valid | what it does |", "|---|---|---|---|"]
+def _table(model: type[BaseModel], prefix: str, nested: bool = False, header: bool = True) -> list[str]:
+    """A table of the model's keys; ``nested``: a sub-section is one row, then a row per key of it
+    (the rewards list's items, whose keys cannot be headings)."""
+    rows = ["| key | default | valid | what it does |", "|---|---|---|---|"] if header else []
     for name, field in model.model_fields.items():
         if _is_section(field.annotation):
+            if nested:
+                rows.append(f"| `{prefix}{name}` | | mapping | {_cell(field.description or '')} |")
+                rows += _table(field.annotation, f"{prefix}{name}.", nested=True, header=False)
             continue
         rows.append(f"| `{prefix}{name}` | {_default(field)} | {_valid(field)} | {_cell(field.description or '')} |")
     return rows
@@ -168,7 +173,7 @@ def _sections(model: type[BaseModel], prefix: str, level: int) -> list[str]:
     for name, field in model.model_fields.items():
         if name == "rewards" and model is Config:
             out += ["", f"{'#' * level} rewards", "", _cell(field.description or ""),
-                    "Each item of the list:", "", *_table(RewardConfig, "rewards[].")]
+                    "Each item of the list:", "", *_table(RewardConfig, "rewards[].", nested=True)]
         elif _is_section(field.annotation):
             doc = (field.annotation.__doc__ or "").strip()
             out += ["", f"{'#' * level} {prefix}{name}", ""]

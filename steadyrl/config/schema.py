@@ -160,6 +160,24 @@ class DataConfig(Section):
     max_eval_prompts: int | None = F(None, "Evaluate on at most this many held-out prompts.", ge=1)
 
 
+class RewardLimitsConfig(Section):
+    """Resource limits of a reward's worker process (isolation: process; see steadyrl.sandbox). null
+    turns one off."""
+
+    memory_mb: int | None = F(4096, "Address space (MiB) the worker may add to what it holds when it starts "
+                              "(RLIMIT_AS = its virtual size at fork, which includes the trainer's model "
+                              "mappings, + this); past it the function gets MemoryError.", ge=1)
+    cpu_s: int | None = F(600, "CPU seconds one batch may use in the worker (RLIMIT_CPU, re-armed per batch); "
+                          "past it the worker is killed (SIGXCPU). Processes it starts inherit the limit.", ge=1)
+    processes: int | None = F(64, "Processes the function may have at once, the worker included; more and the "
+                              "worker and all of them are killed. Also sets RLIMIT_NPROC to the user's current "
+                              "process count + this (the kernel ignores RLIMIT_NPROC for root: then only the "
+                              "worker's own count, every 0.1 s, applies).", ge=1)
+    file_size_mb: int | None = F(1024, "Largest file (MiB) the function may write (RLIMIT_FSIZE).", ge=1)
+    output_kib: int = F(64, "The worker's stdout/stderr are captured, not printed: the last this many KiB "
+                        "are kept and quoted in failure messages.", ge=1)
+
+
 class RewardConfig(Section):
     name: str = F(..., "A built-in reward (math, exact_match, normalized_match, regex_format, "
                   "length_penalty) or a user function 'module:function' / 'path/file.py:function'.")
@@ -169,11 +187,23 @@ class RewardConfig(Section):
     weight: float = F(1.0, "Weight of this reward in the combined score.")
     options: dict[str, Any] = F({}, "Keyword options: passed to a built-in reward's factory, or bound to a "
                                 "user function as keyword arguments.")
-    timeout_s: float = F(60.0, "Time limit of one call (one batch); a time-out invalidates the batch "
-                         "for this reward.", gt=0)
+    timeout_s: float = F(60.0, "Time limit of scoring one batch with this reward (all its calls); at the "
+                         "limit the samples not yet scored are invalid (failure kind timeout), those "
+                         "scored keep their scores.", gt=0)
     isolation: Literal["process", "thread", "inline"] | None = F(
-        None, "Where the function runs: process (a worker killed on time-out; default on Linux), "
-        "thread (time-out abandons it), inline (no time limit, for debugging).")
+        None, "Where the function runs: process (a contained worker process, killed with all it started "
+        "on time-out; default on Linux), thread (a time-out abandons the call, but a thread cannot be "
+        "stopped: C code such as sympy's runs on to its end, holding a core), inline (no time limit, for "
+        "debugging).")
+    chunk_size: int | None = F(1, "Samples per call of the function: 1 scores sample by sample, so a time-out "
+                               "or crash fails only the samples not yet scored; null = the whole batch in "
+                               "one call (for a function whose scores depend on the whole batch, or that "
+                               "batches a model).", ge=1)
+    env_passthrough: list[str] = F([], "Environment variables (names or fnmatch patterns) kept in the worker "
+                                   "although they look like credentials (*TOKEN*, *KEY*, *SECRET*, "
+                                   "*PASSWORD*, *CREDENTIAL*, AWS_*, ...), which are removed by default.")
+    limits: RewardLimitsConfig = Field(default_factory=RewardLimitsConfig,
+                                       description="Resource limits of the worker process (isolation: process).")
 
     @field_validator("label")
     @classmethod

@@ -1,7 +1,8 @@
 """Scoring a batch with several reward functions: ``RewardSpec``, ``RewardScorer``, ``score_batch``.
 
-Each reward function is called once per batch, under its own time limit (see
-:mod:`steadyrl.rewards.runners` for how), all of them at the same time. For sample ``i``::
+Each reward function scores a batch under its own time limit, all of them at the same time, one
+chunk of ``chunk_size`` samples per call (default 1; see :mod:`steadyrl.rewards.runners` for how).
+For sample ``i``::
 
     scores_i = sum_f weight_f * r_f,i     if every function f returned a finite float for i
     scores_i = 0, valid_i = False         otherwise
@@ -9,8 +10,10 @@ Each reward function is called once per batch, under its own time limit (see
 A function fails a sample in one of four ways (the failure *kinds*, counted per function):
 
 * ``exception``: it raised (or called ``sys.exit``), returned something that is not a list of
-  ``float | None``, or returned a list of the wrong length - every sample of the batch;
-* ``timeout``: it ran past ``timeout_s`` - every sample of the batch;
+  ``float | None``, returned a list of the wrong length, or its worker died - every sample of
+  that call (chunk), and in a worker that died also the samples not yet scored;
+* ``timeout``: the batch ran past ``timeout_s`` - the samples not yet scored (those scored keep
+  their scores);
 * ``none``: it returned ``None`` for the sample ("cannot score this one");
 * ``nonfinite``: it returned NaN or +-inf for the sample.
 
@@ -30,14 +33,15 @@ import torch
 from ..errors import ConfigError
 from .loader import load_reward, reward_name
 from .registry import RewardFn
-from .runners import ISOLATIONS, InlineRunner, Isolation, default_isolation, make_runner
+from ..sandbox import Limits
+from .runners import DEFAULT_CHUNK_SIZE, ISOLATIONS, InlineRunner, Isolation, default_isolation, make_runner
 
 __all__ = ["RewardSpec", "ScoreResult", "RewardScorer", "score_batch", "FAILURE_KINDS", "DEFAULT_TIMEOUT_S"]
 
 FAILURE_KINDS: tuple[str, ...] = ("exception", "timeout", "none", "nonfinite")
 
 DEFAULT_TIMEOUT_S = 60.0
-"""Time limit of one reward-function call (one whole batch), in seconds."""
+"""Time limit of scoring one batch with one reward function (all its chunks), in seconds."""
 
 _RESERVED_COLUMNS = ("prompts", "completions")
 
@@ -50,9 +54,11 @@ def _is_number(x) -> bool:
 class RewardSpec:
     """One reward function in the mix.
 
-    ``timeout_s`` bounds one call (the whole batch); ``None`` waits forever. ``isolation`` is how
-    the call is run and stopped (``"process"``, ``"thread"``, ``"inline"``; ``None``: the
-    scorer's default); ``"inline"`` has no time limit.
+    ``timeout_s`` bounds the whole batch (all its chunks; at the limit the samples not yet scored
+    fail); ``None`` waits forever. ``isolation`` is how the calls are run and stopped
+    (``"process"``, ``"thread"``, ``"inline"``; ``None``: the scorer's default); ``"inline"`` has
+    no time limit. ``chunk_size`` samples go to one call (``None``: the whole batch). ``limits``
+    and ``env_passthrough`` apply to ``"process"`` isolation (:mod:`steadyrl.sandbox`).
     """
 
     name: str
@@ -60,6 +66,9 @@ class RewardSpec:
     weight: float = 1.0
     timeout_s: float | None = DEFAULT_TIMEOUT_S
     isolation: Isolation | None = None
+    chunk_size: int | None = DEFAULT_CHUNK_SIZE
+    limits: Limits = field(default_factory=Limits)
+    env_passthrough: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "/" in self.name:
@@ -74,7 +83,13 @@ class RewardSpec:
         if self.isolation is not None and self.isolation not in ISOLATIONS:
             valid = list(ISOLATIONS)
             raise ConfigError(f"{where}: isolation={self.isolation!r} must be one of {valid} or None")
+        if self.chunk_size is not None and (isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int)
+                                            or self.chunk_size < 1):
+            raise ConfigError(f"{where}: chunk_size={self.chunk_size!r} must be an integer >= 1, or None (whole batch)")
+        if not isinstance(self.limits, Limits):
+            raise ConfigError(f"{where}: limits must be a steadyrl.sandbox.Limits, got {type(self.limits).__name__}")
         self.weight = float(self.weight)
+        self.env_passthrough = tuple(self.env_passthrough)
 
     @classmethod
     def load(
@@ -85,11 +100,12 @@ class RewardSpec:
         weight: float = 1.0,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
         isolation: Isolation | None = None,
+        chunk_size: int | None = DEFAULT_CHUNK_SIZE,
         **options,
     ) -> RewardSpec:
         """``load_reward(spec, **options)`` wrapped in a spec, named after the built-in or function."""
         fn = load_reward(spec, **options)
-        return cls(name or reward_name(spec), fn, weight, timeout_s, isolation)
+        return cls(name or reward_name(spec), fn, weight, timeout_s, isolation, chunk_size)
 
 
 @dataclass
@@ -153,20 +169,19 @@ def _assemble(specs: list[RewardSpec], outcomes: list, size: int) -> ScoreResult
     ok = [True] * size
     for spec, out in zip(specs, outcomes):
         counts = dict.fromkeys(FAILURE_KINDS, 0)
-        status, scores, error = out.status, out.scores, out.error
-        if status == "ok" and len(scores) != size:
-            status = "exception"
-            error = f"returned {len(scores)} scores for a batch of {size} (the whole batch is invalid)"
-        if status != "ok":
-            scores, counts[status], errors[spec.name] = [None] * size, size, error
-            ok = [False] * size
-        else:
-            for i, x in enumerate(scores):
-                if x is not None and math.isfinite(x):
-                    total[i] += spec.weight * x
-                    continue
-                counts["none" if x is None else "nonfinite"] += 1
-                ok[i] = False
+        scores, failed = out.per_sample(size)
+        if len(scores) != size or len(failed) != size:  # a runner's bug, never the function's
+            scores, failed = [None] * size, ["exception"] * size
+        if out.error is not None:
+            errors[spec.name] = out.error
+        for i, (x, kind) in enumerate(zip(scores, failed)):
+            if kind is None and x is not None and math.isfinite(x):
+                total[i] += spec.weight * x
+                continue
+            if kind is not None:
+                scores[i] = None
+            counts[kind or ("none" if x is None else "nonfinite")] += 1
+            ok[i] = False
         raw[spec.name], failures[spec.name], elapsed[spec.name] = scores, counts, out.elapsed_s
     combined = torch.tensor(total, dtype=torch.float64)
     for i in torch.nonzero(~torch.isfinite(combined)).flatten().tolist():
@@ -201,7 +216,9 @@ class RewardScorer:
         self.specs = _check_specs(specs)
         default = isolation or default_isolation()
         self.isolations = [s.isolation or default for s in self.specs]
-        self._runners = [make_runner(s.fn, iso) for s, iso in zip(self.specs, self.isolations)]
+        self._runners = [make_runner(s.fn, iso, chunk_size=s.chunk_size, limits=s.limits,
+                                     env_passthrough=s.env_passthrough)
+                         for s, iso in zip(self.specs, self.isolations)]
 
     def score(self, prompts: Sequence, completions: Sequence, columns: dict | None = None) -> ScoreResult:
         """Call every reward function once on the batch; never raises for a function's failure."""

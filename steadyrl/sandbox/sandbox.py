@@ -23,11 +23,24 @@ from .child import Shared, describe_status, keeper_main
 from .frames import MAX_FRAME_BYTES, FrameError, FrameReader, deadline_after, send_frame
 from .limits import Limits
 
-__all__ = ["Sandbox", "Call", "Reply", "SandboxUnavailable"]
+__all__ = ["Sandbox", "Call", "Reply", "SandboxUnavailable", "output_note"]
 
 REAP_GRACE_S = 1.0
 """How long ``close`` lets an idle worker exit on its own, and a failed call waits for the keeper's
 report, before killing."""
+
+
+MESSAGE_OUTPUT_CHARS = 4096
+"""How much of the worker's output tail a failure message quotes (``Reply.output`` has it all)."""
+
+
+def output_note(output: str) -> str:
+    """The tail of the worker's output, for the end of a failure message ("" when it printed nothing)."""
+    if not output:
+        return ""
+    if len(output) > MESSAGE_OUTPUT_CHARS:
+        output = "[...]" + output[-MESSAGE_OUTPUT_CHARS:]
+    return f"\n--- the worker's output (stdout and stderr), last part ---\n{output}"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -260,8 +273,6 @@ class Call:
         why, output = self.proc.report()
         self.proc.shared.close()
         if status == "died":
-            message += f" ({why or 'its keeper process: ' + (self.proc.reaped or 'state unknown')})"
-        if output:
-            message += f"\n--- its output (stdout and stderr) ---\n{output}"
-        return Reply(status, parts, message, elapsed, output)
+            message += f" ({why or 'its keeper process was ' + (self.proc.reaped or 'lost')})"
+        return Reply(status, parts, message + output_note(output), elapsed, output)
 

@@ -37,6 +37,7 @@ from ..models import (
     resolve_dtype,
 )
 from ..rewards import RewardSpec, load_reward
+from ..sandbox import Limits
 from .prompts import PromptItem, Scorer, prepare_prompts
 
 
@@ -122,7 +123,8 @@ def build_rewards(config: Config, default: list[RewardSpec]) -> list[RewardSpec]
         return default
     # the config has checked the keys (label, else the function's short name) are unique
     return [RewardSpec(name=r.key, fn=load_reward(r.name, **r.options), weight=r.weight, timeout_s=r.timeout_s,
-                       isolation=r.isolation) for r in config.rewards]
+                       isolation=r.isolation, chunk_size=r.chunk_size, limits=Limits(**r.limits.model_dump()),
+                       env_passthrough=tuple(r.env_passthrough)) for r in config.rewards]
 
 
 def load_data(config: Config, *, eval_only: bool = False) -> tuple[list[dict], list[dict]]:

@@ -94,12 +94,15 @@ def fault_task(tmp_path_factory) -> Path:
 @pytest.fixture
 def reward(fault_task, tmp_path):
     """``reward(fn, **options) -> rewards[] item`` for a function of the fault reward file; a
-    ``counter`` option is filled in for the functions that count their calls."""
+    ``counter`` option is filled in for the functions that count their calls, and those that count
+    calls or depend on a sample's place in the batch are called on the whole batch at once."""
 
     def make(fn: str, timeout_s: float | None = None, **options) -> dict:
         if fn in ("huge", "raises", "sleeps"):
             options.setdefault("counter", str(tmp_path / f"calls-{fn}"))
         item = {"name": f"{fault_task / 'rewards.py'}:{fn}", "options": options}
+        if fn in ("huge", "raises", "sleeps", "none_and_nan"):
+            item["chunk_size"] = None  # they count calls or look at a sample's place in the batch
         if timeout_s is not None:
             item["timeout_s"] = timeout_s
         return item

@@ -85,6 +85,9 @@ def counter():
 
 
 def spec(fn, **kw):
+    """A spec calling ``fn`` on the whole batch at once (the functions above are written per batch);
+    the tests of chunked calls pass ``chunk_size``."""
+    kw.setdefault("chunk_size", None)
     return RewardSpec(kw.pop("name", fn.__name__), fn, **kw)
 
 
@@ -149,7 +152,7 @@ def test_a_call_past_its_time_limit_is_a_timeout_and_others_still_count(isolatio
     assert time.perf_counter() - start < 3.0  # the two limits run concurrently, not 30 s
     assert result.failures["sleeps"]["timeout"] == 4 and result.failures["spins"]["timeout"] == 4
     assert "timed out after 0.3 s" in result.errors["sleeps"]
-    expected = "worker process was killed" if isolation == "process" else "1 such call(s) still running"
+    expected = "worker process and everything it started were killed" if isolation == "process" else "1 such call(s) still running"
     assert expected in result.errors["spins"]
     assert result.raw["length"] == [1.0, 2.0, 3.0, 4.0]
     assert result.valid.tolist() == [False] * 4
@@ -159,7 +162,7 @@ def test_process_isolation_survives_a_hard_exit_and_forks_a_new_worker():
     fn = counter()
     with RewardScorer([spec(hard_exits), spec(fn, name="count")], isolation="process") as scorer:
         first = scorer.score(PROMPTS, COMPLETIONS)
-        assert "worker process died while scoring (exit status 7)" in first.errors["hard_exits"]
+        assert "worker process died (exit status 7)" in first.errors["hard_exits"]
         second = scorer.score(PROMPTS, COMPLETIONS)
         assert second.failures["hard_exits"]["exception"] == 4
     # the function's state lives in its worker, kept between batches of one scorer
@@ -323,8 +326,8 @@ def test_huge_finite_rewards_stay_valid_and_an_overflowing_sum_is_counted():
     def huge(prompts, completions, **kw):
         return [1e300, 1e300, 1.0]
 
-    result = score_batch([RewardSpec("a", huge), RewardSpec("b", huge, weight=1e10)], ["p"] * 3, ["c"] * 3)
+    result = score_batch([spec(huge, name="a"), spec(huge, name="b", weight=1e10)], ["p"] * 3, ["c"] * 3)
     assert result.valid.tolist() == [False, False, True]  # 1e300 + 1e310 overflows float64
     assert result.failures["b"]["nonfinite"] == 2 and result.failures["a"]["nonfinite"] == 0
-    alone = score_batch([RewardSpec("a", huge)], ["p"] * 3, ["c"] * 3)
+    alone = score_batch([spec(huge, name="a")], ["p"] * 3, ["c"] * 3)
     assert alone.valid.all() and alone.scores[0] == 1e300
