@@ -25,6 +25,7 @@ pipe, stdin ``/dev/null``, resource limits, then it serves requests until end-of
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import select
@@ -32,6 +33,7 @@ import signal
 import socket
 import struct
 import sys
+import termios
 import time
 import traceback
 import types
@@ -253,12 +255,22 @@ def _runner_main(target, sock, out_r, out_w, shared: Shared, limits: Limits, kee
         os._exit(code)
 
 
-def _flush() -> None:
+def _flush(settle_s: float = 0.0) -> None:
+    """Flush stdout / stderr; with ``settle_s``, wait (that long at most) until the keeper has read
+    the pipe empty, so the output tail the trainer reads with the reply includes this call's."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:  # noqa: BLE001 - a closed or odd stream must not stop the worker
             pass
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline:
+        try:
+            if struct.unpack("i", fcntl.ioctl(1, termios.FIONREAD, b"\0\0\0\0"))[0] == 0:
+                return
+        except OSError:
+            return
+        time.sleep(0.001)
 
 
 def _serve(target, sock: socket.socket, limits: Limits) -> None:
@@ -266,8 +278,6 @@ def _serve(target, sock: socket.socket, limits: Limits) -> None:
         try:
             request = recv_request(sock)
         except (OSError, EOFError):
-            return
-        if request is None:
             return
         arm_cpu_limit(limits)
         try:
@@ -282,5 +292,5 @@ def _serve(target, sock: socket.socket, limits: Limits) -> None:
         except BaseException as err:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too
             tb = err.__traceback__.tb_next if err.__traceback__ is not None else None
             end = {"error": "".join(traceback.format_exception(type(err), err, tb))}
-        _flush()
+        _flush(settle_s=0.1)
         send_frame(sock, encode_reply(end))

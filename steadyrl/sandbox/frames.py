@@ -56,12 +56,12 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
 
 
 def recv_request(sock: socket.socket):
-    """In the worker: the next pickled request (blocking); ``None`` at end-of-file."""
+    """In the worker: the next pickled request (blocking); raises ``EOFError`` at end-of-file."""
     head = _recv_exact(sock, HEADER.size)
-    if head is None:
-        return None
-    body = _recv_exact(sock, HEADER.unpack(head)[0])
-    return None if body is None else pickle.loads(body)
+    body = None if head is None else _recv_exact(sock, HEADER.unpack(head)[0])
+    if body is None:
+        raise EOFError("the trainer closed its end")
+    return pickle.loads(body)
 
 
 class FrameReader:

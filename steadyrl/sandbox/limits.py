@@ -82,7 +82,7 @@ def _blank_initial_block(names: list[str]) -> None:
     try:
         with open("/proc/self/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
-        start, end = int(fields[50]), int(fields[51])  # env_start, env_end: fields 53, 54 of stat
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end: fields 50, 51 of stat
         with open("/proc/self/environ", "rb") as f:
             block = f.read()
     except (OSError, IndexError, ValueError):
