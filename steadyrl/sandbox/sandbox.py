@@ -34,13 +34,16 @@ MESSAGE_OUTPUT_CHARS = 4096
 """How much of the worker's output tail a failure message quotes (``Reply.output`` has it all)."""
 
 
-def output_note(output: str) -> str:
+def output_note(output: str, output_bytes: int | None = None) -> str:
     """The tail of the worker's output, for the end of a failure message ("" when it printed nothing)."""
     if not output:
         return ""
+    size = len(output.encode("utf-8", "replace")) if output_bytes is None else output_bytes
     if len(output) > MESSAGE_OUTPUT_CHARS:
-        output = "[...]" + output[-MESSAGE_OUTPUT_CHARS:]
-    return f"\n--- the worker's output (stdout and stderr), last part ---\n{output}"
+        output = output[-MESSAGE_OUTPUT_CHARS:]
+    shown = len(output.encode("utf-8", "replace"))
+    what = "all of it" if shown >= size else f"the last {shown:,} of {size:,} bytes in all"
+    return f"\n--- the worker's output (stdout and stderr), {what} ---\n{output}"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -55,7 +58,8 @@ class Reply:
     traceback), ``"timeout"`` (past the deadline; the sandbox was killed) or ``"died"`` (the
     worker died or sent a broken reply; the sandbox was killed). ``parts`` are the JSON-decoded
     values that arrived - one for a target that returns, one per ``yield`` for a generator - and are
-    kept whatever the status. ``output`` is the tail of what the worker printed (its whole life).
+    kept whatever the status. ``output`` is the tail of what the worker printed (its whole life;
+    at most ``limits.output_kib``), ``output_bytes`` how much it printed in all.
     """
 
     status: Literal["ok", "error", "timeout", "died"]
@@ -63,6 +67,7 @@ class Reply:
     error: str | None = None
     elapsed_s: float = 0.0
     output: str = ""
+    output_bytes: int = 0
 
     @property
     def value(self):
@@ -111,12 +116,10 @@ class _Proc:
             time.sleep(0.005)
         return self.reaped
 
-    def report(self) -> tuple[str, str]:
-        """``(status, output)`` from the keeper's shared area."""
+    def report(self) -> tuple[str, str, int]:
+        """``(status, output tail, output bytes in all)`` from the keeper's shared area."""
         total, tail, status = self.shared.read()
-        if total > len(tail.encode()):
-            tail = f"[... {total:,} bytes in all, the last {len(tail.encode()):,} shown]\n{tail}"
-        return status, tail
+        return status, tail, total
 
     def kill(self) -> None:
         """SIGKILL every member of the sandbox, then the keeper; reap the keeper."""
@@ -246,7 +249,7 @@ class Call:
             except EOFError:
                 return self._failed("died", parts, "the worker process died")
             except FrameError as err:
-                return self._failed("died", parts, f"the worker sent a broken reply: {err}")
+                return self._failed("died", parts, f"the worker sent a broken reply: {err}", ended=False)
             if frame is None:
                 return self._failed("timeout", parts, f"timed out after {timeout_s:g} s; the worker process "
                                     "and everything it started were killed (a new one is forked for the next call)")
@@ -254,25 +257,25 @@ class Call:
                 parts.append(frame["part"])
                 continue
             self.box._busy = False
-            _, output = self.proc.report()
+            _, output, size = self.proc.report()
             if "error" in frame:
-                return Reply("error", parts, str(frame["error"]), self._elapsed(), output)
-            return Reply("ok", parts, None, self._elapsed(), output)
+                return Reply("error", parts, str(frame["error"]), self._elapsed(), output, size)
+            return Reply("ok", parts, None, self._elapsed(), output, size)
 
     def _elapsed(self) -> float:
         return time.monotonic() - self.t0
 
-    def _failed(self, status: str, parts: list, message: str) -> Reply:
+    def _failed(self, status: str, parts: list, message: str, ended: bool = True) -> Reply:
         elapsed = self._elapsed()
         if self.box._slot[0] is self.proc:
             self.box._slot[0] = None
         self.box._busy = False
-        if status == "died":  # let the keeper finish its report (why the runner ended)
+        if status == "died" and ended:  # let the keeper finish its report (why the runner ended)
             self.proc.wait_keeper(REAP_GRACE_S)
         self.proc.kill()
-        why, output = self.proc.report()
+        why, output, size = self.proc.report()
         self.proc.shared.close()
-        if status == "died":
+        if status == "died" and ended:
             message += f" ({why or 'its keeper process was ' + (self.proc.reaped or 'lost')})"
-        return Reply(status, parts, message + output_note(output), elapsed, output)
+        return Reply(status, parts, message + output_note(output, size), elapsed, output, size)
 
