@@ -5,9 +5,10 @@ A reward function follows TRL's convention,
 ``fn(prompts, completions, **columns) -> list[float | None]``. Built-ins by name (``math``,
 ``exact_match``, ``normalized_match``, ``regex_format``, ``length_penalty``) are factories in
 :data:`BUILTIN_REWARDS`; :func:`load_reward` also takes ``package.module:function`` and
-``path/to/file.py:function``. :class:`RewardScorer` / :func:`score_batch` call each function once
-per batch under a time limit and turn every failure into an invalid sample, never an exception.
-See ``docs/rewards.md``.
+``path/to/file.py:function``. :class:`RewardScorer` / :func:`score_batch` call each function on
+chunks of the batch (one sample each by default) under a time limit per batch, in a contained
+worker process (:mod:`steadyrl.sandbox`) by default, and turn every failure into an invalid
+sample, never an exception. See ``docs/rewards.md``.
 """
 
 from . import math_verifier, verifiers  # noqa: F401  (registers the built-ins)
