@@ -47,6 +47,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import ConfigError
 from ..sandbox import Limits, Sandbox, SandboxUnavailable, output_note
 
 __all__ = ["Isolation", "ISOLATIONS", "Outcome", "call_reward", "default_isolation", "make_runner",
@@ -309,7 +310,10 @@ def make_runner(fn, isolation: Isolation, *, chunk_size: int | None = DEFAULT_CH
                 limits: Limits | None = None, env_passthrough=()):
     """The runner for ``fn``: ``.start(prompts, completions, columns).wait(timeout_s) -> Outcome``."""
     if isolation == "process":
-        return ProcessRunner(fn, chunk_size, limits, env_passthrough)
+        try:
+            return ProcessRunner(fn, chunk_size, limits, env_passthrough)
+        except SandboxUnavailable as err:
+            raise ConfigError(f"isolation='process' is not available here ({err}); use 'thread' or 'inline'") from None
     if isolation == "thread":
         return ThreadRunner(fn, chunk_size)
     if isolation == "inline":

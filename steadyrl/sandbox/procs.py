@@ -91,8 +91,19 @@ def _tagged(pids, tag: bytes) -> set[int]:
     return found
 
 
+def keeper_alive_as_ours(keeper: int, table: dict) -> bool:
+    """Whether the process ``keeper`` in ``table`` is the sandbox's keeper: a session leader whose
+    parent is this process (the trainer) or who is this process."""
+    ppid, _, sid, _ = table[keeper]
+    return sid == keeper and ppid == os.getpid() or keeper == os.getpid()
+
+
 def members(keeper: int, tag: str | None = None, table: dict | None = None) -> set[int]:
-    """The live processes of the sandbox whose keeper is ``keeper`` (the keeper not included)."""
+    """The live processes of the sandbox whose keeper is ``keeper`` (the keeper not included).
+
+    Session and process group are matched only while ``keeper`` is not some other live process:
+    once the keeper is reaped, its pid may be handed to an unrelated session leader (the kernel
+    frees a pid only when no process uses it as a session or group id any more)."""
     table = proc_table() if table is None else table
     children: dict[int, list[int]] = {}
     for pid, (ppid, _, _, _) in table.items():
@@ -103,7 +114,8 @@ def members(keeper: int, tag: str | None = None, table: dict | None = None) -> s
         if pid not in found:
             found.add(pid)
             stack.extend(children.get(pid, ()))
-    found |= {pid for pid, (_, pgid, sid, _) in table.items() if keeper in (pgid, sid)}
+    if keeper not in table or keeper_alive_as_ours(keeper, table):
+        found |= {pid for pid, (_, pgid, sid, _) in table.items() if keeper in (pgid, sid)}
     if tag:
         found |= _tagged(set(table) - found, f"{TAG_VAR}={tag}\0".encode())
     found.discard(keeper)

@@ -165,6 +165,11 @@ class Sandbox:
     about it is pickled); each ``request`` is pickled to the worker; the reply is JSON. A target
     may ``return`` one JSON-able value or be a generator that ``yield``\\ s several (each sent as
     it is made, so a time-out keeps the parts already sent).
+
+    The worker is forked by the thread that makes the first call (and the first after a failure)
+    and dies when *that thread* ends (``PR_SET_PDEATHSIG`` follows the forking thread): call from
+    a thread that lives as long as the sandbox is used, such as the main thread. One call at a
+    time: a ``submit`` while the previous call's reply is unread kills the worker and starts anew.
     """
 
     def __init__(self, target, *, limits: Limits | None = None, env_passthrough=(),
