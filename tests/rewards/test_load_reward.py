@@ -145,3 +145,19 @@ def test_reward_spec_load_names_and_validates(user_file):
         RewardSpec("r", spec.fn, isolation="fork")
     with pytest.raises(ConfigError, match="without '/'"):
         RewardSpec("a/b", spec.fn)
+
+
+def test_reward_isolation_settings_in_a_config_reach_the_reward_spec(tmp_path):
+    from steadyrl.config import load_config
+    from steadyrl.sandbox import Limits
+    from steadyrl.trainer.setup import build_rewards
+
+    path = tmp_path / "run.yaml"
+    path.write_text("rewards:\n  - name: exact_match\n    chunk_size: null\n    env_passthrough: [OPENAI_*]\n"
+                    "    limits: {memory_mb: 512, processes: null}\n")
+    (spec,) = build_rewards(load_config(str(path), []), [])
+    assert spec.chunk_size is None and spec.env_passthrough == ("OPENAI_*",)
+    assert spec.limits == Limits(memory_mb=512, processes=None)
+    path.write_text("rewards:\n  - name: exact_match\n    limits: {memory: 512}\n")
+    with pytest.raises(ConfigError, match="did you mean 'rewards\\[0\\].limits.memory_mb'"):
+        load_config(str(path), [])
