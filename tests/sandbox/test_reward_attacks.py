@@ -26,6 +26,7 @@ def scorer(fn, **kw) -> RewardScorer:
 
 def test_a_time_out_fails_only_the_samples_not_yet_scored(watch):
     def one_hangs(prompts, completions, **kw):
+        watch.note()
         if completions[0] == "hang":
             time.sleep(30)
         return [1.0]
@@ -36,10 +37,12 @@ def test_a_time_out_fails_only_the_samples_not_yet_scored(watch):
     assert result.valid.tolist() == [True, True, False, False]
     assert result.failures["r"]["timeout"] == 2
     assert "2 of 4 samples were scored before" in result.errors["r"]
+    assert watch.survivors() == []
 
 
 def test_a_crash_fails_its_sample_and_the_rest_of_the_batch_only(watch):
     def crashes_on_b(prompts, completions, **kw):
+        watch.note()
         if completions[0] == "b":
             os._exit(5)
         return [1.0]
@@ -47,11 +50,13 @@ def test_a_crash_fails_its_sample_and_the_rest_of_the_batch_only(watch):
     result = score_batch([RewardSpec("r", crashes_on_b, isolation="process")], PROMPTS, FINE)
     assert result.valid.tolist() == [True, False, False]
     assert "worker process died (exit status 5)" in result.errors["r"]
+    assert watch.survivors() == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_signalling_its_parent_cannot_kill_the_trainer(sig):
+def test_signalling_its_parent_cannot_kill_the_trainer(sig, watch):
     def kills_parent(prompts, completions, **kw):
+        watch.note()
         if completions[0] == "b":
             os.kill(os.getppid(), sig)
             time.sleep(5)
@@ -63,11 +68,13 @@ def test_signalling_its_parent_cannot_kill_the_trainer(sig):
     assert first.valid.tolist() == [True, False, False]
     assert "worker process died" in first.errors["r"]
     assert second.valid.tolist() == [True]  # still here, and a new worker scores the next batch
+    assert watch.survivors() == []
 
 
 @pytest.mark.parametrize("how", ["sys.exit", "os._exit"])
-def test_exits_fail_their_samples(how):
+def test_exits_fail_their_samples(how, watch):
     def exits(prompts, completions, **kw):
+        watch.note()
         if completions[0] == "b":
             sys.exit(2) if how == "sys.exit" else os._exit(2)
         return [1.0]
@@ -78,6 +85,7 @@ def test_exits_fail_their_samples(how):
         assert result.valid.tolist() == [True, False, True] and "SystemExit: 2" in result.errors["r"]
     else:
         assert result.valid.tolist() == [True, False, False] and "exit status 2" in result.errors["r"]
+    assert watch.survivors() == []
 
 
 def test_a_bounded_fork_bomb_is_stopped_by_the_process_limit(watch):
@@ -143,8 +151,9 @@ def test_processes_left_running_by_a_successful_call_die_at_close(watch):
     assert watch.survivors() == []
 
 
-def test_megabytes_of_output_stay_out_of_the_trainers_log(capfd):
+def test_megabytes_of_output_stay_out_of_the_trainers_log(capfd, watch):
     def prints(prompts, completions, **kw):
+        watch.note()
         for i in range(50_000):
             print(f"noise {i} " + "y" * 100)
         raise ValueError("after all that printing")
@@ -156,6 +165,7 @@ def test_megabytes_of_output_stay_out_of_the_trainers_log(capfd):
     error = result.errors["r"]
     assert "ValueError: after all that printing" in error
     assert "noise 49999" in error and "bytes in all" in error and len(error) < 10_000
+    assert watch.survivors() == []
 
 
 def test_the_trainers_secrets_are_not_in_the_workers_environment(monkeypatch):
@@ -192,7 +202,7 @@ def test_the_trainers_open_files_are_not_reachable(tmp_path):
 @pytest.mark.parametrize("limits, code, expected", [
     (Limits(memory_mb=256), "bytearray(1 << 30)", "MemoryError"),
     (Limits(file_size_mb=1), "open(path, 'wb').write(b'x' * (2 << 20))", "File too large"),
-    (Limits(cpu_s=1), "exec('while True: pass')", "SIGXCPU"),
+    (Limits(cpu_s=1), "exec('while True: pass')", "SIGXCPU"),  # one CPU second: longer on a busy machine
 ])
 def test_resource_limits_stop_the_function(tmp_path, limits, code, expected):
     path = tmp_path / "big"
@@ -201,7 +211,33 @@ def test_resource_limits_stop_the_function(tmp_path, limits, code, expected):
         eval(code, {"path": path})
         return [1.0]
 
-    with scorer(greedy, limits=limits, timeout_s=5.0) as s:
+    with scorer(greedy, limits=limits, timeout_s=30.0) as s:
         result = s.score(["p"], ["c"])
         assert expected in result.errors["r"]
         assert s.score(["p"], ["c"]).failures["r"]["timeout"] == 0  # the next batch runs normally
+
+
+def test_a_half_written_reply_costs_the_time_limit_not_a_hang(watch):
+    """The function writes the start of a reply frame on the worker's socket, then sleeps."""
+    def forges(prompts, completions, **kw):
+        import socket
+        import stat
+
+        watch.note()
+        if completions[0] == "b":
+            fd = None
+            for name in os.listdir("/proc/self/fd"):
+                try:
+                    fd = int(name) if stat.S_ISSOCK(os.fstat(int(name)).st_mode) else fd
+                except OSError:
+                    continue
+            socket.socket(fileno=os.dup(fd)).sendall(b"\x00\x00\x01\x00{\"part\": {\"start\": 1, ")
+            time.sleep(30)
+        return [1.0]
+
+    with scorer(forges, timeout_s=1.0) as s:
+        start = time.monotonic()
+        result = s.score(PROMPTS, FINE)
+        assert time.monotonic() - start < 2.0
+    assert result.valid.tolist() == [True, False, False] and result.failures["r"]["timeout"] == 2
+    assert watch.survivors() == []
