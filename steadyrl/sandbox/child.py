@@ -194,11 +194,14 @@ def _keep(runner: int, out_r: int, shared: Shared, limits: Limits, trainer: int,
     """The keeper's loop; returns why it ended."""
     os.set_blocking(out_r, False)
     keeper, open_, next_count, next_full, last_fork = os.getpid(), True, 0.0, 0.0, None
+    poll = select.poll()
+    poll.register(out_r, select.POLLIN)
     while True:
         if stop or os.getppid() != trainer:
             return "the trainer died"
-        ready, _, _ = select.select([out_r] if open_ else [], [], [], TICK_S)
-        if ready:
+        if not open_:
+            time.sleep(TICK_S)
+        elif poll.poll(int(TICK_S * 1000)):
             open_ = _drain(out_r, shared)
         while True:
             try:

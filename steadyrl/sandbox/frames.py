@@ -74,6 +74,8 @@ class FrameReader:
 
     def __init__(self, sock: socket.socket, max_frame: int = MAX_FRAME_BYTES):
         self.sock, self.max_frame, self.buf = sock, max_frame, bytearray()
+        self.poll = select.poll()  # not select(): a trainer may hold descriptors above FD_SETSIZE
+        self.poll.register(sock.fileno(), select.POLLIN)
 
     def _frame(self):
         if len(self.buf) < HEADER.size:
@@ -101,9 +103,10 @@ class FrameReader:
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
                 return None
-            ready, _, _ = select.select([self.sock], [], [], None if wait is None else max(0.0, wait))
-            if not ready:
-                return None
+            if self.sock.fileno() < 0:
+                raise EOFError("the socket was closed")
+            if not self.poll.poll(None if wait is None else max(0, int(wait * 1000) + 1)):
+                continue  # the deadline check above returns None
             try:
                 data = self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
