@@ -17,7 +17,8 @@ math-verify bounds each parse / verify with ``signal.alarm``, which works only i
 thread; elsewhere (``isolation="thread"``) its own limits are off and only steadyrl's time limit
 applies - and a thread cannot be stopped: sympy's big-integer arithmetic holds the interpreter
 lock, so ``9^9^9^9`` would stall the whole trainer for minutes. Hence the screen below, in every
-isolation. Parsed gold answers are cached within a call (a GRPO group shares its gold).
+isolation. Parsed gold answers are cached across calls (``GOLD_CACHE_SIZE`` of them): a GRPO group
+shares its gold, and the function is called one sample at a time.
 
 Screen (:func:`pathological`): before sympy sees a text, it is refused when it holds
 
@@ -46,6 +47,9 @@ __all__ = ["math_reward", "parse_gold", "pathological", "MATH_VERIFY_TIMEOUT_S"]
 MATH_VERIFY_TIMEOUT_S = 5
 """math-verify's own per-parse / per-verify limit (seconds, an int for ``signal.alarm``): its default."""
 
+
+GOLD_CACHE_SIZE = 4096
+"""Parsed gold answers kept between calls."""
 
 MAX_EXPONENT = 10_000
 MAX_GROUP_EXPONENT = 64
@@ -138,15 +142,17 @@ def math_reward(*, answer_key: str = "answer", gold_marker: str | None = "####")
     import math_verify  # imported here, once, so forked reward workers inherit it ready
 
     math_verify.parse("\\boxed{1}", parsing_timeout=_library_timeout())  # warm its parser caches
+    parsed_golds: dict[str, list] = {}  # kept between calls (in the worker, with isolation: process)
 
     def math(prompts: list[str], completions: list[str], **columns) -> list[float | None]:
         golds = _gold_column(columns, answer_key, "math")
         timeout = _library_timeout()
-        parsed_golds: dict[str, list] = {}
         out: list[float | None] = []
         for completion, gold in zip(completions, golds, strict=True):
             key = "" if gold is None else str(gold)
             if key not in parsed_golds:
+                if len(parsed_golds) >= GOLD_CACHE_SIZE:
+                    parsed_golds.clear()
                 parsed_golds[key] = parse_gold(gold, gold_marker=gold_marker)
             target = parsed_golds[key]
             if not target:

@@ -190,3 +190,15 @@ def test_a_power_tower_under_thread_isolation_does_not_stall_the_trainer():
     assert out.returncode == 0, out.stderr
     scores, elapsed = out.stdout.split("]")
     assert scores == "[0.0, 0.0" and float(elapsed) < 2.0
+
+
+def test_math_parses_each_gold_answer_once_across_one_sample_calls(monkeypatch):
+    from steadyrl.rewards import math_verifier
+
+    fn = load_reward("math")  # a fresh cache
+    parsed = []
+    real = math_verifier.parse_gold
+    monkeypatch.setattr(math_verifier, "parse_gold", lambda gold, **kw: parsed.append(gold) or real(gold, **kw))
+    for completion in ["\\boxed{72}", "71", "72"]:  # a group, scored one sample per call
+        score(fn, [completion], ["#### 72"])
+    assert parsed == ["#### 72"]
