@@ -154,8 +154,10 @@ def keeper_main(target, sock: socket.socket, shared: Shared, limits: Limits, pas
         if os.getppid() != trainer:
             os._exit(0)
         procs.prctl(procs.PR_SET_CHILD_SUBREAPER, 1)
-        out_r, out_w = os.pipe()
-        _sweep_fds({sock.fileno(), out_r, out_w})
+        if sock.fileno() <= 2:  # a trainer started with stdio closed: keep it clear of fds 0-2
+            sock = socket.socket(fileno=fcntl.fcntl(sock.detach(), fcntl.F_DUPFD, 3))
+        _sweep_fds({sock.fileno()})
+        out_r, out_w = os.pipe()  # above 2: the sweep filled 0-2 with /dev/null
         scrub_environment(passthrough)
         os.environ[procs.TAG_VAR] = tag
         keeper = os.getpid()
@@ -239,6 +241,7 @@ def _runner_main(target, sock, out_r, out_w, shared: Shared, limits: Limits, kee
         procs.prctl(procs.PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != keeper:
             os._exit(1)
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)  # the keeper's handler is not the user's
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_w, 1)
