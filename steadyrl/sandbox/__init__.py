@@ -2,8 +2,8 @@
 multi-turn rollouts next - in a persistent worker process that contains what it runs.
 
 Below ``rewards/`` and ``rollout/``; imports only the standard library. Linux only (``fork``,
-``/proc``, ``prctl``); elsewhere :class:`Sandbox` raises :class:`SandboxUnavailable` and callers
-fall back to a thread.
+``/proc``, ``prctl``); elsewhere :class:`Sandbox` raises :class:`SandboxUnavailable` (a
+reward's ``isolation: process`` is then a config error; ``thread`` is the default there).
 
 The API::
 
@@ -13,8 +13,16 @@ The API::
     reply.parts     # JSON-decoded values: what target returned, or each value it yielded
     reply.value     # parts[-1]
     reply.error     # traceback / time-out / death message, with the tail of the worker's output
-    reply.output    # the tail of the worker's stdout + stderr
+    reply.output    # the tail of the worker's stdout + stderr (reply.output_bytes: how much in all)
+    reply.elapsed_s
+    box.kill()      # kill the worker and all it started now (the next call forks a fresh one)
     box.close()     # or: with Sandbox(target) as box: ...
+
+``Sandbox(...)`` raises :class:`SandboxUnavailable` where there is no sandbox (not Linux), and so
+does ``submit`` when no worker can be started; a request that cannot be pickled raises the
+pickling error (the worker is unharmed). Nothing else raises: every failure of the target or the
+worker is a ``Reply``. After ``"timeout"`` or ``"died"`` the worker is gone and its state with it;
+after ``"error"`` it lives on.
 
 ``target(request)`` runs in the worker and returns a JSON-able value, or is a generator that yields
 JSON-able values one at a time (streamed: a time-out keeps those already sent). ``request`` is any

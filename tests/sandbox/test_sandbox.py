@@ -202,3 +202,47 @@ def test_credentials_are_removed_even_from_the_environment_the_kernel_shows(tmp_
     default, passthrough = out.stdout.splitlines()
     assert default == "{'environ': False, 'block': False, 'child': False, 'keeps': 'kept', 'passed': None}"
     assert passthrough.endswith("'passed': 'wb_fake'}")
+
+
+class GuessEnv:
+    """A toy environment: guess the number."""
+
+    def reset(self, seed):
+        self.secret, self.tries = seed % 10, 0
+        return "guess a digit"
+
+    def step(self, action):
+        self.tries += 1
+        done = int(action) == self.secret
+        return ("right" if done else "wrong"), float(done), done
+
+
+class EnvServer:  # the pattern of the package docstring
+    def __init__(self, make_env):
+        self.make_env, self.env = make_env, None
+
+    def __call__(self, request):
+        method, args = request
+        if method == "reset":
+            self.env = self.make_env()
+            return {"observation": self.env.reset(**args)}
+        obs, reward, done = self.env.step(args["action"])
+        return {"observation": obs, "reward": reward, "done": done}
+
+
+def test_an_environment_lives_in_its_worker_across_an_episodes_steps():
+    with Sandbox(EnvServer(GuessEnv)) as box:
+        assert box.call(("reset", {"seed": 13}), timeout_s=5).value == {"observation": "guess a digit"}
+        wrong = box.call(("step", {"action": "1"}), timeout_s=5).value
+        right = box.call(("step", {"action": "3"}), timeout_s=5).value
+        broken = box.call(("step", {"action": "x"}), timeout_s=5)
+    assert wrong == {"observation": "wrong", "reward": 0.0, "done": False}
+    assert right == {"observation": "right", "reward": 1.0, "done": True}
+    assert broken.status == "error" and "ValueError" in broken.error
+
+
+def test_a_tool_call_returns_text():
+    tools = {"upper": lambda text: text.upper(), "count": lambda text, char: text.count(char)}
+    with Sandbox(lambda req: tools[req["name"]](**req["arguments"])) as box:
+        assert box.call({"name": "upper", "arguments": {"text": "héllo"}}, timeout_s=5).value == "HÉLLO"
+        assert box.call({"name": "count", "arguments": {"text": "banana", "char": "a"}}, timeout_s=5).value == 3
