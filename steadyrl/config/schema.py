@@ -161,8 +161,7 @@ class DataConfig(Section):
 
 
 class RewardLimitsConfig(Section):
-    """Resource limits of a reward's worker process (isolation: process; see steadyrl.sandbox). null
-    turns one off."""
+    """Resource limits of the worker process (isolation: process; see steadyrl.sandbox); null turns one off."""
 
     memory_mb: int | None = F(4096, "Address space (MiB) the worker may add to what it holds when it starts "
                               "(RLIMIT_AS = its virtual size at fork, which includes the trainer's model "
@@ -203,7 +202,7 @@ class RewardConfig(Section):
                                    "although they look like credentials (*TOKEN*, *KEY*, *SECRET*, "
                                    "*PASSWORD*, *CREDENTIAL*, AWS_*, ...), which are removed by default.")
     limits: RewardLimitsConfig = Field(default_factory=RewardLimitsConfig,
-                                       description="Resource limits of the worker process (isolation: process).")
+                                       description=RewardLimitsConfig.__doc__)
 
     @field_validator("label")
     @classmethod

@@ -301,8 +301,8 @@ class _ProcessCall:
             error = f"the worker failed: {reply.error}"
         outcome = collect(reply.parts, self.size, self.runner.chunk_size, end, error, reply.elapsed_s)
         if outcome.error is not None and reply.status in ("ok", "error") and reply.output:
-            outcome = Outcome(outcome.status, outcome.scores, outcome.error + output_note(reply.output, reply.output_bytes),
-                              outcome.elapsed_s, outcome.failed)
+            error = outcome.error + output_note(reply.output, reply.output_bytes)
+            outcome = Outcome(outcome.status, outcome.scores, error, outcome.elapsed_s, outcome.failed)
         return outcome
 
 

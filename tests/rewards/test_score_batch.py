@@ -152,7 +152,8 @@ def test_a_call_past_its_time_limit_is_a_timeout_and_others_still_count(isolatio
     assert time.perf_counter() - start < 3.0  # the two limits run concurrently, not 30 s
     assert result.failures["sleeps"]["timeout"] == 4 and result.failures["spins"]["timeout"] == 4
     assert "timed out after 0.3 s" in result.errors["sleeps"]
-    expected = "worker process and everything it started were killed" if isolation == "process" else "1 such call(s) still running"
+    killed = "worker process and everything it started were killed"
+    expected = killed if isolation == "process" else "1 such call(s) still running"
     assert expected in result.errors["spins"]
     assert result.raw["length"] == [1.0, 2.0, 3.0, 4.0]
     assert result.valid.tolist() == [False] * 4
@@ -342,7 +343,8 @@ def test_a_function_is_called_once_per_sample_by_default_and_once_per_batch_with
 
     for chunk_size, expected in [(1, [1, 1, 1, 1]), (3, [3, 1]), (None, [4])]:
         sizes.clear()
-        result = score_batch([RewardSpec("r", records, isolation="inline", chunk_size=chunk_size)], PROMPTS, COMPLETIONS)
+        spec = RewardSpec("r", records, isolation="inline", chunk_size=chunk_size)
+        result = score_batch([spec], PROMPTS, COMPLETIONS)
         assert sizes == expected and result.raw["r"] == [1.0, 2.0, 3.0, 4.0]
     assert RewardSpec("r", records).chunk_size == 1
 
