@@ -9,7 +9,8 @@ The runner talks to the trainer directly over a socket pair (requests in, JSON f
 Its parent is the keeper, not the trainer: ``os.kill(os.getppid(), SIGKILL)`` in the user's code
 kills the keeper - the call fails - and the trainer lives on.
 
-Keeper, once forked: a new session (``setsid``); parent-death signal SIGUSR1 (``prctl``
+Keeper, once forked: ``gc.freeze()`` (a collection would write to every inherited object and
+un-share the trainer's memory pages); a new session (``setsid``); parent-death signal SIGUSR1 (``prctl``
 ``PR_SET_PDEATHSIG``) plus a check of its parent pid every 0.1 s, so it notices the trainer's
 death either way and then kills the sandbox before exiting; child subreaper, so orphans of the
 user's code come back to it; every inherited file descriptor above 2 (the trainer's metrics
@@ -26,6 +27,7 @@ pipe, stdin ``/dev/null``, resource limits, then it serves requests until end-of
 from __future__ import annotations
 
 import fcntl
+import gc
 import mmap
 import os
 import select
@@ -145,6 +147,7 @@ def keeper_main(target, sock: socket.socket, shared: Shared, limits: Limits, pas
                 trainer: int) -> None:
     """The keeper's whole life (never returns)."""
     try:
+        gc.freeze()  # the trainer's objects: never scanned here, so their pages stay shared
         os.setsid()
         _reset_signals()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # waitpid must see the runner's exit status
