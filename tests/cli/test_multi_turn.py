@@ -26,6 +26,21 @@ class TwoSteps:
         return f"turn {self.turn} seen", 0.5, self.turn >= 2
 
 
+class Dice:
+    """A random game: every choice drawn from the seed reset() is given, so a resume replays it."""
+
+    def reset(self, prompt, answer, seed, **row):
+        import random
+
+        self.rng = random.Random(seed)
+        self.turns = self.rng.randint(1, 3)
+        return f"You rolled {self.rng.randint(1, 6)}. {prompt}"
+
+    def step(self, text):
+        self.turns -= 1
+        return f"Roll {self.rng.randint(1, 6)}", self.rng.random(), self.turns <= 0
+
+
 class NoStep:
     def reset(self, **row):
         return None
@@ -152,3 +167,27 @@ def test_a_tokenizer_without_a_chat_template_is_refused_for_tools(agent_run, tin
                  rollout={"tools": [f"{root / 'tools.py'}:add"]})
     proc = steadyrl_cli("train", str(cfg), "--output-dir", str(tmp_path / "run"))
     assert proc.returncode == 2 and "chat template" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_environment_runs_resume_exactly(agent_run, tmp_path):
+    """Resumed from the checkpoint of step 2, a run with a random environment logs steps 3-4 exactly
+    as the uninterrupted run did (the environments are seeded from trainer.seed, step and row)."""
+    import support
+    from steadyrl.tracking import read_jsonl
+    from steadyrl.trainer import train
+
+    root, base = agent_run
+    cfg = _write(root, base, "dice.yaml", rollout={"environment": f"{root / 'env.py'}:Dice"},
+                 trainer={"max_steps": 4, "save_every": 2, "samples_every": 0}, eval={"num_samples": 0})
+    full = tmp_path / "full"
+    train(str(cfg), [], output_dir=str(full))
+    cut = support.crashed_copy(full, tmp_path / "cut", last_step=4, steps_kept=2)
+    train(str(cfg), [], output_dir=str(cut), resume=True)
+
+    def rows(run_dir):
+        timing = ("time/", "throughput/", "rollout/env_time_s")
+        return [{k: v for k, v in m.items() if not k.startswith(timing)} for m in read_jsonl(run_dir / "metrics.jsonl")]
+
+    expected = rows(full)
+    assert [m["step"] for m in expected if "reward/environment/mean" in m] == [1, 2, 3, 4]
+    assert rows(cut) == expected
