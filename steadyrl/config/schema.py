@@ -301,6 +301,13 @@ class AlgorithmConfig(Section):
     difficulty_high: float = F(DIFFICULTY_HIGH, "Difficulty mask upper bound.")
     difficulty_weighting: bool = F(False, "Weight samples by group difficulty, in [0.5, 2.0].")
     mask_truncated: bool = F(False, "Leave truncated responses out of the loss (overlong filtering).")
+    dynamic_sampling: bool = F(False, "DAPO's filter groups: drop groups without a learning signal and draw "
+                               "more prompts until the step has prompts_per_step informative groups.")
+    dynamic_sampling_filter: Literal["equal_scores", "difficulty"] = F(
+        "equal_scores", "Which groups dynamic sampling drops: equal_scores (all scores equal: GRPO advantage 0) "
+        "or difficulty (mean score outside difficulty_low..difficulty_high).")
+    dynamic_sampling_max_draws: int = F(3, "Most draws of prompts_per_step prompts in one step; then the step "
+                                        "trains on the informative groups it has.", ge=1)
     value_clip: float | None = F(0.5, "PPO value clip range; null = off.", gt=0)
 
     @property

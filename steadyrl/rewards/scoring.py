@@ -118,6 +118,27 @@ class ScoreResult:
         """Samples function ``name`` failed on (all kinds)."""
         return sum(self.failures[name].values())
 
+    def failure_kinds(self, name: str) -> list[str | None]:
+        """Per sample, how function ``name`` failed on it (a kind of ``FAILURE_KINDS``), or None.
+        A call that failed as a whole gives every sample its kind."""
+        size = self.batch_size
+        whole = next((kind for kind, n in self.failures[name].items() if n == size and kind in ("exception", "timeout")),
+                     None)
+        return [whole or ("none" if x is None else "nonfinite" if not math.isfinite(x) else None)
+                for x in self.raw[name]]
+
+    def select(self, rows: list[int]) -> "ScoreResult":
+        """The result of rows ``rows`` only, in that order (failures counted over them)."""
+        index = torch.tensor(rows, dtype=torch.long)
+        failures = {}
+        for name in self.names:
+            kinds = self.failure_kinds(name)
+            failures[name] = {kind: sum(kinds[i] == kind for i in rows) for kind in FAILURE_KINDS}
+        return ScoreResult(names=list(self.names), weights=dict(self.weights),
+                           raw={name: [values[i] for i in rows] for name, values in self.raw.items()},
+                           scores=self.scores[index], valid=self.valid[index], failures=failures,
+                           errors=dict(self.errors), elapsed_s=dict(self.elapsed_s))
+
 
 def _check_specs(specs: Sequence[RewardSpec]) -> list[RewardSpec]:
     specs = list(specs)
