@@ -21,6 +21,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from ..errors import ConfigError
+from ..files import atomic_write_text
+from ..secrets import redact_secrets
 from .presets import DEMO_CONFIG, apply_preset
 from .schema import Config
 from .yaml_limits import AliasBombError, check_expansion
@@ -515,5 +517,11 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     return config.model_dump(mode="json")
 
 
+def dump_config(config: Config) -> str:
+    """``config`` as YAML text, secrets redacted (:mod:`steadyrl.secrets`)."""
+    return yaml_dump(redact_secrets(config_to_dict(config)), sort_keys=False, allow_unicode=True)
+
+
 def save_config(config: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml_dump(config_to_dict(config), sort_keys=False, allow_unicode=True), encoding="utf-8")
+    """Write :func:`dump_config` to ``path`` atomically: the old file or the new one, never a cut one."""
+    atomic_write_text(path, dump_config(config))

@@ -32,6 +32,7 @@ from ..errors import ConfigError, TrainingHalted
 from ..models import resolve_device
 from ..progress import progress
 from ..rollout import build_engine
+from ..secrets import redact_secrets
 from ..tracking import Tracker
 from . import checkpoint as ckpt
 from .evaluate import evaluate
@@ -300,7 +301,7 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                           seed=config.trainer.seed + dist.rank(),
                           max_model_len=config.data.max_prompt_tokens + config.rollout.max_new_tokens,
                           share_prefix=config.trainer.share_prompt_prefix)
-    tracker = Tracker(out, config.trainer.trackers, config=config_to_dict(config), project=config.trainer.project,
+    tracker = Tracker(out, config.trainer.trackers, config=redact_secrets(config_to_dict(config)), project=config.trainer.project,
                       run_name=config.trainer.run_name or out.name, is_main_process=dist.is_main(),
                       # --resume with no checkpoint yet starts over: the killed run's lines go
                       resume_step=run.state.step if latest is not None or resume else None)
