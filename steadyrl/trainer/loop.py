@@ -213,7 +213,8 @@ def _start(config: Config, output_dir: str | None, resume: bool, overwrite: bool
     fresh = not output_dir  # a new directory of its own: its name is claimed when created
     out = Path(dist.gather_objects(str(resolve_output_dir(config, output_dir)))[0])  # rank 0's time stamp
     with RunLock() as lock:
-        if not fresh and (out / LOCK).is_file() and not (out / LOCK).is_symlink():
+        ran_here = not fresh and (out / LOCK).is_file() and not (out / LOCK).is_symlink()
+        if dist.gather_objects(ran_here)[0]:  # rank 0's view, so all ranks take the same branch
             on_main(lambda: lock.acquire(out))  # a run was here: still running? (else locked when created)
         if not fresh:
             check_output_dir(out, resume, overwrite)
