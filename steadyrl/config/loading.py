@@ -21,8 +21,11 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from ..errors import ConfigError
+from ..files import atomic_write_text
+from ..secrets import redact_secrets
 from .presets import DEMO_CONFIG, apply_preset
 from .schema import Config
+from .yaml_limits import AliasBombError, check_expansion
 
 
 class DuplicateKeyError(yaml.constructor.ConstructorError):
@@ -37,7 +40,14 @@ class _Loader(yaml.SafeLoader):
     """YAML 1.1 as PyYAML reads it, plus floats written without a dot (``1e-6``, ``3E-4``,
     ``1.0e6``), which PyYAML leaves as strings: ``optim.lr=1e-6`` is a number, in a file as on
     the command line, also where no schema converts it (a reward's ``options``). A key written
-    twice in one mapping is a :class:`DuplicateKeyError`, not "the last one wins"."""
+    twice in one mapping is a :class:`DuplicateKeyError`, not "the last one wins". Aliases that
+    expand past ``MAX_YAML_NODES`` values are an :class:`AliasBombError` (:mod:`.yaml_limits`)."""
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None:
+            check_expansion(node)
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         # before merge keys (``<<: *base``) are flattened in: a key may override a merged one
@@ -95,8 +105,13 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         where = f"line {first}" if first == again else f"lines {first} and {again}"
         raise ConfigError(f"config file {str(path)!r} sets the key {exc.key!r} twice in one mapping ({where}); "
                           f"the second would silently replace the first: keep one") from None
+    except AliasBombError as exc:
+        raise ConfigError(f"config file {str(path)!r} refused{_yaml_problem(exc)}; write the values out "
+                          "instead of nesting aliases (*name)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML{_yaml_problem(exc)}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {str(path)!r} is nested too deeply to be a config") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -502,5 +517,11 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     return config.model_dump(mode="json")
 
 
+def dump_config(config: Config) -> str:
+    """``config`` as YAML text, secrets redacted (:mod:`steadyrl.secrets`)."""
+    return yaml_dump(redact_secrets(config_to_dict(config)), sort_keys=False, allow_unicode=True)
+
+
 def save_config(config: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml_dump(config_to_dict(config), sort_keys=False, allow_unicode=True), encoding="utf-8")
+    """Write :func:`dump_config` to ``path`` atomically: the old file or the new one, never a cut one."""
+    atomic_write_text(path, dump_config(config))

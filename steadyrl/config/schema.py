@@ -171,7 +171,9 @@ class RewardConfig(Section):
                           "'module:function'). Tells apart two rewards with the same name.")
     weight: float = F(1.0, "Weight of this reward in the combined score.")
     options: dict[str, Any] = F({}, "Keyword options: passed to a built-in reward's factory, or bound to a "
-                                "user function as keyword arguments.")
+                                "user function as keyword arguments. {env: NAME} is the environment "
+                                "variable NAME's value; secret-looking options (api_key, *_token, ...) are "
+                                "written out as <redacted> (docs/rewards.md).")
     timeout_s: float = F(60.0, "Time limit of one call (one batch); a time-out invalidates the batch "
                          "for this reward.", gt=0)
     isolation: Literal["process", "thread", "inline"] | None = F(

@@ -10,7 +10,9 @@ A spec is one of:
 
 For a user function the options are bound as keyword arguments (``functools.partial``), so
 ``load_reward("my.py:fn", threshold=0.5)`` calls ``fn(prompts, completions, threshold=0.5,
-**columns)``. ``function`` may be dotted (``module:Class.method``).
+**columns)``. ``function`` may be dotted (``module:Class.method``). An option written
+``{env: NAME}`` is the environment variable ``NAME``'s value (a secret kept out of every file:
+:mod:`steadyrl.secrets`).
 
 Anything that goes wrong raises :class:`~steadyrl.errors.RewardLoadError` naming the spec.
 """
@@ -21,6 +23,7 @@ import difflib
 import functools
 import inspect
 
+from ..secrets import resolve_env_options
 from ..errors import RewardLoadError
 from ..userfn import SPEC_FORMS, resolve_spec
 from . import math_verifier, verifiers  # noqa: F401  (registers the built-ins)
@@ -88,6 +91,10 @@ def load_reward(spec: str, **options) -> RewardFn:
     if not isinstance(spec, str) or not spec.strip():
         raise RewardLoadError(f"reward spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
+    try:
+        options = resolve_env_options(options, f"reward {spec!r}")
+    except ValueError as err:
+        raise RewardLoadError(str(err)) from None
     if spec in BUILTIN_REWARDS:
         return _builtin(spec, options)
     if ":" not in spec:

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..files import fsync_dir as _fsync_dir
+
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
 OLD_RE = re.compile(r"^\.old-(step_\d+)-\d+$")  # a checkpoint moved aside while its step is re-saved
 
@@ -161,16 +163,3 @@ def _fsync_tree(root: Path) -> None:
             finally:
                 os.close(fd)
         _fsync_dir(Path(directory))
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
