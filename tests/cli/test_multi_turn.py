@@ -103,6 +103,20 @@ def _write(root, base, name, **sections):
     return path
 
 
+def _assert_documented(names: set[str]) -> None:
+    """Every metric a run logs is in docs/metrics.md (``<name>``-style placeholders match one part)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    patterns = [re.sub(r"<[a-z]+>", r"[^/]+", re.escape(m).replace(r"\<", "<").replace(r"\>", ">"))
+                for m in re.findall(r"`([a-z_]+/[^`\s]+)`", text)]
+    plain = {"step", "epoch"}
+    missing = sorted(n for n in names - plain
+                     if not n.startswith("eval/") and not any(re.fullmatch(p, n) for p in patterns))
+    assert missing == []
+
+
 def _metrics(out_dir):
     return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -120,6 +134,7 @@ def test_environment_episodes_train_with_exact_tokens(agent_run, steadyrl_cli, t
         # an episode ends with the environment's second step unless a turn ran out of tokens
         assert 1.0 <= m["rollout/turns_mean"] <= 2.0 and m["rollout/retokenize_drift"] == 0.0
         assert m["response/length_max"] <= 8 * 2  # the policy's tokens only: observations are not length
+    _assert_documented({k for m in _metrics(out) for k in m})
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert samples
     for sample in samples:  # the environment saw every turn that ended (a cut turn ends the episode)
