@@ -62,6 +62,9 @@ class DeviceReward(CachedReward):
             raise ConfigError(f"{name} reward: option dtype={dtype!r} is not one of {list(DTYPES)}")
         if not isinstance(device, str) or not device:
             raise ConfigError(f"{name} reward: option device={device!r} must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"{name} reward: option device={device!r} but no CUDA device is available; use 'auto' "
+                              "(the trainer's device) or 'cpu'")
         self._device_option, self._dtype_option = device, dtype
         self._trainer: tuple[torch.device, torch.dtype] | None = None
         self._pid = os.getpid()

@@ -163,6 +163,9 @@ def test_bad_paths_and_options_are_refused_naming_the_option(classifier, tmp_pat
         load_reward("reward_model", model=str(classifier), lable_index=0)
     with pytest.raises(ConfigError, match="batch_size=0"):
         load_reward("reward_model", model=str(classifier), batch_size=0)
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="device='cuda' but no CUDA device is available"):
+            load_reward("reward_model", model=str(classifier), device="cuda")
     with pytest.raises(ConfigError, match="dtype='fp8'"):
         load_reward("reward_model", model=str(classifier), dtype="fp8")
 
@@ -184,6 +187,7 @@ def test_scored_inline_by_default_with_metrics_and_refused_in_a_forked_cuda_work
     with RewardScorer([spec]) as scorer:
         result = scorer.score(PROMPTS + PROMPTS[:2], COMPLETIONS + COMPLETIONS[:2])
     assert result.metrics["reward/reward_model/cache_hit_rate"] == pytest.approx(2 / 6)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     cuda = load_reward("reward_model", model=str(classifier), device="cuda")
     monkeypatch.setattr(cuda, "_pid", -1)  # as if called in a process forked from the trainer
     with pytest.raises(RuntimeError, match="forked worker process, which cannot use CUDA"):
