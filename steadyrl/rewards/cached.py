@@ -17,8 +17,8 @@ callable may have a ``metrics()`` method returning ``{short_name: float}`` for t
 was last asked; the scorer logs them as ``reward/<name>/<short_name>`` after every batch. It only
 sees the trainer's own object, so they are collected with ``isolation: thread`` or ``inline``
 (under ``process`` the object that scores lives in the worker). This class reports ``time_s``
-(seconds spent scoring, waiting for the model or server included), ``cache_hit_rate`` (samples answered from the cache or by a duplicate in the batch, over samples)
-and ``failures/<reason>`` (samples that scored ``None`` for that reason, see
+(seconds spent scoring, waiting for the model or server included), ``cache_hit_rate`` (samples
+answered from the cache or by a duplicate in the batch, over samples) and ``failures/<reason>`` (samples that scored ``None`` for that reason, see
 :mod:`steadyrl.rewards.http_client`).
 """
 

@@ -96,7 +96,8 @@ def post_json(url: str, body, *, headers: dict | None = None, timeout_s: float =
         except Exception as err:  # noqa: BLE001 - every network failure is sorted, none escapes raw
             reason, transient = _classify(err)
             if not transient or attempt == retries:
-                detail = f"HTTP {err.code}" if isinstance(err, urllib.error.HTTPError) else str(err) or type(err).__name__
+                http = isinstance(err, urllib.error.HTTPError)
+                detail = f"HTTP {err.code}" if http else str(err) or type(err).__name__
                 raise RequestFailed(reason, f"{detail} (after {attempt + 1} tries)") from None
             pause = max(min(backoff_s * 2 ** attempt, MAX_BACKOFF_S), min(_retry_after(err), MAX_BACKOFF_S))
             sleep(pause)

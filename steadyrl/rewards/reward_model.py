@@ -4,7 +4,8 @@ scores prompt + completion.
 For sample ``i`` the text is the reward model's chat template applied to
 ``[user: prompt_i, assistant: completion_i]`` (a prompt that is already a message list is used as
 it is), or ``prompt_i + completion_i`` when its tokenizer has no template or ``chat_template`` is
-off; it is tokenized (cut from the left to ``max_length`` tokens, so the completion's end is kept)
+off; it is tokenized (cut from the left to ``max_length`` tokens - by default the model's
+``max_position_embeddings`` - so the completion's end is kept)
 and scored in batches of ``batch_size``::
 
     r_i = logits_i[label_index]                      (label_index 0 for a one-logit head)
@@ -163,6 +164,8 @@ class RewardModel(DeviceReward):
             self.source, revision=self.revision, dtype=self.dtype, trust_remote_code=self.trust_remote_code)
         if model.config.pad_token_id is None:  # it finds each row's last token by the pad id
             model.config.pad_token_id = tok.pad_token_id
+        if self.max_length is None:  # a text longer than the positions would fail the whole batch
+            self.max_length = getattr(model.config, "max_position_embeddings", None)
         self.tokenizer = tok
         return model.to(self.device)
 

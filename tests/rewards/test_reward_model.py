@@ -147,6 +147,15 @@ def test_max_length_cuts_from_the_left_keeping_the_completion(classifier):
     assert scores[1] == pytest.approx(reference_logits(classifier, ["pq"])[0], abs=1e-5)
 
 
+def test_texts_longer_than_the_model_s_positions_are_cut_by_default(classifier):
+    fn = load_reward("reward_model", model=str(classifier), device="cpu")  # 128 positions
+    long = "x" * 300 + "END"
+    score = fn([long], ["!"])
+    assert fn.max_length == 128
+    expected = reference_logits(classifier, ["<s>" + (long + "!")[-127:]], add_special_tokens=False)
+    assert score == pytest.approx(expected, abs=1e-5)
+
+
 def test_not_a_sequence_classifier_is_refused_before_any_weights_load(tiny_model_dir, monkeypatch):
     from transformers import AutoModelForSequenceClassification
 
