@@ -52,7 +52,8 @@ class RewardSpec:
 
     ``timeout_s`` bounds one call (the whole batch); ``None`` waits forever. ``isolation`` is how
     the call is run and stopped (``"process"``, ``"thread"``, ``"inline"``; ``None``: the
-    scorer's default); ``"inline"`` has no time limit.
+    function's ``preferred_isolation`` when it has one - the model and server rewards do - else
+    the scorer's default); ``"inline"`` has no time limit.
     """
 
     name: str

@@ -201,3 +201,16 @@ def test_scored_inline_by_default_with_metrics_and_refused_in_a_forked_cuda_work
     monkeypatch.setattr(cuda, "_pid", -1)  # as if called in a process forked from the trainer
     with pytest.raises(RuntimeError, match="forked worker process, which cannot use CUDA"):
         cuda(PROMPTS[:1], COMPLETIONS[:1])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_reward_model_runs_in_the_trainer_dtype_inline_and_in_a_thread(classifier):
+    on_cpu = load_reward("reward_model", model=str(classifier), device="cpu")(PROMPTS, COMPLETIONS)
+    for isolation in ("inline", "thread"):
+        fn = load_reward("reward_model", model=str(classifier))
+        fn.use_device(torch.device("cuda"), torch.bfloat16)
+        with RewardScorer([RewardSpec("rm", fn, isolation=isolation)]) as scorer:
+            result = scorer.score(PROMPTS, COMPLETIONS)
+        parameter = next(fn.model.parameters())
+        assert parameter.device.type == "cuda" and parameter.dtype == torch.bfloat16
+        assert result.raw["rm"] == pytest.approx(on_cpu, abs=0.05)
