@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from support_http import ScriptedServer, free_port
+from support_http import ScriptedServer, chat_reply, free_port
 
 from steadyrl import cli
 
@@ -34,23 +34,31 @@ def test_a_run_scored_by_a_reward_model_and_a_reward_server_logs_their_metrics(t
     from steadyrl.tracking import read_metrics
 
     def respond(n, path, body):
+        if path == "/v1/chat/completions":
+            return 200, chat_reply("Score: 5")
         return 200, {"scores": [float(len(c)) for c in body["completions"]]}
 
     out = tmp_path / "run"
-    with ScriptedServer(respond, max_requests=20) as server:
+    with ScriptedServer(respond, max_requests=300) as server:
         rewards = (f"rewards=[{{name: reward_model, options: {{model: '{classifier}', normalize: batch}}}}, "
-                   f"{{name: http, weight: 0.1, options: {{url: '{server.url}/score', batch_size: 8}}}}]")
+                   f"{{name: http, weight: 0.1, options: {{url: '{server.url}/score', batch_size: 8}}}}, "
+                   f"{{name: llm_judge, weight: 0.1, options: {{base_url: '{server.url}/v1', model: j}}}}]")
         code = cli.main(["train", str(tiny_run.config), "--output-dir", str(out), rewards, "trainer.max_steps=1"])
+        requests = list(server.requests)
     assert code == 0
     step = [m for m in read_metrics(out) if m["step"] == 1][0]
     assert step["reward/reward_model/failed"] == 0 and step["reward/http/failed"] == 0
+    assert step["reward/llm_judge/failed"] == 0 and step["reward/llm_judge/mean"] == 0.5
     assert abs(step["reward/reward_model/mean"]) < 1e-5  # batch z-scores average to 0
-    for name in ("reward_model", "http"):
+    for name in ("reward_model", "http", "llm_judge"):
         assert 0 <= step[f"reward/{name}/cache_hit_rate"] < 1 and step[f"reward/{name}/time_s"] > 0
     # the held-out evaluations before and after training score through the same reward objects
-    samples = [s for _, body, _ in server.requests for s in zip(body["prompts"], body["completions"])]
-    assert 0 < len(server.requests) < 20 and len(set(samples)) == len(samples)  # each sample sent once
-    assert {"prompts", "completions", "answer"} <= set(server.requests[0][1])
+    batches = [body for path, body, _ in requests if path == "/score"]
+    samples = [s for body in batches for s in zip(body["prompts"], body["completions"])]
+    assert 0 < len(batches) < 20 and len(set(samples)) == len(samples)  # each sample sent once
+    assert {"prompts", "completions", "answer"} <= set(batches[0])
+    judged = [body["messages"][-1]["content"] for path, body, _ in requests if path != "/score"]
+    assert len(judged) == len(samples) == len(set(judged))  # the judge too saw each sample once
 
 
 CASES = {
