@@ -165,7 +165,8 @@ class DataConfig(Section):
 
 class RewardConfig(Section):
     name: str = F(..., "A built-in reward (math, exact_match, normalized_match, regex_format, "
-                  "length_penalty) or a user function 'module:function' / 'path/file.py:function'.")
+                  "length_penalty; reward_model, llm_judge, http: docs/rewards.md) or a user function "
+                  "'module:function' / 'path/file.py:function'.")
     label: str | None = F(None, "Name under which this reward is logged (reward/<label>) and weighted, "
                           "and which eval.accuracy_reward names; default: name (the function's name for "
                           "'module:function'). Tells apart two rewards with the same name.")
@@ -178,7 +179,8 @@ class RewardConfig(Section):
                          "for this reward.", gt=0)
     isolation: Literal["process", "thread", "inline"] | None = F(
         None, "Where the function runs: process (a worker killed on time-out; default on Linux), "
-        "thread (time-out abandons it), inline (no time limit, for debugging).")
+        "thread (time-out abandons it; default of llm_judge and http), inline (no time limit; default "
+        "of reward_model and a local llm_judge, which run on the trainer's device).")
 
     @field_validator("label")
     @classmethod

@@ -3,14 +3,15 @@ batch scoring with time limits.
 
 A reward function follows TRL's convention,
 ``fn(prompts, completions, **columns) -> list[float | None]``. Built-ins by name (``math``,
-``exact_match``, ``normalized_match``, ``regex_format``, ``length_penalty``) are factories in
+``exact_match``, ``normalized_match``, ``regex_format``, ``length_penalty``; and, scoring with a
+model or a server, ``reward_model``, ``llm_judge``, ``http``) are factories in
 :data:`BUILTIN_REWARDS`; :func:`load_reward` also takes ``package.module:function`` and
 ``path/to/file.py:function``. :class:`RewardScorer` / :func:`score_batch` call each function once
 per batch under a time limit and turn every failure into an invalid sample, never an exception.
 See ``docs/rewards.md``.
 """
 
-from . import math_verifier, verifiers  # noqa: F401  (registers the built-ins)
+from . import judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
 from .loader import load_reward, reward_name
 from .math_verifier import math_reward, parse_gold
 from .metrics import reward_metrics

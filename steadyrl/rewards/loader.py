@@ -26,7 +26,7 @@ import inspect
 from ..secrets import resolve_env_options
 from ..errors import RewardLoadError
 from ..userfn import SPEC_FORMS, resolve_spec
-from . import math_verifier, verifiers  # noqa: F401  (registers the built-ins)
+from . import judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
 from .registry import BUILTIN_REWARDS, RewardFn
 
 __all__ = ["load_reward", "reward_name"]

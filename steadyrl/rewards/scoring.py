@@ -52,7 +52,8 @@ class RewardSpec:
 
     ``timeout_s`` bounds one call (the whole batch); ``None`` waits forever. ``isolation`` is how
     the call is run and stopped (``"process"``, ``"thread"``, ``"inline"``; ``None``: the
-    scorer's default); ``"inline"`` has no time limit.
+    function's ``preferred_isolation`` when it has one - the model and server rewards do - else
+    the scorer's default); ``"inline"`` has no time limit.
     """
 
     name: str
@@ -75,6 +76,9 @@ class RewardSpec:
             valid = list(ISOLATIONS)
             raise ConfigError(f"{where}: isolation={self.isolation!r} must be one of {valid} or None")
         self.weight = float(self.weight)
+        if self.isolation is None:  # a model or server reward says where it runs best (docs/rewards.md)
+            preferred = getattr(self.fn, "preferred_isolation", None)
+            self.isolation = preferred if preferred in ISOLATIONS else None
 
     @classmethod
     def load(
@@ -105,6 +109,8 @@ class ScoreResult:
     failures: dict[str, dict[str, int]]  # name -> kind -> samples
     errors: dict[str, str] = field(default_factory=dict)  # name -> traceback / time-out message
     elapsed_s: dict[str, float] = field(default_factory=dict)
+    # "reward/<name>/<metric>" -> value: what reward objects with a metrics() method reported
+    metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def batch_size(self) -> int:
@@ -234,7 +240,24 @@ class RewardScorer:
             cols = {k: list(v) for k, v in columns.items()}
             calls[i] = self._runners[i].start(list(prompts), list(completions), cols)
         outcomes = [calls[i].wait(spec.timeout_s) for i, spec in enumerate(self.specs)]
-        return _assemble(self.specs, outcomes, len(completions))
+        result = _assemble(self.specs, outcomes, len(completions))
+        result.metrics = self._reported_metrics()
+        return result
+
+    def _reported_metrics(self) -> dict[str, float]:
+        """``reward/<name>/<key>`` from each function's optional ``metrics()`` method (only the
+        trainer's own object is asked: under ``process`` isolation it is not the one that scores)."""
+        out: dict[str, float] = {}
+        for spec, isolation in zip(self.specs, self.isolations):
+            report = getattr(spec.fn, "metrics", None)
+            if isolation == "process" or not callable(report):
+                continue
+            try:
+                values = report()
+                out.update({f"reward/{spec.name}/{k}": float(v) for k, v in values.items()})
+            except Exception:  # noqa: BLE001 - a metrics report never fails a step
+                continue
+        return out
 
     def close(self) -> None:
         """Stop the worker processes (idle ones exit at once)."""

@@ -77,7 +77,8 @@ def _zeros_where_none(parts: list, rows: list) -> list:
 
 def merge_results(results: list[ScoreResult]) -> ScoreResult:
     """One :class:`ScoreResult` of several ranks' batches, in order (failures add up; the first
-    error text of each function is kept; elapsed times are the slowest rank's)."""
+    error text of each function is kept; elapsed times are the slowest rank's; see
+    :func:`_merge_reported` for the reward objects' own metrics)."""
     if len(results) == 1:
         return results[0]
     first = results[0]
@@ -95,7 +96,17 @@ def merge_results(results: list[ScoreResult]) -> ScoreResult:
     return ScoreResult(names=first.names, weights=first.weights,
                        raw={name: [x for r in results for x in r.raw[name]] for name in first.names},
                        scores=torch.cat([r.scores for r in results]), valid=torch.cat([r.valid for r in results]),
-                       failures=failures, errors=errors, elapsed_s=elapsed)
+                       failures=failures, errors=errors, elapsed_s=elapsed, metrics=_merge_reported(results))
+
+
+def _merge_reported(results: list[ScoreResult]) -> dict[str, float]:
+    """Reward objects' own metrics over the ranks: failure counts (``.../failures/<reason>``)
+    add up, the rest (rates, times) are averaged over the ranks that reported them."""
+    merged: dict[str, list[float]] = {}
+    for r in results:
+        for key, value in r.metrics.items():
+            merged.setdefault(key, []).append(value)
+    return {key: sum(v) if "/failures/" in key else sum(v) / len(v) for key, v in merged.items()}
 
 
 def gather_samples(result: ScoreResult, gen, batch, prompt_lengths: list[int],

@@ -123,8 +123,25 @@ def build_rewards(config: Config, default: list[RewardSpec]) -> list[RewardSpec]
     if not config.rewards:
         return default
     # the config has checked the keys (label, else the function's short name) are unique
-    return [RewardSpec(name=r.key, fn=load_reward(r.name, **r.options), weight=r.weight, timeout_s=r.timeout_s,
-                       isolation=r.isolation) for r in config.rewards]
+    specs = [RewardSpec(name=r.key, fn=load_reward(r.name, **r.options), weight=r.weight, timeout_s=r.timeout_s,
+                        isolation=r.isolation) for r in config.rewards]
+    for i, spec in enumerate(specs):
+        place_reward_model(config, i, spec)
+    return specs
+
+
+def place_reward_model(config: Config, index: int, spec: RewardSpec) -> None:
+    """A reward that runs a model (``reward_model``, a local ``llm_judge``) goes on the trainer's
+    device and dtype; a forked worker cannot use CUDA, so ``isolation: process`` is refused there."""
+    use_device = getattr(spec.fn, "use_device", None)
+    if not callable(use_device):
+        return
+    device = dist.device_for_rank(resolve_device(config.trainer.device))
+    use_device(device, resolve_dtype(config.model.dtype, device))
+    if spec.isolation == "process" and spec.fn.device.type == "cuda":
+        raise ConfigError(f"rewards[{index}].isolation = 'process': reward {spec.name!r} runs a model on "
+                          f"{spec.fn.device}, and a forked worker process cannot use CUDA; use 'inline' (its "
+                          "default) or 'thread'")
 
 
 def load_data(config: Config, *, eval_only: bool = False) -> tuple[list[dict], list[dict]]:
