@@ -129,7 +129,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    _quiet_libraries()
+    if args.command in ("train", "eval"):  # not before `config`: importing transformers takes seconds
+        _quiet_libraries()
     try:
         return _run(args)
     except ConfigError as exc:

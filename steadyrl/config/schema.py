@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from ..functional.advantages import ADVANTAGE_ESTIMATORS
 from ..functional.constants import (
     DIFFICULTY_HIGH,
     DIFFICULTY_LOW,
@@ -31,6 +30,9 @@ NormType = Literal["batch", "group", "running", "none"]
 AdvantageName = Literal[
     "grpo", "gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "grpo_passk"
 ]
+GROUPED_ESTIMATORS = frozenset({"grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "grpo_passk"})
+"""The estimators that compare a prompt's responses with each other (``grouped=True`` in
+:data:`steadyrl.functional.ADVANTAGE_ESTIMATORS`, which imports torch; a test keeps the two equal)."""
 PolicyLossName = Literal["ppo", "gspo", "cispo", "vanilla_pg"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "k2", "k3", "abs"]
@@ -388,8 +390,8 @@ class Config(Section):
             raise ValueError("algorithm.advantage_estimator 'gae' needs a critic, which is not "
                              "supported with model.lora.enabled yet; use grpo/rloo or full fine-tuning")
         estimator = self.algorithm.advantage_estimator
-        if ADVANTAGE_ESTIMATORS[estimator].grouped and self.rollout.group_size < 2:
-            per_sample = sorted(name for name, est in ADVANTAGE_ESTIMATORS.items() if not est.grouped)
+        if estimator in GROUPED_ESTIMATORS and self.rollout.group_size < 2:
+            per_sample = sorted(set(typing.get_args(AdvantageName)) - GROUPED_ESTIMATORS)
             raise ValueError(
                 f"rollout.group_size = {self.rollout.group_size}: algorithm.advantage_estimator {estimator!r} "
                 f"compares the responses to one prompt with each other and needs rollout.group_size >= 2 "
