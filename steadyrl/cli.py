@@ -14,8 +14,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from . import __version__
 from .errors import ConfigError, TrainingHalted
+
+DOCS_DIR = Path(__file__).resolve().parents[1] / "docs"
+
+
+def _epilog() -> str:
+    """Where to read more, at the foot of every ``--help`` page."""
+    docs = DOCS_DIR if DOCS_DIR.is_dir() else "docs/ in the steadyrl source tree"
+    return ("every config key with its value, default and help: "
+            "steadyrl config show [CONFIG.yaml] [key=value ...]\n"
+            f"documentation: {docs} (configuration.md, data.md, rewards.md, metrics.md, tracking.md, "
+            "migrating.md from TRL and verl, troubleshooting.md)")
 
 
 def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
@@ -31,11 +44,13 @@ def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    page = {"epilog": _epilog(), "formatter_class": argparse.RawDescriptionHelpFormatter}
     parser = argparse.ArgumentParser(prog="steadyrl", description="Numerically stable RL post-training "
-                                     "(PPO, GRPO and relatives) for causal language models.")
+                                     "(PPO, GRPO and relatives) for causal language models.", **page)
+    parser.add_argument("--version", action="version", version=f"steadyrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="RL post-training; with no config, the built-in demo")
+    train = sub.add_parser("train", help="RL post-training; with no config, the built-in demo", **page)
     train.add_argument("items", nargs="*", metavar="CONFIG|key=value",
                        help="an optional YAML config, then dotted overrides such as algorithm.pg_clip=0.1")
     train.add_argument("--output-dir", help="run directory (default: runs/<preset>-<time>)")
@@ -43,22 +58,22 @@ def build_parser() -> argparse.ArgumentParser:
     again.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output-dir")
     again.add_argument("--overwrite", action="store_true", help="replace a previous run in --output-dir")
 
-    ev = sub.add_parser("eval", help="evaluate a run's policy or a model on the held-out prompts")
+    ev = sub.add_parser("eval", help="evaluate a run's policy or a model on the held-out prompts", **page)
     ev.add_argument("items", nargs="*", metavar="CONFIG|key=value")
     group = ev.add_mutually_exclusive_group()
     group.add_argument("--output-dir", help="a run directory: its config and newest checkpoint")
     group.add_argument("--model", help="a model directory or hub name to evaluate")
 
-    plot = sub.add_parser("plot", help="PNG dashboard of one or more runs' metrics")
+    plot = sub.add_parser("plot", help="PNG dashboard of one or more runs' metrics", **page)
     plot.add_argument("run_dirs", nargs="+")
     plot.add_argument("--out", help="output PNG (default: RUN_DIR/dashboard.png)")
 
-    config = sub.add_parser("config", help="inspect configuration")
+    config = sub.add_parser("config", help="inspect configuration", **page)
     config_sub = config.add_subparsers(dest="config_command", required=True)
-    show = config_sub.add_parser("show", help="print the resolved config with every default and its help")
+    show = config_sub.add_parser("show", help="print the resolved config with every default and its help", **page)
     show.add_argument("items", nargs="*", metavar="CONFIG|key=value")
 
-    sub.add_parser("selfcheck", help="numerical self-check of the functional core")
+    sub.add_parser("selfcheck", help="numerical self-check of the functional core", **page)
     return parser
 
 
