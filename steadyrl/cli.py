@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args)
     except ConfigError as exc:
-        print(f"steadyrl: error: {_one_line(exc)}", file=sys.stderr)
+        for problem in getattr(exc, "problems", None) or [exc]:  # a config's every problem, a line each
+            print(f"steadyrl: error: {_one_line(problem)}", file=sys.stderr)
         return 2
     except TrainingHalted as exc:
         print(f"steadyrl: training stopped: {exc}", file=sys.stderr)

@@ -68,7 +68,8 @@ written with nothing under it (`lora:` with its keys commented out) means its de
 error that suggests the nearest valid one (`trainer.lr` -> `optim.lr`; the names TRL and verl
 use are recognised, see [migrating.md](migrating.md)); a wrong type, a value out of range or
 an unknown name is an error naming the field, the value and what would be valid. `steadyrl`
-then exits with status 2 and that one line on stderr.
+then exits with status 2 and that one line on stderr. Every problem of a config is reported at
+once, one `steadyrl: error:` line each (the unknown keys first, then the invalid values).
 
 **Presets.** `algorithm.preset` names a set of defaults for the `algorithm` section only. A
 preset fills the keys you did not write; every key you write wins, and `steadyrl config show`

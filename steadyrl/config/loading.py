@@ -356,24 +356,38 @@ def _unknown_key(path: str, value: Any, siblings: list[str], everywhere: list[st
     return f"unknown config key {path!r}; valid keys here: {', '.join(_leaf(p) for p in siblings)}"
 
 
-def check_unknown_keys(raw: dict[str, Any], model: type[BaseModel] = Config, prefix: str = "") -> None:
-    """Raise ConfigError for the first key that is not a field, suggesting the nearest valid one."""
+def check_unknown_keys(raw: dict[str, Any], model: type[BaseModel] = Config, prefix: str = "") -> list[str]:
+    """One message per key that is not a field, suggesting the nearest valid one; the unknown keys
+    are removed from ``raw`` (a caller's copy), so the rest can still be validated and every
+    problem of a config is reported at once."""
     from .schema import RewardConfig
 
     everywhere = [] if model is RewardConfig else _all_paths(Config)
-    for key, value in raw.items():
+    problems = []
+    for key, value in list(raw.items()):
         path = f"{prefix}{key}"
         field = model.model_fields.get(key)
         if field is None:
             siblings = [f"{prefix}{name}" for name in model.model_fields]
-            raise ConfigError(_unknown_key(str(path), value, siblings, everywhere))
+            problems.append(_unknown_key(str(path), value, siblings, everywhere))
+            del raw[key]
+            continue
         sub = field.annotation
         if isinstance(sub, type) and issubclass(sub, BaseModel) and isinstance(value, dict):
-            check_unknown_keys(value, sub, path + ".")
+            problems += check_unknown_keys(value, sub, path + ".")
         if key == "rewards" and isinstance(value, list):
             for i, item in enumerate(value):
                 if isinstance(item, dict):
-                    check_unknown_keys(item, RewardConfig, f"rewards[{i}].")
+                    problems += check_unknown_keys(item, RewardConfig, f"rewards[{i}].")
+    return problems
+
+
+class ConfigProblems(ConfigError):
+    """Several problems in one config, one line each (the command prints each as its own error)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
 
 
 _UNSET = object()
@@ -489,11 +503,15 @@ def load_config(
         keys, value = parse_override(text)
         set_dotted(raw, keys, value)
     raw, preset_keys = apply_preset(_drop_empty_sections(raw))
-    check_unknown_keys(raw)
+    problems = check_unknown_keys(raw)
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc, raw)) from None
+        problems.append(_format_validation_error(exc, raw))
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigProblems(problems)
     return (config, preset_keys) if with_sources else config
 
 

@@ -203,6 +203,42 @@ def test_an_unknown_key_in_a_yaml_file_is_reported_with_its_path(tmp_path):
         load_config(path)
 
 
+TRL_STYLE = """\
+learning_rate: 1.0e-6
+num_generations: 8
+trainer:
+  max_step: 3
+  micro_batch_size: 0
+rollout:
+  max_completion_length: 64
+rewards:
+  - name: math
+    wieght: 2
+"""
+
+
+def test_every_unknown_and_invalid_key_of_a_config_is_reported_at_once(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text(TRL_STYLE)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [  # each line as it reads when it is the only problem
+        "unknown config key 'learning_rate' (TRL's name): use 'optim.lr'",
+        "unknown config key 'num_generations' (TRL's name): use 'rollout.group_size'",
+        "unknown config key 'trainer.max_step'; did you mean 'trainer.max_steps'?",
+        "unknown config key 'rollout.max_completion_length' (TRL's name): use 'rollout.max_new_tokens'",
+        "unknown config key 'rewards[0].wieght'; did you mean 'rewards[0].weight'?",
+        "invalid configuration: trainer.micro_batch_size = 0: Input should be greater than or equal to 1",
+    ]
+
+
+def test_a_single_problem_is_a_plain_config_error_with_its_one_line():
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["trainer.max_step=3"])
+    assert not hasattr(info.value, "problems")
+    assert str(info.value) == "unknown config key 'trainer.max_step'; did you mean 'trainer.max_steps'?"
+
+
 def test_every_suggestion_is_a_valid_key():
     from steadyrl.config.loading import FOREIGN_NAMES
 
