@@ -60,7 +60,10 @@ steadyrl config show run.yaml algorithm.preset=ppo   # every key, its value and 
 **Overrides.** `section.key=value` (nested: `model.lora.r=32`), after the config file or
 anywhere on the line. The value is read as YAML: `3` is an int, `1e-6` and `0.5` are floats,
 `true`/`false` booleans, `null` is null, `[a, b]` a list, `{name: math, weight: 2}` a mapping;
-quote to keep a string (`model.revision='1e5'`). Overrides apply in order, the last one wins.
+quote to keep a string (`model.revision='1e5'`). A text field or a choice of names keeps the
+value as typed (`model.revision=0123` is `'0123'`; `algorithm.kl_mode=off` is the name `off`, not
+YAML's false, and is refused as no valid choice); `trainer.trackers=wandb`, one name, is the list
+`[wandb]`. Overrides apply in order, the last one wins.
 With no config file, overrides apply to the built-in demo (see the end of this page). A section
 written with nothing under it (`lora:` with its keys commented out) means its defaults.
 

@@ -140,8 +140,19 @@ def _field_at(keys: list[str]) -> FieldInfo | None:
 
 
 def _is_text_field(keys: list[str]) -> bool:
+    """A ``str`` field, or a choice of names (``Literal['none', 'loss', 'reward']``, or null): YAML
+    would read ``algorithm.kl_mode=off`` as false and then report ``False`` as the bad value."""
     field = _field_at(keys)
-    return field is not None and field.annotation in (str, str | None)
+    if field is None:
+        return False
+    if field.annotation in (str, str | None):
+        return True
+    options = [arg for arg in typing.get_args(field.annotation) if arg is not type(None)]
+    if typing.get_origin(field.annotation) is typing.Literal:
+        options = [field.annotation]
+    return bool(options) and all(
+        typing.get_origin(arg) is typing.Literal and all(isinstance(v, str) for v in typing.get_args(arg))
+        for arg in options)
 
 
 def get_dotted(raw: dict[str, Any], keys: list[str]) -> Any:
@@ -396,6 +407,8 @@ _UNSET = object()
 def _lookup(raw: Any, loc: tuple) -> Any:
     node = raw
     for part in loc:
+        if isinstance(node, str) and part == 0:  # one name where a list is expected stands for [name]
+            continue
         try:
             node = node[part]
         except (KeyError, IndexError, TypeError):
@@ -446,6 +459,8 @@ def _message(err: dict, loc: tuple, raw: dict[str, Any]) -> str:
         msg += f"; write a reward as {{name: {value}}}"
     if loc in (("algorithm", "pg_clip"), ("algorithm", "pg_clip_low")) and err["type"] == "less_than_equal":
         msg += " (the ratio's lower bound is 1 - clip; 1 = no lower bound)"
+    if err["type"] == "literal_error" and isinstance(value, bool):
+        msg += " (YAML reads yes, no, on and off as booleans: quote the name to keep it text)"
     if err["type"] == "string_type" and isinstance(value, (bool, int, float, datetime.date)):
         msg += " (YAML reads 0123, yes, 1e-6 or 2024-01-01 as numbers, booleans or dates: quote it to keep it text)"
     return msg

@@ -320,9 +320,16 @@ class TrainerConfig(Section):
     max_consecutive_skips: int = F(3, "Stop after this many optimizer steps in a row skipped for a "
                                    "non-finite loss or gradient norm.", ge=1)
     trackers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = F(
-        [], "Extra trackers besides metrics.jsonl: tensorboard, wandb, mlflow, trackio.")
+        [], "Extra trackers besides metrics.jsonl: tensorboard, wandb, mlflow, trackio (a list; "
+        "one name is a list of one).")
     project: str | None = F(None, "Project name for wandb / mlflow / trackio.")
     run_name: str | None = F(None, "Run name for trackers; null = the output directory's name.")
+
+    @field_validator("trackers", mode="before")
+    @classmethod
+    def _one_tracker(cls, value: Any) -> Any:
+        # trainer.trackers=wandb (TRL's report_to=wandb) means the one-item list
+        return [value] if isinstance(value, str) else value
 
 
 class EvalConfig(Section):
