@@ -347,7 +347,7 @@ def check_inputs(config: Config) -> Inputs:
         inputs.model_path = config.model.name_or_path
         check_model_paths(config, inputs.model_path)
         _tokenize_prompts(config, inputs)
-        check_context_length(config, inputs)
+        check_context_length(config, inputs.model_path, inputs.train_prompts, inputs.eval_prompts)
     except BaseException:
         scorer.close()
         raise
@@ -363,23 +363,33 @@ def _tokenize_prompts(config: Config, inputs: Inputs) -> None:
                                              **options)
 
 
-def check_context_length(config: Config, inputs: Inputs) -> None:
-    """The longest prompt plus ``rollout.max_new_tokens`` must fit the model's positions (a
+def check_context_length(config: Config, model_path: str, train_prompts: list[PromptItem],
+                         eval_prompts: list[PromptItem]) -> None:
+    """The longest prompt plus the response length it is generated with (``rollout.max_new_tokens``;
+    for the held-out prompts ``eval.max_new_tokens`` when set) must fit the model's positions (a
     model with learned positions, GPT-2 for one, otherwise fails with an index error mid-run)."""
     from transformers import AutoConfig
 
     m = config.model
-    model_config = AutoConfig.from_pretrained(inputs.model_path, revision=m.revision,
+    model_config = AutoConfig.from_pretrained(model_path, revision=m.revision,
                                               trust_remote_code=m.trust_remote_code)
     text_config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
     limit = getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", None)
-    longest = max((len(p.ids) for p in inputs.train_prompts + inputs.eval_prompts), default=0)
-    if limit and longest + config.rollout.max_new_tokens > limit:
-        raise ConfigError(
-            f"rollout.max_new_tokens = {config.rollout.max_new_tokens} plus the longest prompt ({longest} tokens, "
-            f"data.max_prompt_tokens = {config.data.max_prompt_tokens}) is {longest + config.rollout.max_new_tokens} "
-            f"tokens, more than the {limit} positions of model.name_or_path = {inputs.model_path!r}; lower "
-            "rollout.max_new_tokens or data.max_prompt_tokens so that they fit")
+    if not limit:
+        return
+    eval_tokens = config.eval.max_new_tokens
+    checks = [("rollout.max_new_tokens", config.rollout.max_new_tokens,
+               train_prompts + (eval_prompts if eval_tokens is None else []), "prompt")]
+    if eval_tokens is not None:
+        checks.append(("eval.max_new_tokens", eval_tokens, eval_prompts, "held-out prompt"))
+    for key, new_tokens, prompts, what in checks:
+        longest = max((len(p.ids) for p in prompts), default=None)
+        if longest is not None and longest + new_tokens > limit:
+            raise ConfigError(
+                f"{key} = {new_tokens} plus the longest {what} ({longest} tokens, data.max_prompt_tokens = "
+                f"{config.data.max_prompt_tokens}) is {longest + new_tokens} tokens, more than the {limit} "
+                f"positions of model.name_or_path = {model_path!r}; lower {key} or data.max_prompt_tokens "
+                "so that they fit")
 
 
 def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) -> Run:
@@ -441,6 +451,7 @@ def build_eval(config: Config, model_path: str):
         tokenizer = build_tokenizer(config, model_path)
         prompts, _ = prepare_prompts(evals, tokenizer, max_prompt_tokens=config.data.max_prompt_tokens,
                                      chat_template=config.data.chat_template, source="data.eval_path")
+        check_context_length(config, model_path, [], prompts)
         policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
                              trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
     except BaseException:
