@@ -150,7 +150,9 @@ class DataConfig(Section):
                               "(the demo has its own held-out split).")
     format: Literal["jsonl", "json", "parquet", "csv", "tsv", "arrow"] | None = F(
         None, "File format; null = inferred from the extension.")
-    split: str | None = F(None, "Split of a DatasetDict directory; null = 'train'.")
+    split: str | None = F(None, "Split of a DatasetDict directory given as data.train_path; null = 'train'.")
+    eval_split: str | None = F(None, "Split of a DatasetDict directory given as data.eval_path; null = "
+                               "'test' when it has one, else 'validation' (never 'train').")
     prompt_key: str = F("prompt", "Column holding the prompt (a string or a list of chat messages).")
     answer_key: str = F("answer", "Column holding the reference answer, passed to reward functions.")
     extra_keys: list[str] | None = F(None, "Other columns passed to reward functions; null = all.")

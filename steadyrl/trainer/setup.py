@@ -24,7 +24,7 @@ import torch
 
 from .. import distributed as dist
 from ..config.schema import Config
-from ..data import PromptSampler, load_records
+from ..data import EVAL_SPLITS, PromptSampler, eval_split_of, load_records
 from ..errors import ConfigError
 from ..functional import AdaptiveKLController, FixedKLController, RunningMoments
 from ..models import (
@@ -130,10 +130,25 @@ def load_data(config: Config, *, eval_only: bool = False) -> tuple[list[dict], l
     kwargs = {"format": data.format, "prompt_key": data.prompt_key, "answer_key": data.answer_key,
               "extra_keys": data.extra_keys}
     train = [] if eval_only else load_records(data.train_path, split=data.split, **kwargs)
-    evals = load_records(data.eval_path, **kwargs) if data.eval_path else []
+    evals = load_eval_records(config) if data.eval_path else []
     if data.max_eval_prompts:
         evals = evals[: data.max_eval_prompts]
     return train, evals
+
+
+def load_eval_records(config: Config) -> list[dict]:
+    """The records of ``data.eval_path``; from a DatasetDict folder, the split
+    :func:`~steadyrl.data.eval_split_of` picks (``data.eval_split``, else test, else validation),
+    named on the console."""
+    data = config.data
+    split = eval_split_of(data.eval_path, data.eval_split)
+    records = load_records(data.eval_path, format=data.format, prompt_key=data.prompt_key,
+                           answer_key=data.answer_key, extra_keys=data.extra_keys, split=split)
+    if split is not None and dist.is_main():
+        how = "data.eval_split" if data.eval_split else f"the first of {' / '.join(EVAL_SPLITS)} it has"
+        print(f"data: held-out prompts from split {split!r} of data.eval_path = {data.eval_path!r} ({how})",
+              flush=True)
+    return records
 
 
 def demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]:
@@ -222,9 +237,7 @@ def task_inputs(config: Config, *, for_eval: bool = False) -> tuple[list[dict], 
     if config.is_demo:
         train, evals, default_specs = demo_task(config)
         if config.data.eval_path:
-            evals = load_records(config.data.eval_path, format=config.data.format,
-                                 prompt_key=config.data.prompt_key, answer_key=config.data.answer_key,
-                                 extra_keys=config.data.extra_keys)
+            evals = load_eval_records(config)
     else:
         train, evals = load_data(config, eval_only=for_eval)
         default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]

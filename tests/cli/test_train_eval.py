@@ -104,3 +104,20 @@ def test_eval_uses_the_eval_file_when_the_config_has_no_train_file(tiny_run, tmp
     out = capsys.readouterr().out
     assert code == 0
     assert json.loads(out[out.index("{"):])["num_prompts"] == 8
+
+
+def test_eval_of_a_dataset_dict_reads_its_test_split_and_says_so(tiny_run, tmp_path, capsys):
+    import datasets
+
+    rows = [json.loads(line) for line in tiny_run.eval.read_text().splitlines() if line.strip()]
+    folder = tmp_path / "held_out"
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows[:3]),
+                          "test": datasets.Dataset.from_list(rows[3:])}).save_to_disk(str(folder))
+    cfg = _eval_config(tmp_path, tiny_run, eval_path=folder)
+    assert cli.main(["eval", cfg, "--model", str(tiny_run.model)]) == 0
+    out = capsys.readouterr().out
+    assert f"held-out prompts from split 'test' of data.eval_path = {str(folder)!r}" in out
+    assert json.loads(out[out.index("{"):])["num_prompts"] == len(rows) - 3
+    assert cli.main(["eval", cfg, "--model", str(tiny_run.model), "data.eval_split=train"]) == 0
+    out = capsys.readouterr().out
+    assert "split 'train'" in out and json.loads(out[out.index("{"):])["num_prompts"] == 3
