@@ -386,6 +386,12 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         model_path = config.model.name_or_path
         if model_path is None:
             raise ConfigError("steadyrl eval needs --output-dir RUN_DIR, --model PATH, or model.name_or_path")
+        if config.is_demo and not config.data.eval_path:
+            # the demo's held-out strings are meant for the demo's own model, not for this one
+            raise ConfigError(
+                f"nothing to evaluate model {model_path!r} on: data.eval_path is not set (without a config, "
+                "held-out prompts would be the built-in string-reversal demo's); give a config with "
+                "data.eval_path, or data.eval_path=FILE; a demo run is evaluated with --output-dir RUN_DIR")
     from .setup import build_eval
 
     engine, scorer, prompts, device = build_eval(config, model_path)

@@ -144,6 +144,11 @@ CASES = {
     "eval response longer than the model's positions": Case(
         ("eval.max_new_tokens=5000",), ("eval.max_new_tokens", "5000", "positions"),
         command=("eval", "{config}", "--model", "{root}/model")),
+    "eval of a model with no config (no held-out data)": Case(
+        (), ("nothing to evaluate", "data.eval_path", "--output-dir"), command=("eval", "--model", "{root}/model")),
+    "eval of a model with a config without held-out data": Case(
+        (), ("nothing to evaluate", "data.eval_path"),
+        command=("eval", "{config}", "--model", "{root}/model", "data.eval_path=null", "data.train_path=null")),
     "eval of a model path that does not exist": Case(
         (), ("no_such_model",), command=("eval", "{config}", "--model", "{root}/no_such_model")),
 }
