@@ -7,6 +7,12 @@
 * ``pass@k`` for k = 1 and k = ``eval.num_samples`` (and powers of two between): the unbiased
   estimator ``1 - C(n - c, k) / C(n, k)`` over ``n = num_samples`` sampled completions per prompt,
   ``c`` of them correct (Chen et al., 2021).
+
+A metric that cannot be computed is ``None`` (``null`` in metrics.jsonl and summary.json,
+``n/a`` on the console), never 0: ``accuracy`` when the accuracy reward scored none of the greedy
+completions (it failed on every one), ``reward_mean`` when no greedy completion could be scored,
+``pass@k`` when the accuracy reward scored none of the samples. A score of 0 means wrong
+answers; a failing reward function means nothing was measured.
 """
 
 from __future__ import annotations
@@ -39,6 +45,15 @@ def _correct(result, name: str, threshold: float) -> list[bool]:
     return [s is not None and math.isfinite(s) and s >= threshold for s in result.raw[name]]
 
 
+def _scored(result, name: str) -> int:
+    """How many of the batch's completions reward ``name`` gave a finite score."""
+    return sum(result.function_valid(name))
+
+
+def _ratio(total: float, count: int) -> float | None:
+    return round(total / count, 6) if count else None
+
+
 def _report_failures(result, shown: set[str]) -> None:
     for name, text in result.errors.items():
         if text and name not in shown:
@@ -55,7 +70,7 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict
     name = eval_config.accuracy_reward or scorer.names[0]
     if name not in scorer.names:
         raise ValueError(f"eval.accuracy_reward {name!r} is not one of the rewards {scorer.names}")
-    correct, scored, rewards, shown = [], 0, 0.0, set()
+    correct, judged, scored, rewards, shown = [], 0, 0, 0.0, set()
     step = eval_config.batch_size
     for start in range(0, len(prompts), step):
         chunk = prompts[start : start + step]
@@ -63,13 +78,14 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict
         result = scorer(chunk, gen.completions)
         _report_failures(result, shown)
         correct += _correct(result, name, eval_config.correct_threshold)
+        judged += _scored(result, name)
         scored += int(result.valid.sum())
         rewards += float(result.scores[result.valid].sum())
-    out = {"accuracy": round(sum(correct) / len(correct), 6), "reward_mean": round(rewards / max(scored, 1), 6),
+    out = {"accuracy": _ratio(sum(correct), len(correct) if judged else 0), "reward_mean": _ratio(rewards, scored),
            "num_prompts": len(prompts)}
     n = eval_config.num_samples
     if n > 0:
-        counts = []
+        counts, judged = [], 0
         per_call = max(1, step // n)
         for start in range(0, len(prompts), per_call):
             chunk = prompts[start : start + per_call]
@@ -78,7 +94,8 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict
             result = scorer([p for p in chunk for _ in range(n)], gen.completions)
             _report_failures(result, shown)
             ok = _correct(result, name, eval_config.correct_threshold)
+            judged += _scored(result, name)
             counts += [sum(ok[i * n : (i + 1) * n]) for i in range(len(chunk))]
         for k in _ks(n):
-            out[f"pass@{k}"] = round(sum(pass_at_k(n, c, k) for c in counts) / len(counts), 6)
+            out[f"pass@{k}"] = _ratio(sum(pass_at_k(n, c, k) for c in counts), len(counts) if judged else 0)
     return out

@@ -356,13 +356,19 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
     return summary
 
 
+def _percent(value: float | None) -> str:
+    """A rate as ``96.6%``; ``n/a`` when it could not be measured (every reward failed)."""
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
 def _summary_line(summary: dict) -> str:
     line = f"done: {summary['steps']} steps in {summary['wall_time_s']:.0f}s"
     before, after = summary["eval_before"], summary["eval_after"]
     if before and after:
-        gain = 100 * (after["accuracy"] - before["accuracy"])
-        line += (f"; held-out accuracy {100 * before['accuracy']:.1f}% -> {100 * after['accuracy']:.1f}% "
-                 f"({gain:+.1f} points)")
+        acc = [_percent(before.get("accuracy")), _percent(after.get("accuracy"))]
+        line += f"; held-out accuracy {acc[0]} -> {acc[1]}"
+        if None not in (before.get("accuracy"), after.get("accuracy")):
+            line += f" ({100 * (after['accuracy'] - before['accuracy']):+.1f} points)"
     return line + f"; run directory {summary['output_dir']} (steadyrl plot {summary['output_dir']})"
 
 
