@@ -155,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingHalted as exc:
         print(f"steadyrl: training stopped: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("steadyrl: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        hint = getattr(exc, "hint", None)  # a run that has a directory says how to continue it
+        print("steadyrl: interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)
         return 130
 
 

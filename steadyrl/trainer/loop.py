@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -28,9 +29,10 @@ from .. import distributed as dist
 from ..config import config_notes, config_to_dict, load_config, save_config
 from ..config.loading import get_dotted, read_yaml
 from ..config.schema import Config
-from ..errors import ConfigError, TrainingHalted
+from ..errors import ConfigError, TrainingHalted, TrainingInterrupted
 from ..models import resolve_device
 from ..progress import progress
+from ..rewards.loader import absolute_file_spec
 from ..rollout import build_engine
 from ..tracking import Tracker
 from . import checkpoint as ckpt
@@ -260,6 +262,13 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
             dist.teardown()
 
 
+def _portable(config: Config) -> Config:
+    """The config as the run directory keeps it: reward files by absolute path, so that
+    ``--resume`` and ``steadyrl eval --output-dir`` work from any directory."""
+    rewards = [r.model_copy(update={"name": absolute_file_spec(r.name)}) for r in config.rewards]
+    return config.model_copy(update={"rewards": rewards})
+
+
 def _start(config: Config, output_dir: str | None, resume: bool, overwrite: bool, started: float) -> dict:
     """Check everything, then touch the run directory: a bad input under ``--overwrite`` or
     ``--resume`` leaves the old run (and its ``config.yaml``) as it was."""
@@ -277,17 +286,30 @@ def _start(config: Config, output_dir: str | None, resume: bool, overwrite: bool
         if dist.is_main():
             if resume and latest is None:
                 print(f"--resume: no checkpoint in {out / 'checkpoints'}; starting at step 0", flush=True)
-            save_config(config, out / "config.yaml")
+            save_config(_portable(config), out / "config.yaml")
             for note in config_notes(config):
                 print(f"steadyrl: note: {note}", flush=True)
     except BaseException:
         inputs.scorer.close()
         raise
-    run = build_run(config, out, inputs)
     try:
-        return _train(run, config, out, latest, started, resume=resume)
-    finally:
-        run.scorer.close()
+        run = build_run(config, out, inputs)
+        try:
+            return _train(run, config, out, latest, started, resume=resume)
+        finally:
+            run.scorer.close()
+    except KeyboardInterrupt:
+        raise TrainingInterrupted(resume_hint(config, out)) from None
+
+
+def resume_hint(config: Config, out: Path) -> str:
+    """How to continue an interrupted run: the exact command, and where it will start."""
+    command = f"steadyrl train --output-dir {shlex.quote(str(out))} --resume"
+    latest = ckpt.latest_checkpoint(out / "checkpoints")
+    if latest is None:
+        return (f"no checkpoint was saved yet (trainer.save_every = {config.trainer.save_every}); "
+                f"`{command}` starts the run again from step 0 with its saved config.yaml")
+    return f"to continue from its newest checkpoint ({latest}), run: {command}"
 
 
 def _train(run: Run, config: Config, out: Path, latest: Path | None, started: float, *,
@@ -316,7 +338,7 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                 tracker.log({f"eval/{k}": v for k, v in run.state.eval_before.items()}, 0)
                 if dist.is_main():
                     print(f"eval before RL: {json.dumps(run.state.eval_before)}", flush=True)
-        bar = progress(run.total_steps - run.state.step, "train", is_main_process=dist.is_main())
+        bar = progress(run.total_steps, "train", is_main_process=dist.is_main(), initial=run.state.step)
         with bar:
             for step in range(run.state.step + 1, run.total_steps + 1):
                 skipped_before = run.state.skipped_steps
