@@ -21,6 +21,9 @@ import math
 
 import torch
 
+from .. import distributed as dist
+from ..progress import progress
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of ``k`` draws without replacement from ``n`` samples, ``c``
@@ -70,6 +73,13 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict
     name = eval_config.accuracy_reward or scorer.names[0]
     if name not in scorer.names:
         raise ValueError(f"eval.accuracy_reward {name!r} is not one of the rewards {scorer.names}")
+    n = eval_config.num_samples
+    # greedy completions of every prompt, then (pass@k) n samples of every prompt
+    with progress(len(prompts) * (2 if n > 0 else 1), "eval", is_main_process=dist.is_main()) as bar:
+        return _evaluate(engine, scorer, prompts, eval_config, max_new, name, bar)
+
+
+def _evaluate(engine, scorer, prompts: list, eval_config, max_new: int, name: str, bar) -> dict:
     correct, judged, scored, rewards, shown = [], 0, 0, 0.0, set()
     step = eval_config.batch_size
     for start in range(0, len(prompts), step):
@@ -81,6 +91,7 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict
         judged += _scored(result, name)
         scored += int(result.valid.sum())
         rewards += float(result.scores[result.valid].sum())
+        bar.update(len(chunk))
     out = {"accuracy": _ratio(sum(correct), len(correct) if judged else 0), "reward_mean": _ratio(rewards, scored),
            "num_prompts": len(prompts)}
     n = eval_config.num_samples
@@ -96,6 +107,7 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict
             ok = _correct(result, name, eval_config.correct_threshold)
             judged += _scored(result, name)
             counts += [sum(ok[i * n : (i + 1) * n]) for i in range(len(chunk))]
+            bar.update(len(chunk))
         for k in _ks(n):
             out[f"pass@{k}"] = _ratio(sum(pass_at_k(n, c, k) for c in counts), len(counts) if judged else 0)
     return out

@@ -350,7 +350,10 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                 if every and step % every == 0:
                     tracker.log_samples(_sample_rows(extras), step)
                 if config.trainer.eval_every and step % config.trainer.eval_every == 0 and step < run.total_steps:
-                    metrics.update({f"eval/{k}": v for k, v in evaluate_now().items()})
+                    result = evaluate_now()
+                    metrics.update({f"eval/{k}": v for k, v in result.items()})
+                    if result and dist.is_main():
+                        print(f"eval at step {step}: {json.dumps(result)}", flush=True)
                 tracker.log(metrics, step)
                 bar.update(1, reward=metrics.get("reward/mean"), len=metrics.get("response/length_mean"),
                            step_s=metrics.get("time/step_s"))

@@ -121,3 +121,13 @@ def test_eval_of_a_dataset_dict_reads_its_test_split_and_says_so(tiny_run, tmp_p
     assert cli.main(["eval", cfg, "--model", str(tiny_run.model), "data.eval_split=train"]) == 0
     out = capsys.readouterr().out
     assert "split 'train'" in out and json.loads(out[out.index("{"):])["num_prompts"] == 3
+
+
+def test_evaluations_during_training_are_printed(tiny_run, tmp_path, capsys):
+    code = cli.main(["train", str(tiny_run.config), "--output-dir", str(tmp_path / "run"), "trainer.max_steps=3",
+                     "trainer.eval_every=2", "eval.num_samples=0"])
+    out = capsys.readouterr().out
+    assert code == 0
+    printed = [line for line in out.splitlines() if line.startswith("eval ")]
+    assert [line.split(":")[0] for line in printed] == ["eval before RL", "eval at step 2", "eval after RL"]
+    assert json.loads(printed[1].split(": ", 1)[1])["num_prompts"] == 8

@@ -81,3 +81,10 @@ def test_the_summary_line_says_n_a_for_a_missing_accuracy():
     line = _summary_line({"steps": 2, "wall_time_s": 3.0, "output_dir": "runs/x",
                           "eval_before": {"accuracy": None}, "eval_after": {"accuracy": 0.5}})
     assert "held-out accuracy n/a -> 50.0%" in line and "points" not in line
+
+
+def test_evaluation_shows_its_progress(capsys, monkeypatch):
+    monkeypatch.setenv("STEADYRL_NO_PROGRESS", "1")  # lines, as in a log file
+    _evaluate(_matches, num_samples=2)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[eval]")]
+    assert lines and lines[-1].startswith("[eval] 6/6 (100%)")  # 3 greedy, then 3 prompts sampled
