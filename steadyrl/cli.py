@@ -95,6 +95,12 @@ def _run(args: argparse.Namespace) -> int:
             print(f"# note: {note}")
         print(render_config(config, preset_keys), end="")
         return 0
+    # a config error is answered before the trainer is imported (torch and transformers: seconds)
+    from .config import load_config
+
+    model = [f"model.name_or_path={args.model}"] if getattr(args, "model", None) else []
+    load_config(_config_source(args, path), [*overrides, *model])
+    _quiet_libraries()
     if args.command == "train":
         from .trainer import train
 
@@ -109,6 +115,16 @@ def _run(args: argparse.Namespace) -> int:
         evaluate_run(path, overrides, output_dir=args.output_dir, model=args.model)
         return 0
     raise AssertionError(args.command)
+
+
+def _config_source(args: argparse.Namespace, path: str | None) -> str | None:
+    """The config file ``train`` / ``eval`` read: without one, a run's own ``config.yaml`` when
+    resuming it or evaluating it (as the trainer does), else ``path`` (None: the demo)."""
+    run_dir = getattr(args, "output_dir", None)
+    if path is None and run_dir and (args.command == "eval" or getattr(args, "resume", False)):
+        saved = Path(run_dir) / "config.yaml"
+        return str(saved) if saved.is_file() else None
+    return path
 
 
 def _one_line(exc: BaseException) -> str:
@@ -144,8 +160,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    if args.command in ("train", "eval"):  # not before `config`: importing transformers takes seconds
-        _quiet_libraries()
     try:
         return _run(args)
     except ConfigError as exc:

@@ -57,3 +57,19 @@ def test_the_config_show_command_imports_no_torch_or_transformers():
             assert main(["config", "show", "algorithm.preset=rloo"]) == 0
             assert main(["config", "show", "trainer.max_step=3"]) == 2
     """) == []
+
+
+def test_train_and_eval_answer_a_config_error_before_importing_torch(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("trainer:\n  max_step: 3\n")
+    assert _heavy_modules_after(f"""
+        import contextlib, io
+        from steadyrl.cli import main
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+            assert main(["train", "trainer.max_step=3"]) == 2
+            assert main(["eval", "--model", "some/model", "algorithm.kl_mode=off"]) == 2
+            assert main(["eval", "--output-dir", {str(run)!r}]) == 2  # the run's own config.yaml
+            assert main(["train", "--output-dir", {str(run)!r}, "--resume"]) == 2
+        assert err.getvalue().count("'trainer.max_step'") == 3, err.getvalue()
+    """) == []
