@@ -131,3 +131,17 @@ def test_evaluations_during_training_are_printed(tiny_run, tmp_path, capsys):
     printed = [line for line in out.splitlines() if line.startswith("eval ")]
     assert [line.split(":")[0] for line in printed] == ["eval before RL", "eval at step 2", "eval after RL"]
     assert json.loads(printed[1].split(": ", 1)[1])["num_prompts"] == 8
+
+
+def test_eval_of_a_demo_run_scores_the_demo_held_out_strings(tmp_path, capsys):
+    """Where the demo's data is meant (its own run), ``steadyrl eval --output-dir`` still uses it;
+    only a model given without held-out data is refused (tests/cli/test_bad_input.py)."""
+    out = tmp_path / "demo"
+    tiny = ["trainer.max_steps=1", "demo.num_train=16", "demo.num_eval=4", "demo.warmstart_steps=0",
+            "demo.n_layers=1", "demo.hidden_size=16", "demo.n_heads=2", "rollout.prompts_per_step=4",
+            "rollout.group_size=2", "eval.num_samples=0"]
+    assert cli.main(["train", "--output-dir", str(out), *tiny]) == 0
+    capsys.readouterr()
+    assert cli.main(["eval", "--output-dir", str(out)]) == 0
+    out_text = capsys.readouterr().out
+    assert json.loads(out_text[out_text.index("{"):])["num_prompts"] == 4
