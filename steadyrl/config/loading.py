@@ -155,8 +155,19 @@ def _field_at(keys: list[str]) -> FieldInfo | None:
 
 
 def _is_text_field(keys: list[str]) -> bool:
+    """A ``str`` field, or a choice of names (``Literal['none', 'loss', 'reward']``, or null): YAML
+    would read ``algorithm.kl_mode=off`` as false and then report ``False`` as the bad value."""
     field = _field_at(keys)
-    return field is not None and field.annotation in (str, str | None)
+    if field is None:
+        return False
+    if field.annotation in (str, str | None):
+        return True
+    options = [arg for arg in typing.get_args(field.annotation) if arg is not type(None)]
+    if typing.get_origin(field.annotation) is typing.Literal:
+        options = [field.annotation]
+    return bool(options) and all(
+        typing.get_origin(arg) is typing.Literal and all(isinstance(v, str) for v in typing.get_args(arg))
+        for arg in options)
 
 
 def get_dotted(raw: dict[str, Any], keys: list[str]) -> Any:
@@ -371,24 +382,38 @@ def _unknown_key(path: str, value: Any, siblings: list[str], everywhere: list[st
     return f"unknown config key {path!r}; valid keys here: {', '.join(_leaf(p) for p in siblings)}"
 
 
-def check_unknown_keys(raw: dict[str, Any], model: type[BaseModel] = Config, prefix: str = "") -> None:
-    """Raise ConfigError for the first key that is not a field, suggesting the nearest valid one."""
+def check_unknown_keys(raw: dict[str, Any], model: type[BaseModel] = Config, prefix: str = "") -> list[str]:
+    """One message per key that is not a field, suggesting the nearest valid one; the unknown keys
+    are removed from ``raw`` (a caller's copy), so the rest can still be validated and every
+    problem of a config is reported at once."""
     from .schema import RewardConfig
 
     everywhere = [] if model is RewardConfig else _all_paths(Config)
-    for key, value in raw.items():
+    problems = []
+    for key, value in list(raw.items()):
         path = f"{prefix}{key}"
         field = model.model_fields.get(key)
         if field is None:
             siblings = [f"{prefix}{name}" for name in model.model_fields]
-            raise ConfigError(_unknown_key(str(path), value, siblings, everywhere))
+            problems.append(_unknown_key(str(path), value, siblings, everywhere))
+            del raw[key]
+            continue
         sub = field.annotation
         if isinstance(sub, type) and issubclass(sub, BaseModel) and isinstance(value, dict):
-            check_unknown_keys(value, sub, path + ".")
+            problems += check_unknown_keys(value, sub, path + ".")
         if key == "rewards" and isinstance(value, list):
             for i, item in enumerate(value):
                 if isinstance(item, dict):
-                    check_unknown_keys(item, RewardConfig, f"rewards[{i}].")
+                    problems += check_unknown_keys(item, RewardConfig, f"rewards[{i}].")
+    return problems
+
+
+class ConfigProblems(ConfigError):
+    """Several problems in one config, one line each (the command prints each as its own error)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
 
 
 _UNSET = object()
@@ -397,6 +422,8 @@ _UNSET = object()
 def _lookup(raw: Any, loc: tuple) -> Any:
     node = raw
     for part in loc:
+        if isinstance(node, str) and part == 0:  # one name where a list is expected stands for [name]
+            continue
         try:
             node = node[part]
         except (KeyError, IndexError, TypeError):
@@ -447,6 +474,8 @@ def _message(err: dict, loc: tuple, raw: dict[str, Any]) -> str:
         msg += f"; write a reward as {{name: {value}}}"
     if loc in (("algorithm", "pg_clip"), ("algorithm", "pg_clip_low")) and err["type"] == "less_than_equal":
         msg += " (the ratio's lower bound is 1 - clip; 1 = no lower bound)"
+    if err["type"] == "literal_error" and isinstance(value, bool):
+        msg += " (YAML reads yes, no, on and off as booleans: quote the name to keep it text)"
     if err["type"] == "string_type" and isinstance(value, (bool, int, float, datetime.date)):
         msg += " (YAML reads 0123, yes, 1e-6 or 2024-01-01 as numbers, booleans or dates: quote it to keep it text)"
     return msg
@@ -504,11 +533,15 @@ def load_config(
         keys, value = parse_override(text)
         set_dotted(raw, keys, value)
     raw, preset_keys = apply_preset(_drop_empty_sections(raw))
-    check_unknown_keys(raw)
+    problems = check_unknown_keys(raw)
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc, raw)) from None
+        problems.append(_format_validation_error(exc, raw))
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigProblems(problems)
     return (config, preset_keys) if with_sources else config
 
 

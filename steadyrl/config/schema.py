@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from ..functional.advantages import ADVANTAGE_ESTIMATORS
 from ..functional.constants import (
     DIFFICULTY_HIGH,
     DIFFICULTY_LOW,
@@ -31,6 +30,9 @@ NormType = Literal["batch", "group", "running", "none"]
 AdvantageName = Literal[
     "grpo", "gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "grpo_passk"
 ]
+GROUPED_ESTIMATORS = frozenset({"grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "grpo_passk"})
+"""The estimators that compare a prompt's responses with each other (``grouped=True`` in
+:data:`steadyrl.functional.ADVANTAGE_ESTIMATORS`, which imports torch; a test keeps the two equal)."""
 PolicyLossName = Literal["ppo", "gspo", "cispo", "vanilla_pg"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "k2", "k3", "abs"]
@@ -148,7 +150,9 @@ class DataConfig(Section):
                               "(the demo has its own held-out split).")
     format: Literal["jsonl", "json", "parquet", "csv", "tsv", "arrow"] | None = F(
         None, "File format; null = inferred from the extension.")
-    split: str | None = F(None, "Split of a DatasetDict directory; null = 'train'.")
+    split: str | None = F(None, "Split of a DatasetDict directory given as data.train_path; null = 'train'.")
+    eval_split: str | None = F(None, "Split of a DatasetDict directory given as data.eval_path; null = "
+                               "'test' when it has one, else 'validation' (never 'train').")
     prompt_key: str = F("prompt", "Column holding the prompt (a string or a list of chat messages).")
     answer_key: str = F("answer", "Column holding the reference answer, passed to reward functions.")
     extra_keys: list[str] | None = F(None, "Other columns passed to reward functions; null = all.")
@@ -380,9 +384,16 @@ class TrainerConfig(Section):
     max_consecutive_skips: int = F(3, "Stop after this many optimizer steps in a row skipped for a "
                                    "non-finite loss or gradient norm.", ge=1)
     trackers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = F(
-        [], "Extra trackers besides metrics.jsonl: tensorboard, wandb, mlflow, trackio.")
+        [], "Extra trackers besides metrics.jsonl: tensorboard, wandb, mlflow, trackio (a list; "
+        "one name is a list of one).")
     project: str | None = F(None, "Project name for wandb / mlflow / trackio.")
     run_name: str | None = F(None, "Run name for trackers; null = the output directory's name.")
+
+    @field_validator("trackers", mode="before")
+    @classmethod
+    def _one_tracker(cls, value: Any) -> Any:
+        # trainer.trackers=wandb (TRL's report_to=wandb) means the one-item list
+        return [value] if isinstance(value, str) else value
 
 
 class EvalConfig(Section):
@@ -450,8 +461,8 @@ class Config(Section):
             raise ValueError("algorithm.advantage_estimator 'gae' needs a critic, which is not "
                              "supported with model.lora.enabled yet; use grpo/rloo or full fine-tuning")
         estimator = self.algorithm.advantage_estimator
-        if ADVANTAGE_ESTIMATORS[estimator].grouped and self.rollout.group_size < 2:
-            per_sample = sorted(name for name, est in ADVANTAGE_ESTIMATORS.items() if not est.grouped)
+        if estimator in GROUPED_ESTIMATORS and self.rollout.group_size < 2:
+            per_sample = sorted(set(typing.get_args(AdvantageName)) - GROUPED_ESTIMATORS)
             raise ValueError(
                 f"rollout.group_size = {self.rollout.group_size}: algorithm.advantage_estimator {estimator!r} "
                 f"compares the responses to one prompt with each other and needs rollout.group_size >= 2 "

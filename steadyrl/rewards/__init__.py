@@ -11,13 +11,14 @@ per batch under a time limit and turn every failure into an invalid sample, neve
 See ``docs/rewards.md``.
 """
 
+import importlib
+from typing import Any
+
 from . import judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
 from .loader import load_reward, reward_name
 from .math_verifier import math_reward, parse_gold
-from .metrics import reward_metrics
 from .registry import BUILTIN_REWARDS, RewardFactory, RewardFn, register_reward
 from .runners import ISOLATIONS, Isolation, default_isolation
-from .scoring import DEFAULT_TIMEOUT_S, FAILURE_KINDS, RewardScorer, RewardSpec, ScoreResult, score_batch
 from .verifiers import (
     exact_match,
     extract_answer,
@@ -26,6 +27,27 @@ from .verifiers import (
     normalized_match,
     regex_format,
 )
+
+# Batch scoring holds its results in tensors: imported on first use, so that the config layer
+# (which reads reward names through .loader, and so runs this file) does not import torch.
+_LAZY = {
+    "DEFAULT_TIMEOUT_S": "scoring",
+    "FAILURE_KINDS": "scoring",
+    "RewardScorer": "scoring",
+    "RewardSpec": "scoring",
+    "ScoreResult": "scoring",
+    "score_batch": "scoring",
+    "reward_metrics": "metrics",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BUILTIN_REWARDS",

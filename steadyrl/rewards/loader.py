@@ -110,6 +110,18 @@ def load_reward(spec: str, **options) -> RewardFn:
     return bound
 
 
+def absolute_file_spec(spec: str) -> str:
+    """``path/to/file.py:function`` with the file's absolute path (relative paths are read from the
+    current directory, so a run's saved config must not depend on where it was launched); any
+    other spec (a built-in, ``package.module:function``) unchanged."""
+    target, sep, attr = spec.strip().rpartition(":")
+    if not (sep and target and attr) or spec.strip() in BUILTIN_REWARDS:
+        return spec
+    if not (target.endswith(".py") or "/" in target or "\\" in target):
+        return spec
+    return f"{Path(target).expanduser().resolve()}:{attr}"
+
+
 def reward_name(spec: str) -> str:
     """A short name for a spec, for metrics: the built-in name or the function's name."""
     spec = spec.strip()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -27,10 +28,11 @@ import torch
 from .. import distributed as dist
 from ..config import config_notes, config_to_dict, load_config
 from ..config.schema import Config
-from ..errors import ConfigError, TrainingHalted
+from ..errors import ConfigError, TrainingHalted, TrainingInterrupted
 from ..files import atomic_write_text
 from ..models import resolve_device
 from ..progress import progress
+from ..rewards.loader import absolute_file_spec
 from ..rollout import build_engine
 from ..secrets import redact_secrets
 from ..tracking import Tracker
@@ -209,6 +211,13 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
             dist.teardown()
 
 
+def _portable(config: Config) -> Config:
+    """The config as the run directory keeps it: reward files by absolute path, so that
+    ``--resume`` and ``steadyrl eval --output-dir`` work from any directory."""
+    rewards = [r.model_copy(update={"name": absolute_file_spec(r.name)}) for r in config.rewards]
+    return config.model_copy(update={"rewards": rewards})
+
+
 def _start(config: Config, output_dir: str | None, resume: bool, overwrite: bool, started: float) -> dict:
     """Check everything, then touch the run directory: a bad input under ``--overwrite`` or
     ``--resume`` leaves the old run (and its ``config.yaml``) as it was. The directory of a
@@ -233,17 +242,30 @@ def _start(config: Config, output_dir: str | None, resume: bool, overwrite: bool
             if dist.is_main():
                 if resume and latest is None:
                     print(f"--resume: no checkpoint in {out / 'checkpoints'}; starting at step 0", flush=True)
-                write_run_config(config, out)
+                write_run_config(_portable(config), out)
                 for note in config_notes(config):
                     print(f"steadyrl: note: {note}", flush=True)
         except BaseException:
             inputs.scorer.close()
             raise
-        run = build_run(config, out, inputs)
         try:
-            return _train(run, config, out, latest, started, resume=resume)
-        finally:
-            run.scorer.close()
+            run = build_run(config, out, inputs)
+            try:
+                return _train(run, config, out, latest, started, resume=resume)
+            finally:
+                run.scorer.close()
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(resume_hint(config, out)) from None
+
+
+def resume_hint(config: Config, out: Path) -> str:
+    """How to continue an interrupted run: the exact command, and where it will start."""
+    command = f"steadyrl train --output-dir {shlex.quote(str(out))} --resume"
+    latest = ckpt.latest_checkpoint(out / "checkpoints")
+    if latest is None:
+        return (f"no checkpoint was saved yet (trainer.save_every = {config.trainer.save_every}); "
+                f"`{command}` starts the run again from step 0 with its saved config.yaml")
+    return f"to continue from its newest checkpoint ({latest}), run: {command}"
 
 
 def _train(run: Run, config: Config, out: Path, latest: Path | None, started: float, *,
@@ -273,7 +295,7 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                 tracker.log({f"eval/{k}": v for k, v in run.state.eval_before.items()}, 0)
                 if dist.is_main():
                     print(f"eval before RL: {json.dumps(run.state.eval_before)}", flush=True)
-        bar = progress(run.total_steps - run.state.step, "train", is_main_process=dist.is_main())
+        bar = progress(run.total_steps, "train", is_main_process=dist.is_main(), initial=run.state.step)
         with bar:
             for step in range(run.state.step + 1, run.total_steps + 1):
                 skipped_before = run.state.skipped_steps
@@ -285,7 +307,10 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                 if every and step % every == 0:
                     tracker.log_samples(_sample_rows(extras), step)
                 if config.trainer.eval_every and step % config.trainer.eval_every == 0 and step < run.total_steps:
-                    metrics.update({f"eval/{k}": v for k, v in evaluate_now().items()})
+                    result = evaluate_now()
+                    metrics.update({f"eval/{k}": v for k, v in result.items()})
+                    if result and dist.is_main():
+                        print(f"eval at step {step}: {json.dumps(result)}", flush=True)
                 tracker.log(metrics, step)
                 bar.update(1, reward=metrics.get("reward/mean"), len=metrics.get("response/length_mean"),
                            step_s=metrics.get("time/step_s"))
@@ -313,13 +338,19 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
     return summary
 
 
+def _percent(value: float | None) -> str:
+    """A rate as ``96.6%``; ``n/a`` when it could not be measured (every reward failed)."""
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
 def _summary_line(summary: dict) -> str:
     line = f"done: {summary['steps']} steps in {summary['wall_time_s']:.0f}s"
     before, after = summary["eval_before"], summary["eval_after"]
     if before and after:
-        gain = 100 * (after["accuracy"] - before["accuracy"])
-        line += (f"; held-out accuracy {100 * before['accuracy']:.1f}% -> {100 * after['accuracy']:.1f}% "
-                 f"({gain:+.1f} points)")
+        acc = [_percent(before.get("accuracy")), _percent(after.get("accuracy"))]
+        line += f"; held-out accuracy {acc[0]} -> {acc[1]}"
+        if None not in (before.get("accuracy"), after.get("accuracy")):
+            line += f" ({100 * (after['accuracy'] - before['accuracy']):+.1f} points)"
     return line + f"; run directory {summary['output_dir']} (steadyrl plot {summary['output_dir']})"
 
 
@@ -345,6 +376,12 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         model_path = config.model.name_or_path
         if model_path is None:
             raise ConfigError("steadyrl eval needs --output-dir RUN_DIR, --model PATH, or model.name_or_path")
+        if config.is_demo and not config.data.eval_path:
+            # the demo's held-out strings are meant for the demo's own model, not for this one
+            raise ConfigError(
+                f"nothing to evaluate model {model_path!r} on: data.eval_path is not set (without a config, "
+                "held-out prompts would be the built-in string-reversal demo's); give a config with "
+                "data.eval_path, or data.eval_path=FILE; a demo run is evaluated with --output-dir RUN_DIR")
     from .setup import build_eval
 
     engine, scorer, prompts, device, agent = build_eval(config, model_path)

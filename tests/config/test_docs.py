@@ -203,3 +203,10 @@ def test_every_name_in_the_migration_tables_gets_its_steadyrl_key(written, whose
     message = str(info.value)
     assert "unknown config key" in message and "valid keys here" not in message, message
     assert any(key in message for key in wanted), (wanted, message)
+
+
+def test_the_metrics_page_says_the_first_row_is_the_step_0_evaluation():
+    """metrics.jsonl starts with the evaluation before training at step 0 (tests/cli/test_train_eval.py
+    checks the file); the page must not say that steps start at 1 and stop there."""
+    row = next(line for line in (DOCS / "metrics.md").read_text().splitlines() if line.startswith("| `step` |"))
+    assert "step 0" in row and "evaluation before" in row
