@@ -22,10 +22,11 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+from pathlib import Path
 
 from ..secrets import resolve_env_options
 from ..errors import RewardLoadError
-from ..userfn import SPEC_FORMS, resolve_spec
+from ..userfn import SPEC_FORMS, is_file_target, resolve_spec
 from . import judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
 from .registry import BUILTIN_REWARDS, RewardFn
 
@@ -117,7 +118,7 @@ def absolute_file_spec(spec: str) -> str:
     target, sep, attr = spec.strip().rpartition(":")
     if not (sep and target and attr) or spec.strip() in BUILTIN_REWARDS:
         return spec
-    if not (target.endswith(".py") or "/" in target or "\\" in target):
+    if not is_file_target(target):
         return spec
     return f"{Path(target).expanduser().resolve()}:{attr}"
 

@@ -27,11 +27,8 @@ import math
 import os
 import threading
 
-import torch
-
 from ..errors import ConfigError
 from ..functional.constants import NORM_EPS
-from ..models import check_model_source, resolve_dtype
 from .cached import DEFAULT_CACHE_SIZE, CachedReward, check_int, check_number
 from .registry import register_reward
 
@@ -58,6 +55,8 @@ class DeviceReward(CachedReward):
     preferred_isolation = "inline"
 
     def __init__(self, name: str, *, device: str, dtype: str, cache_size: int, answer_key: str = "answer"):
+        import torch
+
         super().__init__(name, cache_size=cache_size, answer_key=answer_key)
         if dtype not in DTYPES:
             raise ConfigError(f"{name} reward: option dtype={dtype!r} is not one of {list(DTYPES)}")
@@ -74,10 +73,14 @@ class DeviceReward(CachedReward):
 
     def use_device(self, device: torch.device, dtype: torch.dtype) -> None:
         """Run on the trainer's ``device`` / ``dtype`` where the options say ``auto``."""
+        import torch
+
         self._trainer = (torch.device(device), dtype)
 
     @property
     def device(self) -> torch.device:
+        import torch
+
         if self._device_option != "auto":
             return torch.device(self._device_option)
         if self._trainer is not None:
@@ -86,6 +89,8 @@ class DeviceReward(CachedReward):
 
     @property
     def dtype(self) -> torch.dtype:
+        from ..models import resolve_dtype
+
         if self._dtype_option == "auto" and self._trainer is not None and self._device_option == "auto":
             return self._trainer[1]
         return resolve_dtype(self._dtype_option, self.device)
@@ -109,6 +114,7 @@ class DeviceReward(CachedReward):
 
 
 def _model_config(reward: str, model: str, revision, trust_remote_code: bool):
+    from ..models import check_model_source
     from transformers import AutoConfig
 
     check_model_source(f"{reward} reward: option model", model)
@@ -185,6 +191,8 @@ class RewardModel(DeviceReward):
         return out, templated
 
     def score_new(self, prompts: list, completions: list, columns: dict) -> list:
+        import torch
+
         model = self.loaded()
         texts, templated = self.texts(prompts, completions)
         scores: list = []
