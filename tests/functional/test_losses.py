@@ -437,7 +437,7 @@ def test_trls_cispo_epsilon_high_is_pg_clip_high_plus_one(epsilon_high):
     trl_weight = torch.exp(logprobs - old).clamp(max=epsilon_high).detach()
     trl_loss = (-trl_weight * advantages * logprobs).mean()  # TRL's token-mean with a full mask
     ours, _ = cispo_policy_loss(logprobs, old, advantages, mask, clip_low=1.0, clip_high=epsilon_high - 1)
-    assert float(ours) == pytest.approx(float(trl_loss), rel=1e-12)
+    assert float(ours) == pytest.approx(float(trl_loss), rel=1e-6)  # reductions in float32
     (g_ours,) = torch.autograd.grad(ours, logprobs)
     (g_trl,) = torch.autograd.grad(trl_loss, logprobs)
-    assert torch.allclose(g_ours, g_trl, rtol=1e-12, atol=0)
+    assert torch.allclose(g_ours, g_trl, rtol=1e-5, atol=1e-9)
