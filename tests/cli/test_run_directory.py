@@ -102,3 +102,26 @@ def test_one_reward_twice_under_two_labels_is_scored_and_logged_twice(tiny_run, 
     assert cli.main(["train", str(tiny_run.config), "--output-dir", str(out), rewards, "trainer.max_steps=1"]) == 0
     step = [m for m in read_metrics(out) if m["step"] == 1][0]
     assert "reward/starts_a/failed" in step and "reward/ends_a/failed" in step
+
+
+class _TouchOnLoad:
+    """Unpickling it calls ``Path.touch(marker)``: what a hostile ``state.pt`` could do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        from pathlib import Path
+
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_resume_refuses_a_state_pt_whose_loading_would_run_code(run_copy, tiny_run, tmp_path, capsys):
+    import torch
+
+    marker = tmp_path / "code-ran"
+    state = run_copy / "checkpoints" / "step_000002" / "state.pt"
+    torch.save({"step": 2, "payload": _TouchOnLoad(marker)}, state)
+    _fails_with(capsys, ["train", str(tiny_run.config), "--output-dir", str(run_copy), "--resume",
+                         "trainer.max_steps=3"], "state.pt", "refused")
+    assert not marker.exists()
