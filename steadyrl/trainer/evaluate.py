@@ -15,6 +15,8 @@ import math
 
 import torch
 
+from .prompts import completion_token_ids
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of ``k`` draws without replacement from ``n`` samples, ``c``
@@ -60,7 +62,7 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict
     for start in range(0, len(prompts), step):
         chunk = prompts[start : start + step]
         gen = engine.generate([p.ids for p in chunk], 1, max_new_tokens=max_new, do_sample=False)
-        result = scorer(chunk, gen.completions)
+        result = scorer(chunk, gen.completions, completion_token_ids(gen.response_ids, gen.response_mask))
         _report_failures(result, shown)
         correct += _correct(result, name, eval_config.correct_threshold)
         scored += int(result.valid.sum())
@@ -75,7 +77,8 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config) -> dict
             chunk = prompts[start : start + per_call]
             gen = engine.generate([p.ids for p in chunk], n, max_new_tokens=max_new,
                                   temperature=eval_config.temperature)
-            result = scorer([p for p in chunk for _ in range(n)], gen.completions)
+            result = scorer([p for p in chunk for _ in range(n)], gen.completions,
+                            completion_token_ids(gen.response_ids, gen.response_mask))
             _report_failures(result, shown)
             ok = _correct(result, name, eval_config.correct_threshold)
             counts += [sum(ok[i * n : (i + 1) * n]) for i in range(len(chunk))]

@@ -3,7 +3,8 @@
 A :class:`PromptItem` is one dataset record after rendering (chat template when it applies) and
 tokenizing once: ``text`` is what reward functions receive as the prompt, ``ids`` what the
 engine generates from, ``columns`` the record's other columns (``answer`` and the rest), passed
-to reward functions as keyword lists.
+to reward functions as keyword lists, and ``messages`` the record's prompt when it was a list of
+chat messages (what TRL-style reward functions receive instead of ``text``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..data import render_prompt
-from ..errors import DataError
+from ..errors import DataError, RewardCallError
 from ..rewards import RewardScorer, RewardSpec, ScoreResult
 
 
@@ -20,6 +21,7 @@ class PromptItem:
     text: str
     ids: list[int]
     columns: dict = field(default_factory=dict)
+    messages: list | None = None
 
 
 def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
@@ -38,7 +40,8 @@ def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
         lengths.append(len(ids))
         if len(ids) <= max_prompt_tokens:
             columns = {k: v for k, v in record.items() if k != "prompt"}
-            items.append(PromptItem(text=text, ids=list(ids), columns=columns))
+            items.append(PromptItem(text=text, ids=list(ids), columns=columns,
+                                    messages=prompt if isinstance(prompt, list) else None))
     if records and not items:
         raise DataError(
             f"all {len(records)} prompts of {source} are longer than data.max_prompt_tokens = "
@@ -48,20 +51,42 @@ def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
     return items, len(records) - len(items)
 
 
+def completion_token_ids(response_ids, response_mask) -> list[list[int]]:
+    """Each row's valid response token ids (EOS included) as a list of ints: ``completion_ids``."""
+    return [row[mask.bool()].tolist() for row, mask in zip(response_ids, response_mask)]
+
+
 class Scorer:
     """Calls the reward functions on completions of :class:`PromptItem` s, keeping their worker
-    processes for the whole run (:meth:`close` stops them)."""
+    processes for the whole run (:meth:`close` stops them).
+
+    The first batch it scores is also a check of how the functions are called: a function whose
+    signature cannot take the call (every sample failed with a binding ``TypeError``) stops the
+    run there with a :class:`~steadyrl.errors.RewardCallError` (exit status 2), instead of
+    failing every sample of every step."""
 
     def __init__(self, specs: list[RewardSpec]):
         if not specs:
             raise DataError("no reward function configured (rewards: [])")
         self._scorer = RewardScorer(specs)
         self.names = [s.name for s in specs]
+        self._first = True
 
-    def __call__(self, prompts: list[PromptItem], completions: list[str]) -> ScoreResult:
+    def __call__(self, prompts: list[PromptItem], completions: list[str],
+                 completion_ids: list[list[int]] | None = None) -> ScoreResult:
         keys = sorted({k for p in prompts for k in p.columns})
         columns = {k: [p.columns.get(k) for p in prompts] for k in keys}
-        return self._scorer.score([p.text for p in prompts], completions, columns)
+        chat = [p.messages for p in prompts]
+        result = self._scorer.score([p.text for p in prompts], completions, columns, completion_ids=completion_ids,
+                                    chat_prompts=chat if any(m is not None for m in chat) else None)
+        first, self._first = self._first, False
+        if first and result.call_errors:
+            name, text = next(iter(result.call_errors.items()))
+            raise RewardCallError(
+                f"rewards: {name!r} cannot be called as {text}; every sample of the first batch failed "
+                f"with it (the columns passed: {keys}). Fix the function's signature or the data "
+                "(docs/rewards.md, 'How a function is called')")
+        return result
 
     def close(self) -> None:
         self._scorer.close()

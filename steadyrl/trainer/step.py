@@ -23,6 +23,7 @@ from .batch import TrainBatch, batch_from_generation, micro_batches
 from .forward import critic_values, response_logprobs
 from .global_batch import GlobalSamples, gather_samples
 from .processing import process_rewards
+from .prompts import completion_token_ids
 from .setup import Run
 from .update import ppo_update
 
@@ -113,7 +114,7 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
                           temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k)
     t_gen = time.perf_counter()
     samples = [p for p in prompts for _ in range(ro.group_size)]
-    result = run.scorer(samples, gen.completions)
+    result = run.scorer(samples, gen.completions, completion_token_ids(gen.response_ids, gen.response_mask))
     t_score = time.perf_counter()
 
     batch = prepare(run, batch_from_generation(gen))
