@@ -1,8 +1,9 @@
 """steadyrl.rewards: reward functions (verifiers), the registry that loads user callables, and
 batch scoring with time limits.
 
-A reward function follows TRL's convention,
-``fn(prompts, completions, **columns) -> list[float | None]``. Built-ins by name (``math``,
+A reward function follows steadyrl's convention,
+``fn(prompts, completions, **columns) -> list[float | None]``, or TRL's (everything by keyword,
+``completion_ids`` included): :mod:`steadyrl.rewards.calling` tells them apart by signature. Built-ins by name (``math``,
 ``exact_match``, ``normalized_match``, ``regex_format``, ``length_penalty``) are factories in
 :data:`BUILTIN_REWARDS`; :func:`load_reward` also takes ``package.module:function`` and
 ``path/to/file.py:function``. :class:`RewardScorer` / :func:`score_batch` call each function once
