@@ -232,8 +232,22 @@ def _report(run: Run, step: int, metrics: dict, extras: dict, shown: set[str], s
             print(f"steadyrl: {note}", flush=True)
 
 
+def _count_empty(run: Run, extras: dict) -> None:
+    """Steps in a row where no sample of any rank had a valid reward (every one failed a reward
+    function): such a step trains on nothing, and a run of them would do so forever."""
+    empty = not bool(extras["result"].valid.any())
+    run.state.consecutive_empty = run.state.consecutive_empty + 1 if empty else 0
+
+
 def _halt_if_stuck(run: Run, step: int) -> None:
     limit = run.config.trainer.max_consecutive_skips
+    if run.state.consecutive_empty >= limit:
+        path = save(run, step)
+        raise TrainingHalted(
+            f"{limit} steps in a row had no sample with a valid reward (last at step {step}): every sample "
+            "failed a reward function (the first traceback of each is printed above; reward/<name>/failed "
+            f"says which), so nothing was trained on them. The state is saved in {path}. Fix the reward "
+            "function or the data, then --resume; see docs/troubleshooting.md.")
     if run.state.consecutive_skips >= limit:
         path = save(run, step)
         raise TrainingHalted(
@@ -322,6 +336,7 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                 skipped_before = run.state.skipped_steps
                 metrics, extras = train_step(run, engine, step)
                 run.state.step = step
+                _count_empty(run, extras)
                 run.state.wall_time_s = elapsed_before + time.time() - started
                 _report(run, step, metrics, extras, shown, skipped_before)
                 every = config.trainer.samples_every
