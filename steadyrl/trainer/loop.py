@@ -37,6 +37,7 @@ from . import checkpoint as ckpt
 from .evaluate import evaluate
 from .setup import Run, RunState, build_run, check_inputs, seed_everything
 from .step import train_step
+from .trust import check_run_code, run_code
 
 RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints")
 
@@ -266,6 +267,10 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
         if os.environ.get("RANK", "0") == "0":  # before the process group exists: torchrun's rank
             print(f"resuming with the run's config {path}", flush=True)
     config = load_config(path, overrides)
+    if resume and path and output_dir and Path(path) == Path(output_dir) / "config.yaml":
+        code = run_code(config, read_yaml(Path(path)))  # the run's own code, run as when it started
+        if code and os.environ.get("RANK", "0") == "0":
+            print(f"the run's config loads {'; '.join(code)}", flush=True)
     owns_group = dist.init_from_env(use_cuda=resolve_device(config.trainer.device).type == "cuda")
     try:
         return _start(config, output_dir, resume, overwrite, started)
@@ -382,8 +387,9 @@ def _summary_line(summary: dict) -> str:
 
 
 def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | None = None,
-                 model: str | None = None) -> dict:
-    """Run ``steadyrl eval``: a run directory's newest checkpoint, or a model, on held-out prompts."""
+                 model: str | None = None, trust_run_code: bool = False) -> dict:
+    """Run ``steadyrl eval``: a run directory's newest checkpoint, or a model, on held-out prompts.
+    The code a run directory's own config names is run only with ``trust_run_code`` (:mod:`.trust`)."""
     if output_dir is not None:
         run_dir = Path(output_dir)
         saved = run_dir / "config.yaml"
@@ -393,6 +399,8 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         if latest is None:
             raise ConfigError(f"--output-dir {output_dir!r} has no checkpoint to evaluate")
         config = load_config(path or saved, overrides)
+        if path is None:
+            check_run_code(config, run_dir, trust_run_code)
         model_path = str(latest / "policy")
     else:
         if model is not None:

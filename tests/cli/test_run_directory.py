@@ -81,6 +81,7 @@ def test_resume_without_a_config_continues_with_the_runs_own(run_copy, tiny_run,
     assert cli.main(["train", "--output-dir", str(run_copy), "--resume", "trainer.max_steps=3"]) == 0
     out = capsys.readouterr().out
     assert "resuming with the run's config" in out and "resumed from" in out
+    assert f"the run's config loads reward '{tiny_run.reward}'" in out  # said, not asked: it is one's own run
     now = yaml.safe_load((run_copy / "config.yaml").read_text())
     assert now["model"] == saved["model"] and now["data"] == saved["data"]  # not the built-in demo's
     assert now["trainer"]["max_steps"] == 3
