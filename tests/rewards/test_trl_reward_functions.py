@@ -206,3 +206,15 @@ def test_the_trainer_scorer_passes_chat_prompts_and_token_ids():
         scorer.close()
     assert result.raw["accuracy_reward"] == [1.0, 0.0]
     assert result.raw["reward_token_count"] == [2.0, 1.0]
+
+
+def test_a_steadyrl_style_function_gets_completion_ids_only_when_it_names_them():
+    def named(prompts, completions, completion_ids, **columns):
+        return [float(len(ids)) for ids in completion_ids]
+
+    def unnamed(prompts, completions, **columns):
+        return [float("completion_ids" in columns)] * len(completions)
+
+    result = _score([named, unnamed])
+    assert result.raw["named"] == [3.0, 2.0, 4.0, 1.0]
+    assert result.raw["unnamed"] == [0.0] * 4  # its **columns hold the data's columns, as before
