@@ -1,7 +1,7 @@
 """The ``steadyrl`` command line: argument parsing only; the work lives in the layers below.
 
     steadyrl train [CONFIG.yaml] [--output-dir DIR] [--resume] [--overwrite] [key=value ...]
-    steadyrl eval [CONFIG.yaml] [--output-dir DIR | --model PATH] [key=value ...]
+    steadyrl eval [CONFIG.yaml] [--output-dir DIR [--trust-run-code] | --model PATH] [key=value ...]
     steadyrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
     steadyrl config show [CONFIG.yaml] [key=value ...]
     steadyrl selfcheck
@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     group = ev.add_mutually_exclusive_group()
     group.add_argument("--output-dir", help="a run directory: its config and newest checkpoint")
     group.add_argument("--model", help="a model directory or hub name to evaluate")
+    ev.add_argument("--trust-run-code", action="store_true",
+                    help="with --output-dir and no CONFIG: run the code the run's config.yaml names (reward "
+                         "functions from files or modules, model.trust_remote_code); without it such a run "
+                         "directory is refused, since it may come from someone else. Built-in rewards need no flag")
 
     plot = sub.add_parser("plot", help="PNG dashboard of one or more runs' metrics", **page)
     plot.add_argument("run_dirs", nargs="+")
@@ -112,7 +116,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "eval":
         from .trainer import evaluate_run
 
-        evaluate_run(path, overrides, output_dir=args.output_dir, model=args.model)
+        evaluate_run(path, overrides, output_dir=args.output_dir, model=args.model,
+                     trust_run_code=args.trust_run_code)
         return 0
     raise AssertionError(args.command)
 

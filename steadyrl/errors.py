@@ -23,6 +23,10 @@ class RewardLoadError(ConfigError):
     """A reward function spec does not name an importable callable."""
 
 
+class RewardCallError(ConfigError):
+    """A reward function's signature cannot take the call made to it (found on the first batch)."""
+
+
 class ModelLoadError(ConfigError):
     """A model or tokenizer path / hub name cannot be loaded."""
 

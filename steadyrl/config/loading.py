@@ -218,7 +218,8 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "beta": (_TRL, "algorithm.kl_coef (TRL's beta 0 means no KL: algorithm.kl_mode=none)"),
     "epsilon": (_TRL, "algorithm.pg_clip"),
     "epsilon_low": (_TRL, "algorithm.pg_clip_low"),
-    "epsilon_high": (_TRL, "algorithm.pg_clip_high"),
+    "epsilon_high": (_TRL, "algorithm.pg_clip_high (the same number, except with TRL's loss_type=cispo, where "
+                          "epsilon_high caps the weight itself: pg_clip_high = epsilon_high - 1)"),
     "delta": (_TRL, "algorithm.dual_clip=true with algorithm.dual_clip_c set to delta"),
     "loss_type": (_TRL, "algorithm.loss_agg_mode (dapo/bnpo = token-mean, grpo = seq-mean-token-mean, "
                         "dr_grpo = seq-mean-token-sum-norm), or algorithm.preset=cispo for cispo"),

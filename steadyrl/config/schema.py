@@ -382,7 +382,8 @@ class TrainerConfig(Section):
         "critic yet). See docs/scaling.md.")
     num_threads: int | None = F(None, "torch CPU threads; null = torch's default.", ge=1)
     max_consecutive_skips: int = F(3, "Stop after this many optimizer steps in a row skipped for a "
-                                   "non-finite loss or gradient norm.", ge=1)
+                                   "non-finite loss or gradient norm, or this many steps in a row with no "
+                                   "sample that has a valid reward.", ge=1)
     trackers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = F(
         [], "Extra trackers besides metrics.jsonl: tensorboard, wandb, mlflow, trackio (a list; "
         "one name is a list of one).")

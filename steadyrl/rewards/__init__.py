@@ -1,10 +1,12 @@
 """steadyrl.rewards: reward functions (verifiers), the registry that loads user callables, and
 batch scoring with time limits.
 
-A reward function follows TRL's convention,
-``fn(prompts, completions, **columns) -> list[float | None]``. Built-ins by name (``math``,
-``exact_match``, ``normalized_match``, ``regex_format``, ``length_penalty``; and, scoring with a
-model or a server, ``reward_model``, ``llm_judge``, ``http``) are factories in
+A reward function follows steadyrl's convention,
+``fn(prompts, completions, **columns) -> list[float | None]``, or TRL's (everything by keyword,
+``completion_ids`` included): :mod:`steadyrl.rewards.calling` tells them apart by signature.
+Built-ins by name (``math``, ``exact_match``, ``normalized_match``, ``regex_format``,
+``length_penalty``; and, scoring with a model or a server, ``reward_model``, ``llm_judge``,
+``http``) are factories in
 :data:`BUILTIN_REWARDS`; :func:`load_reward` also takes ``package.module:function`` and
 ``path/to/file.py:function``. :class:`RewardScorer` / :func:`score_batch` call each function once
 per batch under a time limit and turn every failure into an invalid sample, never an exception.

@@ -26,11 +26,15 @@ from __future__ import annotations
 import math
 import os
 import threading
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..functional.constants import NORM_EPS
 from .cached import DEFAULT_CACHE_SIZE, CachedReward, check_int, check_number
 from .registry import register_reward
+
+if TYPE_CHECKING:  # torch is imported where it is used: reading a config stays torch-free
+    import torch
 
 __all__ = ["RewardModel", "DeviceReward", "NORMALIZATIONS", "reward_model"]
 

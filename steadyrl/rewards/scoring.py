@@ -17,10 +17,17 @@ A function fails a sample in one of four ways (the failure *kinds*, counted per 
 Nothing a reward function does propagates out of :meth:`RewardScorer.score`: failures are counted,
 the first traceback (or time-out message) of each function is kept in ``ScoreResult.errors`` for
 the trainer to show once, and the affected samples leave the update through ``valid``.
+
+Each function receives the batch the way it expects it (:mod:`steadyrl.rewards.calling`):
+steadyrl-style functions get text prompts and completions; TRL-style ones get, for a sample whose
+prompt was a list of chat messages (``chat_prompts``), that list and the completion as
+``[{"role": "assistant", "content": text}]``, and ``completion_ids`` when given. A call the
+function's signature cannot take is also kept apart in ``ScoreResult.call_errors``.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -28,6 +35,7 @@ from typing import Sequence
 import torch
 
 from ..errors import ConfigError
+from .calling import PlannedReward, call_error, describe_call
 from .loader import load_reward, reward_name
 from .registry import RewardFn
 from .runners import ISOLATIONS, InlineRunner, Isolation, default_isolation, make_runner
@@ -39,7 +47,7 @@ FAILURE_KINDS: tuple[str, ...] = ("exception", "timeout", "none", "nonfinite")
 DEFAULT_TIMEOUT_S = 60.0
 """Time limit of one reward-function call (one whole batch), in seconds."""
 
-_RESERVED_COLUMNS = ("prompts", "completions")
+_RESERVED_COLUMNS = ("prompts", "completions", "completion_ids")
 
 
 def _is_number(x) -> bool:
@@ -111,6 +119,9 @@ class ScoreResult:
     elapsed_s: dict[str, float] = field(default_factory=dict)
     # "reward/<name>/<metric>" -> value: what reward objects with a metrics() method reported
     metrics: dict[str, float] = field(default_factory=dict)
+    # name -> "fn(prompts, completions, solution=...): missing a required argument: 'solution'":
+    # functions whose signature could not take the call (the whole batch failed with it)
+    call_errors: dict[str, str] = field(default_factory=dict)
 
     @property
     def batch_size(self) -> int:
@@ -160,10 +171,13 @@ def _check_specs(specs: Sequence[RewardSpec]) -> list[RewardSpec]:
     return specs
 
 
-def _check_batch(prompts, completions, columns) -> dict[str, list]:
+def _check_batch(prompts, completions, columns, completion_ids=None, chat_prompts=None) -> dict[str, list]:
     size = len(completions)
     if len(prompts) != size:
         raise ValueError(f"{len(prompts)} prompts for {size} completions: give one prompt per completion")
+    for name, given in (("completion_ids", completion_ids), ("chat_prompts", chat_prompts)):
+        if given is not None and len(given) != size:
+            raise ValueError(f"{name} has {len(given)} entries for a batch of {size}")
     columns = dict(columns or {})
     for key in _RESERVED_COLUMNS:
         if key in columns:
@@ -228,20 +242,33 @@ class RewardScorer:
         self.specs = _check_specs(specs)
         default = isolation or default_isolation()
         self.isolations = [s.isolation or default for s in self.specs]
-        self._runners = [make_runner(s.fn, iso) for s, iso in zip(self.specs, self.isolations)]
+        self._planned = [PlannedReward.of(s.fn) for s in self.specs]  # how each is called, decided once
+        self._runners = [make_runner(f, iso) for f, iso in zip(self._planned, self.isolations)]
 
-    def score(self, prompts: Sequence, completions: Sequence, columns: dict | None = None) -> ScoreResult:
-        """Call every reward function once on the batch; never raises for a function's failure."""
-        columns = _check_batch(prompts, completions, columns)
+    def score(self, prompts: Sequence, completions: Sequence, columns: dict | None = None, *,
+              completion_ids: Sequence | None = None, chat_prompts: Sequence | None = None) -> ScoreResult:
+        """Call every reward function once on the batch; never raises for a function's failure.
+
+        ``completion_ids[i]``: the token ids of completion ``i`` (for functions that take them);
+        ``chat_prompts[i]``: the message list sample ``i``'s prompt was made from, ``None`` for a
+        text prompt (TRL-style functions receive it and the completion as a message list)."""
+        columns = _check_batch(prompts, completions, columns, completion_ids, chat_prompts)
         # Inline functions run last, while the isolated ones work in parallel.
         order = sorted(range(len(self.specs)), key=lambda i: isinstance(self._runners[i], InlineRunner))
-        calls = {}
+        calls, refused = {}, {}
         for i in order:  # each function gets its own copies: none sees another's mutations
-            cols = {k: list(v) for k, v in columns.items()}
-            calls[i] = self._runners[i].start(list(prompts), list(completions), cols)
+            batch = _batch_for(self._planned[i].plan, prompts, completions, columns, completion_ids, chat_prompts)
+            why = call_error(self._planned[i], *batch)
+            if why is not None:
+                refused[i] = f"{describe_call(self._planned[i], *batch)}: {why}"
+            calls[i] = self._runners[i].start(*batch)
         outcomes = [calls[i].wait(spec.timeout_s) for i, spec in enumerate(self.specs)]
         result = _assemble(self.specs, outcomes, len(completions))
         result.metrics = self._reported_metrics()
+        # a binding error counts only if the call failed too (a decorator may accept what its
+        # wrapped signature does not)
+        result.call_errors = {self.specs[i].name: text for i, text in refused.items()
+                              if outcomes[i].status == "exception"}
         return result
 
     def _reported_metrics(self) -> dict[str, float]:
@@ -271,6 +298,19 @@ class RewardScorer:
         self.close()
 
 
+def _batch_for(plan, prompts, completions, columns, completion_ids, chat_prompts) -> tuple[list, list, dict]:
+    """``(prompts, completions, columns)`` as the function of ``plan`` receives them, copied."""
+    cols = {k: list(v) for k, v in columns.items()}
+    if completion_ids is not None and plan.takes_ids:  # first, in TRL's order
+        cols = {"completion_ids": [list(ids) for ids in completion_ids], **cols}
+    if plan.style == "positional" or chat_prompts is None:
+        return list(prompts), list(completions), cols
+    chat = [m is not None for m in chat_prompts]
+    ps = [copy.deepcopy(m) if c else p for p, m, c in zip(prompts, chat_prompts, chat)]
+    cs = [[{"role": "assistant", "content": t}] if c else t for t, c in zip(completions, chat)]
+    return ps, cs, cols
+
+
 def score_batch(
     specs: Sequence[RewardSpec],
     prompts: Sequence,
@@ -278,8 +318,11 @@ def score_batch(
     columns: dict | None = None,
     *,
     isolation: Isolation | None = None,
+    completion_ids: Sequence | None = None,
+    chat_prompts: Sequence | None = None,
 ) -> ScoreResult:
     """Score one batch (a one-off :class:`RewardScorer`; a training loop keeps one instead, so
     that worker processes are forked once, not per batch)."""
     with RewardScorer(specs, isolation=isolation) as scorer:
-        return scorer.score(prompts, completions, columns)
+        return scorer.score(prompts, completions, columns, completion_ids=completion_ids,
+                            chat_prompts=chat_prompts)

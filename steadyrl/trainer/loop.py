@@ -27,6 +27,7 @@ import torch
 
 from .. import distributed as dist
 from ..config import config_notes, config_to_dict, load_config
+from ..config.loading import read_yaml
 from ..config.schema import Config
 from ..errors import ConfigError, TrainingHalted, TrainingInterrupted
 from ..files import atomic_write_text
@@ -42,6 +43,7 @@ from .rundir import (LOCK, RunLock, check_output_dir, check_resume_matches, chec
                      prepare_output_dir, resolve_output_dir, write_run_config)
 from .setup import Run, RunState, build_run, check_inputs, seed_everything
 from .step import train_step
+from .trust import check_run_code, run_code
 
 def _checkpoint_state(run: Run, shared: dict) -> dict:
     state = dict(vars(run.state))
@@ -181,8 +183,22 @@ def _report(run: Run, step: int, metrics: dict, extras: dict, shown: set[str], s
             print(f"steadyrl: {note}", flush=True)
 
 
+def _count_empty(run: Run, extras: dict) -> None:
+    """Steps in a row where no sample of any rank had a valid reward (every one failed a reward
+    function): such a step trains on nothing, and a run of them would do so forever."""
+    empty = not bool(extras["result"].valid.any())
+    run.state.consecutive_empty = run.state.consecutive_empty + 1 if empty else 0
+
+
 def _halt_if_stuck(run: Run, step: int) -> None:
     limit = run.config.trainer.max_consecutive_skips
+    if run.state.consecutive_empty >= limit:
+        path = save(run, step)
+        raise TrainingHalted(
+            f"{limit} steps in a row had no sample with a valid reward (last at step {step}): every sample "
+            "failed a reward function (the first traceback of each is printed above; reward/<name>/failed "
+            f"says which), so nothing was trained on them. The state is saved in {path}. Fix the reward "
+            "function or the data, then --resume; see docs/troubleshooting.md.")
     if run.state.consecutive_skips >= limit:
         path = save(run, step)
         raise TrainingHalted(
@@ -203,6 +219,10 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
         if os.environ.get("RANK", "0") == "0":  # before the process group exists: torchrun's rank
             print(f"resuming with the run's config {path}", flush=True)
     config = load_config(path, overrides)
+    if resume and path and output_dir and Path(path) == Path(output_dir) / "config.yaml":
+        code = run_code(config, read_yaml(Path(path)))  # the run's own code, run as when it started
+        if code and os.environ.get("RANK", "0") == "0":
+            print(f"the run's config loads {'; '.join(code)}", flush=True)
     owns_group = dist.init_from_env(use_cuda=resolve_device(config.trainer.device).type == "cuda")
     try:
         return _start(config, output_dir, resume, overwrite, started)
@@ -301,6 +321,7 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                 skipped_before = run.state.skipped_steps
                 metrics, extras = train_step(run, engine, step)
                 run.state.step = step
+                _count_empty(run, extras)
                 run.state.wall_time_s = elapsed_before + time.time() - started
                 _report(run, step, metrics, extras, shown, skipped_before)
                 every = config.trainer.samples_every
@@ -355,8 +376,9 @@ def _summary_line(summary: dict) -> str:
 
 
 def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | None = None,
-                 model: str | None = None) -> dict:
-    """Run ``steadyrl eval``: a run directory's newest checkpoint, or a model, on held-out prompts."""
+                 model: str | None = None, trust_run_code: bool = False) -> dict:
+    """Run ``steadyrl eval``: a run directory's newest checkpoint, or a model, on held-out prompts.
+    The code a run directory's own config names is run only with ``trust_run_code`` (:mod:`.trust`)."""
     if output_dir is not None:
         run_dir = Path(output_dir)
         saved = run_dir / "config.yaml"
@@ -368,6 +390,8 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         if latest is None:
             raise ConfigError(f"--output-dir {output_dir!r} has no checkpoint to evaluate")
         config = load_config(path or saved, overrides)
+        if path is None:
+            check_run_code(config, run_dir, trust_run_code)
         model_path = str(latest / "policy")
     else:
         if model is not None:

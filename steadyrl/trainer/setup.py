@@ -48,6 +48,7 @@ class RunState:
     step: int = 0
     skipped_steps: int = 0
     consecutive_skips: int = 0
+    consecutive_empty: int = 0  # steps in a row where no sample had a valid reward
     warnings: int = 0
     wall_time_s: float = 0.0
     eval_before: dict | None = None

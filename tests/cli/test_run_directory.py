@@ -81,6 +81,7 @@ def test_resume_without_a_config_continues_with_the_runs_own(run_copy, tiny_run,
     assert cli.main(["train", "--output-dir", str(run_copy), "--resume", "trainer.max_steps=3"]) == 0
     out = capsys.readouterr().out
     assert "resuming with the run's config" in out and "resumed from" in out
+    assert f"the run's config loads reward '{tiny_run.reward}'" in out  # said, not asked: it is one's own run
     now = yaml.safe_load((run_copy / "config.yaml").read_text())
     assert now["model"] == saved["model"] and now["data"] == saved["data"]  # not the built-in demo's
     assert now["trainer"]["max_steps"] == 3
@@ -310,3 +311,26 @@ def test_a_secret_given_as_an_env_variable_is_used_and_the_resume_finds_it_again
 
     assert [m["step"] for m in read_metrics(out) if "reward/judged/failed" in m] == [1, 2]
     assert all(m["reward/judged/failed"] == 0 for m in read_metrics(out) if "reward/judged/failed" in m)
+
+
+class _TouchOnLoad:
+    """Unpickling it calls ``Path.touch(marker)``: what a hostile ``state.pt`` could do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        from pathlib import Path
+
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_resume_refuses_a_state_pt_whose_loading_would_run_code(run_copy, tiny_run, tmp_path, capsys):
+    import torch
+
+    marker = tmp_path / "code-ran"
+    state = run_copy / "checkpoints" / "step_000002" / "state.pt"
+    torch.save({"step": 2, "payload": _TouchOnLoad(marker)}, state)
+    _fails_with(capsys, ["train", str(tiny_run.config), "--output-dir", str(run_copy), "--resume",
+                         "trainer.max_steps=3"], "state.pt", "refused")
+    assert not marker.exists()

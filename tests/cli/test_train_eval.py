@@ -62,7 +62,7 @@ def test_summary_reports_steps_time_and_evals(finished_run):
 
 def test_eval_of_the_run_prints_accuracy_json(finished_run, steadyrl_cli, tiny_run):
     out, _ = finished_run
-    proc = steadyrl_cli("eval", "--output-dir", str(out), cwd=tiny_run.root)
+    proc = steadyrl_cli("eval", "--output-dir", str(out), "--trust-run-code", cwd=tiny_run.root)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout[proc.stdout.index("{"):])
     assert 0.0 <= result["accuracy"] <= 1.0
@@ -145,3 +145,56 @@ def test_eval_of_a_demo_run_scores_the_demo_held_out_strings(tmp_path, capsys):
     assert cli.main(["eval", "--output-dir", str(out)]) == 0
     out_text = capsys.readouterr().out
     assert json.loads(out_text[out_text.index("{"):])["num_prompts"] == 4
+
+
+MARKING_REWARD = """from pathlib import Path
+Path({marker!r}).touch()  # runs when the file is loaded
+
+
+def score(prompts, completions, **kwargs):
+    return [0.0] * len(completions)
+"""
+
+
+def _run_dir_naming(finished_run, tmp_path, rewards, **model):
+    """A copy of the finished run whose config.yaml names ``rewards`` (and ``model`` keys)."""
+    import shutil
+
+    out, _ = finished_run
+    run = tmp_path / "their_run"
+    shutil.copytree(out, run)
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    saved["rewards"] = rewards
+    saved["model"].update(model)
+    (run / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    return run
+
+
+def test_eval_of_a_run_directory_runs_its_reward_code_only_with_trust_run_code(finished_run, tmp_path, capsys):
+    marker = tmp_path / "their-code-ran"
+    (tmp_path / "their_rewards.py").write_text(MARKING_REWARD.format(marker=str(marker)))
+    run = _run_dir_naming(finished_run, tmp_path, [{"name": f"{tmp_path / 'their_rewards.py'}:score"}])
+    assert cli.main(["eval", "--output-dir", str(run), "eval.num_samples=0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "their_rewards.py:score" in err and "--trust-run-code" in err
+    assert not marker.exists()  # refused before anything was loaded
+
+    assert cli.main(["eval", "--output-dir", str(run), "--trust-run-code", "eval.num_samples=0"]) == 0
+    assert marker.exists()
+
+
+def test_eval_of_a_run_directory_with_trust_remote_code_needs_the_flag(finished_run, tmp_path, capsys):
+    run = _run_dir_naming(finished_run, tmp_path, [{"name": "exact_match"}], trust_remote_code=True)
+    assert cli.main(["eval", "--output-dir", str(run), "eval.num_samples=0"]) == 2
+    err = capsys.readouterr().err
+    assert "model.trust_remote_code = true" in err and "--trust-run-code" in err
+
+
+def test_eval_of_a_run_directory_with_builtin_rewards_or_ones_own_config_needs_no_flag(
+        finished_run, tiny_run, tmp_path, capsys):
+    run = _run_dir_naming(finished_run, tmp_path, [{"name": "exact_match"}])
+    assert cli.main(["eval", "--output-dir", str(run), "eval.num_samples=0"]) == 0
+    # a config of one's own (the user reward file is the user's): no flag either
+    out, _ = finished_run
+    assert cli.main(["eval", str(tiny_run.config), "--output-dir", str(out), "eval.num_samples=0"]) == 0
