@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from ..functional.advantages import ADVANTAGE_ESTIMATORS
 from ..functional.constants import (
     DIFFICULTY_HIGH,
     DIFFICULTY_LOW,
@@ -31,6 +30,9 @@ NormType = Literal["batch", "group", "running", "none"]
 AdvantageName = Literal[
     "grpo", "gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "grpo_passk"
 ]
+GROUPED_ESTIMATORS = frozenset({"grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "grpo_passk"})
+"""The estimators that compare a prompt's responses with each other (``grouped=True`` in
+:data:`steadyrl.functional.ADVANTAGE_ESTIMATORS`, which imports torch; a test keeps the two equal)."""
 PolicyLossName = Literal["ppo", "gspo", "cispo", "vanilla_pg"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "k2", "k3", "abs"]
@@ -148,12 +150,17 @@ class DataConfig(Section):
                               "(the demo has its own held-out split).")
     format: Literal["jsonl", "json", "parquet", "csv", "tsv", "arrow"] | None = F(
         None, "File format; null = inferred from the extension.")
-    split: str | None = F(None, "Split of a DatasetDict directory; null = 'train'.")
+    split: str | None = F(None, "Split of a DatasetDict directory given as data.train_path; null = 'train'.")
+    eval_split: str | None = F(None, "Split of a DatasetDict directory given as data.eval_path; null = "
+                               "'test' when it has one, else 'validation' (never 'train').")
     prompt_key: str = F("prompt", "Column holding the prompt (a string or a list of chat messages).")
     answer_key: str = F("answer", "Column holding the reference answer, passed to reward functions.")
     extra_keys: list[str] | None = F(None, "Other columns passed to reward functions; null = all.")
     chat_template: bool | None = F(None, "Render prompts with the tokenizer's chat template. "
                                    "null = when the prompt is a list of messages.")
+    chat_template_kwargs: dict[str, Any] = F({}, "Extra variables for the chat template, e.g. "
+                                             "{enable_thinking: false} (Qwen3) or {date_string: ...}; used for "
+                                             "prompts and for every multi-turn observation.")
     max_prompt_tokens: int = F(1024, "Prompts longer than this (in tokens) are dropped, with a count "
                                "in the log.", ge=1)
     shuffle: bool = F(True, "Shuffle the prompts every epoch (seeded by trainer.seed).")
@@ -179,25 +186,29 @@ class RewardLimitsConfig(Section):
 
 class RewardConfig(Section):
     name: str = F(..., "A built-in reward (math, exact_match, normalized_match, regex_format, "
-                  "length_penalty) or a user function 'module:function' / 'path/file.py:function'.")
+                  "length_penalty; reward_model, llm_judge, http: docs/rewards.md) or a user function "
+                  "'module:function' / 'path/file.py:function'.")
     label: str | None = F(None, "Name under which this reward is logged (reward/<label>) and weighted, "
                           "and which eval.accuracy_reward names; default: name (the function's name for "
                           "'module:function'). Tells apart two rewards with the same name.")
     weight: float = F(1.0, "Weight of this reward in the combined score.")
     options: dict[str, Any] = F({}, "Keyword options: passed to a built-in reward's factory, or bound to a "
-                                "user function as keyword arguments.")
+                                "user function as keyword arguments. {env: NAME} is the environment "
+                                "variable NAME's value; secret-looking options (api_key, *_token, ...) are "
+                                "written out as <redacted> (docs/rewards.md).")
     timeout_s: float = F(60.0, "Time limit of scoring one batch with this reward (all its calls); at the "
                          "limit the samples not yet scored are invalid (failure kind timeout), those "
                          "scored keep their scores.", gt=0)
     isolation: Literal["process", "thread", "inline"] | None = F(
         None, "Where the function runs: process (a contained worker process, killed with all it started "
         "on time-out; default on Linux), thread (a time-out abandons the call, but a thread cannot be "
-        "stopped: C code such as sympy's runs on to its end, holding a core), inline (no time limit, for "
-        "debugging).")
+        "stopped: C code such as sympy's runs on to its end, holding a core; default of llm_judge and "
+        "http), inline (no time limit; default of reward_model and a local llm_judge, which run on the "
+        "trainer's device).")
     chunk_size: int | None = F(1, "Samples per call of the function: 1 scores sample by sample, so a time-out "
                                "or crash fails only the samples not yet scored; null = the whole batch in "
                                "one call (for a function whose scores depend on the whole batch, or that "
-                               "batches a model).", ge=1)
+                               "batches a model: reward_model, llm_judge and http use null unless set).", ge=1)
     env_passthrough: list[str] = F([], "Environment variables (names or fnmatch patterns) kept in the worker "
                                    "although they look like credentials (*TOKEN*, *KEY*, *SECRET*, "
                                    "*PASSWORD*, *CREDENTIAL*, AWS_*, ...), which are removed by default.")
@@ -241,6 +252,54 @@ class RolloutConfig(Section):
     top_k: int = F(0, "Top-k sampling; 0 = off.", ge=0)
     generation_batch_size: int | None = F(None, "Prompts per generate call; null = all at once.", ge=1)
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+    # --- multi-turn episodes (docs/agents.md); with neither tools nor an environment an episode
+    # is one turn and nothing below applies.
+    tools: list[str] = F([], "Tool functions the policy may call (file.py:fn or package.module:fn), with "
+                         "type hints and a docstring; their JSON schemas go to the chat template's tools=.")
+    tool_parser: str = F("hermes", "How tool calls are read from a turn: hermes (<tool_call>{json}</tool_call>, "
+                         "Qwen2.5/Qwen3/Hermes), llama3_json (Llama-3.1 JSON calls) or a file.py:fn.")
+    environment: str | None = F(None, "An environment class (file.py:Class): one instance per episode, "
+                                "reset(**row) -> first observation or None, step(text) -> "
+                                "(observation, reward, done).")
+    observation_role: Literal["user", "tool"] = F("user", "Role of an environment's text observations in "
+                                                  "the chat template (tool results are always 'tool').")
+    turn_reward: Literal["sum", "last"] = F("sum", "How an environment's per-turn rewards combine into the "
+                                           "episode's, which is added to the reward functions' score.")
+    max_turns: int = F(8, "Most policy turns in an episode; an episode still calling tools then is "
+                       "truncated.", ge=1)
+    max_observation_tokens: int = F(512, "Longest observation (tool result or environment message) in "
+                                    "tokens; longer ones are cut.", ge=1)
+    observation_truncation: Literal["right", "left"] = F("right", "Which end of a long observation is cut: "
+                                                         "right keeps its start, left keeps its end.")
+    max_episode_tokens: int | None = F(None, "Most tokens after the prompt (turns and observations); an "
+                                       "episode that reaches it is truncated (so algorithm.mask_truncated "
+                                       "applies). null = max_turns * max_new_tokens + (max_turns - 1) * "
+                                       "max_observation_tokens.", ge=1)
+    tool_timeout_s: float = F(30.0, "Time limit of one tool or environment call; a tool that exceeds it "
+                              "returns an error to the model, an environment that does fails the episode.", gt=0)
+    tool_isolation: Literal["process", "thread", "inline"] | None = F(
+        None, "Where tool and environment calls run, as rewards[].isolation: process (a worker, killed on "
+        "time-out; default on Linux), thread, inline.")
+
+    @property
+    def multi_turn(self) -> bool:
+        return bool(self.tools) or self.environment is not None
+
+    @property
+    def episode_token_limit(self) -> int:
+        if self.max_episode_tokens is not None:
+            return self.max_episode_tokens
+        return self.max_turns * self.max_new_tokens + (self.max_turns - 1) * self.max_observation_tokens
+
+    @model_validator(mode="after")
+    def _check_turns(self) -> "RolloutConfig":
+        if self.tools and self.environment is not None:
+            raise ValueError("rollout.tools and rollout.environment are both set: an episode is driven by "
+                             "either tools or an environment; an environment can call functions itself")
+        if self.multi_turn and self.episode_token_limit < 2:
+            raise ValueError(f"rollout.max_episode_tokens = {self.max_episode_tokens} cannot fit one turn; "
+                             "valid: at least 2 (and enough for a turn and an observation)")
+        return self
 
 
 class AlgorithmConfig(Section):
@@ -279,6 +338,13 @@ class AlgorithmConfig(Section):
     difficulty_high: float = F(DIFFICULTY_HIGH, "Difficulty mask upper bound.")
     difficulty_weighting: bool = F(False, "Weight samples by group difficulty, in [0.5, 2.0].")
     mask_truncated: bool = F(False, "Leave truncated responses out of the loss (overlong filtering).")
+    dynamic_sampling: bool = F(False, "DAPO's filter groups: drop groups without a learning signal and draw "
+                               "more prompts until the step has prompts_per_step informative groups.")
+    dynamic_sampling_filter: Literal["equal_scores", "difficulty"] = F(
+        "equal_scores", "Which groups dynamic sampling drops: equal_scores (all scores equal: GRPO advantage 0) "
+        "or difficulty (mean score outside difficulty_low..difficulty_high).")
+    dynamic_sampling_max_draws: int = F(3, "Most draws of prompts_per_step prompts in one step; then the step "
+                                        "trains on the informative groups it has.", ge=1)
     value_clip: float | None = F(0.5, "PPO value clip range; null = off.", gt=0)
 
     @property
@@ -345,11 +411,19 @@ class TrainerConfig(Section):
         "critic yet). See docs/scaling.md.")
     num_threads: int | None = F(None, "torch CPU threads; null = torch's default.", ge=1)
     max_consecutive_skips: int = F(3, "Stop after this many optimizer steps in a row skipped for a "
-                                   "non-finite loss or gradient norm.", ge=1)
+                                   "non-finite loss or gradient norm, or this many steps in a row with no "
+                                   "sample that has a valid reward.", ge=1)
     trackers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = F(
-        [], "Extra trackers besides metrics.jsonl: tensorboard, wandb, mlflow, trackio.")
+        [], "Extra trackers besides metrics.jsonl: tensorboard, wandb, mlflow, trackio (a list; "
+        "one name is a list of one).")
     project: str | None = F(None, "Project name for wandb / mlflow / trackio.")
     run_name: str | None = F(None, "Run name for trackers; null = the output directory's name.")
+
+    @field_validator("trackers", mode="before")
+    @classmethod
+    def _one_tracker(cls, value: Any) -> Any:
+        # trainer.trackers=wandb (TRL's report_to=wandb) means the one-item list
+        return [value] if isinstance(value, str) else value
 
 
 class EvalConfig(Section):
@@ -417,8 +491,8 @@ class Config(Section):
             raise ValueError("algorithm.advantage_estimator 'gae' needs a critic, which is not "
                              "supported with model.lora.enabled yet; use grpo/rloo or full fine-tuning")
         estimator = self.algorithm.advantage_estimator
-        if ADVANTAGE_ESTIMATORS[estimator].grouped and self.rollout.group_size < 2:
-            per_sample = sorted(name for name, est in ADVANTAGE_ESTIMATORS.items() if not est.grouped)
+        if estimator in GROUPED_ESTIMATORS and self.rollout.group_size < 2:
+            per_sample = sorted(set(typing.get_args(AdvantageName)) - GROUPED_ESTIMATORS)
             raise ValueError(
                 f"rollout.group_size = {self.rollout.group_size}: algorithm.advantage_estimator {estimator!r} "
                 f"compares the responses to one prompt with each other and needs rollout.group_size >= 2 "

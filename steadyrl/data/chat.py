@@ -28,7 +28,7 @@ from typing import Sequence
 from ..errors import ConfigError, DataError
 from .loading import is_chat
 
-__all__ = ["render_prompt", "encode_prompt", "prompt_lengths", "filter_by_length", "uses_chat_template"]
+__all__ = ["prompt_messages", "render_prompt", "encode_prompt", "prompt_lengths", "filter_by_length", "uses_chat_template"]
 
 
 def _short(prompt) -> str:
@@ -51,23 +51,34 @@ def uses_chat_template(tokenizer, prompt, chat_template: bool | None = None) -> 
     if not (chat or chat_template):
         return False
     if not getattr(tokenizer, "chat_template", None):
-        why = "the prompt is a list of chat messages" if chat else "chat_template=True"
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        with_one = "set model.tokenizer to a tokenizer that has one (an instruct model's)"
+        if chat:
+            raise DataError(
+                f"the prompt is a list of chat messages, but the tokenizer {name!r} has no chat template; "
+                f"{with_one}, or give the prompts as plain strings (data.chat_template=false then uses "
+                "them as they are)")
         raise DataError(
-            f"{why}, but the tokenizer {name!r} "
-            "has no chat template; use a tokenizer with one (an instruct model's), set "
-            "tokenizer.chat_template to a Jinja template, or give the prompts as plain strings"
-        )
+            f"data.chat_template=True, but the tokenizer {name!r} has no chat template; set "
+            f"data.chat_template=false (or null) to use the prompts as they are, or {with_one}")
     return True
 
 
-def render_prompt(tokenizer, prompt, *, chat_template: bool | None = None) -> str:
-    """The prompt as the text the model sees (see the module docstring)."""
+def prompt_messages(prompt) -> list[dict]:
+    """A prompt as chat messages: a message list as it is, a string as one user message."""
+    return prompt if is_chat(prompt) else [{"role": "user", "content": prompt}]
+
+
+def render_prompt(tokenizer, prompt, *, chat_template: bool | None = None, tools: list[dict] | None = None,
+                  template_kwargs: dict | None = None) -> str:
+    """The prompt as the text the model sees (see the module docstring); ``tools`` (JSON schemas)
+    go to the chat template's ``tools=``, ``template_kwargs`` are variables of the template."""
     if not uses_chat_template(tokenizer, prompt, chat_template):
         return prompt
-    messages = prompt if is_chat(prompt) else [{"role": "user", "content": prompt}]
+    messages = prompt_messages(prompt)
     try:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                             **({"tools": tools} if tools else {}), **(template_kwargs or {}))
     except Exception as err:  # noqa: BLE001 - a template may raise anything (jinja raise_exception, ...)
         raise DataError(
             f"the tokenizer's chat template failed on prompt {_short(prompt)!r}: {type(err).__name__}: {err}"

@@ -4,14 +4,17 @@ A spec is one of:
 
 * a built-in name: ``math``, ``exact_match``, ``normalized_match``, ``regex_format``,
   ``length_penalty``; the options go to its factory;
-* ``package.module:function``: imported with :func:`importlib.import_module` (so the package must
-  be on ``sys.path`` / ``PYTHONPATH``);
-* ``path/to/file.py:function``: the file is executed as a module (relative to the current
-  directory, or absolute); its folder is *not* put on ``sys.path``.
+* ``package.module:function`` or ``path/to/file.py:function``: imported by
+  :func:`steadyrl.userfn.resolve_spec` (a module must be on ``sys.path`` / ``PYTHONPATH``; a file
+  is executed as a module, its folder is *not* put on ``sys.path``).
 
 For a user function the options are bound as keyword arguments (``functools.partial``), so
 ``load_reward("my.py:fn", threshold=0.5)`` calls ``fn(prompts, completions, threshold=0.5,
-**columns)``. ``function`` may be dotted (``module:Class.method``).
+**columns)``. ``function`` may be dotted (``module:Class.method``). An option written
+``{env: NAME}`` is the environment variable ``NAME``'s value (a secret kept out of every file:
+:mod:`steadyrl.secrets`). Whether it is called the steadyrl way (positionally) or the TRL way
+(by keyword) is read from its signature (:mod:`steadyrl.rewards.calling`); the call is checked
+here with placeholders, and the columns it cannot run without become its ``reads_columns``.
 
 Anything that goes wrong raises :class:`~steadyrl.errors.RewardLoadError` naming the spec.
 """
@@ -20,15 +23,14 @@ from __future__ import annotations
 
 import difflib
 import functools
-import hashlib
-import importlib
-import importlib.util
 import inspect
-import sys
 from pathlib import Path
 
+from ..secrets import resolve_env_options
 from ..errors import RewardLoadError
-from . import math_verifier, verifiers  # noqa: F401  (registers the built-ins)
+from ..userfn import SPEC_FORMS, is_file_target, resolve_spec
+from . import judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
+from .calling import call_error, describe_call, plan_call
 from .registry import BUILTIN_REWARDS, RewardFn
 
 __all__ = ["load_reward", "reward_name"]
@@ -57,85 +59,31 @@ def _unknown_name(spec: str) -> RewardLoadError:
     return _err(
         spec,
         f"not a built-in reward; {hint}built-ins: {names}; "
-        "a function of your own is 'package.module:function' or 'path/to/file.py:function'",
+        f"a function of your own is {SPEC_FORMS}",
     )
 
 
-def _import_file(spec: str, target: str):
-    path = Path(target).expanduser().resolve()
-    if not path.is_file():
-        raise _err(spec, f"file {str(path)!r} does not exist")
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
-    module_name = f"_steadyrl_reward_{path.stem}_{digest}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    module_spec = importlib.util.spec_from_file_location(module_name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise _err(spec, f"{str(path)!r} cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module  # so classes and pickling inside it find their module
+def _check_signature(spec: str, bound) -> tuple[str, ...]:
+    """Check ``bound`` (the function with its options) can take the call its plan makes; returns
+    the dataset columns it requires (parameters without a default that nothing else fills)."""
     try:
-        module_spec.loader.exec_module(module)
-    except (Exception, SystemExit) as err:
-        del sys.modules[module_name]
-        raise _err(spec, f"running {str(path)!r} raised {type(err).__name__}: {err}") from err
-    return module
-
-
-def _import_module(spec: str, target: str):
-    try:
-        return importlib.import_module(target)
-    except ModuleNotFoundError as err:
-        if err.name and (target == err.name or target.startswith(err.name + ".")):
-            raise _err(
-                spec,
-                f"no module named {err.name!r} (is it on sys.path / PYTHONPATH? "
-                "a file is given as 'path/to/file.py:function')",
-            ) from err
-        raise _err(spec, f"importing {target!r} raised ModuleNotFoundError: {err}") from err
-    except (Exception, SystemExit) as err:
-        raise _err(spec, f"importing {target!r} raised {type(err).__name__}: {err}") from err
-
-
-def _attribute(spec: str, module, attr: str, shown: str):
-    """``module.attr`` (dotted); ``shown`` names the module in errors (the file or module the user wrote)."""
-    obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            public = sorted(n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None)))
-            close = difflib.get_close_matches(part, public, n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; callables defined there: {public[:20]}"
-            owner = shown if obj is module else getattr(obj, "__name__", obj)
-            raise _err(spec, f"{owner!r} has no attribute {part!r}{hint}")
-        obj = getattr(obj, part)
-    return obj
-
-
-def _check_signature(spec: str, fn, options: dict) -> tuple[str, ...]:
-    """Check ``fn`` can be called as ``fn(prompts, completions, **columns)``; returns the dataset
-    columns it requires (its keyword parameters without a default beyond the first two)."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return ()  # no introspectable signature (some C callables): trust it
-    kinds = {p.kind for p in sig.parameters.values()}
-    if inspect.Parameter.VAR_KEYWORD not in kinds:
-        raise _err(
-            spec,
-            f"the function must accept **kwargs (the dataset's columns are passed as keyword "
-            f"arguments); its signature is {sig}",
-        )
-    # Required keyword parameters beyond prompts/completions name dataset columns (``answer``,
-    # ``solution`` ...), which only arrive at call time: bind them with placeholders.
-    params = list(sig.parameters.values())
-    columns = {p.name: None for p in params[2:]
-               if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-               and p.name not in options}
-    try:
-        sig.bind([], [], **columns, **options)
-    except TypeError as err:
-        raise _err(spec, f"cannot be called as fn(prompts, completions, **columns): {err}; signature {sig}")
-    return tuple(columns)
+        inspect.signature(bound)
+    except (TypeError, ValueError) as err:  # options the function has no parameter for
+        try:
+            sig = inspect.signature(bound.func)
+        except (TypeError, ValueError):
+            return ()  # no introspectable signature (some C callables): trust it
+        unknown = sorted(set(bound.keywords) - set(sig.parameters))
+        raise _err(spec, f"option(s) {unknown or sorted(bound.keywords)} are not parameters of the function, "
+                         f"which has no **kwargs; its signature is {sig}") from None
+    plan = plan_call(bound)
+    # the columns arrive only at call time: bind placeholders (and token ids when it takes them)
+    columns = {c: [] for c in plan.columns} | ({"completion_ids": []} if plan.takes_ids else {})
+    why = call_error(bound, [], [], columns)
+    if why is not None:
+        raise _err(spec, f"cannot be called as {describe_call(bound, [], [], columns)}: {why}; signature "
+                         f"{inspect.signature(bound)} (see docs/rewards.md, 'How a function is called')")
+    return plan.columns
 
 
 def load_reward(spec: str, **options) -> RewardFn:
@@ -143,23 +91,35 @@ def load_reward(spec: str, **options) -> RewardFn:
     if not isinstance(spec, str) or not spec.strip():
         raise RewardLoadError(f"reward spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
+    try:
+        options = resolve_env_options(options, f"reward {spec!r}")
+    except ValueError as err:
+        raise RewardLoadError(str(err)) from None
     if spec in BUILTIN_REWARDS:
         return _builtin(spec, options)
     if ":" not in spec:
         raise _unknown_name(spec)
-    target, attr = spec.rsplit(":", 1)  # rsplit: a Windows path has a drive colon
-    if not target or not attr:
-        raise _err(spec, "expected 'package.module:function' or 'path/to/file.py:function'")
-    is_file = target.endswith(".py") or "/" in target or "\\" in target
-    module = _import_file(spec, target) if is_file else _import_module(spec, target)
-    fn = _attribute(spec, module, attr, shown=target)
+    fn = resolve_spec(spec, functools.partial(_err, spec))
     if not callable(fn):
+        attr = spec.rsplit(":", 1)[1]
         raise _err(spec, f"{attr!r} is a {type(fn).__name__}, not a callable")
-    columns = _check_signature(spec, fn, options)
     bound = functools.partial(fn, **options)
+    columns = _check_signature(spec, bound)
     # the columns it cannot run without, checked against the data before the run starts
     bound.reads_columns = tuple(getattr(fn, "reads_columns", columns))
     return bound
+
+
+def absolute_file_spec(spec: str) -> str:
+    """``path/to/file.py:function`` with the file's absolute path (relative paths are read from the
+    current directory, so a run's saved config must not depend on where it was launched); any
+    other spec (a built-in, ``package.module:function``) unchanged."""
+    target, sep, attr = spec.strip().rpartition(":")
+    if not (sep and target and attr) or spec.strip() in BUILTIN_REWARDS:
+        return spec
+    if not is_file_target(target):
+        return spec
+    return f"{Path(target).expanduser().resolve()}:{attr}"
 
 
 def reward_name(spec: str) -> str:

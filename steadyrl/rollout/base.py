@@ -7,7 +7,7 @@ up to and including its first EOS token; one with no EOS in ``max_new_tokens`` i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -23,9 +23,46 @@ class Generation:
     truncated: torch.Tensor  # [B] bool: no EOS within max_new_tokens
     completions: list[str]  # decoded responses, special tokens skipped
     rollout_logprobs: torch.Tensor | None = None  # [B, R] from the engine (vLLM), else None
+    policy_mask: torch.Tensor | None = None  # [B, R] 1 on policy-sampled tokens; None = response_mask
+    episodes: list[EpisodeInfo] | None = None  # multi-turn episodes' turns, rewards and counters
 
     def __len__(self) -> int:
         return self.response_ids.shape[0]
+
+    def select(self, rows: list[int]) -> "Generation":
+        """Rows ``rows`` of every per-sample field, in that order."""
+        index = torch.tensor(rows, dtype=torch.long)
+        pick = lambda x: None if x is None else x[index]  # noqa: E731
+        return Generation(prompt_ids=self.prompt_ids[index], prompt_mask=self.prompt_mask[index],
+                          response_ids=self.response_ids[index], response_mask=self.response_mask[index],
+                          truncated=self.truncated[index], completions=[self.completions[i] for i in rows],
+                          rollout_logprobs=pick(self.rollout_logprobs), policy_mask=pick(self.policy_mask),
+                          episodes=None if self.episodes is None else [self.episodes[i] for i in rows])
+
+    @property
+    def trained_mask(self) -> torch.Tensor:
+        """``[B, R]`` the tokens the policy sampled: the only ones a loss, KL, entropy or length
+        metric may count (observations are attended to, never trained on)."""
+        return self.response_mask if self.policy_mask is None else self.policy_mask
+
+
+@dataclass
+class EpisodeInfo:
+    """One multi-turn episode beyond its tokens: what the metrics, rewards and samples need."""
+
+    turns: int = 1
+    turn_ends: list[int] = field(default_factory=list)  # response position of each turn's last token
+    turn_rewards: list[float | None] = field(default_factory=list)  # the environment's, per turn
+    env_reward: float | None = None  # turn rewards combined (rollout.turn_reward); None = none given
+    failed: bool = False  # the environment crashed: the episode is left out of the update
+    error: str | None = None
+    truncation: str | None = None  # the limit that cut it: max_new_tokens, max_episode_tokens, max_turns
+    tool_calls: int = 0
+    tool_errors: dict[str, int] = field(default_factory=dict)  # by tool name ('parse' for bad calls)
+    observation_tokens: int = 0
+    env_time_s: float = 0.0
+    drift_tokens: int = 0  # tokens of a turn's context that differ from the trained sequence (always 0)
+    messages: list[dict] = field(default_factory=list)  # the transcript after the prompt
 
 
 def response_mask_from_ids(
@@ -60,3 +97,41 @@ def eos_token_ids(tokenizer, model=None) -> list[int]:
     elif isinstance(extra, (list, tuple)):
         ids.update(int(i) for i in extra)
     return sorted(ids)
+
+
+def _pad_to(x: torch.Tensor | None, length: int, value, left: bool) -> torch.Tensor | None:
+    extra = length - x.shape[1] if x is not None else 0
+    if extra <= 0:
+        return x
+    pad = torch.full((x.shape[0], extra), value, dtype=x.dtype)
+    return torch.cat([pad, x] if left else [x, pad], dim=1)
+
+
+def concat_generations(parts: list[Generation], pad_id: int) -> Generation:
+    """One :class:`Generation` of several, rows in order: prompts left-padded and responses
+    right-padded to the longest."""
+    if len(parts) == 1:
+        return parts[0]
+    p = max(g.prompt_ids.shape[1] for g in parts)
+    r = max(g.response_ids.shape[1] for g in parts)
+
+    def responses(name: str, value):
+        values = [getattr(g, name) for g in parts]
+        if all(v is None for v in values):
+            return None
+        if name == "policy_mask":  # a part without one is all the policy's
+            values = [g.trained_mask for g in parts]
+        return torch.cat([_pad_to(v, r, value, False) for v in values])
+
+    episodes = [g.episodes for g in parts]
+    return Generation(
+        prompt_ids=torch.cat([_pad_to(g.prompt_ids, p, pad_id, True) for g in parts]),
+        prompt_mask=torch.cat([_pad_to(g.prompt_mask, p, 0, True) for g in parts]),
+        response_ids=responses("response_ids", pad_id),
+        response_mask=responses("response_mask", 0),
+        truncated=torch.cat([g.truncated for g in parts]),
+        completions=[c for g in parts for c in g.completions],
+        rollout_logprobs=responses("rollout_logprobs", 0.0),
+        policy_mask=responses("policy_mask", 0),
+        episodes=None if any(e is None for e in episodes) else [e for es in episodes for e in es],
+    )

@@ -4,6 +4,8 @@
 The logits at positions ``P - 1 ... P + R - 2`` predict the response tokens, so per-token tensors
 (``[B, R]``) line up with ``response_ids``. Position ids count real tokens only, as
 ``generate`` does for left-padded prompts, so recomputed log-probs match the sampled ones.
+In a multi-turn episode the response holds the observations too: ``response_mask`` covers them
+(the model attends to them), ``policy_mask`` only the tokens the policy sampled.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ class TrainBatch:
     attention_mask: torch.Tensor  # [B, P+R]
     position_ids: torch.Tensor  # [B, P+R]
     response_ids: torch.Tensor  # [B, R]
-    response_mask: torch.Tensor  # [B, R]
-    loss_mask: torch.Tensor | None = None  # [B, R]: response_mask with excluded samples zeroed
+    response_mask: torch.Tensor  # [B, R] attended to: turns and observations
+    policy_mask: torch.Tensor | None = None  # [B, R] sampled by the policy (None = response_mask)
+    loss_mask: torch.Tensor | None = None  # [B, R]: policy_mask with excluded samples zeroed
     old_logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
     rollout_logprobs: torch.Tensor | None = None
@@ -30,6 +33,10 @@ class TrainBatch:
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     sample_weights: torch.Tensor | None = None  # [B]
+
+    def __post_init__(self) -> None:
+        if self.policy_mask is None:  # a single turn: every response token is the policy's
+            self.policy_mask = self.response_mask
 
     @property
     def prompt_len(self) -> int:
@@ -68,6 +75,7 @@ def batch_from_generation(gen: Generation) -> TrainBatch:
         position_ids=position_ids,
         response_ids=gen.response_ids,
         response_mask=gen.response_mask,
+        policy_mask=gen.trained_mask,
         rollout_logprobs=gen.rollout_logprobs,
     )
 

@@ -21,14 +21,16 @@ import torch
 
 from .. import distributed as dist
 from ..rewards.scoring import ScoreResult
+from ..rollout.episodes import turn_reward_tensor
 
-PER_TOKEN = ("response_mask", "old_logprobs", "ref_logprobs", "values", "rollout_logprobs")
+PER_TOKEN = ("response_mask", "policy_mask", "old_logprobs", "ref_logprobs", "values", "rollout_logprobs")
 
 
 @dataclass
 class GlobalSamples:
     result: ScoreResult  # every rank's scores, in rank order
     response_mask: torch.Tensor  # [N, R_max]
+    policy_mask: torch.Tensor  # [N, R_max] the policy's own tokens (observations excluded)
     truncated: torch.Tensor  # [N]
     old_logprobs: torch.Tensor | None
     ref_logprobs: torch.Tensor | None
@@ -38,6 +40,9 @@ class GlobalSamples:
     tokens: int  # prompt + response tokens of the whole step
     rows: slice  # this rank's rows
     width: int  # this rank's response length
+    episodes: list | None = None  # multi-turn: every rank's EpisodeInfo, in rank order
+    turn_rewards: torch.Tensor | None = None  # [N, R_max] earlier turns' environment rewards, or None
+    selected: torch.Tensor | None = None  # [N] rows dynamic sampling lets train (None: every row)
 
     def mine(self, x: torch.Tensor | None) -> torch.Tensor | None:
         """This rank's rows of a global ``[N]`` or ``[N, R_max]`` tensor (its own response length)."""
@@ -63,9 +68,17 @@ def _cat_rows(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
     return torch.cat([_pad_right(p, width) for p in parts])
 
 
+def _zeros_where_none(parts: list, rows: list) -> list:
+    """Ranks whose episodes had no turn reward hold None: zeros of their row count, unless all do."""
+    if all(p is None for p in parts):
+        return [None]
+    return [torch.zeros((len(r), 1), dtype=torch.float64) if p is None else p for p, r in zip(parts, rows)]
+
+
 def merge_results(results: list[ScoreResult]) -> ScoreResult:
     """One :class:`ScoreResult` of several ranks' batches, in order (failures add up; the first
-    error text of each function is kept; elapsed times are the slowest rank's)."""
+    error text of each function is kept; elapsed times are the slowest rank's; see
+    :func:`_merge_reported` for the reward objects' own metrics)."""
     if len(results) == 1:
         return results[0]
     first = results[0]
@@ -83,14 +96,26 @@ def merge_results(results: list[ScoreResult]) -> ScoreResult:
     return ScoreResult(names=first.names, weights=first.weights,
                        raw={name: [x for r in results for x in r.raw[name]] for name in first.names},
                        scores=torch.cat([r.scores for r in results]), valid=torch.cat([r.valid for r in results]),
-                       failures=failures, errors=errors, elapsed_s=elapsed)
+                       failures=failures, errors=errors, elapsed_s=elapsed, metrics=_merge_reported(results))
 
 
-def gather_samples(result: ScoreResult, gen, batch, prompt_lengths: list[int]) -> GlobalSamples:
+def _merge_reported(results: list[ScoreResult]) -> dict[str, float]:
+    """Reward objects' own metrics over the ranks: failure counts (``.../failures/<reason>``)
+    add up, the rest (rates, times) are averaged over the ranks that reported them."""
+    merged: dict[str, list[float]] = {}
+    for r in results:
+        for key, value in r.metrics.items():
+            merged.setdefault(key, []).append(value)
+    return {key: sum(v) if "/failures/" in key else sum(v) / len(v) for key, v in merged.items()}
+
+
+def gather_samples(result: ScoreResult, gen, batch, prompt_lengths: list[int],
+                   turn_reward: str = "sum", selected: torch.Tensor | None = None) -> GlobalSamples:
     """Every rank's samples of this step (a collective: every rank calls it)."""
     local = {name: getattr(batch, name) for name in PER_TOKEN}
     local.update(truncated=gen.truncated, result=result, prompt_lengths=prompt_lengths,
-                 tokens=int(gen.prompt_mask.sum() + gen.response_mask.sum()))
+                 tokens=int(gen.prompt_mask.sum() + gen.response_mask.sum()), episodes=gen.episodes, selected=selected,
+                 turn_rewards=turn_reward_tensor(gen.episodes, gen.response_ids.shape[1], turn_reward))
     parts = dist.gather_objects(local)
     rows = len(gen)
     start = dist.rank() * rows
@@ -101,5 +126,8 @@ def gather_samples(result: ScoreResult, gen, batch, prompt_lengths: list[int]) -
         tokens=sum(p["tokens"] for p in parts),
         rows=slice(start, start + rows),
         width=gen.response_ids.shape[1],
+        episodes=None if parts[0]["episodes"] is None else [e for p in parts for e in p["episodes"]],
+        selected=_cat_rows([p["selected"] for p in parts]),
+        turn_rewards=_cat_rows(_zeros_where_none([p["turn_rewards"] for p in parts], [p["truncated"] for p in parts])),
         **{name: _cat_rows([p[name] for p in parts]) for name in PER_TOKEN},
     )

@@ -3,7 +3,9 @@
 1. response-level clip of the scores to ``[-reward_clip, reward_clip]``;
 2. normalisation (``reward_norm_mean`` / ``reward_norm_std``: batch, group, running or none);
 3. token rewards: the score on the last valid token, minus ``kl_coef * KL`` per token when the
-   KL is in the reward (``kl_mode: reward``);
+   KL is in the reward (``kl_mode: reward``); in a multi-turn episode an environment's reward for
+   an earlier turn sits on that turn's last token instead (``turn_rewards``), and the last token
+   holds the rest, so every row still sums to its processed score;
 4. token-level clip to ``[-reward_clip, reward_clip]``;
 5. sample masks: invalid rewards, the difficulty mask, truncated responses; difficulty weights;
 6. the advantage estimator (outcome estimators read each row's summed token rewards; samples
@@ -110,13 +112,17 @@ def process_rewards(
     ref_logprobs: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
     running: RunningMoments | None = None,
+    turn_rewards: torch.Tensor | None = None,
 ) -> Processed:
     """Run steps 1-8 (module docstring) on one step's samples. Inputs are not modified.
 
     The pipeline runs in float64 (the tensors are ``[B]`` and ``[B, R]``: the cost is nil): a
     float32 variance overflows for rewards of ~2e19, turning a normalised advantage into 0 (no
     signal) or NaN. The advantages and returns come back float32. A score that is not finite
-    counts as invalid even if ``valid`` says otherwise.
+    counts as invalid even if ``valid`` says otherwise. ``response_mask`` is the mask of the
+    tokens that can be trained on (in an episode, the policy's own tokens: observations are never
+    rewarded, counted or trained on); ``turn_rewards [B, R]`` the earlier turns' rewards at
+    their last tokens (zeros elsewhere), or None.
     """
     mask = response_mask.bool()
     valid = valid.bool() & mask.any(-1) & torch.isfinite(scores)
@@ -131,6 +137,9 @@ def process_rewards(
 
     # 3-4. token rewards, KL in the reward, token-level clip
     token_rewards = _last_token_rewards(s, mask)
+    if turn_rewards is not None:  # earlier turns' rewards where they were earned; the row sum stays s
+        earlier = torch.where(mask & valid.unsqueeze(-1), turn_rewards.double(), torch.zeros((), dtype=torch.float64))
+        token_rewards = token_rewards + earlier - _last_token_rewards(earlier.sum(-1), mask)
     if algo.kl_mode == "reward" and ref_logprobs is not None and kl_coef > 0:
         kl = kl_penalty(old_logprobs.double(), ref_logprobs.double(), algo.kl_estimator)
         token_rewards = token_rewards - kl_coef * torch.where(mask, kl, torch.zeros((), dtype=kl.dtype))

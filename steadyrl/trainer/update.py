@@ -153,8 +153,8 @@ def _policy_micro_step(policy, m: TrainBatch, config: Config, agg: dict, kl_coef
             metrics.total("actor/kl_loss", kl_loss.detach())
         if first_epoch:
             for est in KL_METRIC_ESTIMATORS:
-                value = masked_mean(kl_penalty(logp.detach(), m.ref_logprobs, est), m.response_mask)
-                metrics.mean(f"kl/{est}", value, float(m.response_mask.sum()))
+                value = masked_mean(kl_penalty(logp.detach(), m.ref_logprobs, est), m.policy_mask)
+                metrics.mean(f"kl/{est}", value, float(m.policy_mask.sum()))
     if algo.entropy_coef > 0:
         ent_loss = aggregate_loss(entropy, m.loss_mask, algo.loss_agg_mode, sample_weights=m.sample_weights, **agg)
         loss = loss - algo.entropy_coef * ent_loss

@@ -76,6 +76,19 @@ def constant(prompts, completions, value=1.0, **columns):
 
 def always_raises(prompts, completions, answer, **columns):
     raise RuntimeError("this reward is broken for every sample")
+
+
+def needs_solution(completions, solution, **kwargs):
+    """TRL-style, reading a column the data lacks; its reads_columns (which replaces what the
+    signature says) hides that from the start-up check."""
+    return [float(s in c) for c, s in zip(completions, solution)]
+
+
+needs_solution.reads_columns = ("answer",)
+
+
+def type_error_inside(completions, **kwargs):
+    return [len(c) + "1" for c in completions]
 '''
 
 
@@ -184,3 +197,10 @@ def start_train():
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def steadyrl_cli_env() -> dict:
+    """The environment of a ``python -m steadyrl`` subprocess: offline, one thread, this tree."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+            "STEADYRL_NO_PROGRESS": "1", "PYTHONPATH": str(REPO)}

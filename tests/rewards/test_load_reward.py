@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from steadyrl.errors import ConfigError, RewardLoadError
-from steadyrl.rewards import RewardSpec, load_reward, reward_name
+from steadyrl.rewards import RewardSpec, load_reward, reward_name, score_batch
 
 USER_MODULE = textwrap.dedent(
     '''
@@ -122,9 +122,16 @@ def test_a_non_callable_attribute_is_refused(user_file):
         load_reward(f"{user_file}:NOT_CALLABLE")
 
 
-def test_a_function_without_kwargs_is_refused_with_its_signature(user_file):
-    with pytest.raises(RewardLoadError, match=r"must accept \*\*kwargs.*\(prompts, completions\)"):
-        load_reward(f"{user_file}:no_kwargs")
+def test_a_function_without_kwargs_receives_only_what_it_names(user_file):
+    """No **kwargs: the columns it does not name are not passed (they used to make it refused)."""
+    spec = RewardSpec.load(f"{user_file}:no_kwargs")
+    result = score_batch([spec], ["q", "q"], ["a", "b"], {"answer": ["a", "x"], "level": [1, 2]}, isolation="inline")
+    assert result.raw["no_kwargs"] == [1.0, 1.0] and result.failures["no_kwargs"]["exception"] == 0
+
+
+def test_options_a_function_without_kwargs_has_no_parameter_for_are_refused(user_file):
+    with pytest.raises(RewardLoadError, match=r"option\(s\) \['bogus'\] are not parameters.*\(prompts, completions\)"):
+        load_reward(f"{user_file}:no_kwargs", bogus=1)
 
 
 @pytest.mark.parametrize("spec", ["", "   ", ":fn", "module:"])

@@ -1,0 +1,295 @@
+"""Episodes: a prompt, then policy turns and observations, one batched ``generate`` per turn.
+
+    prompt | turn 1 (sampled) | observation 1 | turn 2 (sampled) | ... | turn K (sampled)
+
+Token in, token out: an episode's tokens are exactly the ids the policy sampled plus the tokenized
+observations. A turn's text is decoded only to read its tool calls (or to hand it to an
+environment) and for the chat template to render what comes next; it is never re-encoded. An
+observation is the template's rendering of the new messages alone
+(:func:`steadyrl.agents.chat.observation_ids`): the rendering of the conversation with them minus
+the rendering without them, starting right after the end-of-turn token the policy sampled.
+
+The result is the :class:`~steadyrl.rollout.base.Generation` a single turn returns, with
+``response_mask`` 1 over the turns *and* the observations (attended to) and ``policy_mask`` 1 over
+the sampled tokens only (trained on). Without an agent (no tools, no environment) an episode is
+one turn and the first turn's generation is returned as it is: the single-turn path is this one.
+
+Each turn generates for the still-running episodes only; finished ones drop out. Limits:
+
+* ``max_turns``: an episode that still calls a tool after its last allowed turn is truncated;
+* ``max_new_tokens`` per turn: a turn without an end-of-turn token truncates the episode;
+* ``max_episode_tokens`` over everything after the prompt: a turn is cut to what is left, and an
+  observation that leaves no room for another turn ends the episode, truncated;
+* ``max_observation_tokens``: the new messages' contents are shortened (``right``: keep the start,
+  ``left``: keep the end) so the rendered observation fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..agents.chat import TemplateError
+from .base import EpisodeInfo, Generation
+
+
+@dataclass(frozen=True)
+class TurnLimits:
+    max_turns: int
+    max_new_tokens: int
+    max_observation_tokens: int
+    observation_truncation: str
+    episode_tokens: int
+    turn_reward: str = "sum"
+
+
+@dataclass
+class _Episode:
+    prompt_ids: list[int]
+    history: list[dict] | None  # the conversation so far, for the chat template (None: no template)
+    row: dict
+    state: object = None
+    ids: list[int] = field(default_factory=list)  # everything after the prompt
+    policy: list[int] = field(default_factory=list)  # 1 where the policy sampled the token
+    logprobs: list[float] = field(default_factory=list)
+    contexts: list[list[int]] = field(default_factory=list)  # what each turn was generated from
+    info: EpisodeInfo = field(default_factory=lambda: EpisodeInfo(turns=0))
+    running: bool = True
+    text: str = ""
+
+
+def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits: TurnLimits,
+                 seeds: list[int] | None = None, **sampling) -> Generation:
+    """``n`` episodes of each prompt (rows in group order). ``prompts`` carry ``ids``, ``columns``,
+    ``text``, ``messages`` (a chat-format record's prompt, or None) and ``conversation`` (the chat
+    messages the template rendered, or None); ``sampling``: temperature, top_p, top_k, do_sample,
+    passed to every turn's ``generate``."""
+    first_turn = min(limits.max_new_tokens, limits.episode_tokens)
+    if agent is None:  # one turn: the episode is the first generation
+        return engine.generate([p.ids for p in prompts], n, max_new_tokens=first_turn, **sampling)
+    episodes = [_Episode(list(p.ids), list(p.conversation) if p.conversation is not None else None,
+                         {"prompt": p.messages if p.messages is not None else p.text, **p.columns})
+                for p in prompts for _ in range(n)]
+    _start(agent, tokenizer, episodes, seeds or list(range(len(episodes))))
+    eos = set(engine.eos_ids)
+    end_texts = [tokenizer.decode([i]) for i in sorted(eos)]
+    shared = all(e.prompt_ids == list(prompts[i // n].ids) for i, e in enumerate(episodes))
+    if shared:  # the prompts as they are: generation computes each once per group
+        first = engine.generate([p.ids for p in prompts], n, max_new_tokens=first_turn, **sampling)
+    else:
+        first = engine.generate([e.prompt_ids for e in episodes], 1, max_new_tokens=first_turn, **sampling)
+    _record(episodes, list(range(len(episodes))), first, limits, eos, tokenizer)
+    try:
+        while True:
+            running = [i for i, e in enumerate(episodes) if e.running]
+            if not running:
+                break
+            _respond(agent, tokenizer, [episodes[i] for i in running], limits, end_texts)
+            running = [i for i in running if episodes[i].running]
+            if not running:
+                break
+            budget = max(min(limits.max_new_tokens, _left(episodes[i], limits)) for i in running)
+            gen = engine.generate([episodes[i].prompt_ids + episodes[i].ids for i in running], 1,
+                                  max_new_tokens=budget, **sampling)
+            _record(episodes, running, gen, limits, eos, tokenizer)
+    finally:
+        agent.close([e.state for e in episodes])
+    return _assemble(first, episodes, tokenizer, limits)
+
+
+def _left(e: _Episode, limits: TurnLimits) -> int:
+    return limits.episode_tokens - len(e.ids)
+
+
+def _start(agent, tokenizer, episodes: list[_Episode], seeds: list[int]) -> None:
+    from ..agents.chat import render
+
+    starts = agent.start([e.row for e in episodes], seeds)
+    for e, s in zip(episodes, starts):
+        e.state = s.state
+        e.info.env_time_s += s.elapsed_s
+        if s.failed:
+            e.info.failed, e.info.error = True, s.error
+        elif s.messages is not None:  # the environment's first observation replaces the row's prompt
+            e.history = list(s.messages)
+            text = render(tokenizer, e.history, tools=agent.tool_schemas, add_generation_prompt=True,
+                          purpose="the environment's first observation", template_kwargs=agent.template_kwargs)
+            e.prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: TurnLimits, eos: set[int],
+            tokenizer) -> None:
+    """Append each row's sampled turn to its episode and decide whether the episode goes on."""
+    for j, i in enumerate(rows):
+        e = episodes[i]
+        context = gen.prompt_ids[j][gen.prompt_mask[j].bool()].tolist()
+        e.contexts.append(context)
+        valid = gen.response_mask[j].bool()
+        ids = gen.response_ids[j][valid].tolist()
+        logprobs = gen.rollout_logprobs[j][valid].tolist() if gen.rollout_logprobs is not None else [0.0] * len(ids)
+        left = _left(e, limits)
+        cut = len(ids) > left
+        ids, logprobs = ids[:left], logprobs[:left]
+        e.info.turn_ends.append(len(e.ids) + len(ids) - 1)
+        e.ids += ids
+        e.policy += [1] * len(ids)
+        e.logprobs += logprobs
+        e.info.turns += 1
+        ended = bool(ids) and ids[-1] in eos
+        e.text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
+        if cut:
+            e.info.truncation, e.running = "max_episode_tokens", False
+        elif not ended:
+            e.info.truncation, e.running = "max_new_tokens", False
+        elif e.info.failed:
+            e.running = False
+
+
+def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end_texts: list[str]) -> None:
+    """The agent's replies to the latest turns, appended as observation tokens."""
+    replies = agent.respond([e.state for e in episodes], [e.text for e in episodes])
+    for e, reply in zip(episodes, replies):
+        info = e.info
+        info.env_time_s += reply.elapsed_s
+        info.tool_calls += reply.tool_calls
+        for name, count in reply.tool_errors.items():
+            info.tool_errors[name] = info.tool_errors.get(name, 0) + count
+        info.turn_rewards.append(reply.reward)
+        assistant = {"role": "assistant", "content": e.text}
+        info.messages.append(assistant)
+        if reply.failed:
+            info.failed, info.error, e.running = True, reply.error, False
+            continue
+        if reply.done or not reply.messages:
+            e.running = False
+            continue
+        if info.turns >= limits.max_turns:
+            info.truncation, e.running = "max_turns", False
+            continue
+        try:
+            obs = _observation(tokenizer, e, reply.messages, agent, limits, end_texts)
+        except TemplateError as err:  # a template behaviour the start-up probe did not see: this episode only
+            info.failed, info.error, e.running = True, str(err), False
+            continue
+        info.messages.extend(reply.messages)
+        if len(e.ids) + len(obs) + 1 > limits.episode_tokens:  # no room for another turn
+            info.truncation, e.running = "max_episode_tokens", False
+            continue
+        if e.history is not None:
+            e.history += [assistant, *reply.messages]
+        e.ids += obs
+        e.policy += [0] * len(obs)
+        e.logprobs += [0.0] * len(obs)
+        info.observation_tokens += len(obs)
+
+
+def _observation(tokenizer, e: _Episode, messages: list[dict], agent, limits: TurnLimits,
+                 end_texts: list[str]) -> list[int]:
+    """The observation's token ids, its messages' contents shortened until it fits the limit."""
+    from ..agents.chat import observation_ids
+
+    def ids_of(msgs):
+        return observation_ids(tokenizer, e.history or [], e.text, msgs, tools=agent.tool_schemas,
+                               end_texts=end_texts, template_kwargs=agent.template_kwargs)
+
+    ids = ids_of(messages)
+    limit = limits.max_observation_tokens
+    if len(ids) <= limit:
+        return ids
+    overhead = len(ids_of([{**m, "content": ""} for m in messages]))
+    room = max(limit - overhead, 0) // max(len(messages), 1)
+    shortened = [{**m, "content": _shorten(tokenizer, str(m.get("content") or ""), room,
+                                           limits.observation_truncation)} for m in messages]
+    messages[:] = shortened  # the transcript shows what the policy saw
+    ids = ids_of(shortened)
+    return ids[:limit] if limits.observation_truncation == "right" else ids[-limit:]
+
+
+def _shorten(tokenizer, text: str, tokens: int, side: str) -> str:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) <= tokens:
+        return text
+    kept = ids[:tokens] if side == "right" else ids[len(ids) - tokens:]
+    return tokenizer.decode(kept, skip_special_tokens=False)
+
+
+def _combine(rewards: list[float | None], how: str) -> float | None:
+    given = [r for r in rewards if r is not None]
+    if not given:
+        return None
+    return float(sum(given)) if how == "sum" else (rewards[-1] if rewards[-1] is not None else None)
+
+
+def _assemble(first: Generation, episodes: list[_Episode], tokenizer, limits: TurnLimits) -> Generation:
+    """One :class:`Generation` of the episodes: prompts left-padded, everything after them right-padded."""
+    pad = tokenizer.pad_token_id
+    width = max([first.response_ids.shape[1], *(len(e.ids) for e in episodes)])
+    prompt_width = max(len(e.prompt_ids) for e in episodes)
+    rows = len(episodes)
+    prompt_ids = torch.full((rows, prompt_width), pad, dtype=torch.long)
+    prompt_mask = torch.zeros((rows, prompt_width), dtype=torch.long)
+    response_ids = torch.full((rows, width), pad, dtype=torch.long)
+    response_mask = torch.zeros((rows, width), dtype=torch.long)
+    policy_mask = torch.zeros((rows, width), dtype=torch.long)
+    logprobs = torch.zeros((rows, width), dtype=torch.float32) if first.rollout_logprobs is not None else None
+    for i, e in enumerate(episodes):
+        p, r = len(e.prompt_ids), len(e.ids)
+        prompt_ids[i, prompt_width - p:] = torch.tensor(e.prompt_ids, dtype=torch.long)
+        prompt_mask[i, prompt_width - p:] = 1
+        response_ids[i, :r] = torch.tensor(e.ids, dtype=torch.long)
+        response_mask[i, :r] = 1
+        policy_mask[i, :r] = torch.tensor(e.policy, dtype=torch.long)
+        if logprobs is not None:
+            logprobs[i, :r] = torch.tensor(e.logprobs)
+        sequence = e.prompt_ids + e.ids
+        e.info.drift_tokens = sum(sum(a != b for a, b in zip(c, sequence)) + max(len(c) - len(sequence), 0)
+                                  for c in e.contexts)
+        e.info.env_reward = _combine(e.info.turn_rewards, limits.turn_reward)
+    return Generation(
+        prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids, response_mask=response_mask,
+        truncated=torch.tensor([e.info.truncation is not None for e in episodes]),
+        completions=tokenizer.batch_decode([e.ids for e in episodes], skip_special_tokens=True),
+        rollout_logprobs=logprobs, policy_mask=policy_mask, episodes=[e.info for e in episodes])
+
+
+def episode_metrics(episodes: list[EpisodeInfo] | None, tool_names: list[str] = ()) -> dict[str, float]:
+    """``rollout/*`` metrics of a step's episodes (empty for single-turn steps)."""
+    if not episodes:
+        return {}
+    n = len(episodes)
+    turns = [e.turns for e in episodes]
+    errors: dict[str, int] = {name: 0 for name in tool_names}
+    for e in episodes:
+        for name, count in e.tool_errors.items():
+            errors[name] = errors.get(name, 0) + count
+    metrics = {
+        "rollout/turns_mean": sum(turns) / n,
+        "rollout/turns_max": float(max(turns)),
+        "rollout/tool_calls": float(sum(e.tool_calls for e in episodes)),
+        "rollout/tool_calls_per_episode": sum(e.tool_calls for e in episodes) / n,
+        "rollout/tool_errors": float(sum(errors.values())),
+        "rollout/observation_tokens_mean": sum(e.observation_tokens for e in episodes) / n,
+        "rollout/env_time_s": sum(e.env_time_s for e in episodes),
+        "rollout/failed_episodes": float(sum(e.failed for e in episodes)),
+        "rollout/retokenize_drift": float(sum(e.drift_tokens for e in episodes)),
+    }
+    for name, count in sorted(errors.items()):
+        metrics[f"rollout/tool_errors/{name}"] = float(count)
+    for reason in ("max_new_tokens", "max_episode_tokens", "max_turns"):
+        metrics[f"rollout/truncated/{reason}"] = float(sum(e.truncation == reason for e in episodes))
+    return metrics
+
+
+def turn_reward_tensor(episodes: list[EpisodeInfo] | None, width: int, how: str) -> torch.Tensor | None:
+    """``[B, width]`` float64: each earlier turn's environment reward at that turn's last token
+    (GAE then sees it where it was earned); the last turn's is part of the episode's score. None
+    when no episode has one, or when only the last turn counts (``turn_reward: last``)."""
+    if not episodes or how != "sum":
+        return None
+    out = torch.zeros((len(episodes), width), dtype=torch.float64)
+    for i, e in enumerate(episodes):
+        for end, reward in zip(e.turn_ends[:-1], e.turn_rewards[: len(e.turn_ends) - 1]):
+            if reward is not None and 0 <= end < width:
+                out[i, end] = reward
+    return out if bool(out.any()) else None
