@@ -203,13 +203,15 @@ def prepare_output_dir(output_dir: Path, resume: bool, overwrite: bool, lock: Ru
     return output_dir
 
 
+def with_hash_line(text: str) -> str:
+    """``text`` (YAML ending in a newline) followed by the line that records its hash."""
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return f"{text}# steadyrl-sha256: {digest}  (of the text above; --resume refuses this file if it no longer matches)\n"
+
+
 def write_run_config(config: Config, output_dir: Path) -> None:
     """``config.yaml``: the config (secrets redacted), then the hash line, written atomically."""
-    text = dump_config(config)
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    atomic_write_text(output_dir / "config.yaml",
-                      f"{text}# steadyrl-sha256: {digest}  (of the text above; --resume refuses this file "
-                      "if it no longer matches)\n")
+    atomic_write_text(output_dir / "config.yaml", with_hash_line(dump_config(config)))
 
 
 def check_saved_config(output_dir: Path) -> None:

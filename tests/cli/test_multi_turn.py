@@ -155,6 +155,12 @@ def test_tool_episodes_train(agent_run, steadyrl_cli, tmp_path):
     steps = [m for m in _metrics(out) if "rollout/turns_mean" in m]
     assert len(steps) == 2 and all(m["rollout/retokenize_drift"] == 0.0 for m in steps)
     assert all("rollout/tool_errors/add" in m for m in steps)
+    # the run directory names a tool file: evaluating it runs that code only when asked to
+    refused = steadyrl_cli("eval", "--output-dir", str(out))
+    assert refused.returncode == 2 and "tool" in refused.stderr and "--trust-run-code" in refused.stderr
+    trusted = steadyrl_cli("eval", "--output-dir", str(out), "--trust-run-code")
+    assert trusted.returncode == 0, trusted.stderr[-2000:]
+    assert json.loads(trusted.stdout[trusted.stdout.index("{"):])["num_prompts"] == 4
 
 
 @pytest.mark.parametrize("rollout, needle", [

@@ -166,7 +166,10 @@ def _run_dir_naming(finished_run, tmp_path, rewards, **model):
     saved = yaml.safe_load((run / "config.yaml").read_text())
     saved["rewards"] = rewards
     saved["model"].update(model)
-    (run / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    from steadyrl.trainer.rundir import with_hash_line
+
+    # written as steadyrl writes it (a hand edit would be refused as damaged before the trust check)
+    (run / "config.yaml").write_text(with_hash_line(yaml.safe_dump(saved, sort_keys=False)))
     return run
 
 
