@@ -278,8 +278,14 @@ class RolloutConfig(Section):
     tool_timeout_s: float = F(30.0, "Time limit of one tool or environment call; a tool that exceeds it "
                               "returns an error to the model, an environment that does fails the episode.", gt=0)
     tool_isolation: Literal["process", "thread", "inline"] | None = F(
-        None, "Where tool and environment calls run, as rewards[].isolation: process (a worker, killed on "
-        "time-out; default on Linux), thread, inline.")
+        None, "Where tool and environment calls run, as rewards[].isolation: process (a contained sandbox "
+        "worker, killed with all it started on time-out; default on Linux), thread (a time-out abandons "
+        "the call; C code cannot be stopped), inline (no time limit, for debugging).")
+    tool_workers: int = F(8, "Sandbox workers for tool calls (process isolation): up to this many calls run "
+                          "at once. An environment gets a worker per running episode.", ge=1)
+    tool_limits: RewardLimitsConfig = Field(default_factory=RewardLimitsConfig,
+                                            description="Resource limits of the tool and environment workers "
+                                                        "(process isolation), as rewards[].limits.")
 
     @property
     def multi_turn(self) -> bool:

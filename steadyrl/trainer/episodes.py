@@ -42,12 +42,12 @@ def build_agent(config, tokenizer):
         from ..agents.tools import load_tools
 
         agent = ToolAgent(load_tools(list(ro.tools)), load_parser(ro.tool_parser), timeout_s=ro.tool_timeout_s,
-                          isolation=isolation)
+                          isolation=isolation, limits=ro.tool_limits, workers=ro.tool_workers)
     else:
         from ..agents.environment import EnvironmentAgent, load_environment
 
         agent = EnvironmentAgent(load_environment(ro.environment), observation_role=ro.observation_role,
-                                 timeout_s=ro.tool_timeout_s, isolation=isolation)
+                                 timeout_s=ro.tool_timeout_s, isolation=isolation, limits=ro.tool_limits)
     agent.template_kwargs = dict(config.data.chat_template_kwargs)
     end_texts = [tokenizer.decode([i]) for i in eos_token_ids(tokenizer)]
     check_template(tokenizer, tools=agent.tool_schemas, observation_role=agent.observation_role,

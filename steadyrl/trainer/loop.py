@@ -274,6 +274,8 @@ def _start(config: Config, output_dir: str | None, resume: bool, overwrite: bool
                 return _train(run, config, out, latest, started, resume=resume)
             finally:
                 run.scorer.close()
+                if run.agent is not None:
+                    run.agent.shutdown()
         except KeyboardInterrupt:
             raise TrainingInterrupted(resume_hint(config, out)) from None
 
@@ -413,5 +415,7 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         results = run_eval(config, engine, scorer, prompts, device, agent)
     finally:
         scorer.close()
+        if agent is not None:
+            agent.shutdown()
     print(json.dumps({"model": model_path, **results}, indent=2))
     return results
