@@ -212,3 +212,23 @@ def test_environment_runs_resume_exactly(agent_run, tmp_path):
     expected = rows(full)
     assert [m["step"] for m in expected if "reward/environment/mean" in m] == [1, 2, 3, 4]
     assert rows(cut) == expected
+
+
+def test_a_template_that_re_renders_earlier_turns_is_refused_before_training(agent_run, steadyrl_cli, tmp_path):
+    """Qwen3's template drops earlier turns' <think> blocks once a user message follows them: with
+    user-role observations the trained tokens would not be what the template shows, so the run
+    stops at start-up naming the behaviour (with tool-role observations it runs)."""
+    import shutil
+
+    from agents.templates import QWEN3, chat_tokenizer
+
+    root, base = agent_run
+    model = tmp_path / "qwen3_like"
+    shutil.copytree(root / "model", model)
+    chat_tokenizer(QWEN3, bos="<|begin_of_text|>").save_pretrained(model)
+    cfg = _write(root, base, "qwen3.yaml", model={"name_or_path": str(model)},
+                 rollout={"environment": f"{root / 'env.py'}:TwoSteps", "observation_role": "user"})
+    proc = steadyrl_cli("train", str(cfg), "--output-dir", str(tmp_path / "run"))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "re-renders earlier assistant turns" in proc.stderr and "<think>" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
