@@ -1,7 +1,7 @@
 """The ``steadyrl`` command line: argument parsing only; the work lives in the layers below.
 
     steadyrl train [CONFIG.yaml] [--output-dir DIR] [--resume] [--overwrite] [key=value ...]
-    steadyrl eval [CONFIG.yaml] [--output-dir DIR | --model PATH] [key=value ...]
+    steadyrl eval [CONFIG.yaml] [--output-dir DIR [--trust-run-code] | --model PATH] [key=value ...]
     steadyrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
     steadyrl config show [CONFIG.yaml] [key=value ...]
     steadyrl selfcheck
@@ -14,8 +14,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from . import __version__
 from .errors import ConfigError, TrainingHalted
+
+DOCS_DIR = Path(__file__).resolve().parents[1] / "docs"
+
+
+def _epilog() -> str:
+    """Where to read more, at the foot of every ``--help`` page."""
+    docs = DOCS_DIR if DOCS_DIR.is_dir() else "docs/ in the steadyrl source tree"
+    return ("every config key with its value, default and help: "
+            "steadyrl config show [CONFIG.yaml] [key=value ...]\n"
+            f"documentation: {docs} (configuration.md, data.md, rewards.md, metrics.md, tracking.md, "
+            "migrating.md from TRL and verl, troubleshooting.md)")
 
 
 def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
@@ -31,11 +44,13 @@ def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    page = {"epilog": _epilog(), "formatter_class": argparse.RawDescriptionHelpFormatter}
     parser = argparse.ArgumentParser(prog="steadyrl", description="Numerically stable RL post-training "
-                                     "(PPO, GRPO and relatives) for causal language models.")
+                                     "(PPO, GRPO and relatives) for causal language models.", **page)
+    parser.add_argument("--version", action="version", version=f"steadyrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="RL post-training; with no config, the built-in demo")
+    train = sub.add_parser("train", help="RL post-training; with no config, the built-in demo", **page)
     train.add_argument("items", nargs="*", metavar="CONFIG|key=value",
                        help="an optional YAML config, then dotted overrides such as algorithm.pg_clip=0.1")
     train.add_argument("--output-dir", help="run directory (default: runs/<preset>-<time>)")
@@ -43,22 +58,26 @@ def build_parser() -> argparse.ArgumentParser:
     again.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output-dir")
     again.add_argument("--overwrite", action="store_true", help="replace a previous run in --output-dir")
 
-    ev = sub.add_parser("eval", help="evaluate a run's policy or a model on the held-out prompts")
+    ev = sub.add_parser("eval", help="evaluate a run's policy or a model on the held-out prompts", **page)
     ev.add_argument("items", nargs="*", metavar="CONFIG|key=value")
     group = ev.add_mutually_exclusive_group()
     group.add_argument("--output-dir", help="a run directory: its config and newest checkpoint")
     group.add_argument("--model", help="a model directory or hub name to evaluate")
+    ev.add_argument("--trust-run-code", action="store_true",
+                    help="with --output-dir and no CONFIG: run the code the run's config.yaml names (reward "
+                         "functions from files or modules, model.trust_remote_code); without it such a run "
+                         "directory is refused, since it may come from someone else. Built-in rewards need no flag")
 
-    plot = sub.add_parser("plot", help="PNG dashboard of one or more runs' metrics")
+    plot = sub.add_parser("plot", help="PNG dashboard of one or more runs' metrics", **page)
     plot.add_argument("run_dirs", nargs="+")
     plot.add_argument("--out", help="output PNG (default: RUN_DIR/dashboard.png)")
 
-    config = sub.add_parser("config", help="inspect configuration")
+    config = sub.add_parser("config", help="inspect configuration", **page)
     config_sub = config.add_subparsers(dest="config_command", required=True)
-    show = config_sub.add_parser("show", help="print the resolved config with every default and its help")
+    show = config_sub.add_parser("show", help="print the resolved config with every default and its help", **page)
     show.add_argument("items", nargs="*", metavar="CONFIG|key=value")
 
-    sub.add_parser("selfcheck", help="numerical self-check of the functional core")
+    sub.add_parser("selfcheck", help="numerical self-check of the functional core", **page)
     return parser
 
 
@@ -80,6 +99,12 @@ def _run(args: argparse.Namespace) -> int:
             print(f"# note: {note}")
         print(render_config(config, preset_keys), end="")
         return 0
+    # a config error is answered before the trainer is imported (torch and transformers: seconds)
+    from .config import load_config
+
+    model = [f"model.name_or_path={args.model}"] if getattr(args, "model", None) else []
+    load_config(_config_source(args, path), [*overrides, *model])
+    _quiet_libraries()
     if args.command == "train":
         from .trainer import train
 
@@ -91,9 +116,20 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "eval":
         from .trainer import evaluate_run
 
-        evaluate_run(path, overrides, output_dir=args.output_dir, model=args.model)
+        evaluate_run(path, overrides, output_dir=args.output_dir, model=args.model,
+                     trust_run_code=args.trust_run_code)
         return 0
     raise AssertionError(args.command)
+
+
+def _config_source(args: argparse.Namespace, path: str | None) -> str | None:
+    """The config file ``train`` / ``eval`` read: without one, a run's own ``config.yaml`` when
+    resuming it or evaluating it (as the trainer does), else ``path`` (None: the demo)."""
+    run_dir = getattr(args, "output_dir", None)
+    if path is None and run_dir and (args.command == "eval" or getattr(args, "resume", False)):
+        saved = Path(run_dir) / "config.yaml"
+        return str(saved) if saved.is_file() else None
+    return path
 
 
 def _one_line(exc: BaseException) -> str:
@@ -129,17 +165,18 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    _quiet_libraries()
     try:
         return _run(args)
     except ConfigError as exc:
-        print(f"steadyrl: error: {_one_line(exc)}", file=sys.stderr)
+        for problem in getattr(exc, "problems", None) or [exc]:  # a config's every problem, a line each
+            print(f"steadyrl: error: {_one_line(problem)}", file=sys.stderr)
         return 2
     except TrainingHalted as exc:
         print(f"steadyrl: training stopped: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("steadyrl: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        hint = getattr(exc, "hint", None)  # a run that has a directory says how to continue it
+        print("steadyrl: interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)
         return 130
 
 

@@ -23,9 +23,22 @@ class RewardLoadError(ConfigError):
     """A reward function spec does not name an importable callable."""
 
 
+class RewardCallError(ConfigError):
+    """A reward function's signature cannot take the call made to it (found on the first batch)."""
+
+
 class ModelLoadError(ConfigError):
     """A model or tokenizer path / hub name cannot be loaded."""
 
 
 class TrainingHalted(SteadyRLError):
     """Training stopped on purpose (e.g. too many non-finite steps in a row): exit status 1."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run, once its directory exists: ``hint`` says how to continue it (the
+    command prints it under ``steadyrl: interrupted``; exit status 130 as for any Ctrl-C)."""
+
+    def __init__(self, hint: str) -> None:
+        super().__init__(hint)
+        self.hint = hint

@@ -11,8 +11,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import socket
+import urllib.parse
 from pathlib import Path
 
 import torch
@@ -56,6 +59,53 @@ def check_model_source(field: str, name: str) -> None:
         return
     if name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or name.endswith("/"):
         raise ModelLoadError(f"{field} = {name!r}: no such directory")
+    check_hub_reachable(field, name)
+
+
+_TRUE = {"1", "on", "yes", "true"}
+
+
+def _offline() -> bool:
+    import huggingface_hub.constants as hub
+
+    flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""))
+    return bool(hub.HF_HUB_OFFLINE) or any(flag.strip().lower() in _TRUE for flag in flags)
+
+
+@functools.lru_cache(maxsize=None)
+def _unreachable(endpoint: str, timeout_s: float = 3.0) -> str | None:
+    """Why the hub cannot be reached from here (name resolution or a TCP connect, within
+    ``timeout_s``), or None. Behind a proxy nothing is tried: only the proxy knows."""
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    url = urllib.parse.urlsplit(endpoint)
+    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        return f"cannot connect to {endpoint} ({exc.strerror or type(exc).__name__})"
+    return None
+
+
+def check_hub_reachable(field: str, name: str) -> None:
+    """A hub name must be in the local Hugging Face cache, or the hub must be reachable: refused
+    at once when it is not, instead of after the minute that transformers spends in retries."""
+    import huggingface_hub.constants as hub
+    from huggingface_hub.file_download import repo_folder_name
+
+    cached = Path(hub.HF_HUB_CACHE) / repo_folder_name(repo_id=name, repo_type="model") / "snapshots"
+    if cached.is_dir() and any(cached.iterdir()):
+        return
+    where = f"it is not a local directory and not in the Hugging Face cache ({hub.HF_HUB_CACHE})"
+    fix = ("download it first on a machine with network (huggingface-cli download NAME, then copy the "
+           "cache or set HF_HOME), or point to a local directory")
+    if _offline():
+        raise ModelLoadError(f"{field} = {name!r}: {where}, and the machine is offline (HF_HUB_OFFLINE=1): "
+                             f"{fix.replace('NAME', name)}")
+    why = _unreachable(hub.ENDPOINT)
+    if why:
+        raise ModelLoadError(f"{field} = {name!r}: {where}, and the hub cannot be reached: {why}; "
+                             f"{fix.replace('NAME', name)}")
 
 
 def _load_error(field: str, name: str, exc: Exception) -> ModelLoadError:

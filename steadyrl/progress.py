@@ -67,20 +67,20 @@ class Progress:
     """A progress display; see :func:`progress`. ``mode`` is ``"bar"``, ``"lines"`` or ``"off"``."""
 
     def __init__(self, total: int | None, desc: str, mode: str, *, every: int | None = None,
-                 interval_s: float = 60.0, file: IO[str] | None = None):  # fmt: skip
+                 interval_s: float = 60.0, file: IO[str] | None = None, initial: int = 0):  # fmt: skip
         self.total, self.desc, self.mode = total, desc, mode
         self.file = file
-        self.n = 0
+        self.n = self.initial = initial  # a resumed run counts on from the step it resumed at
         self.metrics: dict[str, Any] = {}
-        self.every = every or (max(1, total // 10) if total else 10)
+        self.every = every or (max(1, (total - initial) // 10) if total else 10)
         self.interval_s = interval_s
         self._start = self._last_print = time.monotonic()
-        self._printed_n = 0
+        self._printed_n = initial
         self._bar = None
         if mode == "bar":
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=total, desc=desc, file=file, dynamic_ncols=True, unit="it")
+            self._bar = tqdm(total=total, desc=desc, file=file, dynamic_ncols=True, unit="it", initial=initial)
 
     def update(self, n: int = 1, **metrics: Any) -> None:
         """Advance by ``n`` and show ``metrics`` (e.g. ``reward=0.41, kl=0.003, step_s=3.1``);
@@ -100,10 +100,10 @@ class Progress:
     def line(self, now: float | None = None) -> str:
         """The one-line summary printed in ``"lines"`` mode."""
         now = time.monotonic() if now is None else now
-        elapsed = now - self._start
-        rate = elapsed / self.n if self.n else float("nan")
+        elapsed, done = now - self._start, self.n - self.initial
+        rate = elapsed / done if done else float("nan")  # seconds per unit done in this process
         parts = [f"[{self.desc}] {self.n}" + (f"/{self.total} ({100 * self.n / self.total:.0f}%)" if self.total else "")]
-        if self.n:
+        if done:
             parts.append(f"{rate:.3g} s/it" if rate >= 1 else f"{1 / rate:.3g} it/s" if rate > 0 else "")
         parts.append(f"elapsed {format_duration(elapsed)}")
         if self.total and self.n < self.total:
@@ -133,7 +133,8 @@ class Progress:
 
 
 def progress(total: int | None, desc: str, *, enabled: bool | None = None, is_main_process: bool = True,
-             every: int | None = None, interval_s: float = 60.0, file: IO[str] | None = None) -> Progress:  # fmt: skip
+             every: int | None = None, interval_s: float = 60.0, file: IO[str] | None = None,
+             initial: int = 0) -> Progress:  # fmt: skip
     """A progress display for ``total`` units of work (``None``: unknown).
 
     Args:
@@ -143,6 +144,8 @@ def progress(total: int | None, desc: str, *, enabled: bool | None = None, is_ma
         every: in lines mode, print every this many units (default ~10 % of ``total``).
         interval_s: in lines mode, print at least this often while work advances.
         file: where to write (default stderr).
+        initial: units already done (a resumed run's step): counts and percentages are of the
+            whole ``total``, the rate and ETA of the units done since.
     """
     if not is_main_process:
         mode = "off"
@@ -150,4 +153,4 @@ def progress(total: int | None, desc: str, *, enabled: bool | None = None, is_ma
         mode = "bar" if progress_bar_wanted(file) else "lines"
     else:
         mode = "bar" if enabled else "lines"
-    return Progress(total, desc, mode, every=every, interval_s=interval_s, file=file)
+    return Progress(total, desc, mode, every=every, interval_s=interval_s, file=file, initial=initial)

@@ -60,7 +60,10 @@ steadyrl config show run.yaml algorithm.preset=ppo   # every key, its value and 
 **Overrides.** `section.key=value` (nested: `model.lora.r=32`), after the config file or
 anywhere on the line. The value is read as YAML: `3` is an int, `1e-6` and `0.5` are floats,
 `true`/`false` booleans, `null` is null, `[a, b]` a list, `{name: math, weight: 2}` a mapping;
-quote to keep a string (`model.revision='1e5'`). Overrides apply in order, the last one wins.
+quote to keep a string (`model.revision='1e5'`). A text field or a choice of names keeps the
+value as typed (`model.revision=0123` is `'0123'`; `algorithm.kl_mode=off` is the name `off`, not
+YAML's false, and is refused as no valid choice); `trainer.trackers=wandb`, one name, is the list
+`[wandb]`. Overrides apply in order, the last one wins.
 With no config file, overrides apply to the built-in demo (see the end of this page). A section
 written with nothing under it (`lora:` with its keys commented out) means its defaults.
 
@@ -68,7 +71,8 @@ written with nothing under it (`lora:` with its keys commented out) means its de
 error that suggests the nearest valid one (`trainer.lr` -> `optim.lr`; the names TRL and verl
 use are recognised, see [migrating.md](migrating.md)); a wrong type, a value out of range or
 an unknown name is an error naming the field, the value and what would be valid. `steadyrl`
-then exits with status 2 and that one line on stderr.
+then exits with status 2 and that one line on stderr. Every problem of a config is reported at
+once, one `steadyrl: error:` line each (the unknown keys first, then the invalid values).
 
 **Presets.** `algorithm.preset` names a set of defaults for the `algorithm` section only. A
 preset fills the keys you did not write; every key you write wins, and `steadyrl config show`
@@ -151,10 +155,15 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ").strip()
 
 
-def _table(model: type[BaseModel], prefix: str) -> list[str]:
-    rows = ["| key | default | valid | what it does |", "|---|---|---|---|"]
+def _table(model: type[BaseModel], prefix: str, nested: bool = False, header: bool = True) -> list[str]:
+    """A table of the model's keys; ``nested``: a sub-section is one row, then a row per key of it
+    (the rewards list's items, whose keys cannot be headings)."""
+    rows = ["| key | default | valid | what it does |", "|---|---|---|---|"] if header else []
     for name, field in model.model_fields.items():
         if _is_section(field.annotation):
+            if nested:
+                rows.append(f"| `{prefix}{name}` | | mapping | {_cell(field.description or '')} |")
+                rows += _table(field.annotation, f"{prefix}{name}.", nested=True, header=False)
             continue
         rows.append(f"| `{prefix}{name}` | {_default(field)} | {_valid(field)} | {_cell(field.description or '')} |")
     return rows
@@ -168,7 +177,7 @@ def _sections(model: type[BaseModel], prefix: str, level: int) -> list[str]:
     for name, field in model.model_fields.items():
         if name == "rewards" and model is Config:
             out += ["", f"{'#' * level} rewards", "", _cell(field.description or ""),
-                    "Each item of the list:", "", *_table(RewardConfig, "rewards[].")]
+                    "Each item of the list:", "", *_table(RewardConfig, "rewards[].", nested=True)]
         elif _is_section(field.annotation):
             doc = (field.annotation.__doc__ or "").strip()
             out += ["", f"{'#' * level} {prefix}{name}", ""]

@@ -1,15 +1,19 @@
 """Running a turn's tool and environment calls: all at once, each under a time limit.
 
-``run_calls(thunks, timeout_s, isolation)`` runs zero-argument callables concurrently and returns,
-for each, a :class:`CallResult`: ``("ok", value)``, ``("error", text)`` or ``("timeout", text)``.
-Nothing a call does propagates to the caller. Isolations, as for reward functions:
+A :class:`CallRunner` runs ``target(request)`` for a list of requests and returns, for each, a
+:class:`CallResult`: ``("ok", value)``, ``("error", text)`` or ``("timeout", text)``. Nothing a
+call does propagates to the caller. Isolations, as for reward functions (``rollout.tool_isolation``):
 
+* ``process`` (the default on Linux): each call runs in a :class:`~steadyrl.sandbox.Sandbox` worker
+  (its own session, resource limits ``rollout.tool_limits``, credentials removed from its
+  environment, output captured, everything it started killed at the time limit); values come back
+  as JSON. ``workers`` sandboxes serve the calls, so up to that many run at once.
 * ``thread`` (the default where there is no ``fork``): a thread per call; a call past its time limit
   is abandoned, not stopped (Python cannot stop a thread, nor interrupt C code).
 * ``inline``: one after the other in the caller's thread, with no time limit (for debugging).
-* ``process`` (the default on Linux; stateless calls only): a call runs in a forked child of its
-  own (:mod:`.forked`), in its own process group, killed with everything it started at the time
-  limit. Its value comes back as JSON.
+
+An environment keeps state between calls, so it runs in a sandbox of its own per episode
+(:class:`~steadyrl.agents.environment.EnvironmentAgent`); :func:`wait_all` collects their replies.
 """
 
 from __future__ import annotations
@@ -39,34 +43,74 @@ def error_text(err: BaseException, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _guarded(thunk: Callable[[], object]) -> CallResult:
+def _guarded(target: Callable, request) -> CallResult:
     t0 = time.perf_counter()
     try:
-        return CallResult("ok", thunk(), time.perf_counter() - t0)
+        return CallResult("ok", target(request), time.perf_counter() - t0)
     except (Exception, SystemExit) as err:
         return CallResult("error", error_text(err), time.perf_counter() - t0)
 
 
-def run_calls(thunks: list[Callable[[], object]], timeout_s: float, isolation: str) -> list[CallResult]:
-    """Each thunk's result, in order; the calls run concurrently (``inline``: in order)."""
-    if not thunks:
-        return []
-    if isolation == "inline":
-        return [_guarded(t) for t in thunks]
-    if isolation == "process":
-        from .forked import run_isolated
+def from_reply(reply) -> CallResult:
+    """A :class:`CallResult` of a sandbox :class:`~steadyrl.sandbox.Reply`."""
+    if reply.status == "ok":
+        return CallResult("ok", reply.value, reply.elapsed_s)
+    status = "timeout" if reply.status == "timeout" else "error"
+    text = (reply.error or reply.status).strip().splitlines()
+    return CallResult(status, text[-1] if text else reply.status, reply.elapsed_s)
 
-        return run_isolated(thunks, timeout_s)
-    pool = futures.ThreadPoolExecutor(max_workers=min(32, len(thunks)), thread_name_prefix="steadyrl-call")
-    try:
-        pending = [pool.submit(_guarded, t) for t in thunks]
-        deadline = time.perf_counter() + timeout_s
-        results = []
-        for future in pending:
-            try:
-                results.append(future.result(timeout=max(0.0, deadline - time.perf_counter())))
-            except futures.TimeoutError:
-                results.append(CallResult("timeout", f"timed out after {timeout_s:g} s", timeout_s))
+
+def wait_all(calls: list, timeout_s: float) -> list[CallResult]:
+    """Replies of sandbox calls submitted together (each one's deadline counts from its submit)."""
+    return [from_reply(call.wait(timeout_s)) for call in calls]
+
+
+def make_sandbox(target, limits):
+    """A sandbox running ``target``; ``limits`` a :class:`~steadyrl.config.schema.RewardLimitsConfig`
+    (or None for the defaults)."""
+    from ..sandbox import Limits, Sandbox
+
+    return Sandbox(target, limits=Limits(**limits.model_dump()) if limits is not None else None)
+
+
+class CallRunner:
+    """``target(request)`` for many requests at once, under ``isolation`` (module docstring)."""
+
+    def __init__(self, target: Callable, isolation: str, *, workers: int = 8, limits=None):
+        self.target, self.isolation, self.workers, self.limits = target, isolation, workers, limits
+        self._boxes: list = []
+
+    def map(self, requests: list, timeout_s: float) -> list[CallResult]:
+        if not requests:
+            return []
+        if self.isolation == "inline":
+            return [_guarded(self.target, r) for r in requests]
+        if self.isolation == "process":
+            return self._in_sandboxes(requests, timeout_s)
+        pool = futures.ThreadPoolExecutor(max_workers=min(32, len(requests)), thread_name_prefix="steadyrl-call")
+        try:
+            pending = [pool.submit(_guarded, self.target, r) for r in requests]
+            deadline = time.perf_counter() + timeout_s
+            results = []
+            for future in pending:
+                try:
+                    results.append(future.result(timeout=max(0.0, deadline - time.perf_counter())))
+                except futures.TimeoutError:
+                    results.append(CallResult("timeout", f"timed out after {timeout_s:g} s", timeout_s))
+            return results
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _in_sandboxes(self, requests: list, timeout_s: float) -> list[CallResult]:
+        while len(self._boxes) < min(self.workers, len(requests)):
+            self._boxes.append(make_sandbox(self.target, self.limits))
+        results: list[CallResult] = []
+        for start in range(0, len(requests), len(self._boxes)):  # waves of one call per worker
+            wave = requests[start : start + len(self._boxes)]
+            results += wait_all([box.submit(r) for box, r in zip(self._boxes, wave)], timeout_s)
         return results
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        for box in self._boxes:
+            box.close()
+        self._boxes = []

@@ -15,8 +15,10 @@ the episode's turn rewards combine by ``rollout.turn_reward`` (sum, or the last 
 
 Anything an environment does wrong — ``reset`` or ``step`` raising or timing out, a reply of the
 wrong shape, a non-finite reward — fails that episode only: it is left out of the update and
-counted (``rollout/failed_episodes``); the run goes on. Environment instances keep state between
-calls, so they run in the trainer process (``thread`` or ``inline`` isolation).
+counted (``rollout/failed_episodes``); the run goes on. Under ``process`` isolation (the default on
+Linux) each running episode's instance lives in a sandbox worker of its own, with
+``rollout.tool_limits``, the time limit ``rollout.tool_timeout_s`` per call, and everything it
+starts killed when a call times out or the run ends.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import inspect
 import math
 
 from ..errors import ConfigError
-from .calls import run_calls
+from .calls import CallRunner, make_sandbox, wait_all
 from .protocol import Reply, Start
 
 
@@ -80,38 +82,74 @@ def _as_step(out, role: str) -> tuple[list[dict], float | None, bool]:
     return as_messages(observation, role), reward, bool(done)
 
 
+class EnvServer:
+    """One episode's environment, behind ``server(request)``: ``("reset", row, seed)`` makes a new
+    instance and returns its first observation as messages (or None); ``("step", text)`` returns
+    ``[messages, reward, done]``; ``("close",)`` closes it. In a sandbox it lives in the worker (its
+    state never leaves it: replies are JSON); in a thread it lives in the trainer."""
+
+    def __init__(self, cls: type, role: str):
+        self.cls, self.role, self.env = cls, role, None
+
+    def __call__(self, request):
+        method = request[0]
+        if method == "reset":
+            _, row, seed = request
+            self.env = self.cls()
+            kwargs = {**row, "seed": seed} if _accepts_seed(self.env.reset) else dict(row)
+            first = self.env.reset(**kwargs)
+            return None if first is None else as_messages(first, "user")
+        if method == "step":
+            return list(_as_step(self.env.step(request[1]), self.role))
+        close = getattr(self.env, "close", None)
+        self.env = None
+        if callable(close):
+            close()
+        return None
+
+
 class EnvironmentAgent:
+    """Environments, one :class:`EnvServer` per running episode. Under ``process`` isolation each
+    is a sandbox worker of its own (kept between steps: a new episode makes a new instance in it),
+    so an episode's state, crashes and limits stay in its process; under ``thread`` / ``inline``
+    the servers live in the trainer's process."""
+
     tool_schemas = None
 
-    def __init__(self, cls: type, *, observation_role: str, timeout_s: float, isolation: str):
+    def __init__(self, cls: type, *, observation_role: str, timeout_s: float, isolation: str, limits=None):
         self.cls = cls
         self.observation_role = observation_role
         self.timeout_s = timeout_s
         self.template_kwargs: dict = {}
-        self.isolation = "thread" if isolation == "process" else isolation
+        self.isolation, self.limits = isolation, limits
+        self._boxes: list = []  # process isolation: sandbox i serves the step's episode i
 
-    def _reset(self, row: dict, seed: int):
-        env = self.cls()
-        kwargs = {**row, "seed": seed} if _accepts_seed(env.reset) else dict(row)
-        first = env.reset(**kwargs)
-        return env, (None if first is None else as_messages(first, "user"))
+    def _call(self, states: list, requests: list) -> list:
+        """The servers' replies to ``requests`` (one per episode), all at once."""
+        if self.isolation == "process":
+            return wait_all([self._boxes[i].submit(r) for i, r in zip(states, requests)], self.timeout_s)
+        runner = CallRunner(lambda pair: pair[0](pair[1]), self.isolation)
+        return runner.map(list(zip(states, requests)), self.timeout_s)
 
     def start(self, rows: list[dict], seeds: list[int]) -> list[Start]:
-        thunks = [lambda row=row, seed=seed: self._reset(row, seed) for row, seed in zip(rows, seeds)]
+        if self.isolation == "process":
+            while len(self._boxes) < len(rows):
+                self._boxes.append(make_sandbox(EnvServer(self.cls, self.observation_role), self.limits))
+            states = list(range(len(rows)))
+        else:
+            states = [EnvServer(self.cls, self.observation_role) for _ in rows]
         starts = []
-        for result in run_calls(thunks, self.timeout_s, self.isolation):
+        for state, result in zip(states, self._call(states, [("reset", r, s) for r, s in zip(rows, seeds)])):
             if result.ok:
-                env, messages = result.value
-                starts.append(Start(state=env, messages=messages, elapsed_s=result.elapsed_s))
+                starts.append(Start(state=state, messages=result.value, elapsed_s=result.elapsed_s))
             else:
-                starts.append(Start(failed=True, error=f"reset: {result.value}", elapsed_s=result.elapsed_s))
+                starts.append(Start(state=state, failed=True, error=f"reset: {result.value}",
+                                    elapsed_s=result.elapsed_s))
         return starts
 
     def respond(self, states: list, texts: list[str]) -> list[Reply]:
-        role = self.observation_role
-        thunks = [lambda env=env, text=text: _as_step(env.step(text), role) for env, text in zip(states, texts)]
         replies = []
-        for result in run_calls(thunks, self.timeout_s, self.isolation):
+        for result in self._call(states, [("step", text) for text in texts]):
             if result.ok:
                 messages, reward, done = result.value
                 replies.append(Reply(messages=messages, reward=reward, done=done, elapsed_s=result.elapsed_s))
@@ -120,10 +158,11 @@ class EnvironmentAgent:
         return replies
 
     def close(self, states: list) -> None:
-        for env in states:
-            close = getattr(env, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # an environment's clean-up cannot fail the step
-                    pass
+        """Every episode's environment is closed (its ``close()`` errors cannot fail the step)."""
+        self._call([s for s in states if s is not None], [("close",) for s in states if s is not None])
+
+    def shutdown(self) -> None:
+        """At the end of the run: the sandbox workers go."""
+        for box in self._boxes:
+            box.close()
+        self._boxes = []

@@ -2,7 +2,7 @@
 
 A turn is parsed by ``rollout.tool_parser`` (:mod:`.parsers`). No call and no malformed call: the
 policy has answered and the episode ends. Otherwise every call of every running episode runs at
-once (:func:`.calls.run_calls`, under ``rollout.tool_isolation`` and ``rollout.tool_timeout_s``) and
+once (:class:`.calls.CallRunner`, under ``rollout.tool_isolation`` and ``rollout.tool_timeout_s``) and
 each result comes back as a ``tool`` message, in the order of the calls. A call that raises, times
 out, names an unknown tool or passes bad arguments returns its error text to the model (it can
 recover) and is counted by tool name; a malformed call is counted as ``parse``.
@@ -10,7 +10,7 @@ recover) and is counted by tool name; a malformed call is counted as ``parse``.
 
 from __future__ import annotations
 
-from .calls import CallResult, error_text, run_calls
+from .calls import CallResult, CallRunner, error_text
 from .protocol import Reply, Start
 
 PARSE_ERROR = "parse"
@@ -24,7 +24,7 @@ def tool_message(name: str, content: str) -> dict:
 class ToolAgent:
     observation_role = "tool"
 
-    def __init__(self, tools: list, parser, *, timeout_s: float, isolation: str):
+    def __init__(self, tools: list, parser, *, timeout_s: float, isolation: str, limits=None, workers: int = 8):
         from .tools import tools_by_name
 
         self.tools = tools_by_name(tools)
@@ -33,6 +33,14 @@ class ToolAgent:
         self.timeout_s = timeout_s
         self.template_kwargs: dict = {}
         self.isolation = isolation
+        self.runner = CallRunner(self._run, isolation, workers=workers, limits=limits)
+
+    def _run(self, request: tuple[str, dict]) -> str:
+        """One call, ``(tool name, arguments)``: in the sandbox worker under process isolation."""
+        from .tools import run_tool
+
+        name, arguments = request
+        return run_tool(self.tools[name], arguments)
 
     def start(self, rows: list[dict], seeds: list[int]) -> list[Start]:
         return [Start() for _ in rows]
@@ -46,17 +54,9 @@ class ToolAgent:
             return ParsedTurn(content=text, calls=[], errors=[f"the tool call could not be read: {error_text(err)}"])
 
     def respond(self, states: list, texts: list[str]) -> list[Reply]:
-        from .tools import run_tool
-
         parsed = [self._parse(t) for t in texts]
-        thunks, owners = [], []
-        for i, turn in enumerate(parsed):
-            for call in turn.calls:
-                tool = self.tools.get(call.name)
-                if tool is not None:
-                    thunks.append(lambda tool=tool, args=call.arguments: run_tool(tool, args))
-                    owners.append((i, call.name))
-        results = iter(run_calls(thunks, self.timeout_s, self.isolation))
+        requests = [(call.name, call.arguments) for turn in parsed for call in turn.calls if call.name in self.tools]
+        results = iter(self.runner.map(requests, self.timeout_s))
         replies = []
         for i, turn in enumerate(parsed):
             reply = Reply(done=not turn.calls and not turn.errors, tool_calls=len(turn.calls))
@@ -77,3 +77,7 @@ class ToolAgent:
 
     def close(self, states: list) -> None:
         pass
+
+    def shutdown(self) -> None:
+        """At the end of the run: the sandbox workers go."""
+        self.runner.close()

@@ -21,8 +21,11 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from ..errors import ConfigError
+from ..files import atomic_write_text
+from ..secrets import redact_secrets
 from .presets import DEMO_CONFIG, DEMO_CONFIGS, apply_preset
 from .schema import Config
+from .yaml_limits import AliasBombError, check_expansion
 
 
 class DuplicateKeyError(yaml.constructor.ConstructorError):
@@ -37,7 +40,14 @@ class _Loader(yaml.SafeLoader):
     """YAML 1.1 as PyYAML reads it, plus floats written without a dot (``1e-6``, ``3E-4``,
     ``1.0e6``), which PyYAML leaves as strings: ``optim.lr=1e-6`` is a number, in a file as on
     the command line, also where no schema converts it (a reward's ``options``). A key written
-    twice in one mapping is a :class:`DuplicateKeyError`, not "the last one wins"."""
+    twice in one mapping is a :class:`DuplicateKeyError`, not "the last one wins". Aliases that
+    expand past ``MAX_YAML_NODES`` values are an :class:`AliasBombError` (:mod:`.yaml_limits`)."""
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None:
+            check_expansion(node)
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         # before merge keys (``<<: *base``) are flattened in: a key may override a merged one
@@ -95,8 +105,13 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         where = f"line {first}" if first == again else f"lines {first} and {again}"
         raise ConfigError(f"config file {str(path)!r} sets the key {exc.key!r} twice in one mapping ({where}); "
                           f"the second would silently replace the first: keep one") from None
+    except AliasBombError as exc:
+        raise ConfigError(f"config file {str(path)!r} refused{_yaml_problem(exc)}; write the values out "
+                          "instead of nesting aliases (*name)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML{_yaml_problem(exc)}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {str(path)!r} is nested too deeply to be a config") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -140,8 +155,19 @@ def _field_at(keys: list[str]) -> FieldInfo | None:
 
 
 def _is_text_field(keys: list[str]) -> bool:
+    """A ``str`` field, or a choice of names (``Literal['none', 'loss', 'reward']``, or null): YAML
+    would read ``algorithm.kl_mode=off`` as false and then report ``False`` as the bad value."""
     field = _field_at(keys)
-    return field is not None and field.annotation in (str, str | None)
+    if field is None:
+        return False
+    if field.annotation in (str, str | None):
+        return True
+    options = [arg for arg in typing.get_args(field.annotation) if arg is not type(None)]
+    if typing.get_origin(field.annotation) is typing.Literal:
+        options = [field.annotation]
+    return bool(options) and all(
+        typing.get_origin(arg) is typing.Literal and all(isinstance(v, str) for v in typing.get_args(arg))
+        for arg in options)
 
 
 def get_dotted(raw: dict[str, Any], keys: list[str]) -> Any:
@@ -192,7 +218,8 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "beta": (_TRL, "algorithm.kl_coef (TRL's beta 0 means no KL: algorithm.kl_mode=none)"),
     "epsilon": (_TRL, "algorithm.pg_clip"),
     "epsilon_low": (_TRL, "algorithm.pg_clip_low"),
-    "epsilon_high": (_TRL, "algorithm.pg_clip_high"),
+    "epsilon_high": (_TRL, "algorithm.pg_clip_high (the same number, except with TRL's loss_type=cispo, where "
+                          "epsilon_high caps the weight itself: pg_clip_high = epsilon_high - 1)"),
     "delta": (_TRL, "algorithm.dual_clip=true with algorithm.dual_clip_c set to delta"),
     "loss_type": (_TRL, "algorithm.loss_agg_mode (dapo/bnpo = token-mean, grpo = seq-mean-token-mean, "
                         "dr_grpo = seq-mean-token-sum-norm), or algorithm.preset=cispo for cispo"),
@@ -356,24 +383,38 @@ def _unknown_key(path: str, value: Any, siblings: list[str], everywhere: list[st
     return f"unknown config key {path!r}; valid keys here: {', '.join(_leaf(p) for p in siblings)}"
 
 
-def check_unknown_keys(raw: dict[str, Any], model: type[BaseModel] = Config, prefix: str = "") -> None:
-    """Raise ConfigError for the first key that is not a field, suggesting the nearest valid one."""
+def check_unknown_keys(raw: dict[str, Any], model: type[BaseModel] = Config, prefix: str = "") -> list[str]:
+    """One message per key that is not a field, suggesting the nearest valid one; the unknown keys
+    are removed from ``raw`` (a caller's copy), so the rest can still be validated and every
+    problem of a config is reported at once."""
     from .schema import RewardConfig
 
     everywhere = [] if model is RewardConfig else _all_paths(Config)
-    for key, value in raw.items():
+    problems = []
+    for key, value in list(raw.items()):
         path = f"{prefix}{key}"
         field = model.model_fields.get(key)
         if field is None:
             siblings = [f"{prefix}{name}" for name in model.model_fields]
-            raise ConfigError(_unknown_key(str(path), value, siblings, everywhere))
+            problems.append(_unknown_key(str(path), value, siblings, everywhere))
+            del raw[key]
+            continue
         sub = field.annotation
         if isinstance(sub, type) and issubclass(sub, BaseModel) and isinstance(value, dict):
-            check_unknown_keys(value, sub, path + ".")
+            problems += check_unknown_keys(value, sub, path + ".")
         if key == "rewards" and isinstance(value, list):
             for i, item in enumerate(value):
                 if isinstance(item, dict):
-                    check_unknown_keys(item, RewardConfig, f"rewards[{i}].")
+                    problems += check_unknown_keys(item, RewardConfig, f"rewards[{i}].")
+    return problems
+
+
+class ConfigProblems(ConfigError):
+    """Several problems in one config, one line each (the command prints each as its own error)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
 
 
 _UNSET = object()
@@ -382,6 +423,8 @@ _UNSET = object()
 def _lookup(raw: Any, loc: tuple) -> Any:
     node = raw
     for part in loc:
+        if isinstance(node, str) and part == 0:  # one name where a list is expected stands for [name]
+            continue
         try:
             node = node[part]
         except (KeyError, IndexError, TypeError):
@@ -432,6 +475,8 @@ def _message(err: dict, loc: tuple, raw: dict[str, Any]) -> str:
         msg += f"; write a reward as {{name: {value}}}"
     if loc in (("algorithm", "pg_clip"), ("algorithm", "pg_clip_low")) and err["type"] == "less_than_equal":
         msg += " (the ratio's lower bound is 1 - clip; 1 = no lower bound)"
+    if err["type"] == "literal_error" and isinstance(value, bool):
+        msg += " (YAML reads yes, no, on and off as booleans: quote the name to keep it text)"
     if err["type"] == "string_type" and isinstance(value, (bool, int, float, datetime.date)):
         msg += " (YAML reads 0123, yes, 1e-6 or 2024-01-01 as numbers, booleans or dates: quote it to keep it text)"
     return msg
@@ -500,11 +545,15 @@ def load_config(
         keys, value = parse_override(text)
         set_dotted(raw, keys, value)
     raw, preset_keys = apply_preset(_drop_empty_sections(raw))
-    check_unknown_keys(raw)
+    problems = check_unknown_keys(raw)
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc, raw)) from None
+        problems.append(_format_validation_error(exc, raw))
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigProblems(problems)
     return (config, preset_keys) if with_sources else config
 
 
@@ -513,5 +562,11 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     return config.model_dump(mode="json")
 
 
+def dump_config(config: Config) -> str:
+    """``config`` as YAML text, secrets redacted (:mod:`steadyrl.secrets`)."""
+    return yaml_dump(redact_secrets(config_to_dict(config)), sort_keys=False, allow_unicode=True)
+
+
 def save_config(config: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml_dump(config_to_dict(config), sort_keys=False, allow_unicode=True), encoding="utf-8")
+    """Write :func:`dump_config` to ``path`` atomically: the old file or the new one, never a cut one."""
+    atomic_write_text(path, dump_config(config))

@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from ..functional.advantages import ADVANTAGE_ESTIMATORS
 from ..functional.constants import (
     DIFFICULTY_HIGH,
     DIFFICULTY_LOW,
@@ -31,6 +30,9 @@ NormType = Literal["batch", "group", "running", "none"]
 AdvantageName = Literal[
     "grpo", "gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "grpo_passk"
 ]
+GROUPED_ESTIMATORS = frozenset({"grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "grpo_passk"})
+"""The estimators that compare a prompt's responses with each other (``grouped=True`` in
+:data:`steadyrl.functional.ADVANTAGE_ESTIMATORS`, which imports torch; a test keeps the two equal)."""
 PolicyLossName = Literal["ppo", "gspo", "cispo", "vanilla_pg"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "k2", "k3", "abs"]
@@ -148,7 +150,9 @@ class DataConfig(Section):
                               "(the demo has its own held-out split).")
     format: Literal["jsonl", "json", "parquet", "csv", "tsv", "arrow"] | None = F(
         None, "File format; null = inferred from the extension.")
-    split: str | None = F(None, "Split of a DatasetDict directory; null = 'train'.")
+    split: str | None = F(None, "Split of a DatasetDict directory given as data.train_path; null = 'train'.")
+    eval_split: str | None = F(None, "Split of a DatasetDict directory given as data.eval_path; null = "
+                               "'test' when it has one, else 'validation' (never 'train').")
     prompt_key: str = F("prompt", "Column holding the prompt (a string or a list of chat messages).")
     answer_key: str = F("answer", "Column holding the reference answer, passed to reward functions.")
     extra_keys: list[str] | None = F(None, "Other columns passed to reward functions; null = all.")
@@ -163,20 +167,53 @@ class DataConfig(Section):
     max_eval_prompts: int | None = F(None, "Evaluate on at most this many held-out prompts.", ge=1)
 
 
+class RewardLimitsConfig(Section):
+    """Resource limits of the worker process (isolation: process; see steadyrl.sandbox); null turns one off."""
+
+    memory_mb: int | None = F(4096, "Address space (MiB) the worker may add to what it holds when it starts "
+                              "(RLIMIT_AS = its virtual size at fork, which includes the trainer's model "
+                              "mappings, + this); past it the function gets MemoryError.", ge=1)
+    cpu_s: int | None = F(600, "CPU seconds one batch may use in the worker (RLIMIT_CPU, re-armed per batch); "
+                          "past it the worker is killed (SIGXCPU). Processes it starts inherit the limit.", ge=1)
+    processes: int | None = F(64, "Processes the function may have at once, the worker included; more and the "
+                              "worker and all of them are killed. Also sets RLIMIT_NPROC to the user's current "
+                              "process count + this (the kernel ignores RLIMIT_NPROC for root: then only the "
+                              "worker's own count, every 0.1 s, applies).", ge=1)
+    file_size_mb: int | None = F(1024, "Largest file (MiB) the function may write (RLIMIT_FSIZE).", ge=1)
+    output_kib: int = F(64, "The worker's stdout/stderr are captured, not printed: the last this many KiB "
+                        "are kept and quoted in failure messages.", ge=1)
+
+
 class RewardConfig(Section):
     name: str = F(..., "A built-in reward (math, exact_match, normalized_match, regex_format, "
-                  "length_penalty) or a user function 'module:function' / 'path/file.py:function'.")
+                  "length_penalty; reward_model, llm_judge, http: docs/rewards.md) or a user function "
+                  "'module:function' / 'path/file.py:function'.")
     label: str | None = F(None, "Name under which this reward is logged (reward/<label>) and weighted, "
                           "and which eval.accuracy_reward names; default: name (the function's name for "
                           "'module:function'). Tells apart two rewards with the same name.")
     weight: float = F(1.0, "Weight of this reward in the combined score.")
     options: dict[str, Any] = F({}, "Keyword options: passed to a built-in reward's factory, or bound to a "
-                                "user function as keyword arguments.")
-    timeout_s: float = F(60.0, "Time limit of one call (one batch); a time-out invalidates the batch "
-                         "for this reward.", gt=0)
+                                "user function as keyword arguments. {env: NAME} is the environment "
+                                "variable NAME's value; secret-looking options (api_key, *_token, ...) are "
+                                "written out as <redacted> (docs/rewards.md).")
+    timeout_s: float = F(60.0, "Time limit of scoring one batch with this reward (all its calls); at the "
+                         "limit the samples not yet scored are invalid (failure kind timeout), those "
+                         "scored keep their scores.", gt=0)
     isolation: Literal["process", "thread", "inline"] | None = F(
-        None, "Where the function runs: process (a worker killed on time-out; default on Linux), "
-        "thread (time-out abandons it), inline (no time limit, for debugging).")
+        None, "Where the function runs: process (a contained worker process, killed with all it started "
+        "on time-out; default on Linux), thread (a time-out abandons the call, but a thread cannot be "
+        "stopped: C code such as sympy's runs on to its end, holding a core; default of llm_judge and "
+        "http), inline (no time limit; default of reward_model and a local llm_judge, which run on the "
+        "trainer's device).")
+    chunk_size: int | None = F(1, "Samples per call of the function: 1 scores sample by sample, so a time-out "
+                               "or crash fails only the samples not yet scored; null = the whole batch in "
+                               "one call (for a function whose scores depend on the whole batch, or that "
+                               "batches a model: reward_model, llm_judge and http use null unless set).", ge=1)
+    env_passthrough: list[str] = F([], "Environment variables (names or fnmatch patterns) kept in the worker "
+                                   "although they look like credentials (*TOKEN*, *KEY*, *SECRET*, "
+                                   "*PASSWORD*, *CREDENTIAL*, AWS_*, ...), which are removed by default.")
+    limits: RewardLimitsConfig = Field(default_factory=RewardLimitsConfig,
+                                       description=RewardLimitsConfig.__doc__)
 
     @field_validator("label")
     @classmethod
@@ -241,8 +278,14 @@ class RolloutConfig(Section):
     tool_timeout_s: float = F(30.0, "Time limit of one tool or environment call; a tool that exceeds it "
                               "returns an error to the model, an environment that does fails the episode.", gt=0)
     tool_isolation: Literal["process", "thread", "inline"] | None = F(
-        None, "Where tool and environment calls run, as rewards[].isolation: process (a worker, killed on "
-        "time-out; default on Linux), thread, inline.")
+        None, "Where tool and environment calls run, as rewards[].isolation: process (a contained sandbox "
+        "worker, killed with all it started on time-out; default on Linux), thread (a time-out abandons "
+        "the call; C code cannot be stopped), inline (no time limit, for debugging).")
+    tool_workers: int = F(8, "Sandbox workers for tool calls (process isolation): up to this many calls run "
+                          "at once. An environment gets a worker per running episode.", ge=1)
+    tool_limits: RewardLimitsConfig = Field(default_factory=RewardLimitsConfig,
+                                            description="Resource limits of the tool and environment workers "
+                                                        "(process isolation), as rewards[].limits.")
 
     @property
     def multi_turn(self) -> bool:
@@ -301,6 +344,13 @@ class AlgorithmConfig(Section):
     difficulty_high: float = F(DIFFICULTY_HIGH, "Difficulty mask upper bound.")
     difficulty_weighting: bool = F(False, "Weight samples by group difficulty, in [0.5, 2.0].")
     mask_truncated: bool = F(False, "Leave truncated responses out of the loss (overlong filtering).")
+    dynamic_sampling: bool = F(False, "DAPO's filter groups: drop groups without a learning signal and draw "
+                               "more prompts until the step has prompts_per_step informative groups.")
+    dynamic_sampling_filter: Literal["equal_scores", "difficulty"] = F(
+        "equal_scores", "Which groups dynamic sampling drops: equal_scores (all scores equal: GRPO advantage 0) "
+        "or difficulty (mean score outside difficulty_low..difficulty_high).")
+    dynamic_sampling_max_draws: int = F(3, "Most draws of prompts_per_step prompts in one step; then the step "
+                                        "trains on the informative groups it has.", ge=1)
     value_clip: float | None = F(0.5, "PPO value clip range; null = off.", gt=0)
 
     @property
@@ -367,11 +417,19 @@ class TrainerConfig(Section):
         "critic yet). See docs/scaling.md.")
     num_threads: int | None = F(None, "torch CPU threads; null = torch's default.", ge=1)
     max_consecutive_skips: int = F(3, "Stop after this many optimizer steps in a row skipped for a "
-                                   "non-finite loss or gradient norm.", ge=1)
+                                   "non-finite loss or gradient norm, or this many steps in a row with no "
+                                   "sample that has a valid reward.", ge=1)
     trackers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = F(
-        [], "Extra trackers besides metrics.jsonl: tensorboard, wandb, mlflow, trackio.")
+        [], "Extra trackers besides metrics.jsonl: tensorboard, wandb, mlflow, trackio (a list; "
+        "one name is a list of one).")
     project: str | None = F(None, "Project name for wandb / mlflow / trackio.")
     run_name: str | None = F(None, "Run name for trackers; null = the output directory's name.")
+
+    @field_validator("trackers", mode="before")
+    @classmethod
+    def _one_tracker(cls, value: Any) -> Any:
+        # trainer.trackers=wandb (TRL's report_to=wandb) means the one-item list
+        return [value] if isinstance(value, str) else value
 
 
 class EvalConfig(Section):
@@ -452,8 +510,8 @@ class Config(Section):
             raise ValueError("algorithm.advantage_estimator 'gae' needs a critic, which is not "
                              "supported with model.lora.enabled yet; use grpo/rloo or full fine-tuning")
         estimator = self.algorithm.advantage_estimator
-        if ADVANTAGE_ESTIMATORS[estimator].grouped and self.rollout.group_size < 2:
-            per_sample = sorted(name for name, est in ADVANTAGE_ESTIMATORS.items() if not est.grouped)
+        if estimator in GROUPED_ESTIMATORS and self.rollout.group_size < 2:
+            per_sample = sorted(set(typing.get_args(AdvantageName)) - GROUPED_ESTIMATORS)
             raise ValueError(
                 f"rollout.group_size = {self.rollout.group_size}: algorithm.advantage_estimator {estimator!r} "
                 f"compares the responses to one prompt with each other and needs rollout.group_size >= 2 "

@@ -1,6 +1,7 @@
 """Render a resolved config as commented YAML: every key, its value, and its help text.
 
-Values a preset filled are marked ``[preset]``, so nothing the preset chose is hidden.
+Values a preset filled are marked ``[preset]``, so nothing the preset chose is hidden. Secrets
+in a reward's options are shown as ``<redacted>`` (:mod:`steadyrl.secrets`).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..secrets import redact_secrets
 from .loading import yaml_dump
 from .schema import Config
 
@@ -37,6 +39,8 @@ def _render(model: BaseModel, indent: int, prefix: str, preset_keys: set[str], o
                 out.append(f"{pad}  -")
                 _render(item, indent + 2, path + "[].", preset_keys, out)
             continue
+        if isinstance(value, dict):
+            value = redact_secrets(value)  # a reward's options may hold an api_key
         tag = " [preset]" if path in preset_keys else ""
         comment = f"  # {help_text}{tag}" if help_text or tag else ""
         out.append(f"{pad}{name}: {_scalar(value)}{comment}")

@@ -10,14 +10,16 @@ See ``docs/data.md``.
 """
 
 from .chat import encode_prompt, filter_by_length, prompt_lengths, render_prompt, uses_chat_template
-from .loading import DATA_FORMATS, DataFormat, is_chat, load_records
+from .loading import DATA_FORMATS, EVAL_SPLITS, DataFormat, eval_split_of, is_chat, load_records
 from .sampler import PromptSampler
 
 __all__ = [
     "DATA_FORMATS",
     "DataFormat",
+    "EVAL_SPLITS",
     "PromptSampler",
     "encode_prompt",
+    "eval_split_of",
     "filter_by_length",
     "is_chat",
     "load_records",

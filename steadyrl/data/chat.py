@@ -51,13 +51,16 @@ def uses_chat_template(tokenizer, prompt, chat_template: bool | None = None) -> 
     if not (chat or chat_template):
         return False
     if not getattr(tokenizer, "chat_template", None):
-        why = "the prompt is a list of chat messages" if chat else "chat_template=True"
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        with_one = "set model.tokenizer to a tokenizer that has one (an instruct model's)"
+        if chat:
+            raise DataError(
+                f"the prompt is a list of chat messages, but the tokenizer {name!r} has no chat template; "
+                f"{with_one}, or give the prompts as plain strings (data.chat_template=false then uses "
+                "them as they are)")
         raise DataError(
-            f"{why}, but the tokenizer {name!r} "
-            "has no chat template; use a tokenizer with one (an instruct model's), set "
-            "tokenizer.chat_template to a Jinja template, or give the prompts as plain strings"
-        )
+            f"data.chat_template=True, but the tokenizer {name!r} has no chat template; set "
+            f"data.chat_template=false (or null) to use the prompts as they are, or {with_one}")
     return True
 
 

@@ -29,7 +29,7 @@ from typing import Literal
 
 from ..errors import DataError
 
-__all__ = ["load_records", "DataFormat", "DATA_FORMATS", "is_chat"]
+__all__ = ["load_records", "eval_split_of", "DataFormat", "DATA_FORMATS", "is_chat", "EVAL_SPLITS"]
 
 DataFormat = Literal["jsonl", "json", "parquet", "csv", "tsv", "arrow"]
 DATA_FORMATS: tuple[str, ...] = ("jsonl", "json", "parquet", "csv", "tsv", "arrow")
@@ -149,6 +149,41 @@ def _read_datasets_dir(path: Path, split: str | None):
             f"{_file(path)} holds one Dataset, not a DatasetDict: split={split!r} does not apply"
         )
     return ds.to_list()
+
+
+EVAL_SPLITS = ("test", "validation")
+"""The splits of a ``DatasetDict`` that hold held-out data, in the order ``data.eval_path`` looks for
+them when ``data.eval_split`` is null (never ``train``: scoring training prompts as held-out
+data would report an accuracy that means nothing)."""
+
+
+def eval_split_of(path: str | Path, eval_split: str | None) -> str | None:
+    """The split ``data.eval_path`` reads: for a ``DatasetDict`` folder ``data.eval_split``, else
+    the first of :data:`EVAL_SPLITS` it holds; None for a file or a single ``Dataset``.
+
+    Reads only the folder's ``dataset_dict.json``: a wrong split is found before any data loads.
+    """
+    path = Path(path).expanduser()
+    listing = path / "dataset_dict.json"
+    if not listing.is_file():
+        if eval_split is not None and not (path / "dataset_info.json").is_file():
+            raise DataError(f"data.eval_split = {eval_split!r} applies only to a datasets.save_to_disk "
+                            f"DatasetDict folder, but data.eval_path = {str(path)!r} is not one; unset it")
+        return eval_split  # a single Dataset: load_records says the split does not apply
+    try:
+        splits = list(json.loads(listing.read_text(encoding="utf-8"))["splits"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise DataError(f"{_file(path)}: cannot read its dataset_dict.json ({err})") from None
+    if eval_split is not None:
+        if eval_split not in splits:
+            raise DataError(f"data.eval_split = {eval_split!r}: {_file(path)} has no such split; "
+                            f"its splits: {splits}")
+        return eval_split
+    for name in EVAL_SPLITS:
+        if name in splits:
+            return name
+    raise DataError(f"data.eval_path = {str(path)!r} is a DatasetDict with splits {splits}, none of them "
+                    f"{' or '.join(map(repr, EVAL_SPLITS))}: set data.eval_split to its held-out split")
 
 
 def _rows(rows: list[dict]) -> tuple[list[dict], list[str]]:

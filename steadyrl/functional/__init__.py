@@ -6,47 +6,74 @@ Pure functions of tensors: no config objects, no models, no I/O, no global state
 dtype. Every epsilon and clamp is a named constant in :mod:`steadyrl.functional.constants`.
 """
 
+import importlib
+from typing import Any
+
 from . import constants
-from .advantages import (
-    ADVANTAGE_ESTIMATORS,
-    AdvantageEstimator,
-    compute_advantages,
-    gae_advantages,
-    grpo_advantages,
-    grpo_passk_advantages,
-    opo_advantages,
-    register_advantage,
-    reinforce_plus_plus_advantages,
-    reinforce_plus_plus_baseline_advantages,
-    rloo_advantages,
-)
-from .aggregation import LOSS_AGG_MODES, aggregate_loss, count_tokens_and_seqs
-from .kl import KL_ESTIMATORS, AdaptiveKLController, FixedKLController, kl_penalty, register_kl_estimator
-from .logprobs import (
-    entropy_from_logits,
-    logprobs_and_entropy_from_logits,
-    logprobs_from_hidden,
-    logprobs_from_logits,
-)
-from .losses import (
-    POLICY_LOSSES,
-    cispo_policy_loss,
-    gspo_policy_loss,
-    ppo_policy_loss,
-    register_policy_loss,
-    value_loss,
-    vanilla_pg_loss,
-)
-from .rewards import (
-    NORM_TYPES,
-    clip_fraction,
-    clip_rewards,
-    difficulty_mask,
-    difficulty_weights,
-    group_mean_std,
-    normalize_rewards,
-)
-from .stats import RunningMoments, explained_variance, masked_mean, masked_sum, masked_var, masked_whiten
+
+# name -> the submodule that defines it, imported on first use: ``steadyrl.functional.constants``
+# (which the config layer reads) must not import torch, and importing a submodule runs this file.
+_LAZY = {
+    # .advantages
+    "ADVANTAGE_ESTIMATORS": "advantages",
+    "AdvantageEstimator": "advantages",
+    "compute_advantages": "advantages",
+    "gae_advantages": "advantages",
+    "grpo_advantages": "advantages",
+    "grpo_passk_advantages": "advantages",
+    "opo_advantages": "advantages",
+    "register_advantage": "advantages",
+    "reinforce_plus_plus_advantages": "advantages",
+    "reinforce_plus_plus_baseline_advantages": "advantages",
+    "rloo_advantages": "advantages",
+    # .aggregation
+    "LOSS_AGG_MODES": "aggregation",
+    "aggregate_loss": "aggregation",
+    "count_tokens_and_seqs": "aggregation",
+    # .kl
+    "KL_ESTIMATORS": "kl",
+    "AdaptiveKLController": "kl",
+    "FixedKLController": "kl",
+    "kl_penalty": "kl",
+    "register_kl_estimator": "kl",
+    # .logprobs
+    "entropy_from_logits": "logprobs",
+    "logprobs_and_entropy_from_logits": "logprobs",
+    "logprobs_from_hidden": "logprobs",
+    "logprobs_from_logits": "logprobs",
+    # .losses
+    "POLICY_LOSSES": "losses",
+    "cispo_policy_loss": "losses",
+    "gspo_policy_loss": "losses",
+    "ppo_policy_loss": "losses",
+    "register_policy_loss": "losses",
+    "value_loss": "losses",
+    "vanilla_pg_loss": "losses",
+    # .rewards
+    "NORM_TYPES": "rewards",
+    "clip_fraction": "rewards",
+    "clip_rewards": "rewards",
+    "difficulty_mask": "rewards",
+    "difficulty_weights": "rewards",
+    "group_mean_std": "rewards",
+    "normalize_rewards": "rewards",
+    # .stats
+    "RunningMoments": "stats",
+    "explained_variance": "stats",
+    "masked_mean": "stats",
+    "masked_sum": "stats",
+    "masked_var": "stats",
+    "masked_whiten": "stats",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "constants",

@@ -33,8 +33,13 @@ LOGPROB_DIFF_CLAMP = 40.0
 # --- steadyrl: importance ratios -----------------------------------------------------------------
 LOG_RATIO_CLAMP = 20.0
 """``logprobs - old_logprobs`` is clamped to ``[-20, 20]`` before ``exp`` (as verl does): the ratio
-stays below ~4.9e8, finite in float32 with room for the product with an advantage, and any token
-that far off-policy is clipped anyway."""
+stays below ~4.9e8, finite in float32 with room for the product with an advantage. Beyond the clamp
+a token has zero gradient (the clamp's derivative is 0 there). The clip alone would not always have
+done that: with ``A > 0`` and ``r > 1 + clip_high`` (or ``A < 0`` and ``r < 1 - clip_low``) the
+clipped branch is active and the token has no gradient anyway, but with ``A < 0``, ``r`` far above
+``1 + clip_high`` and no dual clip, PPO's pessimistic ``max(-r A, -clip(r) A)`` takes the unclipped
+branch ``-r A``, which grows with ``r``: there the clamp is what bounds the loss (at ``-e^20 A``),
+with zero gradient. A dual clip bounds that branch at ``-c A`` first."""
 
 TIS_LOG_RATIO_CLAMP = 10.0
 """Truncated importance sampling: ``logp_train - logp_rollout`` is clamped to ``[-10, 10]`` before

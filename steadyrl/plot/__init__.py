@@ -1,18 +1,23 @@
 """``steadyrl plot``: a PNG dashboard of a run (or several, overlaid) from its ``metrics.jsonl``.
 
-One panel per question a person asks of an RL run: is the reward going up (mean, min–max band,
-each reward function), does it generalise (eval), how far has the policy moved (KL and its
-coefficient), is it still exploring (entropy), how often does PPO clip, are responses growing or
-hitting the length limit, is the optimiser healthy (grad norm, learning rate), where does the
-time go (generate / score / update), is the batch carrying signal (zero-std groups, kept and
-valid samples, clipped advantages), the losses, the critic (PPO) and the throughput.
-Panels whose metrics were not logged are left out and named in the header; skipped steps
+One panel per question a person asks of an RL run: is the reward going up (mean, ± std band,
+each reward function), does it generalise (eval accuracy and pass@k on one 0–100 % axis, eval
+reward on its own), how far has the policy moved (KL and its coefficient; the raw KL of a KL loss),
+is it still exploring (entropy), how often does PPO clip, are responses growing or hitting the
+length limit, is the optimiser healthy (grad norm, learning rate), where does the time go
+(generate / score / update), is the batch carrying signal (zero-std groups, kept and valid
+samples, clipped advantages), the losses (policy loss and coef × KL), the critic (PPO) and the
+throughput. Panels whose metrics were not logged are left out and named in the header, as are
+the PPO clip fractions when they are all 0 (one optimizer step per batch); skipped steps
 (``health/skipped_steps`` going up) are dotted vertical lines on every panel. The header gives the
 run name, the step range, the reward at the start and the end, the wall time, and the counts of
 skipped steps, warnings and failed reward calls.
 
 Series are smoothed with a light exponential moving average (span ~ points / 30) drawn over the
-faint raw values; short series (<= 30 points) are drawn raw with markers, so one step still plots.
+faint raw values; short series (<= 30 points) are drawn raw with markers, so one step still plots;
+four evaluations or fewer (before and after training) are bare points with their values written
+beside them. Runs overlaid get a colour each, named in every panel's legend; a run's series differ
+in line style and marker (``series.py``).
 
     plot_run("runs/grpo")                             # -> runs/grpo/dashboard.png
     plot_runs(["runs/a", "runs/b"], "a_vs_b.png")     # overlaid, one colour per run

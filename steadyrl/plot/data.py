@@ -14,6 +14,11 @@ from ..tracking import METRICS_FILE, STATE_FILE, read_metrics
 RAW_POINTS_MAX = 30
 """Series this short are drawn raw, with markers; longer ones get an EMA over faint raw values."""
 
+KL_TERM = "plot/kl_coef_x_kl_loss"
+"""A series derived here, not logged: the KL term the policy loss gets, ``kl/coef × actor/kl_loss``.
+The coefficient is the one logged at the step before (the value the step's loss used: ``kl/coef``
+is logged after the step's adaptive update); at the first step, the step's own."""
+
 
 @dataclass
 class Run:
@@ -50,6 +55,7 @@ def load_run(run_dir: str | Path) -> Run:
                     cols.setdefault(key, ([], []))[0].append(row["step"])
                     cols[key][1].append(float(value))
     series = {k: (np.asarray(s, dtype=float), np.asarray(v, dtype=float)) for k, (s, v) in cols.items()}
+    series.update(derived_series(series))
     name = run_dir.parent.name if run_dir.suffix == ".jsonl" else run_dir.name
     state_file = (run_dir.parent if run_dir.suffix == ".jsonl" else run_dir) / STATE_FILE
     if state_file.exists():
@@ -58,6 +64,21 @@ def load_run(run_dir: str | Path) -> Run:
         except (ValueError, OSError):
             pass
     return Run(name or "run", series)
+
+
+def derived_series(series: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The series the dashboard computes from logged ones: :data:`KL_TERM`."""
+    kl, coef = series.get("actor/kl_loss"), series.get("kl/coef")
+    if kl is None or coef is None:
+        return {}
+    before = np.searchsorted(coef[0], kl[0], side="left") - 1  # the last coefficient logged before each step
+    same = np.searchsorted(coef[0], kl[0], side="left")
+    own = (same < len(coef[0])) & (coef[0][np.minimum(same, len(coef[0]) - 1)] == kl[0])
+    index = np.where(before >= 0, before, np.where(own, same, -1))
+    keep = index >= 0
+    if not keep.any():
+        return {}
+    return {KL_TERM: (kl[0][keep], kl[1][keep] * coef[1][index[keep]])}
 
 
 def ema(values: np.ndarray, span: float) -> np.ndarray:

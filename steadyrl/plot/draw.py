@@ -12,44 +12,49 @@ from collections.abc import Sequence
 import numpy as np
 
 from .data import RAW_POINTS_MAX, Run, ema, smoothing_span
-from .panels import PANELS, TIME_PARTS, Line, Panel, has_data, reward_functions
+from .panels import TIME_PARTS, Panel, reward_functions, reward_spread, select_panels
+from .series import Entry, Series, legend_entries, panel_series, present_lines, run_colors, run_entries
 
-STYLES = ("-", "--", ":", "-.", (0, (6, 1.5, 1, 1.5, 1, 1.5)), (0, (10, 3)))
-"""Line styles that tell series apart when colours tell runs apart (comparison)."""
 SKIP_COLOR = "#d62728"
 
 
-def _draw(ax, xy, color, label, style="-", sparse=False):
-    """One series: raw with markers when short or sparse, else faint raw under its EMA."""
+def _draw(ax, xy, s: Series | None, color: str, label, sparse: bool = False):
+    """One series: raw with markers when short or sparse (bare points for a few evaluations),
+    else faint raw under its EMA."""
     steps, values = xy
     n = len(steps)
-    if sparse or n <= RAW_POINTS_MAX:
-        ax.plot(steps, values, color=color, ls=style, lw=1.4, marker="o", ms=3.2 if n > 1 else 5, label=label)
+    style, marker = (s.style, s.marker) if s is not None else ("-", "o" if n <= RAW_POINTS_MAX else None)
+    if sparse or marker is not None:
+        points = style == "none"
+        ax.plot(steps, values, color=color, ls=style, lw=1.4, marker=marker or "o",
+                ms=6 if points else 3.2 if n > 1 else 5, label=label, clip_on=not points)  # fmt: skip
         return
     ax.plot(steps, values, color=color, ls=style, lw=0.8, alpha=0.25)
     ax.plot(steps, ema(values, smoothing_span(n)), color=color, ls=style, lw=1.7, label=label)
 
 
 def _draw_reward(ax, runs, colors, compare) -> list:
-    """Mean reward (min–max band when one run), and each reward function when there are several
+    """Mean reward (a ± std band when one run), and each reward function when there are several
     (or no combined mean)."""
     for run, color in zip(runs, colors):
-        mean, lo, hi = run.get("reward/mean"), run.get("reward/min"), run.get("reward/max")
-        if lo is not None and hi is not None and not compare:
-            steps, i_lo, i_hi = np.intersect1d(lo[0], hi[0], return_indices=True)
+        mean, band = run.get("reward/mean"), reward_spread(run)
+        if band is not None and not compare:
+            steps, lo, hi, label = band
             if len(steps) == 1:
-                ax.vlines(steps, lo[1][i_lo], hi[1][i_hi], color=color, alpha=0.2, lw=8, label="min–max")
+                ax.vlines(steps, lo, hi, color=color, alpha=0.2, lw=8, label=label)
             else:
                 span = smoothing_span(len(steps))
-                ax.fill_between(steps, ema(lo[1][i_lo], span), ema(hi[1][i_hi], span), color=color, alpha=0.13,
-                                lw=0, label="min–max")  # fmt: skip
+                ax.fill_between(steps, ema(lo, span), ema(hi, span), color=color, alpha=0.13, lw=0, label=label)
         if mean is not None:
-            _draw(ax, mean, color, None if compare else "combined" if len(reward_functions(run)) > 1 else "mean")
+            _draw(ax, mean, None, color, None if compare else "combined" if len(reward_functions(run)) > 1 else "mean")
         funcs = reward_functions(run)
         if not compare and (len(funcs) > 1 or mean is None):
             for j, key in enumerate(funcs):
-                _draw(ax, run.get(key), f"C{j + 1}", key.split("/")[1])
-    return [] if compare else ax.get_legend_handles_labels()[0]
+                _draw(ax, run.get(key), None, f"C{j + 1}", key.split("/")[1])
+    if compare:
+        shown = {j for j, r in enumerate(runs) if r.get("reward/mean") is not None or reward_functions(r)}
+        return _handles(run_entries(runs, shown))
+    return ax.get_legend_handles_labels()[0]
 
 
 def _draw_time(ax, runs, colors, compare) -> list:
@@ -57,8 +62,8 @@ def _draw_time(ax, runs, colors, compare) -> list:
     if compare:
         for run, color in zip(runs, colors):
             if (total := run.get("time/step_s")) is not None:
-                _draw(ax, total, color, None)
-        return []
+                _draw(ax, total, None, color, None)
+        return _handles(run_entries(runs, {j for j, r in enumerate(runs) if r.get("time/step_s") is not None}))
     run = runs[0]
     parts = {label: run.get(k) for k, label in TIME_PARTS.items() if run.get(k) is not None}
     total = run.get("time/step_s")
@@ -89,11 +94,15 @@ def _align(steps: np.ndarray, xy: tuple[np.ndarray, np.ndarray] | None) -> np.nd
     return out
 
 
-def _format_axis(ax, percent: bool, logy: bool, values: list[np.ndarray]) -> None:
+def _format_axis(ax, percent: bool, logy: bool, values: list[np.ndarray], unit: bool = False) -> None:
     from matplotlib.ticker import PercentFormatter
 
     if percent:
         ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=None))
+    if unit:  # fractions of one kind (accuracy, pass@k) against one fixed scale
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_yticks(np.linspace(0, 1, 6))
+        return
     finite = np.concatenate(values) if values else np.array([])
     finite = finite[np.isfinite(finite)]
     if len(finite) and np.ptp(finite) <= 1e-6 * max(abs(finite).max(), 1e-300):
@@ -104,38 +113,60 @@ def _format_axis(ax, percent: bool, logy: bool, values: list[np.ndarray]) -> Non
         ax.set_yscale("log")  # spans decades (grad norm spikes)
 
 
-def _draw_lines(ax, panel: Panel, runs: Sequence[Run], colors: Sequence[str], compare: bool):
+def _draw_lines(ax, panel: Panel, runs: Sequence[Run]):
     """A panel of plain series; right-axis ones on a twin axis. Returns (twin, legend handles)."""
-    from matplotlib.lines import Line2D
-
-    keys = {k for r in runs for k in panel.keys(r)}
-    present = [ln for ln in panel.lines if any(r.get(ln.key) is not None for r in runs)]
-    present += [Line(k, k.split("/")[1]) for k in sorted(keys - {ln.key for ln in panel.lines})]
-    percent, rlabel = panel.percent, panel.rlabel
-    if not any(not ln.right for ln in present):  # right-axis series only: draw them on the left
-        present = [Line(ln.key, ln.label) for ln in present]
-        percent, rlabel = panel.rpercent, ""
+    _, moved = present_lines(panel, runs)
+    percent, rlabel = (panel.rpercent, "") if moved else (panel.percent, panel.rlabel)
+    if moved:  # right-axis series only: drawn on the left axis
         ax.set_ylabel(panel.rlabel)
-    twin, left_vals, right_vals, handles = None, [], [], []
-    short = all(len(xy[0]) <= RAW_POINTS_MAX for r in runs for ln in present if (xy := r.get(ln.key)) is not None)
-    for i, ln in enumerate(present):
-        if ln.right and twin is None:
+    series = panel_series(panel, runs)
+    twin, left_vals, right_vals = None, [], []
+    for s in series:
+        if s.right and twin is None:
             twin = ax.twinx()
             twin.spines["right"].set_visible(True)
             twin.grid(False)
             twin.set_ylabel(rlabel)
-        style = STYLES[i % len(STYLES)] if compare else ("--" if ln.right else "-")
-        label = ln.label + (" (right axis)" if ln.right else "")
-        for run, color in zip(runs, colors):
-            if (xy := run.get(ln.key)) is not None:
-                _draw(twin if ln.right else ax, xy, color if compare else f"C{i}", label, style, panel.sparse)
-                (right_vals if ln.right else left_vals).append(xy[1])
-        handles.append(Line2D([], [], color="0.35" if compare else f"C{i}", ls=style, lw=1.5, label=label,
-                              marker="o" if panel.sparse or short else None, ms=3.2))  # fmt: skip
-    _format_axis(ax, percent, panel.logy, left_vals)
+        xy = runs[s.run].get(s.key)
+        _draw(twin if s.right else ax, xy, s, s.color, s.label, panel.sparse)
+        (right_vals if s.right else left_vals).append(xy[1])
+    if any(s.style == "none" for s in series):
+        ax.margins(y=0.15)  # room for the value labels of bare points
+    _format_axis(ax, percent, panel.logy, left_vals, panel.unit and not moved)
     if twin is not None:
         _format_axis(twin, panel.rpercent, False, right_vals)
-    return twin, handles
+    return twin, _handles(legend_entries(series, runs))
+
+
+def _handles(entries: Sequence[Entry]) -> list:
+    from matplotlib.lines import Line2D
+
+    return [Line2D([], [], color=e.color, ls=e.style, lw=1.5 if e.style != "none" else 0, label=e.label,
+                   marker=e.marker, ms=5 if e.style == "none" else 3.2) for e in entries]  # fmt: skip
+
+
+def _label_points(ax, panel: Panel, runs: Sequence[Run]) -> None:
+    """Write the value beside each bare point (a few evaluations), nudged apart where they would
+    overlap; the first points' labels go right of them, the last ones' left."""
+    points = [(x, y, s.color) for s in panel_series(panel, runs) if s.style == "none" and not s.right
+              for x, y in zip(*runs[s.run].get(s.key))]  # fmt: skip
+    if not points:
+        return
+    xmax = max(x for x, _, _ in points)
+    to_px = ax.transData.transform
+    for x in sorted({x for x, _, _ in points}):
+        here = sorted((p for p in points if p[0] == x), key=lambda p: p[1])
+        pys = [to_px((x, y))[1] for _, y, _ in here]
+        placed: list[float] = []
+        for py in pys:
+            placed.append(max(py, placed[-1] + 11) if placed else py)  # 11 px apart at least
+        shift = (placed[-1] - pys[-1]) / 2  # spread both ways around the points
+        right = x < xmax or len({p[0] for p in points}) == 1
+        for (_, y, color), py, at in zip(here, pys, placed):
+            text = f"{y:.0%}" if panel.percent else f"{y:.3g}"
+            dy = (at - shift - py) * 72 / ax.figure.dpi
+            ax.annotate(text, (x, y), xytext=(7 if right else -7, dy), textcoords="offset points", color=color,
+                        fontsize=7.5, ha="left" if right else "right", va="center", weight="bold")  # fmt: skip
 
 
 def _draw_panel(ax, panel: Panel, runs: Sequence[Run], colors: Sequence[str]):
@@ -151,7 +182,7 @@ def _draw_panel(ax, panel: Panel, runs: Sequence[Run], colors: Sequence[str]):
     elif panel.kind == "time":
         handles = _draw_time(ax, runs, colors, compare)
     else:
-        twin, handles = _draw_lines(ax, panel, runs, colors, compare)
+        twin, handles = _draw_lines(ax, panel, runs)
     for run, color in zip(runs, colors):
         if len(skipped := run.skipped_steps()):
             ax.vlines(skipped, 0, 1, transform=ax.get_xaxis_transform(), colors=color if compare else SKIP_COLOR,
@@ -234,13 +265,12 @@ def figure(runs: Sequence[Run]):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    panels = [p for p in PANELS if has_data(p, runs)]
-    missing = [p.title for p in PANELS if p not in panels]
+    panels, missing, zero = select_panels(runs)
     n = max(1, len(panels))
-    ncols = 3 if n in (3, 5, 6, 9) else min(n, 4)
+    ncols = 3 if n in (3, 5, 6, 9) else 5 if n in (13, 14, 15) else min(n, 4)
     nrows = -(-n // ncols)
     width = MARGIN_L + ncols * PANEL_W + (ncols - 1) * GAP_W + MARGIN_R
-    header = _header_text(runs, missing, width)
+    header = _header_text(runs, missing, zero, width)
     header_h = HEADER_H + 0.2 * len(header[3])
     height = header_h + TITLE_H + nrows * PANEL_H + (nrows - 1) * GAP_H + MARGIN_B
     fig = Figure(figsize=(width, height), dpi=100)
@@ -249,7 +279,7 @@ def figure(runs: Sequence[Run]):
                             top=1 - (header_h + TITLE_H) / height, bottom=MARGIN_B / height,
                             wspace=GAP_W / PANEL_W, hspace=GAP_H / PANEL_H)  # fmt: skip
     axes = grid.subplots(squeeze=False).ravel()
-    colors = [f"C{i}" for i in range(len(runs))]
+    colors = run_colors(runs)
     drawn = [(ax, panel, *_draw_panel(ax, panel, runs, colors)) for ax, panel in zip(axes, panels)]
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
@@ -258,6 +288,8 @@ def figure(runs: Sequence[Run]):
     renderer = fig.canvas.get_renderer()
     for ax, panel, twin, handles in drawn:
         _place_legend(ax, twin, handles, renderer, panel.kind == "time")
+        if panel.sparse and len(runs) == 1:
+            _label_points(ax, panel, runs)
     return fig
 
 
@@ -288,9 +320,10 @@ def _facts(run: Run) -> list[str]:
     return facts
 
 
-def _header_text(runs: Sequence[Run], missing: list[str], width: float) -> tuple[str, str, str, list[str]]:
-    """(title, facts line, "not logged" note, the note's lines below the facts): no lines when the
-    note fits at the right end of the facts line."""
+def _header_text(runs: Sequence[Run], missing: list[str], zero: list[str],
+                 width: float) -> tuple[str, str, str, list[str]]:
+    """(title, facts line, "not logged" / "all zero" note, the note's lines below the facts): no
+    lines when the note fits at the right end of the facts line."""
     import textwrap
 
     if len(runs) == 1:
@@ -298,7 +331,9 @@ def _header_text(runs: Sequence[Run], missing: list[str], width: float) -> tuple
     else:
         title = f"{len(runs)} runs compared"
         facts = "skipped steps: dotted lines in the run's colour" if any(len(r.skipped_steps()) for r in runs) else ""
-    note = "not logged: " + ", ".join(missing) if missing else ""
+    notes = ["not logged: " + ", ".join(missing)] if missing else []
+    notes += ["left out, all zero (one optimizer step per batch): " + ", ".join(zero)] if zero else []
+    note = "; ".join(notes)
     chars = int(width * 12.5)  # ~characters of 10 pt text per line
     if len(facts) + len(note) + 8 <= chars:
         return title, facts, note, []

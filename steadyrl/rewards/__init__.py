@@ -1,22 +1,27 @@
 """steadyrl.rewards: reward functions (verifiers), the registry that loads user callables, and
 batch scoring with time limits.
 
-A reward function follows TRL's convention,
-``fn(prompts, completions, **columns) -> list[float | None]``. Built-ins by name (``math``,
-``exact_match``, ``normalized_match``, ``regex_format``, ``length_penalty``) are factories in
+A reward function follows steadyrl's convention,
+``fn(prompts, completions, **columns) -> list[float | None]``, or TRL's (everything by keyword,
+``completion_ids`` included): :mod:`steadyrl.rewards.calling` tells them apart by signature.
+Built-ins by name (``math``, ``exact_match``, ``normalized_match``, ``regex_format``,
+``length_penalty``; and, scoring with a model or a server, ``reward_model``, ``llm_judge``,
+``http``) are factories in
 :data:`BUILTIN_REWARDS`; :func:`load_reward` also takes ``package.module:function`` and
-``path/to/file.py:function``. :class:`RewardScorer` / :func:`score_batch` call each function once
-per batch under a time limit and turn every failure into an invalid sample, never an exception.
-See ``docs/rewards.md``.
+``path/to/file.py:function``. :class:`RewardScorer` / :func:`score_batch` call each function on
+chunks of the batch (one sample each by default) under a time limit per batch, in a contained
+worker process (:mod:`steadyrl.sandbox`) by default, and turn every failure into an invalid
+sample, never an exception. See ``docs/rewards.md``.
 """
 
-from . import math_verifier, verifiers  # noqa: F401  (registers the built-ins)
+import importlib
+from typing import Any
+
+from . import judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
 from .loader import load_reward, reward_name
 from .math_verifier import math_reward, parse_gold
-from .metrics import reward_metrics
 from .registry import BUILTIN_REWARDS, RewardFactory, RewardFn, register_reward
 from .runners import ISOLATIONS, Isolation, default_isolation
-from .scoring import DEFAULT_TIMEOUT_S, FAILURE_KINDS, RewardScorer, RewardSpec, ScoreResult, score_batch
 from .verifiers import (
     exact_match,
     extract_answer,
@@ -25,6 +30,27 @@ from .verifiers import (
     normalized_match,
     regex_format,
 )
+
+# Batch scoring holds its results in tensors: imported on first use, so that the config layer
+# (which reads reward names through .loader, and so runs this file) does not import torch.
+_LAZY = {
+    "DEFAULT_TIMEOUT_S": "scoring",
+    "FAILURE_KINDS": "scoring",
+    "RewardScorer": "scoring",
+    "RewardSpec": "scoring",
+    "ScoreResult": "scoring",
+    "score_batch": "scoring",
+    "reward_metrics": "metrics",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BUILTIN_REWARDS",

@@ -10,7 +10,11 @@ A spec is one of:
 
 For a user function the options are bound as keyword arguments (``functools.partial``), so
 ``load_reward("my.py:fn", threshold=0.5)`` calls ``fn(prompts, completions, threshold=0.5,
-**columns)``. ``function`` may be dotted (``module:Class.method``).
+**columns)``. ``function`` may be dotted (``module:Class.method``). An option written
+``{env: NAME}`` is the environment variable ``NAME``'s value (a secret kept out of every file:
+:mod:`steadyrl.secrets`). Whether it is called the steadyrl way (positionally) or the TRL way
+(by keyword) is read from its signature (:mod:`steadyrl.rewards.calling`); the call is checked
+here with placeholders, and the columns it cannot run without become its ``reads_columns``.
 
 Anything that goes wrong raises :class:`~steadyrl.errors.RewardLoadError` naming the spec.
 """
@@ -20,10 +24,13 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+from pathlib import Path
 
+from ..secrets import resolve_env_options
 from ..errors import RewardLoadError
-from ..userfn import SPEC_FORMS, resolve_spec
-from . import math_verifier, verifiers  # noqa: F401  (registers the built-ins)
+from ..userfn import SPEC_FORMS, is_file_target, resolve_spec
+from . import judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
+from .calling import call_error, describe_call, plan_call
 from .registry import BUILTIN_REWARDS, RewardFn
 
 __all__ = ["load_reward", "reward_name"]
@@ -56,31 +63,27 @@ def _unknown_name(spec: str) -> RewardLoadError:
     )
 
 
-def _check_signature(spec: str, fn, options: dict) -> tuple[str, ...]:
-    """Check ``fn`` can be called as ``fn(prompts, completions, **columns)``; returns the dataset
-    columns it requires (its keyword parameters without a default beyond the first two)."""
+def _check_signature(spec: str, bound) -> tuple[str, ...]:
+    """Check ``bound`` (the function with its options) can take the call its plan makes; returns
+    the dataset columns it requires (parameters without a default that nothing else fills)."""
     try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return ()  # no introspectable signature (some C callables): trust it
-    kinds = {p.kind for p in sig.parameters.values()}
-    if inspect.Parameter.VAR_KEYWORD not in kinds:
-        raise _err(
-            spec,
-            f"the function must accept **kwargs (the dataset's columns are passed as keyword "
-            f"arguments); its signature is {sig}",
-        )
-    # Required keyword parameters beyond prompts/completions name dataset columns (``answer``,
-    # ``solution`` ...), which only arrive at call time: bind them with placeholders.
-    params = list(sig.parameters.values())
-    columns = {p.name: None for p in params[2:]
-               if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-               and p.name not in options}
-    try:
-        sig.bind([], [], **columns, **options)
-    except TypeError as err:
-        raise _err(spec, f"cannot be called as fn(prompts, completions, **columns): {err}; signature {sig}")
-    return tuple(columns)
+        inspect.signature(bound)
+    except (TypeError, ValueError) as err:  # options the function has no parameter for
+        try:
+            sig = inspect.signature(bound.func)
+        except (TypeError, ValueError):
+            return ()  # no introspectable signature (some C callables): trust it
+        unknown = sorted(set(bound.keywords) - set(sig.parameters))
+        raise _err(spec, f"option(s) {unknown or sorted(bound.keywords)} are not parameters of the function, "
+                         f"which has no **kwargs; its signature is {sig}") from None
+    plan = plan_call(bound)
+    # the columns arrive only at call time: bind placeholders (and token ids when it takes them)
+    columns = {c: [] for c in plan.columns} | ({"completion_ids": []} if plan.takes_ids else {})
+    why = call_error(bound, [], [], columns)
+    if why is not None:
+        raise _err(spec, f"cannot be called as {describe_call(bound, [], [], columns)}: {why}; signature "
+                         f"{inspect.signature(bound)} (see docs/rewards.md, 'How a function is called')")
+    return plan.columns
 
 
 def load_reward(spec: str, **options) -> RewardFn:
@@ -88,6 +91,10 @@ def load_reward(spec: str, **options) -> RewardFn:
     if not isinstance(spec, str) or not spec.strip():
         raise RewardLoadError(f"reward spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
+    try:
+        options = resolve_env_options(options, f"reward {spec!r}")
+    except ValueError as err:
+        raise RewardLoadError(str(err)) from None
     if spec in BUILTIN_REWARDS:
         return _builtin(spec, options)
     if ":" not in spec:
@@ -96,11 +103,23 @@ def load_reward(spec: str, **options) -> RewardFn:
     if not callable(fn):
         attr = spec.rsplit(":", 1)[1]
         raise _err(spec, f"{attr!r} is a {type(fn).__name__}, not a callable")
-    columns = _check_signature(spec, fn, options)
     bound = functools.partial(fn, **options)
+    columns = _check_signature(spec, bound)
     # the columns it cannot run without, checked against the data before the run starts
     bound.reads_columns = tuple(getattr(fn, "reads_columns", columns))
     return bound
+
+
+def absolute_file_spec(spec: str) -> str:
+    """``path/to/file.py:function`` with the file's absolute path (relative paths are read from the
+    current directory, so a run's saved config must not depend on where it was launched); any
+    other spec (a built-in, ``package.module:function``) unchanged."""
+    target, sep, attr = spec.strip().rpartition(":")
+    if not (sep and target and attr) or spec.strip() in BUILTIN_REWARDS:
+        return spec
+    if not is_file_target(target):
+        return spec
+    return f"{Path(target).expanduser().resolve()}:{attr}"
 
 
 def reward_name(spec: str) -> str:

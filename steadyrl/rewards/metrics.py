@@ -2,6 +2,8 @@
 
 * ``reward/<name>/mean``: function ``name``'s mean over the samples it scored (finite values);
 * ``reward/<name>/failed``: samples it failed on (exception, time-out, None, NaN / inf);
+* ``reward/<name>/<key>``: what the function's own ``metrics()`` reported (``ScoreResult.metrics``:
+  a model or server reward's ``time_s``, ``cache_hit_rate`` and ``failures/<reason>``);
 * ``reward/mean``, ``reward/std``, ``reward/min``, ``reward/max``: the combined (weighted) reward
   over the valid samples; ``std`` is the population std (0 for one sample, never NaN);
 * ``reward/valid_frac``: fraction of samples with a valid combined reward.
@@ -27,6 +29,7 @@ def reward_metrics(result: ScoreResult) -> dict[str, float]:
         if values:
             metrics[f"reward/{name}/mean"] = math.fsum(values) / len(values)
         metrics[f"reward/{name}/failed"] = float(result.failed(name))
+    metrics.update(result.metrics)
     size = result.batch_size
     valid = result.valid.tolist()
     # The combined reward again, in float64 from the raw scores (``scores`` is float32).

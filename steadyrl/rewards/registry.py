@@ -1,6 +1,7 @@
 """The registry of built-in reward functions, filled by a decorator.
 
-A reward function follows TRL's convention::
+A reward function follows steadyrl's convention (a TRL-style one, called by keyword, works too:
+see :mod:`steadyrl.rewards.calling`)::
 
     fn(prompts: list[str], completions: list[str], **columns) -> list[float | None]
 

@@ -1,61 +1,85 @@
-"""Calling a reward function on a batch under a time limit.
+"""Calling a reward function on a batch under a time limit, sample by sample.
 
 A reward function is arbitrary user code: it may raise, hang (a regex with catastrophic
-backtracking, sympy on a pathological expression, a network call), or call ``sys.exit``. Python
-cannot stop a running thread, so there are three isolations, chosen per reward function:
+backtracking, sympy on a pathological expression, a network call), call ``sys.exit``, print
+megabytes, start processes or signal its parent. Python cannot stop a running thread, so there are
+three isolations, chosen per reward function:
 
-* ``"process"`` (the default on Linux): the function gets one persistent *worker process*,
-  forked from the trainer the first time it is scored; each batch goes over a pipe and the scores
-  come back. On time-out the worker's process group is killed (SIGKILL), so the runaway code -
-  and anything it spawned - really stops and its CPU and memory come back; a fresh worker is
-  forked on the next call. Why fork: the worker inherits the function as it is, closures,
-  lambdas and loaded modules included (nothing about the function is pickled, only the batch and
-  the scores), and a fork costs one page-table copy - about 10 ms for a small process, ~0.1 s per
-  few GB of resident memory - paid once per function (and after a time-out), not per batch.
-  Costs: state the function keeps (a counter, a cache) lives in the worker, not in the trainer;
-  a forked worker cannot use the trainer's CUDA context (a reward *model* on the GPU wants
+* ``"process"`` (the default on Linux): the function runs in a :class:`steadyrl.sandbox.Sandbox`,
+  a persistent worker forked from the trainer the first time it is scored. Each batch goes to it
+  pickled; the scores come back as JSON (never unpickled by the trainer), read under the time
+  limit. On time-out the worker and everything it started are killed (SIGKILL) and a fresh one is
+  forked on the next call. The worker also dies with the trainer, keeps the function's output to
+  itself (its tail is quoted in failure messages), runs without the trainer's open files or its
+  credential-like environment variables, and under resource limits (``Limits``: memory, CPU
+  seconds, processes, file size). Why fork: the worker inherits the function as it is, closures,
+  lambdas and loaded modules included, and a fork costs page-table copies (about 10 ms for a small
+  process, ~0.1 s per few GB of resident memory; two forks: keeper and runner), paid once per
+  function and after each time-out, not per batch. Costs: state the function keeps lives in the
+  worker; a forked worker cannot use the trainer's CUDA context (a reward *model* on the GPU wants
   ``"thread"`` or ``"inline"``); the columns must be picklable.
 * ``"thread"`` (the default where there is no ``fork``): the call runs in a daemon thread; on
-  time-out its result is abandoned. The thread cannot be stopped and runs on in the background,
-  holding whatever it holds; the time-out message says how many such calls are still running.
+  time-out its result is abandoned. A thread cannot be stopped: C code (sympy's big-integer
+  arithmetic, a regex) runs on to its end, holding a core and its memory; the time-out message
+  says how many such calls are still running. Between chunks the thread checks whether it was
+  abandoned and stops there.
 * ``"inline"``: the call runs in the caller's thread, with no time limit (for debugging with a
   breakpoint, or for cheap functions that share state with the trainer).
 
-In every isolation an exception (or ``sys.exit``) in the function becomes an ``Outcome`` with its
-traceback; nothing the function does propagates to the caller.
+The function is called on *chunks* of ``chunk_size`` samples (default 1: one call per sample;
+``None``: the whole batch in one call) and each chunk's scores are kept as they come, so a time-out
+or a crash fails only the samples not yet scored. A function's scores for a chunk must therefore
+not depend on the other samples of the batch; one that needs the whole batch (ranks within a
+group, a batched model) sets ``chunk_size: null``. In every isolation an exception (or
+``sys.exit``) becomes a failure of its chunk's samples, with its traceback; nothing the function
+does propagates to the caller.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import functools
+import math
 import os
-import signal
 import sys
 import threading
 import time
 import traceback
-import warnings
-import weakref
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Isolation", "ISOLATIONS", "Outcome", "call_reward", "default_isolation", "make_runner"]
+from ..errors import ConfigError
+from ..sandbox import Limits, Sandbox, SandboxUnavailable, output_note
+
+__all__ = ["Isolation", "ISOLATIONS", "Outcome", "call_reward", "default_isolation", "make_runner",
+           "score_chunks", "DEFAULT_CHUNK_SIZE"]
 
 Isolation = Literal["process", "thread", "inline"]
 ISOLATIONS: tuple[str, ...] = ("process", "thread", "inline")
 
-REAP_GRACE_S = 1.0
-"""How long ``close`` lets an idle worker exit on its own before killing it."""
+DEFAULT_CHUNK_SIZE: int | None = 1
+"""Samples per call of a reward function (``None``: the whole batch in one call)."""
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one call produced: ``scores`` when ``status == "ok"``, else the ``error`` text."""
+    """What one batch produced. ``scores[i]`` is the function's score of sample ``i`` (``None`` where
+    it gave none) and ``failed[i]`` ``None`` where the function answered for sample ``i``, else the
+    failure kind of its call (``"exception"`` / ``"timeout"``). ``status`` is ``"ok"`` when every
+    sample was answered, else the worst kind; ``error`` the first traceback or time-out message."""
 
     status: Literal["ok", "exception", "timeout"]
     scores: list | None
     error: str | None
     elapsed_s: float
+    failed: list | None = None
+
+    def per_sample(self, size: int) -> tuple[list, list]:
+        """``(scores, failed)``, each of length ``size``."""
+        if self.failed is not None and self.scores is not None:
+            return list(self.scores), list(self.failed)
+        if self.status == "ok" and self.scores is not None:
+            return list(self.scores), [None] * size
+        return [None] * size, [self.status] * size
 
 
 def default_isolation() -> Isolation:
@@ -90,11 +114,74 @@ def call_reward(fn, prompts: list, completions: list, columns: dict) -> tuple[st
         return "exception", "".join(traceback.format_exception(type(err), err, tb))
 
 
-def _outcome(reply: tuple[str, object], elapsed: float) -> Outcome:
-    status, payload = reply
-    if status == "ok":
-        return Outcome("ok", payload, None, elapsed)
-    return Outcome("exception", None, str(payload), elapsed)
+def score_chunks(fn, prompts: list, completions: list, columns: dict, chunk_size: int | None,
+                 cancel: threading.Event | None = None):
+    """Yield one plain-data part per chunk: ``{"start", "stop", "status", "scores" | "error"}``."""
+    size = len(completions)
+    step = size if chunk_size is None else chunk_size
+    for start in range(0, size, max(step, 1)):
+        if cancel is not None and cancel.is_set():
+            return
+        stop = min(size, start + step)
+        chunk = {k: v[start:stop] for k, v in columns.items()}
+        status, payload = call_reward(fn, prompts[start:stop], completions[start:stop], chunk)
+        yield {"start": start, "stop": stop, "status": status, "scores" if status == "ok" else "error": payload}
+
+
+def _number(x) -> float | None:
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"a score is a {type(x).__name__}")
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
+
+
+def _chunk_error(part, size: int, whole: bool) -> tuple[int, int, str | None, list | None]:
+    """``(start, stop, error, scores)`` of one part, checked: it may come from a hostile worker."""
+    start, stop = part.get("start"), part.get("stop")
+    if not (isinstance(start, int) and isinstance(stop, int) and 0 <= start < stop <= size):
+        raise ValueError(f"a part covers samples {start!r}..{stop!r} of a batch of {size}")
+    if part.get("status") != "ok":
+        return start, stop, str(part.get("error")), None
+    scores = part.get("scores")
+    if not isinstance(scores, list):
+        raise ValueError(f"a part's scores are a {type(scores).__name__}")
+    if len(scores) != stop - start:
+        where = f"a batch of {size} (the whole batch is invalid)" if whole else f"a chunk of {stop - start} samples"
+        return start, stop, f"returned {len(scores)} scores for {where}", None
+    return start, stop, None, [_number(x) for x in scores]
+
+
+def collect(parts: list, size: int, chunk_size: int | None, end: str, end_error: str | None,
+            elapsed: float) -> Outcome:
+    """The outcome of a batch from the parts that arrived; samples no part covers fail as ``end``
+    (``"ok"`` when the call ended normally: then none are missing)."""
+    scores, failed, errors = [None] * size, [end if end != "ok" else "exception"] * size, []
+    whole = chunk_size is None or chunk_size >= size
+    for part in parts:
+        try:
+            start, stop, error, values = _chunk_error(part, size, whole)
+        except (ValueError, TypeError, AttributeError) as err:
+            errors.append(f"the worker sent a malformed reply ({err})")
+            continue
+        if error is not None:
+            errors.append(error)
+            failed[start:stop] = ["exception"] * (stop - start)
+            continue
+        scores[start:stop], failed[start:stop] = values, [None] * (stop - start)
+    done = sum(f is None for f in failed)
+    if end_error is not None:
+        note = f" ({done} of {size} samples were scored before)" if done and end != "ok" else ""
+        errors.insert(0, end_error + note)
+    if done == size:
+        return Outcome("ok", scores, None, elapsed, failed)
+    status = "timeout" if "timeout" in failed else "exception"
+    if not errors:
+        errors.append(f"{size - done} of {size} samples got no score (the call ended early)")
+    return Outcome(status, scores, errors[0], elapsed, failed)
 
 
 class _Done:
@@ -107,13 +194,13 @@ class _Done:
 
 # --- inline ---------------------------------------------------------------------------------------
 class InlineRunner:
-    def __init__(self, fn):
-        self.fn = fn
+    def __init__(self, fn, chunk_size: int | None = DEFAULT_CHUNK_SIZE):
+        self.fn, self.chunk_size = fn, chunk_size
 
     def start(self, prompts, completions, columns) -> _Done:
         t0 = time.perf_counter()
-        reply = call_reward(self.fn, prompts, completions, columns)
-        return _Done(_outcome(reply, time.perf_counter() - t0))
+        parts = list(score_chunks(self.fn, prompts, completions, columns, self.chunk_size))
+        return _Done(collect(parts, len(completions), self.chunk_size, "ok", None, time.perf_counter() - t0))
 
     def close(self) -> None:
         pass
@@ -121,8 +208,8 @@ class InlineRunner:
 
 # --- thread ---------------------------------------------------------------------------------------
 class ThreadRunner:
-    def __init__(self, fn):
-        self.fn = fn
+    def __init__(self, fn, chunk_size: int | None = DEFAULT_CHUNK_SIZE):
+        self.fn, self.chunk_size = fn, chunk_size
         self.abandoned: list[threading.Thread] = []
 
     def start(self, prompts, completions, columns) -> _ThreadCall:
@@ -139,254 +226,96 @@ class ThreadRunner:
 
 class _ThreadCall:
     def __init__(self, runner: ThreadRunner, args: tuple):
-        self.runner, self.box = runner, []
-        self.thread = threading.Thread(
-            target=lambda: self.box.append(call_reward(runner.fn, *args)), daemon=True, name="steadyrl-reward"
-        )
+        self.runner, self.parts, self.size = runner, [], len(args[1])
+        self.cancel, self.finished = threading.Event(), []
+        self.thread = threading.Thread(target=self._run, args=args, daemon=True, name="steadyrl-reward")
         self.t0 = time.perf_counter()
         self.thread.start()
+
+    def _run(self, prompts, completions, columns) -> None:
+        for part in score_chunks(self.runner.fn, prompts, completions, columns, self.runner.chunk_size, self.cancel):
+            self.parts.append(part)
+        self.finished.append(True)
 
     def wait(self, timeout_s: float | None) -> Outcome:
         remaining = None if timeout_s is None else max(0.0, self.t0 + timeout_s - time.perf_counter())
         self.thread.join(remaining)
-        elapsed = time.perf_counter() - self.t0
+        elapsed, parts = time.perf_counter() - self.t0, list(self.parts)
         if self.thread.is_alive():
+            self.cancel.set()  # it stops after its current chunk, if that ever ends
             self.runner.abandoned.append(self.thread)
-            return Outcome(
-                "timeout", None,
-                f"timed out after {timeout_s:g} s (isolation='thread': the call cannot be stopped and "
-                f"runs on in the background; {self.runner.still_running()} such call(s) still running)",
-                elapsed,
-            )
-        if not self.box:
-            return Outcome("exception", None, "the call ended without a result (KeyboardInterrupt?)", elapsed)
-        return _outcome(self.box[0], elapsed)
+            return collect(parts, self.size, self.runner.chunk_size, "timeout",
+                           f"timed out after {timeout_s:g} s (isolation='thread': a thread cannot be stopped, "
+                           "and C code such as sympy's runs on to its end in the background; "
+                           f"{self.runner.still_running()} such call(s) still running)", elapsed)
+        if not self.finished:
+            return collect(parts, self.size, self.runner.chunk_size, "exception",
+                           "the call ended without a result (KeyboardInterrupt?)", elapsed)
+        return collect(parts, self.size, self.runner.chunk_size, "ok", None, elapsed)
 
 
 # --- process --------------------------------------------------------------------------------------
-_LIVE_WORKERS: weakref.WeakSet = weakref.WeakSet()
-"""Workers alive in this process: a newly forked worker closes its copies of their pipe ends, so
-that each worker sees end-of-file, and exits, as soon as the trainer is gone."""
-
-
-def _flush_std_streams() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a closed or odd stream must not stop scoring
-            pass
-
-
-def _reset_signals() -> None:
-    """In a worker: default actions for every signal the trainer handles in Python (its SIGTERM
-    checkpoint handler must not run in a worker), and SIGINT ignored (the trainer handles Ctrl-C)."""
-    for sig in signal.valid_signals():
-        try:
-            if callable(signal.getsignal(sig)):
-                signal.signal(sig, signal.SIG_DFL)
-        except (OSError, ValueError, TypeError):
-            pass
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _serve(fn, conn) -> None:
-    while True:
-        try:
-            request = conn.recv()
-        except (EOFError, OSError):
-            return
-        if request is None:
-            return
-        reply = call_reward(fn, *request)
-        _flush_std_streams()
-        conn.send(reply)
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "exit status unknown"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit status {code}"
-
-
-class _Worker:
-    """One forked process serving one reward function, in its own process group."""
-
-    def __init__(self, fn):
-        parent_end, child_end = multiprocessing.Pipe(duplex=True)
-        _flush_std_streams()  # else buffered output would be written twice
-        with warnings.catch_warnings():
-            # Python >= 3.12 warns on fork in a multi-threaded process: the child runs only the
-            # reward function, and a lock left held by another thread ends in a time-out, not a hang.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            try:
-                pid = os.fork()
-            except OSError:
-                parent_end.close()
-                child_end.close()
-                raise
-        if pid == 0:
-            self._child_main(fn, parent_end, child_end)
-        try:
-            os.setpgid(pid, pid)  # the child does it too: whichever runs first wins the race
-        except OSError:
-            pass
-        child_end.close()
-        self.pid, self.conn, self.reaped = pid, parent_end, False
-        _LIVE_WORKERS.add(self)
-
-    @staticmethod
-    def _child_main(fn, parent_end, child_end) -> None:
-        code = 1
-        try:
-            os.setpgid(0, 0)
-            parent_end.close()
-            for other in list(_LIVE_WORKERS):
-                other.conn.close()
-            _reset_signals()
-            _serve(fn, child_end)
-            code = 0
-        except BaseException:  # noqa: BLE001 - report, then leave without running the trainer's code
-            traceback.print_exc()
-        finally:
-            _flush_std_streams()
-            os._exit(code)
-
-    def kill(self) -> int | None:
-        """SIGKILL the worker's process group (the worker and anything it spawned); its exit code."""
-        _LIVE_WORKERS.discard(self)
-        self.conn.close()
-        if self.reaped:  # its pid may belong to another process by now
-            return None
-        for kill in (os.killpg, os.kill):  # killpg fails if the child has not set its group yet
-            try:
-                kill(self.pid, signal.SIGKILL)
-                break
-            except OSError:
-                continue
-        return self._reap(block=True)
-
-    def close(self) -> None:
-        """Let an idle worker exit (end-of-file on its pipe); kill it if it does not, promptly."""
-        _LIVE_WORKERS.discard(self)
-        self.conn.close()
-        deadline = time.monotonic() + REAP_GRACE_S
-        while time.monotonic() < deadline:
-            self._reap(block=False)
-            if self.reaped:
-                return
-            time.sleep(0.002)
-        self.kill()
-
-    def _reap(self, block: bool) -> int | None:
-        """Collect the worker's exit status (no zombie left); ``None`` if still running or unknown."""
-        if self.reaped:
-            return None
-        try:
-            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
-        except ChildProcessError:  # already collected (e.g. SIGCHLD ignored): nothing to wait for
-            self.reaped = True
-            return None
-        if pid == 0:
-            return None
-        self.reaped = True
-        return os.waitstatus_to_exitcode(status)
-
-
-def _close_slot(slot: list) -> None:
-    if slot[0] is not None:
-        worker, slot[0] = slot[0], None
-        worker.close()
+def _serve_batch(fn, request):
+    """The sandbox's target: score a batch chunk by chunk, streaming each chunk's part."""
+    prompts, completions, columns, chunk_size = request
+    yield from score_chunks(fn, prompts, completions, columns, chunk_size)
 
 
 class ProcessRunner:
-    def __init__(self, fn):
-        self.fn = fn
-        # The slot is shared with a finalizer that closes the worker when the runner is dropped.
-        self._slot: list[_Worker | None] = [None]
-        weakref.finalize(self, _close_slot, self._slot)
-        self.in_flight = False  # a batch was sent and its reply not read (the caller was interrupted)
-
-    @property
-    def worker(self) -> _Worker | None:
-        return self._slot[0]
+    def __init__(self, fn, chunk_size: int | None = DEFAULT_CHUNK_SIZE, limits: Limits | None = None,
+                 env_passthrough=()):
+        self.fn, self.chunk_size = fn, chunk_size
+        self.box = Sandbox(functools.partial(_serve_batch, fn), limits=limits, env_passthrough=env_passthrough)
 
     def start(self, prompts, completions, columns):
-        if self.in_flight:  # a stale reply would be read as this batch's: start afresh
-            self.discard()
-        for _ in range(2):
-            if self.worker is None:
-                try:
-                    self._slot[0] = _Worker(self.fn)
-                except OSError as err:
-                    return _Done(Outcome("exception", None, f"cannot start a worker process: {err}", 0.0))
-            try:
-                self.worker.conn.send((prompts, completions, columns))
-                self.in_flight = True
-                return _ProcessCall(self, time.perf_counter())
-            except (BrokenPipeError, ConnectionError, EOFError, OSError):
-                self.discard()  # the worker died between calls (e.g. the OOM killer): fork a new one
-            except Exception as err:  # noqa: BLE001 - pickling the batch failed; the worker is unharmed
-                return _Done(Outcome(
-                    "exception", None,
-                    f"cannot send the batch to the worker process ({type(err).__name__}: {err}); "
-                    "with isolation='process' every column must be picklable",
-                    0.0,
-                ))
-        return _Done(Outcome("exception", None, "the worker process dies as soon as it starts", 0.0))
+        try:
+            call = self.box.submit((prompts, completions, columns, self.chunk_size))
+        except SandboxUnavailable as err:
+            return _Done(Outcome("exception", None, str(err), 0.0))
+        except Exception as err:  # noqa: BLE001 - pickling the batch failed; the worker is unharmed
+            return _Done(Outcome(
+                "exception", None,
+                f"cannot send the batch to the worker process ({type(err).__name__}: {err}); "
+                "with isolation='process' every column must be picklable",
+                0.0,
+            ))
+        return _ProcessCall(self, call, len(completions))
 
-    def discard(self) -> int | None:
-        """Kill the worker (a new one is forked on the next call); its exit code."""
-        worker, self._slot[0] = self._slot[0], None
-        self.in_flight = False
-        return worker.kill() if worker is not None else None
+    def discard(self) -> None:
+        """Kill the worker (a new one is forked on the next call)."""
+        self.box.kill()
 
     def close(self) -> None:
-        _close_slot(self._slot)
+        self.box.close()
 
 
 class _ProcessCall:
-    def __init__(self, runner: ProcessRunner, t0: float):
-        self.runner, self.t0 = runner, t0
+    def __init__(self, runner: ProcessRunner, call, size: int):
+        self.runner, self.call, self.size = runner, call, size
 
     def wait(self, timeout_s: float | None) -> Outcome:
-        worker = self.runner.worker
-        remaining = None if timeout_s is None else max(0.0, self.t0 + timeout_s - time.perf_counter())
-        try:
-            ready = worker.conn.poll(remaining)
-        except (OSError, EOFError):
-            ready = True  # recv below reports it
-        if not ready:
-            self.runner.discard()
-            return Outcome(
-                "timeout", None,
-                f"timed out after {timeout_s:g} s; its worker process was killed "
-                "(a new one is forked for the next batch)",
-                time.perf_counter() - self.t0,
-            )
-        try:
-            reply = worker.conn.recv()
-        except (EOFError, OSError):
-            code = self.runner.discard()
-            return Outcome(
-                "exception", None,
-                f"the worker process died while scoring ({_describe_exit(code)})",
-                time.perf_counter() - self.t0,
-            )
-        self.runner.in_flight = False
-        return _outcome(reply, time.perf_counter() - self.t0)
+        reply = self.call.wait(timeout_s)
+        end = {"ok": "ok", "timeout": "timeout"}.get(reply.status, "exception")
+        error = None if reply.status == "ok" else reply.error
+        if reply.status == "error":  # the sandbox's own target failed, not the user's function
+            error = f"the worker failed: {reply.error}"
+        outcome = collect(reply.parts, self.size, self.runner.chunk_size, end, error, reply.elapsed_s)
+        if outcome.error is not None and reply.status in ("ok", "error") and reply.output:
+            error = outcome.error + output_note(reply.output, reply.output_bytes)
+            outcome = Outcome(outcome.status, outcome.scores, error, outcome.elapsed_s, outcome.failed)
+        return outcome
 
 
-def make_runner(fn, isolation: Isolation):
+def make_runner(fn, isolation: Isolation, *, chunk_size: int | None = DEFAULT_CHUNK_SIZE,
+                limits: Limits | None = None, env_passthrough=()):
     """The runner for ``fn``: ``.start(prompts, completions, columns).wait(timeout_s) -> Outcome``."""
     if isolation == "process":
-        return ProcessRunner(fn)
+        try:
+            return ProcessRunner(fn, chunk_size, limits, env_passthrough)
+        except SandboxUnavailable as err:
+            raise ConfigError(f"isolation='process' is not available here ({err}); use 'thread' or 'inline'") from None
     if isolation == "thread":
-        return ThreadRunner(fn)
+        return ThreadRunner(fn, chunk_size)
     if isolation == "inline":
-        return InlineRunner(fn)
+        return InlineRunner(fn, chunk_size)
     raise ValueError(f"isolation must be one of {list(ISOLATIONS)}, got {isolation!r}")

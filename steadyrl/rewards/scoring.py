@@ -1,7 +1,8 @@
 """Scoring a batch with several reward functions: ``RewardSpec``, ``RewardScorer``, ``score_batch``.
 
-Each reward function is called once per batch, under its own time limit (see
-:mod:`steadyrl.rewards.runners` for how), all of them at the same time. For sample ``i``::
+Each reward function scores a batch under its own time limit, all of them at the same time, one
+chunk of ``chunk_size`` samples per call (default 1; see :mod:`steadyrl.rewards.runners` for how).
+For sample ``i``::
 
     scores_i = sum_f weight_f * r_f,i     if every function f returned a finite float for i
     scores_i = 0, valid_i = False         otherwise
@@ -9,18 +10,27 @@ Each reward function is called once per batch, under its own time limit (see
 A function fails a sample in one of four ways (the failure *kinds*, counted per function):
 
 * ``exception``: it raised (or called ``sys.exit``), returned something that is not a list of
-  ``float | None``, or returned a list of the wrong length - every sample of the batch;
-* ``timeout``: it ran past ``timeout_s`` - every sample of the batch;
+  ``float | None``, returned a list of the wrong length, or its worker died - every sample of
+  that call (chunk), and in a worker that died also the samples not yet scored;
+* ``timeout``: the batch ran past ``timeout_s`` - the samples not yet scored (those scored keep
+  their scores);
 * ``none``: it returned ``None`` for the sample ("cannot score this one");
 * ``nonfinite``: it returned NaN or +-inf for the sample.
 
 Nothing a reward function does propagates out of :meth:`RewardScorer.score`: failures are counted,
 the first traceback (or time-out message) of each function is kept in ``ScoreResult.errors`` for
 the trainer to show once, and the affected samples leave the update through ``valid``.
+
+Each function receives the batch the way it expects it (:mod:`steadyrl.rewards.calling`):
+steadyrl-style functions get text prompts and completions; TRL-style ones get, for a sample whose
+prompt was a list of chat messages (``chat_prompts``), that list and the completion as
+``[{"role": "assistant", "content": text}]``, and ``completion_ids`` when given. A call the
+function's signature cannot take is also kept apart in ``ScoreResult.call_errors``.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -28,18 +38,20 @@ from typing import Sequence
 import torch
 
 from ..errors import ConfigError
+from .calling import PlannedReward, call_error, describe_call
 from .loader import load_reward, reward_name
 from .registry import RewardFn
-from .runners import ISOLATIONS, InlineRunner, Isolation, default_isolation, make_runner
+from ..sandbox import Limits
+from .runners import DEFAULT_CHUNK_SIZE, ISOLATIONS, InlineRunner, Isolation, default_isolation, make_runner
 
 __all__ = ["RewardSpec", "ScoreResult", "RewardScorer", "score_batch", "FAILURE_KINDS", "DEFAULT_TIMEOUT_S"]
 
 FAILURE_KINDS: tuple[str, ...] = ("exception", "timeout", "none", "nonfinite")
 
 DEFAULT_TIMEOUT_S = 60.0
-"""Time limit of one reward-function call (one whole batch), in seconds."""
+"""Time limit of scoring one batch with one reward function (all its chunks), in seconds."""
 
-_RESERVED_COLUMNS = ("prompts", "completions")
+_RESERVED_COLUMNS = ("prompts", "completions", "completion_ids")
 
 
 def _is_number(x) -> bool:
@@ -50,9 +62,12 @@ def _is_number(x) -> bool:
 class RewardSpec:
     """One reward function in the mix.
 
-    ``timeout_s`` bounds one call (the whole batch); ``None`` waits forever. ``isolation`` is how
-    the call is run and stopped (``"process"``, ``"thread"``, ``"inline"``; ``None``: the
-    scorer's default); ``"inline"`` has no time limit.
+    ``timeout_s`` bounds the whole batch (all its chunks; at the limit the samples not yet scored
+    fail); ``None`` waits forever. ``isolation`` is how the calls are run and stopped
+    (``"process"``, ``"thread"``, ``"inline"``; ``None``: the function's ``preferred_isolation``
+    when it has one - the model and server rewards do - else the scorer's default); ``"inline"``
+    has no time limit. ``chunk_size`` samples go to one call (``None``: the whole batch).
+    ``limits`` and ``env_passthrough`` apply to ``"process"`` isolation (:mod:`steadyrl.sandbox`).
     """
 
     name: str
@@ -60,6 +75,9 @@ class RewardSpec:
     weight: float = 1.0
     timeout_s: float | None = DEFAULT_TIMEOUT_S
     isolation: Isolation | None = None
+    chunk_size: int | None = DEFAULT_CHUNK_SIZE
+    limits: Limits = field(default_factory=Limits)
+    env_passthrough: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "/" in self.name:
@@ -74,7 +92,16 @@ class RewardSpec:
         if self.isolation is not None and self.isolation not in ISOLATIONS:
             valid = list(ISOLATIONS)
             raise ConfigError(f"{where}: isolation={self.isolation!r} must be one of {valid} or None")
+        if self.chunk_size is not None and (isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int)
+                                            or self.chunk_size < 1):
+            raise ConfigError(f"{where}: chunk_size={self.chunk_size!r} must be an integer >= 1, or None (whole batch)")
+        if not isinstance(self.limits, Limits):
+            raise ConfigError(f"{where}: limits must be a steadyrl.sandbox.Limits, got {type(self.limits).__name__}")
         self.weight = float(self.weight)
+        self.env_passthrough = tuple(self.env_passthrough)
+        if self.isolation is None:  # a model or server reward says where it runs best (docs/rewards.md)
+            preferred = getattr(self.fn, "preferred_isolation", None)
+            self.isolation = preferred if preferred in ISOLATIONS else None
 
     @classmethod
     def load(
@@ -85,11 +112,12 @@ class RewardSpec:
         weight: float = 1.0,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
         isolation: Isolation | None = None,
+        chunk_size: int | None = DEFAULT_CHUNK_SIZE,
         **options,
     ) -> RewardSpec:
         """``load_reward(spec, **options)`` wrapped in a spec, named after the built-in or function."""
         fn = load_reward(spec, **options)
-        return cls(name or reward_name(spec), fn, weight, timeout_s, isolation)
+        return cls(name or reward_name(spec), fn, weight, timeout_s, isolation, chunk_size)
 
 
 @dataclass
@@ -105,6 +133,11 @@ class ScoreResult:
     failures: dict[str, dict[str, int]]  # name -> kind -> samples
     errors: dict[str, str] = field(default_factory=dict)  # name -> traceback / time-out message
     elapsed_s: dict[str, float] = field(default_factory=dict)
+    # "reward/<name>/<metric>" -> value: what reward objects with a metrics() method reported
+    metrics: dict[str, float] = field(default_factory=dict)
+    # name -> "fn(prompts, completions, solution=...): missing a required argument: 'solution'":
+    # functions whose signature could not take the call (the whole batch failed with it)
+    call_errors: dict[str, str] = field(default_factory=dict)
 
     @property
     def batch_size(self) -> int:
@@ -117,6 +150,27 @@ class ScoreResult:
     def failed(self, name: str) -> int:
         """Samples function ``name`` failed on (all kinds)."""
         return sum(self.failures[name].values())
+
+    def failure_kinds(self, name: str) -> list[str | None]:
+        """Per sample, how function ``name`` failed on it (a kind of ``FAILURE_KINDS``), or None.
+        A call that failed as a whole gives every sample its kind."""
+        size = self.batch_size
+        whole = next((kind for kind, n in self.failures[name].items() if n == size and kind in ("exception", "timeout")),
+                     None)
+        return [whole or ("none" if x is None else "nonfinite" if not math.isfinite(x) else None)
+                for x in self.raw[name]]
+
+    def select(self, rows: list[int]) -> "ScoreResult":
+        """The result of rows ``rows`` only, in that order (failures counted over them)."""
+        index = torch.tensor(rows, dtype=torch.long)
+        failures = {}
+        for name in self.names:
+            kinds = self.failure_kinds(name)
+            failures[name] = {kind: sum(kinds[i] == kind for i in rows) for kind in FAILURE_KINDS}
+        return ScoreResult(names=list(self.names), weights=dict(self.weights),
+                           raw={name: [values[i] for i in rows] for name, values in self.raw.items()},
+                           scores=self.scores[index], valid=self.valid[index], failures=failures,
+                           errors=dict(self.errors), elapsed_s=dict(self.elapsed_s))
 
 
 def _check_specs(specs: Sequence[RewardSpec]) -> list[RewardSpec]:
@@ -133,10 +187,13 @@ def _check_specs(specs: Sequence[RewardSpec]) -> list[RewardSpec]:
     return specs
 
 
-def _check_batch(prompts, completions, columns) -> dict[str, list]:
+def _check_batch(prompts, completions, columns, completion_ids=None, chat_prompts=None) -> dict[str, list]:
     size = len(completions)
     if len(prompts) != size:
         raise ValueError(f"{len(prompts)} prompts for {size} completions: give one prompt per completion")
+    for name, given in (("completion_ids", completion_ids), ("chat_prompts", chat_prompts)):
+        if given is not None and len(given) != size:
+            raise ValueError(f"{name} has {len(given)} entries for a batch of {size}")
     columns = dict(columns or {})
     for key in _RESERVED_COLUMNS:
         if key in columns:
@@ -153,20 +210,19 @@ def _assemble(specs: list[RewardSpec], outcomes: list, size: int) -> ScoreResult
     ok = [True] * size
     for spec, out in zip(specs, outcomes):
         counts = dict.fromkeys(FAILURE_KINDS, 0)
-        status, scores, error = out.status, out.scores, out.error
-        if status == "ok" and len(scores) != size:
-            status = "exception"
-            error = f"returned {len(scores)} scores for a batch of {size} (the whole batch is invalid)"
-        if status != "ok":
-            scores, counts[status], errors[spec.name] = [None] * size, size, error
-            ok = [False] * size
-        else:
-            for i, x in enumerate(scores):
-                if x is not None and math.isfinite(x):
-                    total[i] += spec.weight * x
-                    continue
-                counts["none" if x is None else "nonfinite"] += 1
-                ok[i] = False
+        scores, failed = out.per_sample(size)
+        if len(scores) != size or len(failed) != size:  # a runner's bug, never the function's
+            scores, failed = [None] * size, ["exception"] * size
+        if out.error is not None:
+            errors[spec.name] = out.error
+        for i, (x, kind) in enumerate(zip(scores, failed)):
+            if kind is None and x is not None and math.isfinite(x):
+                total[i] += spec.weight * x
+                continue
+            if kind is not None:
+                scores[i] = None
+            counts[kind or ("none" if x is None else "nonfinite")] += 1
+            ok[i] = False
         raw[spec.name], failures[spec.name], elapsed[spec.name] = scores, counts, out.elapsed_s
     combined = torch.tensor(total, dtype=torch.float64)
     for i in torch.nonzero(~torch.isfinite(combined)).flatten().tolist():
@@ -201,19 +257,51 @@ class RewardScorer:
         self.specs = _check_specs(specs)
         default = isolation or default_isolation()
         self.isolations = [s.isolation or default for s in self.specs]
-        self._runners = [make_runner(s.fn, iso) for s, iso in zip(self.specs, self.isolations)]
+        self._planned = [PlannedReward.of(s.fn) for s in self.specs]  # how each is called, decided once
+        self._runners = [make_runner(f, iso, chunk_size=s.chunk_size, limits=s.limits,
+                                     env_passthrough=s.env_passthrough)
+                         for f, s, iso in zip(self._planned, self.specs, self.isolations)]
 
-    def score(self, prompts: Sequence, completions: Sequence, columns: dict | None = None) -> ScoreResult:
-        """Call every reward function once on the batch; never raises for a function's failure."""
-        columns = _check_batch(prompts, completions, columns)
+    def score(self, prompts: Sequence, completions: Sequence, columns: dict | None = None, *,
+              completion_ids: Sequence | None = None, chat_prompts: Sequence | None = None) -> ScoreResult:
+        """Call every reward function once on the batch; never raises for a function's failure.
+
+        ``completion_ids[i]``: the token ids of completion ``i`` (for functions that take them);
+        ``chat_prompts[i]``: the message list sample ``i``'s prompt was made from, ``None`` for a
+        text prompt (TRL-style functions receive it and the completion as a message list)."""
+        columns = _check_batch(prompts, completions, columns, completion_ids, chat_prompts)
         # Inline functions run last, while the isolated ones work in parallel.
         order = sorted(range(len(self.specs)), key=lambda i: isinstance(self._runners[i], InlineRunner))
-        calls = {}
+        calls, refused = {}, {}
         for i in order:  # each function gets its own copies: none sees another's mutations
-            cols = {k: list(v) for k, v in columns.items()}
-            calls[i] = self._runners[i].start(list(prompts), list(completions), cols)
+            batch = _batch_for(self._planned[i].plan, prompts, completions, columns, completion_ids, chat_prompts)
+            why = call_error(self._planned[i], *batch)
+            if why is not None:
+                refused[i] = f"{describe_call(self._planned[i], *batch)}: {why}"
+            calls[i] = self._runners[i].start(*batch)
         outcomes = [calls[i].wait(spec.timeout_s) for i, spec in enumerate(self.specs)]
-        return _assemble(self.specs, outcomes, len(completions))
+        result = _assemble(self.specs, outcomes, len(completions))
+        result.metrics = self._reported_metrics()
+        # a binding error counts only if the call failed too (a decorator may accept what its
+        # wrapped signature does not)
+        result.call_errors = {self.specs[i].name: text for i, text in refused.items()
+                              if outcomes[i].status == "exception"}
+        return result
+
+    def _reported_metrics(self) -> dict[str, float]:
+        """``reward/<name>/<key>`` from each function's optional ``metrics()`` method (only the
+        trainer's own object is asked: under ``process`` isolation it is not the one that scores)."""
+        out: dict[str, float] = {}
+        for spec, isolation in zip(self.specs, self.isolations):
+            report = getattr(spec.fn, "metrics", None)
+            if isolation == "process" or not callable(report):
+                continue
+            try:
+                values = report()
+                out.update({f"reward/{spec.name}/{k}": float(v) for k, v in values.items()})
+            except Exception:  # noqa: BLE001 - a metrics report never fails a step
+                continue
+        return out
 
     def close(self) -> None:
         """Stop the worker processes (idle ones exit at once)."""
@@ -227,6 +315,19 @@ class RewardScorer:
         self.close()
 
 
+def _batch_for(plan, prompts, completions, columns, completion_ids, chat_prompts) -> tuple[list, list, dict]:
+    """``(prompts, completions, columns)`` as the function of ``plan`` receives them, copied."""
+    cols = {k: list(v) for k, v in columns.items()}
+    if completion_ids is not None and plan.takes_ids:  # first, in TRL's order
+        cols = {"completion_ids": [list(ids) for ids in completion_ids], **cols}
+    if plan.style == "positional" or chat_prompts is None:
+        return list(prompts), list(completions), cols
+    chat = [m is not None for m in chat_prompts]
+    ps = [copy.deepcopy(m) if c else p for p, m, c in zip(prompts, chat_prompts, chat)]
+    cs = [[{"role": "assistant", "content": t}] if c else t for t, c in zip(completions, chat)]
+    return ps, cs, cols
+
+
 def score_batch(
     specs: Sequence[RewardSpec],
     prompts: Sequence,
@@ -234,8 +335,11 @@ def score_batch(
     columns: dict | None = None,
     *,
     isolation: Isolation | None = None,
+    completion_ids: Sequence | None = None,
+    chat_prompts: Sequence | None = None,
 ) -> ScoreResult:
     """Score one batch (a one-off :class:`RewardScorer`; a training loop keeps one instead, so
     that worker processes are forked once, not per batch)."""
     with RewardScorer(specs, isolation=isolation) as scorer:
-        return scorer.score(prompts, completions, columns)
+        return scorer.score(prompts, completions, columns, completion_ids=completion_ids,
+                            chat_prompts=chat_prompts)

@@ -29,6 +29,16 @@ class Generation:
     def __len__(self) -> int:
         return self.response_ids.shape[0]
 
+    def select(self, rows: list[int]) -> "Generation":
+        """Rows ``rows`` of every per-sample field, in that order."""
+        index = torch.tensor(rows, dtype=torch.long)
+        pick = lambda x: None if x is None else x[index]  # noqa: E731
+        return Generation(prompt_ids=self.prompt_ids[index], prompt_mask=self.prompt_mask[index],
+                          response_ids=self.response_ids[index], response_mask=self.response_mask[index],
+                          truncated=self.truncated[index], completions=[self.completions[i] for i in rows],
+                          rollout_logprobs=pick(self.rollout_logprobs), policy_mask=pick(self.policy_mask),
+                          episodes=None if self.episodes is None else [self.episodes[i] for i in rows])
+
     @property
     def trained_mask(self) -> torch.Tensor:
         """``[B, R]`` the tokens the policy sampled: the only ones a loss, KL, entropy or length
@@ -87,3 +97,41 @@ def eos_token_ids(tokenizer, model=None) -> list[int]:
     elif isinstance(extra, (list, tuple)):
         ids.update(int(i) for i in extra)
     return sorted(ids)
+
+
+def _pad_to(x: torch.Tensor | None, length: int, value, left: bool) -> torch.Tensor | None:
+    extra = length - x.shape[1] if x is not None else 0
+    if extra <= 0:
+        return x
+    pad = torch.full((x.shape[0], extra), value, dtype=x.dtype)
+    return torch.cat([pad, x] if left else [x, pad], dim=1)
+
+
+def concat_generations(parts: list[Generation], pad_id: int) -> Generation:
+    """One :class:`Generation` of several, rows in order: prompts left-padded and responses
+    right-padded to the longest."""
+    if len(parts) == 1:
+        return parts[0]
+    p = max(g.prompt_ids.shape[1] for g in parts)
+    r = max(g.response_ids.shape[1] for g in parts)
+
+    def responses(name: str, value):
+        values = [getattr(g, name) for g in parts]
+        if all(v is None for v in values):
+            return None
+        if name == "policy_mask":  # a part without one is all the policy's
+            values = [g.trained_mask for g in parts]
+        return torch.cat([_pad_to(v, r, value, False) for v in values])
+
+    episodes = [g.episodes for g in parts]
+    return Generation(
+        prompt_ids=torch.cat([_pad_to(g.prompt_ids, p, pad_id, True) for g in parts]),
+        prompt_mask=torch.cat([_pad_to(g.prompt_mask, p, 0, True) for g in parts]),
+        response_ids=responses("response_ids", pad_id),
+        response_mask=responses("response_mask", 0),
+        truncated=torch.cat([g.truncated for g in parts]),
+        completions=[c for g in parts for c in g.completions],
+        rollout_logprobs=responses("rollout_logprobs", 0.0),
+        policy_mask=responses("policy_mask", 0),
+        episodes=None if any(e is None for e in episodes) else [e for es in episodes for e in es],
+    )

@@ -61,13 +61,14 @@ class _Episode:
 
 def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits: TurnLimits,
                  seeds: list[int] | None = None, **sampling) -> Generation:
-    """``n`` episodes of each prompt (rows in group order). ``prompts`` carry ``ids``, ``columns``
-    and ``messages`` (the chat-format prompt, or None); ``sampling``: temperature, top_p, top_k,
-    do_sample, passed to every turn's ``generate``."""
+    """``n`` episodes of each prompt (rows in group order). ``prompts`` carry ``ids``, ``columns``,
+    ``text``, ``messages`` (a chat-format record's prompt, or None) and ``conversation`` (the chat
+    messages the template rendered, or None); ``sampling``: temperature, top_p, top_k, do_sample,
+    passed to every turn's ``generate``."""
     first_turn = min(limits.max_new_tokens, limits.episode_tokens)
     if agent is None:  # one turn: the episode is the first generation
         return engine.generate([p.ids for p in prompts], n, max_new_tokens=first_turn, **sampling)
-    episodes = [_Episode(list(p.ids), list(p.messages) if p.messages is not None else None,
+    episodes = [_Episode(list(p.ids), list(p.conversation) if p.conversation is not None else None,
                          {"prompt": p.messages if p.messages is not None else p.text, **p.columns})
                 for p in prompts for _ in range(n)]
     _start(agent, tokenizer, episodes, seeds or list(range(len(episodes))))

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import torch
 
-from .base import Generation, eos_token_ids, response_mask_from_ids
+from .base import Generation, concat_generations, eos_token_ids, response_mask_from_ids
 from .prefix import prefill_once
 
 
@@ -41,7 +41,7 @@ class HFEngine:
         step = self.batch_size or len(prompt_ids)
         parts = [self._generate(prompt_ids[i : i + step], n, max_new_tokens, temperature, top_p,
                                 top_k, do_sample) for i in range(0, len(prompt_ids), step)]
-        return _concat(parts, self.tokenizer.pad_token_id)
+        return concat_generations(parts, self.tokenizer.pad_token_id)
 
     def _generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, top_k, do_sample):
         from transformers import GenerationConfig
@@ -115,26 +115,3 @@ def neutral_generation_defaults(model):
     finally:
         for m, original in saved:
             m.generation_config = original
-
-
-def _pad_to(x: torch.Tensor, length: int, value: int, left: bool) -> torch.Tensor:
-    extra = length - x.shape[1]
-    if extra <= 0:
-        return x
-    pad = torch.full((x.shape[0], extra), value, dtype=x.dtype)
-    return torch.cat([pad, x] if left else [x, pad], dim=1)
-
-
-def _concat(parts: list[Generation], pad_id: int) -> Generation:
-    if len(parts) == 1:
-        return parts[0]
-    p = max(g.prompt_ids.shape[1] for g in parts)
-    r = max(g.response_ids.shape[1] for g in parts)
-    return Generation(
-        prompt_ids=torch.cat([_pad_to(g.prompt_ids, p, pad_id, True) for g in parts]),
-        prompt_mask=torch.cat([_pad_to(g.prompt_mask, p, 0, True) for g in parts]),
-        response_ids=torch.cat([_pad_to(g.response_ids, r, pad_id, False) for g in parts]),
-        response_mask=torch.cat([_pad_to(g.response_mask, r, 0, False) for g in parts]),
-        truncated=torch.cat([g.truncated for g in parts]),
-        completions=[c for g in parts for c in g.completions],
-    )

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..files import atomic_write_bytes
+
 __all__ = ["JsonlWriter", "jsonable", "read_jsonl", "truncate_jsonl"]
 
 
@@ -92,7 +94,7 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
 def truncate_jsonl(path: str | os.PathLike, *, max_step: float) -> int:
     """Drop the lines of ``path`` with ``step > max_step`` (and unreadable lines); returns how
-    many were dropped. The file is rewritten atomically (temporary file + ``os.replace``)."""
+    many were dropped. The file is rewritten atomically (:func:`steadyrl.files.atomic_write_bytes`)."""
     path = Path(path)
     if not path.exists():
         return 0
@@ -106,12 +108,7 @@ def truncate_jsonl(path: str | os.PathLike, *, max_step: float) -> int:
         else:
             kept.append(line + b"\n")
     if dropped:
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.writelines(kept)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write_bytes(path, b"".join(kept))
     return dropped
 
 

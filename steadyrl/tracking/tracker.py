@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..files import atomic_write_text
 from .backends import check_backend_names, make_backend
 from .jsonl import JsonlWriter, jsonable, read_jsonl, truncate_jsonl
 
@@ -108,7 +109,7 @@ class Tracker:
             "backends": self.backend_names,
             "run_ids": {n: b.run_id for n, b in self.backends.items() if b.run_id is not None},
         }
-        state_path.write_text(json.dumps(state, indent=2) + "\n")
+        atomic_write_text(state_path, json.dumps(state, indent=2) + "\n")
 
     # --- logging ---------------------------------------------------------------------------------
     def log(self, metrics: Mapping[str, Any], step: int) -> None:

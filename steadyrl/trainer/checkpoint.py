@@ -6,7 +6,9 @@ A checkpoint ``checkpoints/step_000020/`` holds:
   load with transformers or to pass to ``steadyrl eval --model``;
 * ``critic/`` — the critic (PPO);
 * ``state.pt`` — optimizer, critic optimizer and scheduler states, RNG states (Python, NumPy,
-  torch CPU and CUDA), running reward statistics, KL controller, data position, counters;
+  torch CPU and CUDA), running reward statistics, KL controller, data position, counters: tensors
+  and plain Python data only, read back with ``torch.load(weights_only=True)`` (a pickle of
+  anything else could run code when loaded, and a run directory may come from someone else);
 * ``trainer_state.json`` — the step and counters, human-readable.
 
 Writing is atomic: everything goes to ``checkpoints/.tmp-step_000020`` first, which is renamed
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import re
 import shutil
@@ -27,20 +30,35 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..files import fsync_dir as _fsync_dir
+from ..errors import ConfigError
+
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
 OLD_RE = re.compile(r"^\.old-(step_\d+)-\d+$")  # a checkpoint moved aside while its step is re-saved
 
 
 def rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG's state in plain types (lists, ints, floats, tensors), which ``torch.load`` reads
+    with ``weights_only=True``: NumPy's key array becomes a list of ints."""
+    version, internal, gauss = random.getstate()
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": [version, list(internal), gauss],
+             "numpy": {"bit_generator": str(name), "key": [int(k) for k in key], "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    numpy_state = state["numpy"]
+    if isinstance(numpy_state, dict):
+        numpy_state = (numpy_state["bit_generator"], np.asarray(numpy_state["key"], dtype=np.uint32),
+                       numpy_state["pos"], numpy_state["has_gauss"], numpy_state["cached_gaussian"])
+    np.random.set_state(numpy_state)  # a tuple with an array: a checkpoint of an older version
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -107,8 +125,28 @@ def clean_partial(root: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+def _legacy_numpy_globals() -> list:
+    """What an older version's ``state.pt`` needs besides plain types: NumPy's RNG key array
+    (``np.random.get_state()`` as it was). Rebuilding an array runs no code of the file's choosing;
+    an object array's items go through the same restricted unpickler."""
+    core = getattr(np, "_core", None) or np.core
+    return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+
+
 def load_state(checkpoint: Path) -> dict[str, Any]:
-    return torch.load(checkpoint / "state.pt", map_location="cpu", weights_only=False)
+    """``state.pt`` read with ``weights_only=True``: tensors and plain Python data only, so a
+    run directory cannot run code through its checkpoint (a pickle may name any callable to
+    call on load). Anything else is refused with a :class:`ConfigError` naming the file."""
+    path = checkpoint / "state.pt"
+    try:
+        with torch.serialization.safe_globals(_legacy_numpy_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        what = str(err).split("WeightsUnpickler error:")[-1].strip().splitlines()[0] if str(err) else ""
+        raise ConfigError(
+            f"checkpoint {str(path)!r} holds objects other than tensors and plain data ({what}); steadyrl "
+            "writes only those, and loading anything else could run code from the file: refused. Resume "
+            "from another checkpoint (delete this one) or start a new run") from None
 
 
 def read_model_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -161,16 +199,3 @@ def _fsync_tree(root: Path) -> None:
             finally:
                 os.close(fd)
         _fsync_dir(Path(directory))
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -22,6 +22,7 @@ import torch
 from ..rewards.scoring import FAILURE_KINDS, ScoreResult
 from ..rollout.base import eos_token_ids
 from ..rollout.episodes import TurnLimits, run_episodes
+from .prompts import completion_token_ids
 
 ENVIRONMENT_REWARD = "environment"
 """The name the environment's episode reward is logged (``reward/environment/mean``) and chosen by."""
@@ -41,12 +42,12 @@ def build_agent(config, tokenizer):
         from ..agents.tools import load_tools
 
         agent = ToolAgent(load_tools(list(ro.tools)), load_parser(ro.tool_parser), timeout_s=ro.tool_timeout_s,
-                          isolation=isolation)
+                          isolation=isolation, limits=ro.tool_limits, workers=ro.tool_workers)
     else:
         from ..agents.environment import EnvironmentAgent, load_environment
 
         agent = EnvironmentAgent(load_environment(ro.environment), observation_role=ro.observation_role,
-                                 timeout_s=ro.tool_timeout_s, isolation=isolation)
+                                 timeout_s=ro.tool_timeout_s, isolation=isolation, limits=ro.tool_limits)
     agent.template_kwargs = dict(config.data.chat_template_kwargs)
     end_texts = [tokenizer.decode([i]) for i in eos_token_ids(tokenizer)]
     check_template(tokenizer, tools=agent.tool_schemas, observation_role=agent.observation_role,
@@ -89,7 +90,8 @@ def rollout(engine, tokenizer, agent, prompts: list, n: int, rollout_config, *, 
 def score_episodes(scorer, samples: list, gen, *, environment: bool) -> ScoreResult:
     """Reward functions on the transcripts, plus the environment's reward when there is one."""
     extra = {"turns": [e.messages for e in gen.episodes]} if gen.episodes else None
-    result = scorer(samples, gen.completions, extra_columns=extra)
+    ids = completion_token_ids(gen.response_ids, gen.response_mask)  # the whole transcript's tokens
+    result = scorer(samples, gen.completions, ids, extra_columns=extra)
     if not gen.episodes:
         return result
     if environment:

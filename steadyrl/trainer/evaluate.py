@@ -11,6 +11,12 @@
 With tools or an environment every completion is a whole episode (:mod:`.episodes`): greedy
 success and pass@k are over episodes, and the environment's reward can decide correctness
 (``eval.accuracy_reward: environment``).
+
+A metric that cannot be computed is ``None`` (``null`` in metrics.jsonl and summary.json,
+``n/a`` on the console), never 0: ``accuracy`` when the accuracy reward scored none of the greedy
+completions (it failed on every one), ``reward_mean`` when no greedy completion could be scored,
+``pass@k`` when the accuracy reward scored none of the samples. A score of 0 means wrong
+answers; a failing reward function means nothing was measured.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import math
 
 import torch
 
+from .. import distributed as dist
+from ..progress import progress
 from .episodes import ENVIRONMENT_REWARD, episode_seeds, rollout, score_episodes
 
 
@@ -45,6 +53,15 @@ def _correct(result, name: str, threshold: float) -> list[bool]:
     return [s is not None and math.isfinite(s) and s >= threshold for s in result.raw[name]]
 
 
+def _scored(result, name: str) -> int:
+    """How many of the batch's completions reward ``name`` gave a finite score."""
+    return sum(result.function_valid(name))
+
+
+def _ratio(total: float, count: int) -> float | None:
+    return round(total / count, 6) if count else None
+
+
 def _report_failures(result, shown: set[str]) -> None:
     for name, text in result.errors.items():
         if text and name not in shown:
@@ -65,32 +82,43 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config, agent=N
     if name not in names:
         raise ValueError(f"eval.accuracy_reward {name!r} is not one of the rewards {names}")
 
-    def episodes(chunk, n, **sampling):
+    def episodes(chunk, first: int, n: int, **sampling):
         gen = rollout(engine, engine.tokenizer, agent, chunk, n, rollout_config, max_new_tokens=max_new,
-                      seeds=episode_seeds(0, -1, start, len(chunk) * n), **sampling)
+                      seeds=episode_seeds(0, -1, first * n, len(chunk) * n), **sampling)
         return score_episodes(scorer, [p for p in chunk for _ in range(n)], gen, environment=environment)
 
-    correct, scored, rewards, shown = [], 0, 0.0, set()
+    n = eval_config.num_samples
+    # greedy completions of every prompt, then (pass@k) n samples of every prompt
+    with progress(len(prompts) * (2 if n > 0 else 1), "eval", is_main_process=dist.is_main()) as bar:
+        return _evaluate(episodes, prompts, eval_config, name, bar)
+
+
+def _evaluate(episodes, prompts: list, eval_config, name: str, bar) -> dict:
+    correct, judged, scored, rewards, shown = [], 0, 0, 0.0, set()
     step = eval_config.batch_size
     for start in range(0, len(prompts), step):
         chunk = prompts[start : start + step]
-        result = episodes(chunk, 1, do_sample=False)
+        result = episodes(chunk, start, 1, do_sample=False)
         _report_failures(result, shown)
         correct += _correct(result, name, eval_config.correct_threshold)
+        judged += _scored(result, name)
         scored += int(result.valid.sum())
         rewards += float(result.scores[result.valid].sum())
-    out = {"accuracy": round(sum(correct) / len(correct), 6), "reward_mean": round(rewards / max(scored, 1), 6),
+        bar.update(len(chunk))
+    out = {"accuracy": _ratio(sum(correct), len(correct) if judged else 0), "reward_mean": _ratio(rewards, scored),
            "num_prompts": len(prompts)}
     n = eval_config.num_samples
     if n > 0:
-        counts = []
+        counts, judged = [], 0
         per_call = max(1, step // n)
         for start in range(0, len(prompts), per_call):
             chunk = prompts[start : start + per_call]
-            result = episodes(chunk, n, temperature=eval_config.temperature)
+            result = episodes(chunk, start, n, temperature=eval_config.temperature)
             _report_failures(result, shown)
             ok = _correct(result, name, eval_config.correct_threshold)
+            judged += _scored(result, name)
             counts += [sum(ok[i * n : (i + 1) * n]) for i in range(len(chunk))]
+            bar.update(len(chunk))
         for k in _ks(n):
-            out[f"pass@{k}"] = round(sum(pass_at_k(n, c, k) for c in counts) / len(counts), 6)
+            out[f"pass@{k}"] = _ratio(sum(pass_at_k(n, c, k) for c in counts), len(counts) if judged else 0)
     return out

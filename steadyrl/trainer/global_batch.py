@@ -42,6 +42,7 @@ class GlobalSamples:
     width: int  # this rank's response length
     episodes: list | None = None  # multi-turn: every rank's EpisodeInfo, in rank order
     turn_rewards: torch.Tensor | None = None  # [N, R_max] earlier turns' environment rewards, or None
+    selected: torch.Tensor | None = None  # [N] rows dynamic sampling lets train (None: every row)
 
     def mine(self, x: torch.Tensor | None) -> torch.Tensor | None:
         """This rank's rows of a global ``[N]`` or ``[N, R_max]`` tensor (its own response length)."""
@@ -76,7 +77,8 @@ def _zeros_where_none(parts: list, rows: list) -> list:
 
 def merge_results(results: list[ScoreResult]) -> ScoreResult:
     """One :class:`ScoreResult` of several ranks' batches, in order (failures add up; the first
-    error text of each function is kept; elapsed times are the slowest rank's)."""
+    error text of each function is kept; elapsed times are the slowest rank's; see
+    :func:`_merge_reported` for the reward objects' own metrics)."""
     if len(results) == 1:
         return results[0]
     first = results[0]
@@ -94,15 +96,25 @@ def merge_results(results: list[ScoreResult]) -> ScoreResult:
     return ScoreResult(names=first.names, weights=first.weights,
                        raw={name: [x for r in results for x in r.raw[name]] for name in first.names},
                        scores=torch.cat([r.scores for r in results]), valid=torch.cat([r.valid for r in results]),
-                       failures=failures, errors=errors, elapsed_s=elapsed)
+                       failures=failures, errors=errors, elapsed_s=elapsed, metrics=_merge_reported(results))
+
+
+def _merge_reported(results: list[ScoreResult]) -> dict[str, float]:
+    """Reward objects' own metrics over the ranks: failure counts (``.../failures/<reason>``)
+    add up, the rest (rates, times) are averaged over the ranks that reported them."""
+    merged: dict[str, list[float]] = {}
+    for r in results:
+        for key, value in r.metrics.items():
+            merged.setdefault(key, []).append(value)
+    return {key: sum(v) if "/failures/" in key else sum(v) / len(v) for key, v in merged.items()}
 
 
 def gather_samples(result: ScoreResult, gen, batch, prompt_lengths: list[int],
-                   turn_reward: str = "sum") -> GlobalSamples:
+                   turn_reward: str = "sum", selected: torch.Tensor | None = None) -> GlobalSamples:
     """Every rank's samples of this step (a collective: every rank calls it)."""
     local = {name: getattr(batch, name) for name in PER_TOKEN}
     local.update(truncated=gen.truncated, result=result, prompt_lengths=prompt_lengths,
-                 tokens=int(gen.prompt_mask.sum() + gen.response_mask.sum()), episodes=gen.episodes,
+                 tokens=int(gen.prompt_mask.sum() + gen.response_mask.sum()), episodes=gen.episodes, selected=selected,
                  turn_rewards=turn_reward_tensor(gen.episodes, gen.response_ids.shape[1], turn_reward))
     parts = dist.gather_objects(local)
     rows = len(gen)
@@ -115,6 +127,7 @@ def gather_samples(result: ScoreResult, gen, batch, prompt_lengths: list[int],
         rows=slice(start, start + rows),
         width=gen.response_ids.shape[1],
         episodes=None if parts[0]["episodes"] is None else [e for p in parts for e in p["episodes"]],
+        selected=_cat_rows([p["selected"] for p in parts]),
         turn_rewards=_cat_rows(_zeros_where_none([p["turn_rewards"] for p in parts], [p["truncated"] for p in parts])),
         **{name: _cat_rows([p[name] for p in parts]) for name in PER_TOKEN},
     )

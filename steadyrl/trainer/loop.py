@@ -4,7 +4,8 @@
     -> for each step: train_step -> log -> checkpoint -> [eval] -> eval after -> summary.json
 
 The run directory holds ``config.yaml`` (the resolved config), ``metrics.jsonl`` (one object a
-step), ``samples.jsonl``, ``summary.json`` and ``checkpoints/``. Evaluation draws its samples
+step), ``samples.jsonl``, ``summary.json`` and ``checkpoints/``; how it is named, locked, marked
+and checked is in :mod:`steadyrl.trainer.rundir`. Evaluation draws its samples
 from its own seeded RNG, so evaluating never changes what training does (a resumed run
 reproduces an uninterrupted one step for step).
 
@@ -18,84 +19,31 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import shlex
 import time
 from pathlib import Path
 
 import torch
 
 from .. import distributed as dist
-from ..config import config_notes, config_to_dict, load_config, save_config
-from ..config.loading import get_dotted, read_yaml
+from ..config import config_notes, config_to_dict, load_config
+from ..config.loading import read_yaml
 from ..config.schema import Config
-from ..errors import ConfigError, TrainingHalted
+from ..errors import ConfigError, TrainingHalted, TrainingInterrupted
+from ..files import atomic_write_text
 from ..models import resolve_device
 from ..progress import progress
+from ..rewards.loader import absolute_file_spec
 from ..rollout import build_engine
+from ..secrets import redact_secrets
 from ..tracking import Tracker
 from . import checkpoint as ckpt
 from .evaluate import evaluate
+from .rundir import (LOCK, RunLock, check_output_dir, check_resume_matches, check_saved_config, on_main,
+                     prepare_output_dir, resolve_output_dir, write_run_config)
 from .setup import Run, RunState, build_run, check_inputs, seed_everything
 from .step import train_step
-
-RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints")
-
-
-def resolve_output_dir(config: Config, output_dir: str | None) -> Path:
-    if output_dir:
-        return Path(output_dir)
-    return Path("runs") / f"{config.algorithm.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def check_output_dir(output_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse to mix two runs in one directory unless told to resume or overwrite (changes nothing)."""
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ConfigError(f"--output-dir {str(output_dir)!r} is a file, not a directory: choose a directory")
-    has_run = any((output_dir / name).exists() for name in RUN_FILES)
-    if has_run and not (resume or overwrite):
-        raise ConfigError(f"--output-dir {str(output_dir)!r} already holds a run: pass --resume to "
-                          "continue it, --overwrite to replace it, or choose another directory")
-
-
-def prepare_output_dir(output_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Clear the old run for ``--overwrite`` (every input has been checked by then) and create the
-    directory."""
-    check_output_dir(output_dir, resume, overwrite)
-    if overwrite and not resume and output_dir.exists() and dist.is_main():
-        for name in (*RUN_FILES, "samples.jsonl", "config.yaml", "warmstart", "tensorboard", "tracking.json",
-                     "dashboard.png"):
-            path = output_dir / name
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    dist.barrier()
-    output_dir.mkdir(parents=True, exist_ok=True)
-
-
-RESUME_KEYS = ("model.name_or_path", "model.tokenizer", "model.revision", "model.critic_name_or_path",
-               "model.lora", "data.train_path", "data.split", "data.prompt_key", "rollout.prompts_per_step")
-"""What a checkpoint was built from: resuming with another value would load weights into another
-model (a crash, or worse, none), or continue the data position in other prompts."""
-
-
-def check_resume_matches(config: Config, output_dir: Path) -> None:
-    """``--resume`` with settings the checkpoint cannot continue from is refused, naming the key."""
-    saved_path = output_dir / "config.yaml"
-    if not saved_path.is_file():
-        return
-    saved, now = read_yaml(saved_path), config_to_dict(config)
-    keys = list(RESUME_KEYS) + (["demo"] if config.is_demo else [])
-    for key in keys:
-        old, new = get_dotted(saved, key.split(".")), get_dotted(now, key.split("."))
-        if old != new:
-            raise ConfigError(f"--resume: {key} is {new!r}, but the run in {str(output_dir)!r} was trained with "
-                              f"{old!r} ({saved_path}); resume with the same value, or start a new run "
-                              "in another --output-dir")
-    had_critic = get_dotted(saved, ["algorithm", "advantage_estimator"]) == "gae"
-    if had_critic != (config.algorithm.advantage_estimator == "gae"):
-        raise ConfigError(f"--resume: algorithm.advantage_estimator = {config.algorithm.advantage_estimator!r} "
-                          f"{'has no' if had_critic else 'needs a'} critic, but the run in {str(output_dir)!r} "
-                          f"was trained {'with' if had_critic else 'without'} one; resume with the same "
-                          "algorithm.preset / advantage_estimator, or start a new run in another --output-dir")
-
+from .trust import check_run_code, run_code
 
 def _checkpoint_state(run: Run, shared: dict) -> dict:
     state = dict(vars(run.state))
@@ -254,8 +202,22 @@ def _report(run: Run, step: int, metrics: dict, extras: dict, shown: set[str], s
             print(f"steadyrl: {note}", flush=True)
 
 
+def _count_empty(run: Run, extras: dict) -> None:
+    """Steps in a row where no sample of any rank had a valid reward (every one failed a reward
+    function): such a step trains on nothing, and a run of them would do so forever."""
+    empty = not bool(extras["result"].valid.any())
+    run.state.consecutive_empty = run.state.consecutive_empty + 1 if empty else 0
+
+
 def _halt_if_stuck(run: Run, step: int) -> None:
     limit = run.config.trainer.max_consecutive_skips
+    if run.state.consecutive_empty >= limit:
+        path = save(run, step)
+        raise TrainingHalted(
+            f"{limit} steps in a row had no sample with a valid reward (last at step {step}): every sample "
+            "failed a reward function (the first traceback of each is printed above; reward/<name>/failed "
+            f"says which), so nothing was trained on them. The state is saved in {path}. Fix the reward "
+            "function or the data, then --resume; see docs/troubleshooting.md.")
     if run.state.consecutive_skips >= limit:
         path = save(run, step)
         raise TrainingHalted(
@@ -269,11 +231,17 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
     """Run ``steadyrl train``; returns the summary. ``--resume`` with no config file continues
     with the run's own ``config.yaml`` (plus ``overrides``)."""
     started = time.time()
+    if resume and output_dir:  # before the saved config.yaml is read, used or rewritten
+        check_saved_config(Path(output_dir))
     if path is None and resume and output_dir and (Path(output_dir) / "config.yaml").is_file():
         path = str(Path(output_dir) / "config.yaml")
         if os.environ.get("RANK", "0") == "0":  # before the process group exists: torchrun's rank
             print(f"resuming with the run's config {path}", flush=True)
     config = load_config(path, overrides)
+    if resume and path and output_dir and Path(path) == Path(output_dir) / "config.yaml":
+        code = run_code(config, read_yaml(Path(path)))  # the run's own code, run as when it started
+        if code and os.environ.get("RANK", "0") == "0":
+            print(f"the run's config loads {'; '.join(code)}", flush=True)
     owns_group = dist.init_from_env(use_cuda=resolve_device(config.trainer.device).type == "cuda")
     try:
         return _start(config, output_dir, resume, overwrite, started)
@@ -282,34 +250,63 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
             dist.teardown()
 
 
+def _portable(config: Config) -> Config:
+    """The config as the run directory keeps it: reward files by absolute path, so that
+    ``--resume`` and ``steadyrl eval --output-dir`` work from any directory."""
+    rewards = [r.model_copy(update={"name": absolute_file_spec(r.name)}) for r in config.rewards]
+    return config.model_copy(update={"rewards": rewards})
+
+
 def _start(config: Config, output_dir: str | None, resume: bool, overwrite: bool, started: float) -> dict:
     """Check everything, then touch the run directory: a bad input under ``--overwrite`` or
-    ``--resume`` leaves the old run (and its ``config.yaml``) as it was."""
+    ``--resume`` leaves the old run (and its ``config.yaml``) as it was. The directory of a
+    previous run is locked from the first look at it, a new one from its creation, to the end."""
+    fresh = not output_dir  # a new directory of its own: its name is claimed when created
     out = Path(dist.gather_objects(str(resolve_output_dir(config, output_dir)))[0])  # rank 0's time stamp
-    check_output_dir(out, resume, overwrite)
-    if resume and ckpt.latest_checkpoint(out / "checkpoints") is not None:
-        check_resume_matches(config, out)
-    inputs = check_inputs(config)
-    try:
-        prepare_output_dir(out, resume, overwrite)
-        if dist.is_main():  # one rank repairs a shared directory; the others then see the result
-            ckpt.clean_partial(out / "checkpoints")
-        dist.barrier()
-        latest = ckpt.latest_checkpoint(out / "checkpoints") if resume else None
-        if dist.is_main():
-            if resume and latest is None:
-                print(f"--resume: no checkpoint in {out / 'checkpoints'}; starting at step 0", flush=True)
-            save_config(config, out / "config.yaml")
-            for note in config_notes(config):
-                print(f"steadyrl: note: {note}", flush=True)
-    except BaseException:
-        inputs.scorer.close()
-        raise
-    run = build_run(config, out, inputs)
-    try:
-        return _train(run, config, out, latest, started, resume=resume)
-    finally:
-        run.scorer.close()
+    with RunLock() as lock:
+        ran_here = not fresh and (out / LOCK).is_file() and not (out / LOCK).is_symlink()
+        if dist.gather_objects(ran_here)[0]:  # rank 0's view, so all ranks take the same branch
+            on_main(lambda: lock.acquire(out))  # a run was here: still running? (else locked when created)
+        if not fresh:
+            check_output_dir(out, resume, overwrite)
+        if resume and ckpt.latest_checkpoint(out / "checkpoints") is not None:
+            check_resume_matches(config, out)
+        inputs = check_inputs(config)
+        try:
+            out = prepare_output_dir(out, resume, overwrite, lock, fresh=fresh)
+            if dist.is_main():  # one rank repairs a shared directory; the others then see the result
+                ckpt.clean_partial(out / "checkpoints")
+            dist.barrier()
+            latest = ckpt.latest_checkpoint(out / "checkpoints") if resume else None
+            if dist.is_main():
+                if resume and latest is None:
+                    print(f"--resume: no checkpoint in {out / 'checkpoints'}; starting at step 0", flush=True)
+                write_run_config(_portable(config), out)
+                for note in config_notes(config):
+                    print(f"steadyrl: note: {note}", flush=True)
+        except BaseException:
+            inputs.scorer.close()
+            raise
+        try:
+            run = build_run(config, out, inputs)
+            try:
+                return _train(run, config, out, latest, started, resume=resume)
+            finally:
+                run.scorer.close()
+                if run.agent is not None:
+                    run.agent.shutdown()
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(resume_hint(config, out)) from None
+
+
+def resume_hint(config: Config, out: Path) -> str:
+    """How to continue an interrupted run: the exact command, and where it will start."""
+    command = f"steadyrl train --output-dir {shlex.quote(str(out))} --resume"
+    latest = ckpt.latest_checkpoint(out / "checkpoints")
+    if latest is None:
+        return (f"no checkpoint was saved yet (trainer.save_every = {config.trainer.save_every}); "
+                f"`{command}` starts the run again from step 0 with its saved config.yaml")
+    return f"to continue from its newest checkpoint ({latest}), run: {command}"
 
 
 def _train(run: Run, config: Config, out: Path, latest: Path | None, started: float, *,
@@ -322,7 +319,8 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                           seed=config.trainer.seed + dist.rank(),
                           max_model_len=config.data.max_prompt_tokens + config.rollout.max_new_tokens,
                           share_prefix=config.trainer.share_prompt_prefix)
-    tracker = Tracker(out, config.trainer.trackers, config=config_to_dict(config), project=config.trainer.project,
+    tracker = Tracker(out, config.trainer.trackers, config=redact_secrets(config_to_dict(config)),
+                      project=config.trainer.project,
                       run_name=config.trainer.run_name or out.name, is_main_process=dist.is_main(),
                       # --resume with no checkpoint yet starts over: the killed run's lines go
                       resume_step=run.state.step if latest is not None or resume else None)
@@ -339,19 +337,23 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                 if dist.is_main():
                     print(f"eval before RL: {json.dumps(run.state.eval_before)}", flush=True)
             _demo_transcript(run, engine, "before")
-        bar = progress(run.total_steps - run.state.step, "train", is_main_process=dist.is_main())
+        bar = progress(run.total_steps, "train", is_main_process=dist.is_main(), initial=run.state.step)
         with bar:
             for step in range(run.state.step + 1, run.total_steps + 1):
                 skipped_before = run.state.skipped_steps
                 metrics, extras = train_step(run, engine, step)
                 run.state.step = step
+                _count_empty(run, extras)
                 run.state.wall_time_s = elapsed_before + time.time() - started
                 _report(run, step, metrics, extras, shown, skipped_before)
                 every = config.trainer.samples_every
                 if every and step % every == 0:
                     tracker.log_samples(_sample_rows(extras), step)
                 if config.trainer.eval_every and step % config.trainer.eval_every == 0 and step < run.total_steps:
-                    metrics.update({f"eval/{k}": v for k, v in evaluate_now().items()})
+                    result = evaluate_now()
+                    metrics.update({f"eval/{k}": v for k, v in result.items()})
+                    if result and dist.is_main():
+                        print(f"eval at step {step}: {json.dumps(result)}", flush=True)
                 tracker.log(metrics, step)
                 bar.update(1, reward=metrics.get("reward/mean"), len=metrics.get("response/length_mean"),
                            step_s=metrics.get("time/step_s"))
@@ -375,33 +377,44 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
         "output_dir": str(out),
     }
     if dist.is_main():
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
         print(_summary_line(summary), flush=True)
     return summary
+
+
+def _percent(value: float | None) -> str:
+    """A rate as ``96.6%``; ``n/a`` when it could not be measured (every reward failed)."""
+    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 def _summary_line(summary: dict) -> str:
     line = f"done: {summary['steps']} steps in {summary['wall_time_s']:.0f}s"
     before, after = summary["eval_before"], summary["eval_after"]
     if before and after:
-        gain = 100 * (after["accuracy"] - before["accuracy"])
-        line += (f"; held-out accuracy {100 * before['accuracy']:.1f}% -> {100 * after['accuracy']:.1f}% "
-                 f"({gain:+.1f} points)")
+        acc = [_percent(before.get("accuracy")), _percent(after.get("accuracy"))]
+        line += f"; held-out accuracy {acc[0]} -> {acc[1]}"
+        if None not in (before.get("accuracy"), after.get("accuracy")):
+            line += f" ({100 * (after['accuracy'] - before['accuracy']):+.1f} points)"
     return line + f"; run directory {summary['output_dir']} (steadyrl plot {summary['output_dir']})"
 
 
 def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | None = None,
-                 model: str | None = None) -> dict:
-    """Run ``steadyrl eval``: a run directory's newest checkpoint, or a model, on held-out prompts."""
+                 model: str | None = None, trust_run_code: bool = False) -> dict:
+    """Run ``steadyrl eval``: a run directory's newest checkpoint, or a model, on held-out prompts.
+    The code a run directory's own config names is run only with ``trust_run_code`` (:mod:`.trust`)."""
     if output_dir is not None:
         run_dir = Path(output_dir)
         saved = run_dir / "config.yaml"
         if path is None and not saved.is_file():
             raise ConfigError(f"--output-dir {output_dir!r} has no config.yaml: is it a steadyrl run directory?")
+        if path is None:
+            check_saved_config(run_dir)
         latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
         if latest is None:
             raise ConfigError(f"--output-dir {output_dir!r} has no checkpoint to evaluate")
         config = load_config(path or saved, overrides)
+        if path is None:
+            check_run_code(config, run_dir, trust_run_code)
         model_path = str(latest / "policy")
     else:
         if model is not None:
@@ -410,6 +423,12 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         model_path = config.model.name_or_path
         if model_path is None:
             raise ConfigError("steadyrl eval needs --output-dir RUN_DIR, --model PATH, or model.name_or_path")
+        if config.is_demo and not config.data.eval_path:
+            # the demo's held-out strings are meant for the demo's own model, not for this one
+            raise ConfigError(
+                f"nothing to evaluate model {model_path!r} on: data.eval_path is not set (without a config, "
+                "held-out prompts would be the built-in string-reversal demo's); give a config with "
+                "data.eval_path, or data.eval_path=FILE; a demo run is evaluated with --output-dir RUN_DIR")
     from .setup import build_eval
 
     engine, scorer, prompts, device, agent = build_eval(config, model_path)
@@ -417,5 +436,7 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         results = run_eval(config, engine, scorer, prompts, device, agent)
     finally:
         scorer.close()
+        if agent is not None:
+            agent.shutdown()
     print(json.dumps({"model": model_path, **results}, indent=2))
     return results

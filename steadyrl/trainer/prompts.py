@@ -3,8 +3,9 @@
 A :class:`PromptItem` is one dataset record after rendering (chat template when it applies) and
 tokenizing once: ``text`` is what reward functions receive as the prompt, ``ids`` what the
 engine generates from, ``columns`` the record's other columns (``answer`` and the rest), passed
-to reward functions as keyword lists, and ``messages`` the prompt as chat messages when the chat
-template rendered it (a multi-turn episode continues that conversation).
+to reward functions as keyword lists, ``messages`` the record's prompt when it was a list of chat
+messages (what TRL-style reward functions receive instead of ``text``), and ``conversation`` the
+prompt as the chat messages the template rendered (a multi-turn episode continues it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 
 from ..data import render_prompt
 from ..data.chat import prompt_messages
-from ..errors import DataError
+from ..errors import DataError, RewardCallError
 from ..rewards import RewardScorer, RewardSpec, ScoreResult
 
 
@@ -24,7 +25,8 @@ class PromptItem:
     text: str
     ids: list[int]
     columns: dict = field(default_factory=dict)
-    messages: list | None = None
+    messages: list | None = None  # the record's prompt, when it is a list of chat messages
+    conversation: list | None = None  # the chat messages the template rendered (multi-turn history)
 
 
 def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
@@ -46,8 +48,9 @@ def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
         lengths.append(len(ids))
         if len(ids) <= max_prompt_tokens:
             columns = {k: v for k, v in record.items() if k != "prompt"}
-            messages = prompt_messages(prompt) if templated else None
-            items.append(PromptItem(text=text, ids=list(ids), columns=columns, messages=messages))
+            items.append(PromptItem(text=text, ids=list(ids), columns=columns,
+                                    messages=prompt if isinstance(prompt, list) else None,
+                                    conversation=prompt_messages(prompt) if templated else None))
     if records and not items:
         raise DataError(
             f"all {len(records)} prompts of {source} are longer than data.max_prompt_tokens = "
@@ -57,19 +60,30 @@ def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
     return items, len(records) - len(items)
 
 
+def completion_token_ids(response_ids, response_mask) -> list[list[int]]:
+    """Each row's valid response token ids (EOS included) as a list of ints: ``completion_ids``."""
+    return [row[mask.bool()].tolist() for row, mask in zip(response_ids, response_mask)]
+
+
 class Scorer:
     """Calls the reward functions on completions of :class:`PromptItem` s, keeping their worker
     processes for the whole run (:meth:`close` stops them). With ``allow_empty`` (an environment
-    gives the rewards) there may be no reward function: every sample then scores 0, valid."""
+    gives the rewards) there may be no reward function: every sample then scores 0, valid.
+
+    The first batch it scores is also a check of how the functions are called: a function whose
+    signature cannot take the call (every sample failed with a binding ``TypeError``) stops the
+    run there with a :class:`~steadyrl.errors.RewardCallError` (exit status 2), instead of
+    failing every sample of every step."""
 
     def __init__(self, specs: list[RewardSpec], *, allow_empty: bool = False):
         if not specs and not allow_empty:
             raise DataError("no reward function configured (rewards: [])")
         self._scorer = RewardScorer(specs) if specs else None
         self.names = [s.name for s in specs]
+        self._first = True
 
     def __call__(self, prompts: list[PromptItem], completions: list[str],
-                 extra_columns: dict | None = None) -> ScoreResult:
+                 completion_ids: list[list[int]] | None = None, extra_columns: dict | None = None) -> ScoreResult:
         if self._scorer is None:
             n = len(completions)
             return ScoreResult(names=[], weights={}, raw={}, scores=torch.zeros(n, dtype=torch.float64),
@@ -77,7 +91,17 @@ class Scorer:
         keys = sorted({k for p in prompts for k in p.columns})
         columns = {k: [p.columns.get(k) for p in prompts] for k in keys}
         columns.update(extra_columns or {})
-        return self._scorer.score([p.text for p in prompts], completions, columns)
+        chat = [p.messages for p in prompts]
+        result = self._scorer.score([p.text for p in prompts], completions, columns, completion_ids=completion_ids,
+                                    chat_prompts=chat if any(m is not None for m in chat) else None)
+        first, self._first = self._first, False
+        if first and result.call_errors:
+            name, text = next(iter(result.call_errors.items()))
+            raise RewardCallError(
+                f"rewards: {name!r} cannot be called as {text}; every sample of the first batch failed "
+                f"with it (the columns passed: {keys}). Fix the function's signature or the data "
+                "(docs/rewards.md, 'How a function is called')")
+        return result
 
     def close(self) -> None:
         if self._scorer is not None:

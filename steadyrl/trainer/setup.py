@@ -24,7 +24,7 @@ import torch
 
 from .. import distributed as dist
 from ..config.schema import Config
-from ..data import PromptSampler, load_records
+from ..data import EVAL_SPLITS, PromptSampler, eval_split_of, load_records
 from ..errors import ConfigError
 from ..functional import AdaptiveKLController, FixedKLController, RunningMoments
 from ..models import (
@@ -37,6 +37,7 @@ from ..models import (
     resolve_dtype,
 )
 from ..rewards import RewardSpec, load_reward
+from ..sandbox import Limits
 from .episodes import build_agent
 from .prompts import PromptItem, Scorer, prepare_prompts
 
@@ -48,6 +49,7 @@ class RunState:
     step: int = 0
     skipped_steps: int = 0
     consecutive_skips: int = 0
+    consecutive_empty: int = 0  # steps in a row where no sample had a valid reward
     warnings: int = 0
     wall_time_s: float = 0.0
     eval_before: dict | None = None
@@ -123,8 +125,32 @@ def build_rewards(config: Config, default: list[RewardSpec]) -> list[RewardSpec]
     if not config.rewards:
         return default
     # the config has checked the keys (label, else the function's short name) are unique
-    return [RewardSpec(name=r.key, fn=load_reward(r.name, **r.options), weight=r.weight, timeout_s=r.timeout_s,
-                       isolation=r.isolation) for r in config.rewards]
+    specs = []
+    for r in config.rewards:
+        fn = load_reward(r.name, **r.options)
+        chunk = r.chunk_size
+        if "chunk_size" not in r.model_fields_set and hasattr(fn, "preferred_chunk_size"):
+            chunk = fn.preferred_chunk_size  # a model or server reward batches its own calls
+        specs.append(RewardSpec(name=r.key, fn=fn, weight=r.weight, timeout_s=r.timeout_s, isolation=r.isolation,
+                                chunk_size=chunk, limits=Limits(**r.limits.model_dump()),
+                                env_passthrough=tuple(r.env_passthrough)))
+    for i, spec in enumerate(specs):
+        place_reward_model(config, i, spec)
+    return specs
+
+
+def place_reward_model(config: Config, index: int, spec: RewardSpec) -> None:
+    """A reward that runs a model (``reward_model``, a local ``llm_judge``) goes on the trainer's
+    device and dtype; a forked worker cannot use CUDA, so ``isolation: process`` is refused there."""
+    use_device = getattr(spec.fn, "use_device", None)
+    if not callable(use_device):
+        return
+    device = dist.device_for_rank(resolve_device(config.trainer.device))
+    use_device(device, resolve_dtype(config.model.dtype, device))
+    if spec.isolation == "process" and spec.fn.device.type == "cuda":
+        raise ConfigError(f"rewards[{index}].isolation = 'process': reward {spec.name!r} runs a model on "
+                          f"{spec.fn.device}, and a forked worker process cannot use CUDA; use 'inline' (its "
+                          "default) or 'thread'")
 
 
 def load_data(config: Config, *, eval_only: bool = False) -> tuple[list[dict], list[dict]]:
@@ -132,10 +158,25 @@ def load_data(config: Config, *, eval_only: bool = False) -> tuple[list[dict], l
     kwargs = {"format": data.format, "prompt_key": data.prompt_key, "answer_key": data.answer_key,
               "extra_keys": data.extra_keys}
     train = [] if eval_only else load_records(data.train_path, split=data.split, **kwargs)
-    evals = load_records(data.eval_path, **kwargs) if data.eval_path else []
+    evals = load_eval_records(config) if data.eval_path else []
     if data.max_eval_prompts:
         evals = evals[: data.max_eval_prompts]
     return train, evals
+
+
+def load_eval_records(config: Config) -> list[dict]:
+    """The records of ``data.eval_path``; from a DatasetDict folder, the split
+    :func:`~steadyrl.data.eval_split_of` picks (``data.eval_split``, else test, else validation),
+    named on the console."""
+    data = config.data
+    split = eval_split_of(data.eval_path, data.eval_split)
+    records = load_records(data.eval_path, format=data.format, prompt_key=data.prompt_key,
+                           answer_key=data.answer_key, extra_keys=data.extra_keys, split=split)
+    if split is not None and dist.is_main():
+        how = "data.eval_split" if data.eval_split else f"the first of {' / '.join(EVAL_SPLITS)} it has"
+        print(f"data: held-out prompts from split {split!r} of data.eval_path = {data.eval_path!r} ({how})",
+              flush=True)
+    return records
 
 
 def demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]:
@@ -257,9 +298,7 @@ def task_inputs(config: Config, *, for_eval: bool = False) -> tuple[list[dict], 
     if config.is_demo:
         train, evals, default_specs = demo_task(config)
         if config.data.eval_path:
-            evals = load_records(config.data.eval_path, format=config.data.format,
-                                 prompt_key=config.data.prompt_key, answer_key=config.data.answer_key,
-                                 extra_keys=config.data.extra_keys)
+            evals = load_eval_records(config)
     else:
         train, evals = load_data(config, eval_only=for_eval)
         default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
@@ -388,7 +427,7 @@ def check_inputs(config: Config) -> Inputs:
         inputs.model_path = config.model.name_or_path
         check_model_paths(config, inputs.model_path)
         _tokenize_prompts(config, inputs)
-        check_context_length(config, inputs)
+        check_context_length(config, inputs.model_path, inputs.train_prompts, inputs.eval_prompts)
     except BaseException:
         scorer.close()
         raise
@@ -420,26 +459,36 @@ def _tokenize_prompts(config: Config, inputs: Inputs) -> None:
                                              **options)
 
 
-def check_context_length(config: Config, inputs: Inputs) -> None:
-    """The longest prompt plus ``rollout.max_new_tokens`` must fit the model's positions (a
+def check_context_length(config: Config, model_path: str, train_prompts: list[PromptItem],
+                         eval_prompts: list[PromptItem]) -> None:
+    """The longest prompt plus the response length it is generated with (``rollout.max_new_tokens``;
+    for the held-out prompts ``eval.max_new_tokens`` when set) must fit the model's positions (a
     model with learned positions, GPT-2 for one, otherwise fails with an index error mid-run)."""
     from transformers import AutoConfig
 
     m = config.model
-    model_config = AutoConfig.from_pretrained(inputs.model_path, revision=m.revision,
+    model_config = AutoConfig.from_pretrained(model_path, revision=m.revision,
                                               trust_remote_code=m.trust_remote_code)
     text_config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
     limit = getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", None)
-    longest = max((len(p.ids) for p in inputs.train_prompts + inputs.eval_prompts), default=0)
-    ro = config.rollout
-    key, after = (("rollout.max_episode_tokens", ro.episode_token_limit) if ro.multi_turn else
-                  ("rollout.max_new_tokens", ro.max_new_tokens))
-    if limit and longest + after > limit:
-        raise ConfigError(
-            f"{key} = {after} plus the longest prompt ({longest} tokens, "
-            f"data.max_prompt_tokens = {config.data.max_prompt_tokens}) is {longest + after} "
-            f"tokens, more than the {limit} positions of model.name_or_path = {inputs.model_path!r}; lower "
-            f"{key} or data.max_prompt_tokens so that they fit")
+    if not limit:
+        return
+    ro, eval_tokens = config.rollout, config.eval.max_new_tokens
+    if ro.multi_turn:  # every episode, held-out ones too, may use its whole token budget
+        checks = [("rollout.max_episode_tokens", ro.episode_token_limit, train_prompts + eval_prompts, "prompt")]
+    else:
+        checks = [("rollout.max_new_tokens", ro.max_new_tokens,
+                   train_prompts + (eval_prompts if eval_tokens is None else []), "prompt")]
+        if eval_tokens is not None:
+            checks.append(("eval.max_new_tokens", eval_tokens, eval_prompts, "held-out prompt"))
+    for key, new_tokens, prompts, what in checks:
+        longest = max((len(p.ids) for p in prompts), default=None)
+        if longest is not None and longest + new_tokens > limit:
+            raise ConfigError(
+                f"{key} = {new_tokens} plus the longest {what} ({longest} tokens, data.max_prompt_tokens = "
+                f"{config.data.max_prompt_tokens}) is {longest + new_tokens} tokens, more than the {limit} "
+                f"positions of model.name_or_path = {model_path!r}; lower {key} or data.max_prompt_tokens "
+                "so that they fit")
 
 
 def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) -> Run:
@@ -502,6 +551,7 @@ def build_eval(config: Config, model_path: str):
         tokenizer = build_tokenizer(config, model_path)
         agent = build_agent(config, tokenizer)
         prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **prompt_options(config, agent))
+        check_context_length(config, model_path, [], prompts)
         policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
                              trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
     except BaseException:

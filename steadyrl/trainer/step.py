@@ -21,7 +21,7 @@ from ..functional.importance import rollout_mismatch_metrics, truncated_importan
 from ..rewards import reward_metrics
 from ..rollout.episodes import episode_metrics
 from .batch import TrainBatch, batch_from_generation, micro_batches
-from .episodes import episode_seeds, rollout, score_episodes
+from .dynamic import step_samples
 from .forward import critic_values, response_logprobs
 from .global_batch import GlobalSamples, gather_samples
 from .processing import process_rewards
@@ -110,19 +110,15 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     cfg = run.config
     ro, algo = cfg.rollout, cfg.algorithm
     start = time.perf_counter()
-    prompts = dist.shard(run.sampler.next_batch())  # whole prompts: a group never spans two ranks
-    rows = len(prompts) * ro.group_size
-    seeds = episode_seeds(cfg.trainer.seed, step, dist.rank() * rows, rows)  # environments replay on resume
-    gen = rollout(engine, run.tokenizer, run.agent, prompts, ro.group_size, ro, seeds=seeds,
-                  temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k)
-    t_gen = time.perf_counter()
-    samples = [p for p in prompts for _ in range(ro.group_size)]
-    result = score_episodes(run.scorer, samples, gen, environment=ro.environment is not None)
+    drawn = step_samples(run, engine, step)  # one draw, or several with algorithm.dynamic_sampling
+    prompts, samples, gen, result = drawn.prompts, drawn.samples, drawn.gen, drawn.result
     t_score = time.perf_counter()
 
     batch = prepare(run, batch_from_generation(gen))
-    whole = gather_samples(result, gen, batch, [len(p.ids) for p in prompts], ro.turn_reward)  # all ranks' samples
-    processed = process_rewards(whole.result.scores, whole.result.valid, whole.policy_mask, whole.truncated,
+    whole = gather_samples(result, gen, batch, [len(p.ids) for p in prompts], ro.turn_reward,
+                           drawn.selected)  # all ranks' samples
+    trainable = whole.result.valid if whole.selected is None else whole.result.valid & whole.selected
+    processed = process_rewards(whole.result.scores, trainable, whole.policy_mask, whole.truncated,
                                 algo, ro.group_size, kl_coef=run.kl_controller.value,
                                 old_logprobs=whole.old_logprobs, ref_logprobs=whole.ref_logprobs,
                                 values=whole.values, running=run.running, turn_rewards=whole.turn_rewards)
@@ -154,14 +150,15 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     run.state.consecutive_skips = run.state.consecutive_skips + skipped if skipped == steps else 0
     metrics.update(_sample_metrics(whole, processed, tis_metrics))
     metrics.update(episode_metrics(whole.episodes, list(getattr(run.agent, "tools", {}))))
+    metrics.update(drawn.metrics)
     tokens = whole.tokens
     if algo.kl_mode != "none":
         metrics["kl/coef"] = run.kl_controller.value
     metrics.update({
         "actor/lr": lr,
         "epoch": run.sampler.epoch,
-        "time/generate_s": t_gen - start,
-        "time/score_s": t_score - t_gen,
+        "time/generate_s": drawn.generate_s,
+        "time/score_s": drawn.score_s,
         "time/update_s": t_update - t_score,
         "time/step_s": t_update - start,
         "throughput/tokens_per_s": tokens / max(t_update - start, 1e-9),

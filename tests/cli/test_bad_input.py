@@ -74,6 +74,8 @@ CASES = {
     "all prompts over the length limit": Case(("data.max_prompt_tokens=1",), ("data.max_prompt_tokens", "1")),
     "prompt + response longer than the model's positions": Case(
         ("rollout.max_new_tokens=5000",), ("rollout.max_new_tokens", "5000", "positions", "data.max_prompt_tokens")),
+    "held-out prompt + eval response longer than the model's positions": Case(
+        ("eval.max_new_tokens=5000",), ("eval.max_new_tokens", "5000", "positions", "held-out prompt")),
     # --- rewards -------------------------------------------------------------------------------
     "reward module that does not import": Case(("rewards=[{name: 'no_such_reward_module:score'}]",),
                                                ("no_such_reward_module",)),
@@ -139,6 +141,14 @@ CASES = {
                                                command=("eval", "--output-dir", "{root}/not_a_run")),
     "eval with no held-out prompts": Case(
         ("data.eval_path=null",), ("data.eval_path",), command=("eval", "{config}", "--model", "{root}/model")),
+    "eval response longer than the model's positions": Case(
+        ("eval.max_new_tokens=5000",), ("eval.max_new_tokens", "5000", "positions"),
+        command=("eval", "{config}", "--model", "{root}/model")),
+    "eval of a model with no config (no held-out data)": Case(
+        (), ("nothing to evaluate", "data.eval_path", "--output-dir"), command=("eval", "--model", "{root}/model")),
+    "eval of a model with a config without held-out data": Case(
+        (), ("nothing to evaluate", "data.eval_path"),
+        command=("eval", "{config}", "--model", "{root}/model", "data.eval_path=null", "data.train_path=null")),
     "eval of a model path that does not exist": Case(
         (), ("no_such_model",), command=("eval", "{config}", "--model", "{root}/no_such_model")),
 }

@@ -75,3 +75,16 @@ def test_config_show_as_a_real_command(steadyrl_cli, tiny_run):
     assert proc.returncode == 0, proc.stderr
     assert "advantage_estimator: gae  # " in proc.stdout and "[preset]" in proc.stdout
     assert proc.stderr == ""
+
+
+def test_config_show_prints_every_problem_of_a_config_on_its_own_error_line(tmp_path, capsys):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("learning_rate: 1.0e-6\ntrainer:\n  max_step: 3\nrollout:\n  group_size: 0\n")
+    code = cli.main(["config", "show", str(path)])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.splitlines() == [
+        "steadyrl: error: unknown config key 'learning_rate' (TRL's name): use 'optim.lr'",
+        "steadyrl: error: unknown config key 'trainer.max_step'; did you mean 'trainer.max_steps'?",
+        "steadyrl: error: invalid configuration: rollout.group_size = 0: Input should be greater than or equal to 1",
+    ]

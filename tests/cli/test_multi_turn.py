@@ -26,6 +26,21 @@ class TwoSteps:
         return f"turn {self.turn} seen", 0.5, self.turn >= 2
 
 
+class Dice:
+    """A random game: every choice drawn from the seed reset() is given, so a resume replays it."""
+
+    def reset(self, prompt, answer, seed, **row):
+        import random
+
+        self.rng = random.Random(seed)
+        self.turns = self.rng.randint(1, 3)
+        return f"You rolled {self.rng.randint(1, 6)}. {prompt}"
+
+    def step(self, text):
+        self.turns -= 1
+        return f"Roll {self.rng.randint(1, 6)}", self.rng.random(), self.turns <= 0
+
+
 class NoStep:
     def reset(self, **row):
         return None
@@ -88,6 +103,20 @@ def _write(root, base, name, **sections):
     return path
 
 
+def _assert_documented(names: set[str]) -> None:
+    """Every metric a run logs is in docs/metrics.md (``<name>``-style placeholders match one part)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    patterns = [re.sub(r"<[a-z]+>", r"[^/]+", re.escape(m).replace(r"\<", "<").replace(r"\>", ">"))
+                for m in re.findall(r"`([a-z_]+/[^`\s]+)`", text)]
+    plain = {"step", "epoch"}
+    missing = sorted(n for n in names - plain
+                     if not n.startswith("eval/") and not any(re.fullmatch(p, n) for p in patterns))
+    assert missing == []
+
+
 def _metrics(out_dir):
     return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -105,6 +134,7 @@ def test_environment_episodes_train_with_exact_tokens(agent_run, steadyrl_cli, t
         # an episode ends with the environment's second step unless a turn ran out of tokens
         assert 1.0 <= m["rollout/turns_mean"] <= 2.0 and m["rollout/retokenize_drift"] == 0.0
         assert m["response/length_max"] <= 8 * 2  # the policy's tokens only: observations are not length
+    _assert_documented({k for m in _metrics(out) for k in m})
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert samples
     for sample in samples:  # the environment saw every turn that ended (a cut turn ends the episode)
@@ -125,6 +155,12 @@ def test_tool_episodes_train(agent_run, steadyrl_cli, tmp_path):
     steps = [m for m in _metrics(out) if "rollout/turns_mean" in m]
     assert len(steps) == 2 and all(m["rollout/retokenize_drift"] == 0.0 for m in steps)
     assert all("rollout/tool_errors/add" in m for m in steps)
+    # the run directory names a tool file: evaluating it runs that code only when asked to
+    refused = steadyrl_cli("eval", "--output-dir", str(out))
+    assert refused.returncode == 2 and "tool" in refused.stderr and "--trust-run-code" in refused.stderr
+    trusted = steadyrl_cli("eval", "--output-dir", str(out), "--trust-run-code")
+    assert trusted.returncode == 0, trusted.stderr[-2000:]
+    assert json.loads(trusted.stdout[trusted.stdout.index("{"):])["num_prompts"] == 4
 
 
 @pytest.mark.parametrize("rollout, needle", [
@@ -152,3 +188,47 @@ def test_a_tokenizer_without_a_chat_template_is_refused_for_tools(agent_run, tin
                  rollout={"tools": [f"{root / 'tools.py'}:add"]})
     proc = steadyrl_cli("train", str(cfg), "--output-dir", str(tmp_path / "run"))
     assert proc.returncode == 2 and "chat template" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_environment_runs_resume_exactly(agent_run, tmp_path):
+    """Resumed from the checkpoint of step 2, a run with a random environment logs steps 3-4 exactly
+    as the uninterrupted run did (the environments are seeded from trainer.seed, step and row)."""
+    import support
+    from steadyrl.tracking import read_jsonl
+    from steadyrl.trainer import train
+
+    root, base = agent_run
+    cfg = _write(root, base, "dice.yaml", rollout={"environment": f"{root / 'env.py'}:Dice"},
+                 trainer={"max_steps": 4, "save_every": 2, "samples_every": 0}, eval={"num_samples": 0})
+    full = tmp_path / "full"
+    train(str(cfg), [], output_dir=str(full))
+    cut = support.crashed_copy(full, tmp_path / "cut", last_step=4, steps_kept=2)
+    train(str(cfg), [], output_dir=str(cut), resume=True)
+
+    def rows(run_dir):
+        timing = ("time/", "throughput/", "rollout/env_time_s")
+        return [{k: v for k, v in m.items() if not k.startswith(timing)} for m in read_jsonl(run_dir / "metrics.jsonl")]
+
+    expected = rows(full)
+    assert [m["step"] for m in expected if "reward/environment/mean" in m] == [1, 2, 3, 4]
+    assert rows(cut) == expected
+
+
+def test_a_template_that_re_renders_earlier_turns_is_refused_before_training(agent_run, steadyrl_cli, tmp_path):
+    """Qwen3's template drops earlier turns' <think> blocks once a user message follows them: with
+    user-role observations the trained tokens would not be what the template shows, so the run
+    stops at start-up naming the behaviour (with tool-role observations it runs)."""
+    import shutil
+
+    from agents.templates import QWEN3, chat_tokenizer
+
+    root, base = agent_run
+    model = tmp_path / "qwen3_like"
+    shutil.copytree(root / "model", model)
+    chat_tokenizer(QWEN3, bos="<|begin_of_text|>").save_pretrained(model)
+    cfg = _write(root, base, "qwen3.yaml", model={"name_or_path": str(model)},
+                 rollout={"environment": f"{root / 'env.py'}:TwoSteps", "observation_role": "user"})
+    proc = steadyrl_cli("train", str(cfg), "--output-dir", str(tmp_path / "run"))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "re-renders earlier assistant turns" in proc.stderr and "<think>" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -62,7 +62,7 @@ def test_summary_reports_steps_time_and_evals(finished_run):
 
 def test_eval_of_the_run_prints_accuracy_json(finished_run, steadyrl_cli, tiny_run):
     out, _ = finished_run
-    proc = steadyrl_cli("eval", "--output-dir", str(out), cwd=tiny_run.root)
+    proc = steadyrl_cli("eval", "--output-dir", str(out), "--trust-run-code", cwd=tiny_run.root)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout[proc.stdout.index("{"):])
     assert 0.0 <= result["accuracy"] <= 1.0
@@ -104,3 +104,100 @@ def test_eval_uses_the_eval_file_when_the_config_has_no_train_file(tiny_run, tmp
     out = capsys.readouterr().out
     assert code == 0
     assert json.loads(out[out.index("{"):])["num_prompts"] == 8
+
+
+def test_eval_of_a_dataset_dict_reads_its_test_split_and_says_so(tiny_run, tmp_path, capsys):
+    import datasets
+
+    rows = [json.loads(line) for line in tiny_run.eval.read_text().splitlines() if line.strip()]
+    folder = tmp_path / "held_out"
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows[:3]),
+                          "test": datasets.Dataset.from_list(rows[3:])}).save_to_disk(str(folder))
+    cfg = _eval_config(tmp_path, tiny_run, eval_path=folder)
+    assert cli.main(["eval", cfg, "--model", str(tiny_run.model)]) == 0
+    out = capsys.readouterr().out
+    assert f"held-out prompts from split 'test' of data.eval_path = {str(folder)!r}" in out
+    assert json.loads(out[out.index("{"):])["num_prompts"] == len(rows) - 3
+    assert cli.main(["eval", cfg, "--model", str(tiny_run.model), "data.eval_split=train"]) == 0
+    out = capsys.readouterr().out
+    assert "split 'train'" in out and json.loads(out[out.index("{"):])["num_prompts"] == 3
+
+
+def test_evaluations_during_training_are_printed(tiny_run, tmp_path, capsys):
+    code = cli.main(["train", str(tiny_run.config), "--output-dir", str(tmp_path / "run"), "trainer.max_steps=3",
+                     "trainer.eval_every=2", "eval.num_samples=0"])
+    out = capsys.readouterr().out
+    assert code == 0
+    printed = [line for line in out.splitlines() if line.startswith("eval ")]
+    assert [line.split(":")[0] for line in printed] == ["eval before RL", "eval at step 2", "eval after RL"]
+    assert json.loads(printed[1].split(": ", 1)[1])["num_prompts"] == 8
+
+
+def test_eval_of_a_demo_run_scores_the_demo_held_out_strings(tmp_path, capsys):
+    """Where the demo's data is meant (its own run), ``steadyrl eval --output-dir`` still uses it;
+    only a model given without held-out data is refused (tests/cli/test_bad_input.py)."""
+    out = tmp_path / "demo"
+    tiny = ["trainer.max_steps=1", "demo.num_train=16", "demo.num_eval=4", "demo.warmstart_steps=0",
+            "demo.n_layers=1", "demo.hidden_size=16", "demo.n_heads=2", "rollout.prompts_per_step=4",
+            "rollout.group_size=2", "eval.num_samples=0"]
+    assert cli.main(["train", "--output-dir", str(out), *tiny]) == 0
+    capsys.readouterr()
+    assert cli.main(["eval", "--output-dir", str(out)]) == 0
+    out_text = capsys.readouterr().out
+    assert json.loads(out_text[out_text.index("{"):])["num_prompts"] == 4
+
+
+MARKING_REWARD = """from pathlib import Path
+Path({marker!r}).touch()  # runs when the file is loaded
+
+
+def score(prompts, completions, **kwargs):
+    return [0.0] * len(completions)
+"""
+
+
+def _run_dir_naming(finished_run, tmp_path, rewards, **model):
+    """A copy of the finished run whose config.yaml names ``rewards`` (and ``model`` keys)."""
+    import shutil
+
+    out, _ = finished_run
+    run = tmp_path / "their_run"
+    shutil.copytree(out, run)
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    saved["rewards"] = rewards
+    saved["model"].update(model)
+    from steadyrl.trainer.rundir import with_hash_line
+
+    # written as steadyrl writes it (a hand edit would be refused as damaged before the trust check)
+    (run / "config.yaml").write_text(with_hash_line(yaml.safe_dump(saved, sort_keys=False)))
+    return run
+
+
+def test_eval_of_a_run_directory_runs_its_reward_code_only_with_trust_run_code(finished_run, tmp_path, capsys):
+    marker = tmp_path / "their-code-ran"
+    (tmp_path / "their_rewards.py").write_text(MARKING_REWARD.format(marker=str(marker)))
+    run = _run_dir_naming(finished_run, tmp_path, [{"name": f"{tmp_path / 'their_rewards.py'}:score"}])
+    assert cli.main(["eval", "--output-dir", str(run), "eval.num_samples=0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "their_rewards.py:score" in err and "--trust-run-code" in err
+    assert not marker.exists()  # refused before anything was loaded
+
+    assert cli.main(["eval", "--output-dir", str(run), "--trust-run-code", "eval.num_samples=0"]) == 0
+    assert marker.exists()
+
+
+def test_eval_of_a_run_directory_with_trust_remote_code_needs_the_flag(finished_run, tmp_path, capsys):
+    run = _run_dir_naming(finished_run, tmp_path, [{"name": "exact_match"}], trust_remote_code=True)
+    assert cli.main(["eval", "--output-dir", str(run), "eval.num_samples=0"]) == 2
+    err = capsys.readouterr().err
+    assert "model.trust_remote_code = true" in err and "--trust-run-code" in err
+
+
+def test_eval_of_a_run_directory_with_builtin_rewards_or_ones_own_config_needs_no_flag(
+        finished_run, tiny_run, tmp_path, capsys):
+    run = _run_dir_naming(finished_run, tmp_path, [{"name": "exact_match"}])
+    assert cli.main(["eval", "--output-dir", str(run), "eval.num_samples=0"]) == 0
+    # a config of one's own (the user reward file is the user's): no flag either
+    out, _ = finished_run
+    assert cli.main(["eval", str(tiny_run.config), "--output-dir", str(out), "eval.num_samples=0"]) == 0

@@ -105,3 +105,7 @@ def test_the_schemas_choices_are_the_registered_names():
     assert _choices(schema.LossAggMode) == set(LOSS_AGG_MODES)
     assert _choices(schema.NormType) == set(NORM_TYPES)
     assert _choices(schema.KLEstimator) <= set(KL_ESTIMATORS)  # the registry adds aliases (kl, mse, low_var_kl)
+
+
+def test_the_schemas_grouped_estimators_are_the_registrys():
+    assert schema.GROUPED_ESTIMATORS == {name for name, est in ADVANTAGE_ESTIMATORS.items() if est.grouped}

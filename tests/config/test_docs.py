@@ -203,3 +203,20 @@ def test_every_name_in_the_migration_tables_gets_its_steadyrl_key(written, whose
     message = str(info.value)
     assert "unknown config key" in message and "valid keys here" not in message, message
     assert any(key in message for key in wanted), (wanted, message)
+
+
+def test_the_metrics_page_says_the_first_row_is_the_step_0_evaluation():
+    """metrics.jsonl starts with the evaluation before training at step 0 (tests/cli/test_train_eval.py
+    checks the file); the page must not say that steps start at 1 and stop there."""
+    row = next(line for line in (DOCS / "metrics.md").read_text().splitlines() if line.startswith("| `step` |"))
+    assert "step 0" in row and "evaluation before" in row
+
+
+def test_trls_cispo_epsilon_high_is_mapped_to_pg_clip_high_minus_one():
+    """TRL's cispo caps the weight at epsilon_high itself; steadyrl's pg_clip_high is relative
+    (1 + value): the migration guide and the unknown-key advice both say so."""
+    from steadyrl.config.loading import FOREIGN_NAMES
+
+    row = next(line for line in (DOCS / "migrating.md").read_text().splitlines() if line.startswith("| `epsilon_high`"))
+    assert "cispo" in row and "pg_clip_high = epsilon_high - 1" in row
+    assert "pg_clip_high = epsilon_high - 1" in FOREIGN_NAMES["epsilon_high"][1]

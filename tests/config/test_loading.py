@@ -203,6 +203,42 @@ def test_an_unknown_key_in_a_yaml_file_is_reported_with_its_path(tmp_path):
         load_config(path)
 
 
+TRL_STYLE = """\
+learning_rate: 1.0e-6
+num_generations: 8
+trainer:
+  max_step: 3
+  micro_batch_size: 0
+rollout:
+  max_completion_length: 64
+rewards:
+  - name: math
+    wieght: 2
+"""
+
+
+def test_every_unknown_and_invalid_key_of_a_config_is_reported_at_once(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text(TRL_STYLE)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [  # each line as it reads when it is the only problem
+        "unknown config key 'learning_rate' (TRL's name): use 'optim.lr'",
+        "unknown config key 'num_generations' (TRL's name): use 'rollout.group_size'",
+        "unknown config key 'trainer.max_step'; did you mean 'trainer.max_steps'?",
+        "unknown config key 'rollout.max_completion_length' (TRL's name): use 'rollout.max_new_tokens'",
+        "unknown config key 'rewards[0].wieght'; did you mean 'rewards[0].weight'?",
+        "invalid configuration: trainer.micro_batch_size = 0: Input should be greater than or equal to 1",
+    ]
+
+
+def test_a_single_problem_is_a_plain_config_error_with_its_one_line():
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["trainer.max_step=3"])
+    assert not hasattr(info.value, "problems")
+    assert str(info.value) == "unknown config key 'trainer.max_step'; did you mean 'trainer.max_steps'?"
+
+
 def test_every_suggestion_is_a_valid_key():
     from steadyrl.config.loading import FOREIGN_NAMES
 
@@ -295,7 +331,7 @@ BAD_VALUES = [
     ("trainer.ppo_epochs=0", "trainer.ppo_epochs", "0", "greater than or equal to 1"),
     ("trainer.logprob_impl=fast", "trainer.logprob_impl", "'fast'", "'fused' or 'naive'"),
     ("trainer.trackers=[tensorbaord]", "trainer.trackers[0]", "'tensorbaord'", "'tensorboard', 'wandb', 'mlflow' or 'trackio'"),
-    ("trainer.trackers=wandb", "trainer.trackers", "'wandb'", "valid list"),
+    ("trainer.trackers=wand", "trainer.trackers[0]", "'wand'", "'tensorboard', 'wandb', 'mlflow' or 'trackio'"),  # one name: a list of one
     ("algorithm.preset=grpo2", "algorithm.preset", "'grpo2'", "'grpo', 'dr_grpo', 'ppo', 'rloo', 'reinforce_plus_plus', 'gspo' or 'cispo'"),
     ("algorithm.advantage_estimator=ppo", "algorithm.advantage_estimator", "'ppo'", "'gae'"),
     ("algorithm.policy_loss=dpo", "algorithm.policy_loss", "'dpo'", "'gspo'"),
@@ -387,8 +423,9 @@ def test_any_value_for_any_key_either_loads_or_is_a_one_line_config_error(path, 
         file.write_text(yaml.safe_dump(raw))
         try:
             load_config(file)
-        except ConfigError as exc:
-            assert "\n" not in str(exc)
+        except ConfigError as exc:  # one line per problem (several problems are reported at once)
+            problems = getattr(exc, "problems", [str(exc)])
+            assert str(exc).splitlines() == problems and all("\n" not in p and p.strip() for p in problems)
 
 
 @given(text=st.text(min_size=1, max_size=40))
@@ -610,3 +647,37 @@ def test_a_rewards_key_without_a_label_is_the_name_it_was_always_logged_under(sp
 def test_a_label_must_be_a_metric_name(label):
     with pytest.raises(ConfigError, match="rewards\\[0\\].label.*without '/'"):
         load_config(None, [f"rewards=[{{name: math, label: '{label}'}}]"])
+
+
+# --- a choice of names (Literal) keeps the name typed; a lone tracker is a list of one -----------
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("algorithm.kl_mode=off", "off"),  # YAML 1.1: false
+    ("rollout.engine=yes", "yes"),
+    ("data.format=null", None),  # Literal[...] | None: null keeps its meaning
+    ("algorithm.kl_mode=none", "none"),
+])
+def test_a_choice_field_keeps_the_name_typed(override, expected):
+    assert parse_override(override)[1] == expected
+
+
+def test_a_yaml_boolean_for_a_choice_is_reported_as_typed():
+    with pytest.raises(ConfigError, match=r"algorithm.kl_mode = 'off': Input should be 'none', 'loss' or 'reward'"):
+        load_config(None, ["algorithm.kl_mode=off"])
+
+
+def test_a_yaml_boolean_for_a_choice_in_a_file_says_to_quote_it(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("algorithm:\n  kl_mode: off\n")
+    with pytest.raises(ConfigError, match=r"algorithm.kl_mode = False: .*'reward' \(YAML reads .*off as booleans"):
+        load_config(path)
+
+
+def test_one_tracker_name_is_a_list_of_one(tmp_path):
+    assert load_config(None, ["trainer.trackers=tensorboard"]).trainer.trackers == ["tensorboard"]
+    path = tmp_path / "cfg.yaml"
+    path.write_text("trainer:\n  trackers: tensorboard\n")
+    assert load_config(path).trainer.trackers == ["tensorboard"]
+    with pytest.raises(ConfigError, match=r"trainer.trackers\[0\] = 'wand': Input should be 'tensorboard', 'wandb'"):
+        load_config(None, ["trainer.trackers=wand"])

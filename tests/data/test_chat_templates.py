@@ -1,6 +1,7 @@
 """render_prompt / encode_prompt / filter_by_length with a real (tiny, in-memory) tokenizer."""
 
 import copy
+import re
 
 import pytest
 
@@ -45,6 +46,21 @@ def test_messages_without_a_template_are_a_clear_data_error(char_tokenizer):
         render_prompt(char_tokenizer, CHAT)
     with pytest.raises(DataError, match="chat_template=True, but the tokenizer"):
         render_prompt(char_tokenizer, "hi", chat_template=True)
+
+
+def test_the_no_template_errors_name_config_keys_that_exist(char_tokenizer):
+    """The fix is a config key the user can set: ``data.chat_template`` or ``model.tokenizer``
+    (there is no ``tokenizer.chat_template`` key)."""
+    from steadyrl.config.loading import _all_paths
+    from steadyrl.config.schema import Config
+
+    for prompt, option in ((CHAT, None), ("hi", True)):
+        with pytest.raises(DataError) as info:
+            render_prompt(char_tokenizer, prompt, chat_template=option)
+        named = set(re.findall(r"\b([a-z_]+\.[a-z_]+)=?", str(info.value)))
+        assert named and named <= set(_all_paths(Config)), str(info.value)
+        assert "model.tokenizer" in named
+    assert "data.chat_template=false" in str(info.value)
 
 
 def test_a_template_that_raises_becomes_a_data_error(templated):

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from steadyrl.errors import ConfigError, DataError
-from steadyrl.data import load_records
+from steadyrl.data import eval_split_of, load_records
 
 ROWS = [
     {"prompt": "What is 2+3?", "answer": "5", "source": "toy", "level": 1},
@@ -89,6 +89,39 @@ def test_datasets_save_to_disk_dataset_and_dataset_dict(tmp_path):
     assert train[0]["prompt"] == GSM8K[0]["question"] and test[0]["prompt"] == GSM8K[1]["question"]
     with pytest.raises(DataError, match="no split 'validation'; splits: \\['test', 'train'\\]"):
         load_records(tmp_path / "dict", prompt_key="question", split="validation")
+
+
+def _dataset_dict(path, **splits):
+    import datasets
+
+    datasets.DatasetDict({name: datasets.Dataset.from_list(rows) for name, rows in splits.items()}).save_to_disk(
+        str(path))
+    return path
+
+
+def test_eval_split_is_test_then_validation_never_train(tmp_path):
+    both = _dataset_dict(tmp_path / "both", train=GSM8K[:1], validation=GSM8K[:1], test=GSM8K[1:])
+    assert eval_split_of(both, None) == "test"
+    only_validation = _dataset_dict(tmp_path / "val", train=GSM8K[:1], validation=GSM8K[1:])
+    assert eval_split_of(only_validation, None) == "validation"
+    only_train = _dataset_dict(tmp_path / "train", train=GSM8K)
+    with pytest.raises(DataError, match=r"splits \['train'\], none of them 'test' or 'validation': set data.eval_split"):
+        eval_split_of(only_train, None)
+
+
+def test_eval_split_chosen_in_the_config_wins_and_must_exist(tmp_path):
+    both = _dataset_dict(tmp_path / "both", train=GSM8K[:1], test=GSM8K[1:])
+    assert eval_split_of(both, "train") == "train"
+    with pytest.raises(DataError, match=r"data.eval_split = 'dev': .* has no such split; its splits: \['train', 'test'\]"):
+        eval_split_of(both, "dev")
+
+
+def test_eval_split_of_a_file_is_none_and_may_not_be_set(tmp_path):
+    path = tmp_path / "eval.jsonl"
+    path.write_text(json.dumps(GSM8K[0]) + "\n")
+    assert eval_split_of(path, None) is None
+    with pytest.raises(DataError, match="data.eval_split = 'test' applies only to a datasets.save_to_disk DatasetDict"):
+        eval_split_of(path, "test")
 
 
 def test_column_mapping_answer_and_extra_keys(tmp_path):

@@ -76,6 +76,19 @@ def constant(prompts, completions, value=1.0, **columns):
 
 def always_raises(prompts, completions, answer, **columns):
     raise RuntimeError("this reward is broken for every sample")
+
+
+def needs_solution(completions, solution, **kwargs):
+    """TRL-style, reading a column the data lacks; its reads_columns (which replaces what the
+    signature says) hides that from the start-up check."""
+    return [float(s in c) for c, s in zip(completions, solution)]
+
+
+needs_solution.reads_columns = ("answer",)
+
+
+def type_error_inside(completions, **kwargs):
+    return [len(c) + "1" for c in completions]
 '''
 
 
@@ -94,12 +107,15 @@ def fault_task(tmp_path_factory) -> Path:
 @pytest.fixture
 def reward(fault_task, tmp_path):
     """``reward(fn, **options) -> rewards[] item`` for a function of the fault reward file; a
-    ``counter`` option is filled in for the functions that count their calls."""
+    ``counter`` option is filled in for the functions that count their calls, and those that count
+    calls or depend on a sample's place in the batch are called on the whole batch at once."""
 
     def make(fn: str, timeout_s: float | None = None, **options) -> dict:
         if fn in ("huge", "raises", "sleeps"):
             options.setdefault("counter", str(tmp_path / f"calls-{fn}"))
         item = {"name": f"{fault_task / 'rewards.py'}:{fn}", "options": options}
+        if fn in ("huge", "raises", "sleeps", "none_and_nan"):
+            item["chunk_size"] = None  # they count calls or look at a sample's place in the batch
         if timeout_s is not None:
             item["timeout_s"] = timeout_s
         return item
@@ -181,3 +197,10 @@ def start_train():
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def steadyrl_cli_env() -> dict:
+    """The environment of a ``python -m steadyrl`` subprocess: offline, one thread, this tree."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+            "STEADYRL_NO_PROGRESS": "1", "PYTHONPATH": str(REPO)}

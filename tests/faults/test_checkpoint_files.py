@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 from steadyrl.trainer import checkpoint as ckpt
 
@@ -138,3 +139,56 @@ def test_every_file_is_on_disk_before_the_checkpoint_is_renamed_into_place(tmp_p
     save(tmp_path, 2)
     save(tmp_path, 2, "again")  # the swap path too
     assert tag_of(tmp_path / "step_000002") == "again"
+
+
+class _RunsCode:
+    """What a hostile ``state.pt`` may hold: unpickling it calls ``Path.touch`` on a marker file."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        from pathlib import Path
+
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_a_state_pt_whose_unpickling_would_run_code_is_refused_and_runs_nothing(tmp_path):
+    from steadyrl.errors import ConfigError
+
+    path = save(tmp_path, 1)
+    marker = tmp_path / "code-ran"
+    torch.save({"step": 1, "payload": _RunsCode(marker)}, path / "state.pt")
+    with pytest.raises(ConfigError, match=r"state\.pt.*refused"):
+        ckpt.load_state(path)
+    assert not marker.exists()
+
+
+def test_the_rng_states_are_plain_data_that_load_with_weights_only(tmp_path):
+    """Saved as steadyrl writes them, read back by a bare ``torch.load(weights_only=True)``, and
+    every generator continues where it was."""
+    import random
+
+    import numpy as np
+
+    state = ckpt.rng_state()
+    torch.save({"rng": state}, tmp_path / "state.pt")
+    loaded = torch.load(tmp_path / "state.pt", weights_only=True)["rng"]
+    expected = (random.random(), float(np.random.rand()), float(torch.rand(())))
+    random.random(), np.random.rand(), torch.rand(())  # move every generator on
+    ckpt.set_rng_state(loaded)
+    assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == expected
+
+
+def test_a_checkpoint_of_an_older_version_with_a_numpy_rng_array_still_loads(tmp_path):
+    import random
+
+    import numpy as np
+
+    path = save(tmp_path, 1)
+    legacy = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    torch.save({"step": 1, "rng": legacy}, path / "state.pt")
+    expected = float(np.random.rand())
+    np.random.rand()
+    ckpt.set_rng_state(ckpt.load_state(path)["rng"])
+    assert float(np.random.rand()) == expected

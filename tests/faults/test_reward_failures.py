@@ -72,7 +72,8 @@ def test_exceptions_and_timeouts_fail_their_calls_and_the_first_traceback_is_sho
 
 def test_a_reward_that_fails_for_every_sample_skips_training_without_crashing(
         fault_config, reward, checkpoint_weights, tiny_model_dir, tmp_path, capfd, recwarn):
-    config = fault_config(rewards=[reward("always_raises")], trainer={"max_steps": 3, "save_every": 0})
+    config = fault_config(rewards=[reward("always_raises")],
+                          trainer={"max_steps": 3, "save_every": 0, "max_consecutive_skips": 4})
     out = tmp_path / "run"
     summary = train(str(config), [], output_dir=str(out))
     assert summary["steps"] == 3 and summary["skipped_steps"] == 0
@@ -107,3 +108,64 @@ def test_a_failing_reward_is_contained_in_every_isolation(fault_config, reward, 
     steps = _steps(out)
     assert steps[1]["reward/raises/failed"] == 16 and steps[1]["batch/no_valid_sample"] == 1
     assert steps[2]["reward/raises/failed"] == 0 and math.isfinite(steps[2]["actor/grad_norm"])
+
+
+def test_steps_with_no_valid_reward_in_a_row_halt_the_run_with_its_state_saved(
+        fault_config, reward, checkpoint_weights, tiny_model_dir, tmp_path, capsys):
+    """trainer.max_consecutive_skips steps in a row where every sample failed a reward: exit 1 with
+    one line, like a run of non-finite steps, instead of training on nothing forever."""
+    from safetensors.torch import load_file
+
+    from steadyrl import cli
+
+    config = fault_config(rewards=[reward("always_raises")], trainer={"max_steps": 6, "max_consecutive_skips": 2})
+    out = tmp_path / "run"
+    code = cli.main(["train", str(config), "--output-dir", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1
+    lines = [line for line in err.splitlines() if line.startswith("steadyrl:")]
+    assert len(lines) == 1 and "Traceback" not in err
+    assert lines[0].startswith("steadyrl: training stopped: 2 steps in a row had no sample with a valid reward")
+    assert "step_000002" in lines[0]
+    assert sorted(_steps(out)) == [1, 2]
+    initial = load_file(tiny_model_dir / "model.safetensors")
+    saved = checkpoint_weights(out / "checkpoints" / "step_000002")
+    assert all(torch.equal(saved[k], initial[k]) for k in initial)
+    assert not (out / "summary.json").exists()
+
+
+def test_steps_with_no_valid_reward_that_are_not_in_a_row_do_not_halt(fault_config, reward, tmp_path):
+    config = fault_config(rewards=[reward("raises", calls=[1, 3, 5])],
+                          trainer={"max_steps": 5, "max_consecutive_skips": 2})
+    out = tmp_path / "run"
+    assert train(str(config), [], output_dir=str(out))["steps"] == 5
+    assert [m.get("batch/no_valid_sample", 0) for m in _steps(out).values()] == [1, 0, 1, 0, 1]
+
+
+def test_a_reward_whose_signature_cannot_take_the_first_call_stops_the_run_with_exit_2(
+        fault_config, reward, tmp_path, steadyrl_cli_env):
+    """Every sample of the first step failed with a binding TypeError: exit 2, naming the function
+    and the call, before anything is trained (no checkpoint, no metrics line for step 1)."""
+    import subprocess
+    import sys
+
+    config = fault_config(rewards=[reward("needs_solution")])
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "steadyrl", "train", str(config), "--output-dir", str(out)],
+                          env=steadyrl_cli_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("steadyrl:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert "'needs_solution' cannot be called as needs_solution(prompts=..., completions=..., " \
+           "completion_ids=..., answer=...)" in lines[0]
+    assert "missing a required argument: 'solution'" in lines[0]
+    assert not (out / "checkpoints").exists() or not list((out / "checkpoints").iterdir())
+
+
+def test_a_type_error_inside_the_function_is_an_ordinary_failure(fault_config, reward, tmp_path, capfd):
+    config = fault_config(rewards=[reward("type_error_inside")], trainer={"max_steps": 2})
+    out = tmp_path / "run"
+    assert train(str(config), [], output_dir=str(out))["steps"] == 2
+    assert all(m["reward/type_error_inside/failed"] == 16 for m in _steps(out).values())
+    printed = capfd.readouterr()
+    assert "TypeError: unsupported operand" in printed.out + printed.err

@@ -405,3 +405,39 @@ def test_an_all_masked_batch_gives_zero_loss_zero_gradient_and_zero_metrics(name
     vloss, vmetrics = value_loss(v, old, adv, empty, clip_range=0.2, loss_agg_mode=mode)
     vloss.backward()
     assert vloss.item() == 0.0 and v.grad.eq(0).all() and all(m.item() == 0.0 for m in vmetrics.values())
+
+
+def test_beyond_the_log_ratio_clamp_a_negative_advantage_takes_the_unclipped_branch_bounded_by_the_clamp():
+    """What LOG_RATIO_CLAMP's docstring says: with A < 0, r far above 1 + clip_high and no dual
+    clip, PPO's max(-rA, -clip(r)A) is the unclipped -rA; the clamp bounds it at -e^20 A, with
+    zero gradient. With A > 0 the clipped branch is active: zero gradient, loss -(1 + eps) A."""
+    from steadyrl.functional.constants import LOG_RATIO_CLAMP
+
+    old = torch.zeros(1, 2, dtype=torch.float64)
+    logprobs = torch.tensor([[30.0, 30.0]], dtype=torch.float64, requires_grad=True)  # log r = 30 > 20
+    mask = torch.ones(1, 2)
+    for adv, expected in ((-1.0, math.exp(LOG_RATIO_CLAMP)), (1.0, -1.2)):
+        advantages = torch.full((1, 2), adv, dtype=torch.float64)
+        loss, _ = ppo_policy_loss(logprobs, old, advantages, mask, clip_low=0.2, clip_high=0.2)
+        (grad,) = torch.autograd.grad(loss, logprobs)
+        assert float(loss) == pytest.approx(expected, rel=1e-6)  # computed in float32
+        assert torch.equal(grad, torch.zeros_like(grad))
+
+
+@pytest.mark.parametrize("epsilon_high", [1.28, 5.0])
+def test_trls_cispo_epsilon_high_is_pg_clip_high_plus_one(epsilon_high):
+    """docs/migrating.md: TRL's cispo caps the weight at epsilon_high itself (``clamp(r,
+    max=epsilon_high)``), steadyrl's at 1 + pg_clip_high: the same loss and gradient with
+    pg_clip_high = epsilon_high - 1."""
+    g = torch.Generator().manual_seed(0)
+    old = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    logprobs = (old + 2 * torch.randn(4, 6, generator=g, dtype=torch.float64)).requires_grad_(True)
+    advantages = torch.randn(4, 1, generator=g, dtype=torch.float64).expand(4, 6)
+    mask = torch.ones(4, 6)
+    trl_weight = torch.exp(logprobs - old).clamp(max=epsilon_high).detach()
+    trl_loss = (-trl_weight * advantages * logprobs).mean()  # TRL's token-mean with a full mask
+    ours, _ = cispo_policy_loss(logprobs, old, advantages, mask, clip_low=1.0, clip_high=epsilon_high - 1)
+    assert float(ours) == pytest.approx(float(trl_loss), rel=1e-6)  # reductions in float32
+    (g_ours,) = torch.autograd.grad(ours, logprobs)
+    (g_trl,) = torch.autograd.grad(trl_loss, logprobs)
+    assert torch.allclose(g_ours, g_trl, rtol=1e-5, atol=1e-9)

@@ -146,3 +146,59 @@ def test_length_penalty_counts_tokens_with_a_tokenizer(char_tokenizer):
 def test_length_penalty_option_errors_name_the_option(options, match):
     with pytest.raises(ConfigError, match=match):
         load_reward("length_penalty", **options)
+
+
+@pytest.mark.parametrize("text", [
+    "9^9^9^9", "\\boxed{9^{9^{9^{9}}}}", "9**9**9**9", "the answer is 9^(9^9)", "\\boxed{x^{100000000}}",
+    "\\boxed{(x+y+1)^{100}}", "\\boxed{100000!}", "\\boxed{" + "1+" * 600 + "1}", "x" * 100_001,
+])
+def test_math_screens_answers_that_would_stall_sympy(text):
+    from steadyrl.rewards.math_verifier import pathological
+
+    assert pathological(text) is not None
+
+
+@pytest.mark.parametrize("text", [
+    "\\boxed{2^{2023}}", "2**3**2", "$e^{-x^2}$", "\\boxed{(x+1)^{2}}", "\\boxed{5!}", "\\boxed{10^{18}}",
+    "So the total is \\boxed{72}.", "9" * 5000 + "^" + " " * 20000,
+])
+def test_math_lets_ordinary_answers_through_the_screen(text):
+    from steadyrl.rewards.math_verifier import pathological
+
+    assert pathological(text) is None
+
+
+def test_a_power_tower_scores_zero_and_its_gold_none(math_fn):
+    assert score(math_fn, ["9^9^9^9", "\\boxed{72}"], ["72", "9^{9^{9^{9}}}"]) == [0.0, None]
+
+
+def test_a_power_tower_under_thread_isolation_does_not_stall_the_trainer():
+    """A thread cannot be stopped and sympy's big-integer power holds the interpreter lock, so
+    without the screen this stalls the whole process for minutes (a subprocess bounds the test)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import time\n"
+        "from steadyrl.rewards import RewardSpec, score_batch\n"
+        "spec = RewardSpec.load('math', timeout_s=30, isolation='thread')\n"
+        "t = time.perf_counter()\n"
+        "r = score_batch([spec], ['q', 'q'], ['9^9^9^9', '\\\\boxed{9^{9^{9^{9}}}}'], {'answer': ['72', '72']})\n"
+        "print(r.raw['math'], round(time.perf_counter() - t, 3))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    scores, elapsed = out.stdout.split("]")
+    assert scores == "[0.0, 0.0" and float(elapsed) < 2.0
+
+
+def test_math_parses_each_gold_answer_once_across_one_sample_calls(monkeypatch):
+    from steadyrl.rewards import math_verifier
+
+    fn = load_reward("math")  # a fresh cache
+    parsed = []
+    real = math_verifier.parse_gold
+    monkeypatch.setattr(math_verifier, "parse_gold", lambda gold, **kw: parsed.append(gold) or real(gold, **kw))
+    for completion in ["\\boxed{72}", "71", "72"]:  # a group, scored one sample per call
+        score(fn, [completion], ["#### 72"])
+    assert parsed == ["#### 72"]

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from steadyrl.errors import ConfigError, RewardLoadError
-from steadyrl.rewards import RewardSpec, load_reward, reward_name
+from steadyrl.rewards import RewardSpec, load_reward, reward_name, score_batch
 
 USER_MODULE = textwrap.dedent(
     '''
@@ -122,9 +122,16 @@ def test_a_non_callable_attribute_is_refused(user_file):
         load_reward(f"{user_file}:NOT_CALLABLE")
 
 
-def test_a_function_without_kwargs_is_refused_with_its_signature(user_file):
-    with pytest.raises(RewardLoadError, match=r"must accept \*\*kwargs.*\(prompts, completions\)"):
-        load_reward(f"{user_file}:no_kwargs")
+def test_a_function_without_kwargs_receives_only_what_it_names(user_file):
+    """No **kwargs: the columns it does not name are not passed (they used to make it refused)."""
+    spec = RewardSpec.load(f"{user_file}:no_kwargs")
+    result = score_batch([spec], ["q", "q"], ["a", "b"], {"answer": ["a", "x"], "level": [1, 2]}, isolation="inline")
+    assert result.raw["no_kwargs"] == [1.0, 1.0] and result.failures["no_kwargs"]["exception"] == 0
+
+
+def test_options_a_function_without_kwargs_has_no_parameter_for_are_refused(user_file):
+    with pytest.raises(RewardLoadError, match=r"option\(s\) \['bogus'\] are not parameters.*\(prompts, completions\)"):
+        load_reward(f"{user_file}:no_kwargs", bogus=1)
 
 
 @pytest.mark.parametrize("spec", ["", "   ", ":fn", "module:"])
@@ -145,3 +152,19 @@ def test_reward_spec_load_names_and_validates(user_file):
         RewardSpec("r", spec.fn, isolation="fork")
     with pytest.raises(ConfigError, match="without '/'"):
         RewardSpec("a/b", spec.fn)
+
+
+def test_reward_isolation_settings_in_a_config_reach_the_reward_spec(tmp_path):
+    from steadyrl.config import load_config
+    from steadyrl.sandbox import Limits
+    from steadyrl.trainer.setup import build_rewards
+
+    path = tmp_path / "run.yaml"
+    path.write_text("rewards:\n  - name: exact_match\n    chunk_size: null\n    env_passthrough: [OPENAI_*]\n"
+                    "    limits: {memory_mb: 512, processes: null}\n")
+    (spec,) = build_rewards(load_config(str(path), []), [])
+    assert spec.chunk_size is None and spec.env_passthrough == ("OPENAI_*",)
+    assert spec.limits == Limits(memory_mb=512, processes=None)
+    path.write_text("rewards:\n  - name: exact_match\n    limits: {memory: 512}\n")
+    with pytest.raises(ConfigError, match="did you mean 'rewards\\[0\\].limits.memory_mb'"):
+        load_config(str(path), [])

@@ -85,6 +85,9 @@ def counter():
 
 
 def spec(fn, **kw):
+    """A spec calling ``fn`` on the whole batch at once (the functions above are written per batch);
+    the tests of chunked calls pass ``chunk_size``."""
+    kw.setdefault("chunk_size", None)
     return RewardSpec(kw.pop("name", fn.__name__), fn, **kw)
 
 
@@ -149,7 +152,8 @@ def test_a_call_past_its_time_limit_is_a_timeout_and_others_still_count(isolatio
     assert time.perf_counter() - start < 3.0  # the two limits run concurrently, not 30 s
     assert result.failures["sleeps"]["timeout"] == 4 and result.failures["spins"]["timeout"] == 4
     assert "timed out after 0.3 s" in result.errors["sleeps"]
-    expected = "worker process was killed" if isolation == "process" else "1 such call(s) still running"
+    killed = "worker process and everything it started were killed"
+    expected = killed if isolation == "process" else "1 such call(s) still running"
     assert expected in result.errors["spins"]
     assert result.raw["length"] == [1.0, 2.0, 3.0, 4.0]
     assert result.valid.tolist() == [False] * 4
@@ -159,7 +163,7 @@ def test_process_isolation_survives_a_hard_exit_and_forks_a_new_worker():
     fn = counter()
     with RewardScorer([spec(hard_exits), spec(fn, name="count")], isolation="process") as scorer:
         first = scorer.score(PROMPTS, COMPLETIONS)
-        assert "worker process died while scoring (exit status 7)" in first.errors["hard_exits"]
+        assert "worker process died (exit status 7)" in first.errors["hard_exits"]
         second = scorer.score(PROMPTS, COMPLETIONS)
         assert second.failures["hard_exits"]["exception"] == 4
     # the function's state lives in its worker, kept between batches of one scorer
@@ -323,8 +327,72 @@ def test_huge_finite_rewards_stay_valid_and_an_overflowing_sum_is_counted():
     def huge(prompts, completions, **kw):
         return [1e300, 1e300, 1.0]
 
-    result = score_batch([RewardSpec("a", huge), RewardSpec("b", huge, weight=1e10)], ["p"] * 3, ["c"] * 3)
+    result = score_batch([spec(huge, name="a"), spec(huge, name="b", weight=1e10)], ["p"] * 3, ["c"] * 3)
     assert result.valid.tolist() == [False, False, True]  # 1e300 + 1e310 overflows float64
     assert result.failures["b"]["nonfinite"] == 2 and result.failures["a"]["nonfinite"] == 0
-    alone = score_batch([RewardSpec("a", huge)], ["p"] * 3, ["c"] * 3)
+    alone = score_batch([spec(huge, name="a")], ["p"] * 3, ["c"] * 3)
     assert alone.valid.all() and alone.scores[0] == 1e300
+
+
+def test_a_function_is_called_once_per_sample_by_default_and_once_per_batch_with_chunk_size_none():
+    sizes = []
+
+    def records(prompts, completions, **kw):
+        sizes.append(len(completions))
+        return [float(len(c)) for c in completions]
+
+    for chunk_size, expected in [(1, [1, 1, 1, 1]), (3, [3, 1]), (None, [4])]:
+        sizes.clear()
+        spec = RewardSpec("r", records, isolation="inline", chunk_size=chunk_size)
+        result = score_batch([spec], PROMPTS, COMPLETIONS)
+        assert sizes == expected and result.raw["r"] == [1.0, 2.0, 3.0, 4.0]
+    assert RewardSpec("r", records).chunk_size == 1
+
+
+def test_an_exception_in_one_chunk_fails_only_its_samples():
+    def picky(prompts, completions, **kw):
+        if "ccc" in completions:
+            raise ValueError("cannot parse ccc")
+        return [1.0] * len(completions)
+
+    result = score_batch([RewardSpec("r", picky, chunk_size=2, isolation="inline")], PROMPTS, COMPLETIONS)
+    assert result.valid.tolist() == [True, True, False, False]
+    assert result.failures["r"]["exception"] == 2 and "cannot parse ccc" in result.errors["r"]
+
+
+def test_a_thread_time_out_keeps_the_scores_already_made_and_stops_after_the_current_call():
+    calls = []
+
+    def slow_third(prompts, completions, **kw):
+        calls.append(completions[0])
+        if completions[0] == "ccc":
+            time.sleep(0.6)
+        return [1.0]
+
+    result = score_batch([RewardSpec("r", slow_third, timeout_s=0.3, isolation="thread")], PROMPTS, COMPLETIONS)
+    assert result.raw["r"] == [1.0, 1.0, None, None]
+    assert result.failures["r"]["timeout"] == 2 and "2 of 4 samples were scored before" in result.errors["r"]
+    time.sleep(0.6)
+    assert calls == ["a", "bb", "ccc"]  # abandoned: "dddd" is never scored in the background
+
+
+@pytest.mark.parametrize("part", [
+    {"start": 0, "stop": 9, "status": "ok", "scores": [1.0] * 9},  # past the batch
+    {"start": 0, "stop": 2, "status": "ok", "scores": "1.0"},
+    {"start": 0, "stop": 2, "status": "ok", "scores": ["1", True]},
+    {"start": "0", "stop": 2, "status": "ok", "scores": [1.0, 1.0]},
+    ["not", "a", "dict"],
+])
+def test_a_malformed_reply_from_a_worker_fails_its_samples_without_raising(part):
+    from steadyrl.rewards.runners import collect
+
+    outcome = collect([part], 2, 1, "ok", None, 0.0)
+    assert outcome.status == "exception" and "malformed reply" in outcome.error
+    assert outcome.failed == ["exception", "exception"] and outcome.scores == [None, None]
+
+
+def test_huge_integers_in_a_reply_are_non_finite_scores_not_errors():
+    from steadyrl.rewards.runners import collect
+
+    outcome = collect([{"start": 0, "stop": 2, "status": "ok", "scores": [10 ** 400, None]}], 2, None, "ok", None, 0.0)
+    assert outcome.status == "ok" and outcome.scores == [math.inf, None]

@@ -92,7 +92,7 @@ def test_tool_episode_is_sampled_ids_plus_the_templates_observation(make, parser
     prompts = prompts_for(tok, agent)
     gen = run_episodes(ScriptedEngine(tok, [call, "The answer is 3."], header=header), tok, prompts, 2,
                        agent=agent, limits=LIMITS)
-    conversation = [*prompts[0].messages, {"role": "assistant", "content": call},
+    conversation = [*prompts[0].conversation, {"role": "assistant", "content": call},
                     {"role": "tool", "name": "add", "content": "3"},
                     {"role": "assistant", "content": "The answer is 3."}]
     rendered = tok.apply_chat_template(conversation, tools=agent.tool_schemas, tokenize=False)

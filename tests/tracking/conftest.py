@@ -11,8 +11,8 @@ import pytest
 
 
 def write_synthetic_run(run_dir: Path, steps: int = 200, seed: int = 0, *, ppo: bool = False, lift: float = 0.45) -> Path:
-    """Write ``run_dir/metrics.jsonl`` as a steadyrl run would: reward rising, KL growing, entropy
-    falling, eval every 25 steps, two skipped steps (their losses null), a few nulls, and a last
+    """Write ``run_dir/metrics.jsonl`` as a steadyrl run would: reward rising, KL growing (a KL loss
+    term unless ``ppo``), entropy falling, eval every 25 steps, two skipped steps (their losses null), a few nulls, and a last
     line cut short by a "crash"."""
     rng = np.random.default_rng(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -26,7 +26,7 @@ def write_synthetic_run(run_dir: Path, steps: int = 200, seed: int = 0, *, ppo: 
         gen, score, update = 2.0 + 0.8 * t + rng.normal(0, 0.1), 0.3 + rng.normal(0, 0.03), 1.1 + rng.normal(0, 0.05)
         row = {
             "step": step, "epoch": step / 50,
-            "reward/mean": 0.8 * acc + 0.2 * fmt, "reward/std": 0.3, "reward/min": 0.0, "reward/max": 1.0 if step > 3 else 0.8,
+            "reward/mean": 0.8 * acc + 0.2 * fmt, "reward/std": 0.8 * math.sqrt(acc * (1 - acc)) + 0.03, "reward/min": 0.0, "reward/max": 1.0 if step > 3 else 0.8,
             "reward/accuracy/mean": acc, "reward/format/mean": fmt, "reward/accuracy/failed": 0,
             "reward/valid_frac": 1.0 - 0.02 * rng.random(),
             "critic/advantage_clip_frac": 0.01 * rng.random(), "critic/reward_clip_frac": 0.0,
@@ -43,11 +43,14 @@ def write_synthetic_run(run_dir: Path, steps: int = 200, seed: int = 0, *, ppo: 
             "time/generate_s": gen, "time/score_s": score, "time/update_s": update, "time/step_s": gen + score + update + 0.1,
             "throughput/tokens_per_s": 2500 + 100 * rng.normal(), "health/skipped_steps": n_skipped, "health/warnings": n_skipped,
         }  # fmt: skip
+        if not ppo:  # GRPO: the KL is a loss term (kl_mode loss)
+            row["actor/kl_loss"] = row["kl/k3"] * (1 + 0.1 * rng.normal())
         if ppo:
             row.update({"critic/value_loss": 0.2 * math.exp(-2 * t) + 0.01, "critic/explained_variance": 0.8 * t})
         if step in skipped:
             row["actor/pg_loss"] = None  # non-finite -> null
             row["actor/grad_norm"] = None
+            row.update({"actor/kl_loss": None} if not ppo else {})
         if step % 17 == 0:
             row["kl/k3"] = None
         if step % 25 == 0 or step == 1:

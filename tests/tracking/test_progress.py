@@ -106,3 +106,22 @@ def test_other_ranks_show_nothing(capsys):
 
 def test_format_duration():
     assert [format_duration(s) for s in (3.21, 42, 75.2, 4000, float("nan"))] == ["3.2s", "42s", "1m15s", "1h06m", "?"]
+
+
+def test_a_resumed_run_counts_on_from_its_step_with_the_rate_of_this_process(clock):
+    out = io.StringIO()
+    with progress(210, "train", file=out, initial=189) as bar:
+        assert bar.mode == "lines"
+        for _ in range(21):
+            clock.t += 2.0
+            bar.update()
+    printed = out.getvalue().splitlines()
+    assert printed[0] == "[train] 191/210 (91%) | 2 s/it | elapsed 4.0s | eta 38s"  # every ~10% of the 21 left
+    assert printed[-1].startswith("[train] 210/210 (100%) | 2 s/it | elapsed 42s")
+
+
+def test_a_resumed_run_bar_starts_at_its_step():
+    out = FakeTTY()
+    with progress(210, "train", file=out, initial=189) as bar:
+        bar.update()
+    assert "190/210" in out.getvalue()

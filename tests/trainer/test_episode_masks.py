@@ -10,11 +10,12 @@ A hand-built two-turn episode, ``[turn 1 | observation | turn 2]`` after the pro
   token (GAE) while every row still sums to its processed score.
 """
 
+import pytest
 import torch
 
 import support
 from steadyrl.config.schema import AlgorithmConfig, Config
-from steadyrl.functional import POLICY_LOSSES
+from steadyrl.functional import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
 from steadyrl.functional.constants import MASK_EPS
 from steadyrl.trainer import update as update_module
 from steadyrl.trainer.batch import TrainBatch
@@ -115,3 +116,21 @@ def test_earlier_turn_rewards_sit_on_their_turn_for_gae():
     assert torch.allclose(out.returns[:, 0].double(), scores.double())  # the whole episode from turn 1
     obs = torch.tensor(POLICY) == 0
     assert torch.equal(out.returns[:, obs], torch.zeros_like(out.returns[:, obs]))
+
+
+@pytest.mark.parametrize("estimator", sorted(ADVANTAGE_ESTIMATORS))
+def test_every_estimator_works_on_episodes(estimator):
+    """Outcome and token-level estimators alike: finite advantages, none on observation tokens,
+    the loss mask exactly the policy's tokens, with an earlier turn's reward on its own token."""
+    batch = two_turn_batch(rows=4)
+    turn_rewards = torch.zeros(batch.response_ids.shape, dtype=torch.float64)
+    turn_rewards[:, len(TURN1) - 1] = torch.tensor([0.5, 0.0, -0.5, 1.0], dtype=torch.float64)
+    algo = AlgorithmConfig(advantage_estimator=estimator, kl_mode="none", whiten_advantages=True)
+    values = torch.zeros(batch.response_ids.shape) if estimator == "gae" else None
+    out = process_rewards(torch.tensor([1.0, 0.0, 0.5, 2.0]), torch.ones(4, dtype=torch.bool), batch.policy_mask,
+                          torch.zeros(4, dtype=torch.bool), algo, 4, values=values, turn_rewards=turn_rewards)
+    obs = torch.tensor(POLICY) == 0
+    assert torch.isfinite(out.advantages).all() and torch.isfinite(out.returns).all()
+    assert torch.equal(out.advantages[:, obs], torch.zeros_like(out.advantages[:, obs]))
+    assert torch.equal(out.loss_mask, batch.policy_mask)
+    assert out.advantages[:, ~obs].abs().sum() > 0

@@ -21,3 +21,70 @@ def test_pass_at_k_rejects_k_above_n():
 def test_nan_inf_and_missing_scores_are_not_correct():
     result = SimpleNamespace(raw={"r": [1.0, float("inf"), float("nan"), None, 0.5]})
     assert _correct(result, "r", 1.0) == [True, False, False, False, False]
+
+
+# --- a metric nothing measured is missing (None), never 0 -----------------------------------------
+
+
+class _EchoEngine:
+    """Answers every prompt with ``answer`` (greedy and sampled alike)."""
+
+    def __init__(self, answer: str):
+        self.answer = answer
+
+    def generate(self, ids, n, **kwargs):
+        return SimpleNamespace(completions=[self.answer] * (len(ids) * n))
+
+
+def _failing(prompts, completions, **columns):
+    raise RuntimeError("the verifier crashed")
+
+
+def _matches(prompts, completions, answer, **columns):
+    return [float(c == a) for c, a in zip(completions, answer)]
+
+
+def _evaluate(*fns, num_samples=2):
+    from steadyrl.rewards import RewardSpec
+    from steadyrl.trainer.evaluate import evaluate
+    from steadyrl.trainer.prompts import PromptItem, Scorer
+
+    prompts = [PromptItem(text=f"p{i}", ids=[1, 2], columns={"answer": "42"}) for i in range(3)]
+    scorer = Scorer([RewardSpec(name=fn.__name__, fn=fn, isolation="inline") for fn in fns])
+    config = SimpleNamespace(max_new_tokens=4, accuracy_reward=None, batch_size=8, correct_threshold=1.0,
+                             num_samples=num_samples, temperature=1.0)
+    try:
+        return evaluate(_EchoEngine("41"), scorer, prompts, config, SimpleNamespace(max_new_tokens=4))
+    finally:
+        scorer.close()
+
+
+def test_when_every_reward_fails_the_metrics_are_missing_not_zero(capsys):
+    out = _evaluate(_failing)
+    assert out == {"accuracy": None, "reward_mean": None, "num_prompts": 3, "pass@1": None, "pass@2": None}
+    assert "failed" in capsys.readouterr().out
+
+
+def test_wrong_answers_are_zero_not_missing():
+    out = _evaluate(_matches)
+    assert out == {"accuracy": 0.0, "reward_mean": 0.0, "num_prompts": 3, "pass@1": 0.0, "pass@2": 0.0}
+
+
+def test_accuracy_is_missing_when_only_the_accuracy_reward_fails():
+    out = _evaluate(_failing, _matches, num_samples=0)  # the first reward is the accuracy reward
+    assert out["accuracy"] is None and out["reward_mean"] is None  # no sample has every reward's score
+
+
+def test_the_summary_line_says_n_a_for_a_missing_accuracy():
+    from steadyrl.trainer.loop import _summary_line
+
+    line = _summary_line({"steps": 2, "wall_time_s": 3.0, "output_dir": "runs/x",
+                          "eval_before": {"accuracy": None}, "eval_after": {"accuracy": 0.5}})
+    assert "held-out accuracy n/a -> 50.0%" in line and "points" not in line
+
+
+def test_evaluation_shows_its_progress(capsys, monkeypatch):
+    monkeypatch.setenv("STEADYRL_NO_PROGRESS", "1")  # lines, as in a log file
+    _evaluate(_matches, num_samples=2)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[eval]")]
+    assert lines and lines[-1].startswith("[eval] 6/6 (100%)")  # 3 greedy, then 3 prompts sampled

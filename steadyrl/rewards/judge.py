@@ -1,0 +1,180 @@
+"""The ``llm_judge`` built-in: a language model reads the prompt, the completion (and the gold
+answer) through a template and replies with a score.
+
+For sample ``i`` the judge's message is ``template`` with ``{prompt}``, ``{completion}`` and
+``{answer}`` replaced (other braces are left as they are, so JSON in a template is fine). The
+score is read from the reply by :class:`ScoreParser`::
+
+    x   = float(first group of `pattern`)     (default pattern: the last number in the reply)
+    x  in [min_score, max_score], else the sample scores None (reason out_of_range)
+    r_i = (x - min_score) / (max_score - min_score)     with scale (default), else x
+
+Two backends:
+
+* ``backend: openai`` (default): an OpenAI-compatible chat-completions endpoint (``base_url``
+  e.g. ``http://localhost:8000/v1`` for vLLM / SGLang servers, ``model``); the API key is read
+  from the environment variable *named* by ``api_key_env`` (never written in the config).
+  ``concurrency`` requests at a time (a thread pool), each retried with back-off and bounded by
+  ``request_timeout_s`` (:mod:`steadyrl.rewards.http_client`). Scored in a thread by default.
+* ``backend: local``: a causal LM (hub name or directory) generating greedily with transformers on
+  the trainer's device, ``batch_size`` judge prompts at a time
+  (:mod:`steadyrl.rewards.judge_local`). Scored inline by default, like ``reward_model``.
+
+A sample the judge fails on (the request failed after its retries, a reply without a score, a
+missing gold answer where the template asks for one) scores ``None``: only that sample is left out,
+and the reason is counted (``reward/llm_judge/failures/<reason>``).
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+from ..errors import ConfigError
+from .cached import DEFAULT_CACHE_SIZE, CachedReward, check_int, check_number
+from .http_client import RequestFailed, api_key_from_env, check_reachable, post_json
+from .registry import register_reward
+from .reward_model import message_text
+
+__all__ = ["ScoreParser", "fill_template", "HttpJudge", "llm_judge", "DEFAULT_TEMPLATE", "BACKENDS"]
+
+BACKENDS = ("openai", "local")
+DEFAULT_TEMPLATE = (
+    "Rate how well the response answers the question, from 0 (wrong or useless) to 10 (correct and "
+    "complete).\n\nQuestion:\n{prompt}\n\nReference answer:\n{answer}\n\nResponse:\n{completion}\n\n"
+    "Reply with the rating only, as a number."
+)
+_PLACEHOLDER = re.compile(r"\{(prompt|completion|answer)\}")
+_NUMBER = r"(-?\d+(?:\.\d+)?)"
+
+
+def fill_template(template: str, prompt, completion, answer) -> str:
+    """``template`` with ``{prompt}``, ``{completion}``, ``{answer}`` replaced (nothing else)."""
+    values = {"prompt": message_text(prompt), "completion": message_text(completion), "answer": str(answer)}
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+class ScoreParser:
+    """A judge's reply -> score (module docstring); :meth:`parse` raises ``RequestFailed`` with
+    reason ``parse`` or ``out_of_range``."""
+
+    def __init__(self, pattern: str | None, min_score: float, max_score: float, scale: bool):
+        self.min, self.max = check_number("llm_judge", "min_score", min_score, positive=False), \
+            check_number("llm_judge", "max_score", max_score, positive=False)
+        if not self.max > self.min:
+            raise ConfigError(f"llm_judge reward: option max_score={max_score!r} must be greater than "
+                              f"min_score={min_score!r}")
+        self.scale, self.last_number = bool(scale), pattern is None
+        try:
+            self.regex = re.compile(pattern or _NUMBER, re.DOTALL)
+        except re.error as err:
+            raise ConfigError(f"llm_judge reward: option pattern={pattern!r} is not a valid regular expression "
+                              f"({err})") from None
+        if self.regex.groups != 1:
+            raise ConfigError(f"llm_judge reward: option pattern={pattern!r} must have exactly one group (the "
+                              f"number), it has {self.regex.groups}")
+
+    def parse(self, reply: str) -> float:
+        found = self.regex.findall(reply)
+        if not found:
+            raise RequestFailed("parse", f"no score in the judge's reply {reply[:80]!r}")
+        text = found[-1] if self.last_number else found[0]
+        try:
+            x = float(text)
+        except ValueError:
+            raise RequestFailed("parse", f"the pattern's group {text!r} is not a number") from None
+        if not self.min <= x <= self.max:
+            raise RequestFailed("out_of_range", f"score {x:g} is outside [{self.min:g}, {self.max:g}]")
+        return (x - self.min) / (self.max - self.min) if self.scale else x
+
+
+class JudgeBase:
+    """What both backends share: the template, the parser, and the per-sample judge messages."""
+
+    def setup_judge(self, template: str, parser: ScoreParser, system_prompt: str | None, answer_key: str):
+        if not isinstance(template, str) or "{completion}" not in template:
+            raise ConfigError("llm_judge reward: option template must be a string containing {completion} "
+                              "(and usually {prompt}, {answer})")
+        self.template, self.parser, self.system_prompt = template, parser, system_prompt
+        self.reads_columns = (answer_key,) if "{answer}" in template else ()
+
+    def messages(self, prompt, completion, answer) -> list[dict]:
+        if answer is None and self.reads_columns:
+            raise RequestFailed("no_answer", "the template asks for {answer} and the sample has none")
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return system + [{"role": "user", "content": fill_template(self.template, prompt, completion, answer)}]
+
+
+class HttpJudge(JudgeBase, CachedReward):
+    """``llm_judge`` with ``backend: openai``: one chat-completions request per sample."""
+
+    def __init__(self, *, base_url: str, model: str, api_key_env: str | None, parser: ScoreParser, template: str,
+                 system_prompt, answer_key: str, max_new_tokens: int, concurrency: int, retries: int,
+                 backoff_s: float, request_timeout_s: float, check_url: bool, cache_size: int):
+        CachedReward.__init__(self, "llm_judge", cache_size=cache_size, answer_key=answer_key)
+        self.setup_judge(template, parser, system_prompt, answer_key)
+        if not isinstance(base_url, str) or not base_url:
+            raise ConfigError("llm_judge reward: backend 'openai' needs the option base_url (e.g. "
+                              "http://localhost:8000/v1)")
+        if not isinstance(model, str) or not model:
+            raise ConfigError("llm_judge reward: backend 'openai' needs the option model (the served model's name)")
+        self.url, self.model = base_url.rstrip("/") + "/chat/completions", model
+        self.headers = {}
+        if api_key_env is not None:
+            self.headers["Authorization"] = "Bearer " + api_key_from_env("llm_judge", api_key_env)
+        self.max_new_tokens = check_int("llm_judge", "max_new_tokens", max_new_tokens, low=1)
+        self.concurrency = check_int("llm_judge", "concurrency", concurrency, low=1)
+        self.retries = check_int("llm_judge", "retries", retries)
+        self.backoff_s = check_number("llm_judge", "backoff_s", backoff_s, positive=False)
+        self.request_timeout_s = check_number("llm_judge", "request_timeout_s", request_timeout_s)
+        if check_url:
+            check_reachable("llm_judge reward: option base_url", base_url)
+
+    def __repr__(self) -> str:  # never shows the headers (the key)
+        return f"HttpJudge(url={self.url!r}, model={self.model!r})"
+
+    def _judge_one(self, prompt, completion, answer) -> float | None:
+        try:
+            body = {"model": self.model, "messages": self.messages(prompt, completion, answer),
+                    "temperature": 0.0, "max_tokens": self.max_new_tokens}
+            reply = post_json(self.url, body, headers=self.headers, timeout_s=self.request_timeout_s,
+                              retries=self.retries, backoff_s=self.backoff_s)
+            try:
+                text = reply["choices"][0]["message"]["content"]
+            except (KeyError, IndexError, TypeError):
+                raise RequestFailed("bad_reply", f"not a chat-completions reply: {str(reply)[:80]}") from None
+            return self.parser.parse(str(text))
+        except RequestFailed as err:
+            self.count_failure(err.reason)
+            return None
+
+    def score_new(self, prompts: list, completions: list, columns: dict) -> list:
+        answers = columns.get(self.answer_key) or [None] * len(completions)
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(completions)))) as pool:
+            return list(pool.map(self._judge_one, prompts, completions, answers))
+
+
+@register_reward("llm_judge")
+def llm_judge(*, backend: str = "openai", model: str, base_url: str | None = None, api_key_env: str | None = None,
+              template: str = DEFAULT_TEMPLATE, system_prompt: str | None = None, pattern: str | None = None,
+              min_score: float = 0, max_score: float = 10, scale: bool = True, answer_key: str = "answer",
+              max_new_tokens: int = 16, concurrency: int = 8, retries: int = 3, backoff_s: float = 1.0,
+              request_timeout_s: float = 30.0, check_url: bool = True, batch_size: int = 8,
+              revision: str | None = None, device: str = "auto", dtype: str = "auto",
+              cache_size: int = DEFAULT_CACHE_SIZE):
+    """An LLM judge's score of each completion (module docstring)."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"llm_judge reward: option backend={backend!r} is not one of {list(BACKENDS)}")
+    parser = ScoreParser(pattern, min_score, max_score, scale)
+    if backend == "local":
+        if base_url is not None or api_key_env is not None:
+            raise ConfigError("llm_judge reward: base_url and api_key_env go with backend 'openai', not 'local'")
+        from .judge_local import LocalJudge
+
+        return LocalJudge(model=model, revision=revision, device=device, dtype=dtype, parser=parser,
+                          template=template, system_prompt=system_prompt, answer_key=answer_key,
+                          max_new_tokens=max_new_tokens, batch_size=batch_size, cache_size=cache_size)
+    return HttpJudge(base_url=base_url, model=model, api_key_env=api_key_env, parser=parser, template=template,
+                     system_prompt=system_prompt, answer_key=answer_key, max_new_tokens=max_new_tokens,
+                     concurrency=concurrency, retries=retries, backoff_s=backoff_s,
+                     request_timeout_s=request_timeout_s, check_url=check_url, cache_size=cache_size)

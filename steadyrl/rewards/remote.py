@@ -1,0 +1,108 @@
+"""The ``http`` built-in: POST batches to the user's own reward server.
+
+The samples the cache does not hold go out ``batch_size`` at a time (up to ``concurrency``
+requests at once), each request a JSON object::
+
+    {"prompts": [...], "completions": [...], "<column>": [...], ...}     (every column, or `columns`)
+
+and the server replies ``{"scores": [s_0, s_1, ...]}``, one number or ``null`` per completion.
+A request is retried with back-off on HTTP 429 / 5xx and connection errors and bounded by
+``request_timeout_s`` (:mod:`steadyrl.rewards.http_client`). A request that still fails, or whose
+reply is not ``{"scores": [...]}`` of the right length with numbers or nulls, scores its own
+samples ``None`` (counted under ``reward/http/failures/<reason>``); the other requests' samples
+keep their scores. The URL is checked at start-up (a TCP connect) unless ``check_url: false``.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+from ..errors import ConfigError
+from .cached import DEFAULT_CACHE_SIZE, CachedReward, check_int, check_number
+from .http_client import RequestFailed, api_key_from_env, check_reachable, post_json
+from .registry import register_reward
+
+__all__ = ["HttpReward", "http_reward"]
+
+
+def _scores_of(reply, size: int) -> list:
+    scores = reply.get("scores") if isinstance(reply, dict) else None
+    if not isinstance(scores, list) or len(scores) != size:
+        got = f"{len(scores)} scores" if isinstance(scores, list) else f"{str(reply)[:60]!r}"
+        raise RequestFailed("bad_reply", f"expected {{\"scores\": [{size} numbers or null]}}, got {got}")
+    out = []
+    for x in scores:
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
+            raise RequestFailed("bad_reply", f"a score is {x!r:.40}, not a number or null")
+        out.append(None if x is None else float(x))
+    return out
+
+
+class HttpReward(CachedReward):
+    """The ``http`` reward (module docstring)."""
+
+    def __init__(self, *, url: str, batch_size: int, concurrency: int, columns, headers, api_key_env,
+                 retries: int, backoff_s: float, request_timeout_s: float, check_url: bool, answer_key: str,
+                 cache_size: int):
+        super().__init__("http", cache_size=cache_size, answer_key=answer_key)
+        if not isinstance(url, str) or not url:
+            raise ConfigError("http reward: option url is required (e.g. http://localhost:8000/score)")
+        self.url = url
+        self.batch_size = check_int("http", "batch_size", batch_size, low=1)
+        self.concurrency = check_int("http", "concurrency", concurrency, low=1)
+        if columns is not None and (not isinstance(columns, list) or not all(isinstance(c, str) for c in columns)):
+            raise ConfigError(f"http reward: option columns={columns!r} must be a list of column names, or null "
+                              "for all of them")
+        self.columns = columns
+        self.reads_columns = tuple(columns or ())
+        if headers is not None and not isinstance(headers, dict):
+            raise ConfigError("http reward: option headers must be a mapping of header names to values")
+        self.headers = {str(k): str(v) for k, v in (headers or {}).items()}
+        if api_key_env is not None:
+            self.headers["Authorization"] = "Bearer " + api_key_from_env("http", api_key_env)
+        self.retries = check_int("http", "retries", retries)
+        self.backoff_s = check_number("http", "backoff_s", backoff_s, positive=False)
+        self.request_timeout_s = check_number("http", "request_timeout_s", request_timeout_s)
+        if check_url:
+            check_reachable("http reward: option url", url)
+
+    def __repr__(self) -> str:  # never shows the headers (a key)
+        return f"HttpReward(url={self.url!r})"
+
+    def _post(self, body: dict, size: int) -> list:
+        try:
+            reply = post_json(self.url, body, headers=self.headers, timeout_s=self.request_timeout_s,
+                              retries=self.retries, backoff_s=self.backoff_s)
+            scores = _scores_of(reply, size)
+        except RequestFailed as err:
+            self.count_failure(err.reason, size)
+            return [None] * size
+        bad = sum(1 for x in scores if x is None or not math.isfinite(x))
+        if bad:
+            self.count_failure("server_none", bad)
+        return scores
+
+    def score_new(self, prompts: list, completions: list, columns: dict) -> list:
+        keep = columns if self.columns is None else {k: v for k, v in columns.items() if k in self.columns}
+        bodies, sizes = [], []
+        for start in range(0, len(completions), self.batch_size):
+            part = slice(start, start + self.batch_size)
+            body = {k: v[part] for k, v in keep.items()}
+            body.update(prompts=list(prompts[part]), completions=list(completions[part]))
+            bodies.append(body), sizes.append(len(completions[part]))
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(bodies)))) as pool:
+            parts = list(pool.map(self._post, bodies, sizes))
+        return [x for part in parts for x in part]
+
+
+@register_reward("http")
+def http_reward(*, url: str, batch_size: int = 64, concurrency: int = 4, columns: list[str] | None = None,
+                headers: dict | None = None, api_key_env: str | None = None, retries: int = 3,
+                backoff_s: float = 1.0, request_timeout_s: float = 60.0, check_url: bool = True,
+                answer_key: str = "answer", cache_size: int = DEFAULT_CACHE_SIZE) -> HttpReward:
+    """Scores from the user's reward server (module docstring)."""
+    return HttpReward(url=url, batch_size=batch_size, concurrency=concurrency, columns=columns, headers=headers,
+                      api_key_env=api_key_env, retries=retries, backoff_s=backoff_s,
+                      request_timeout_s=request_timeout_s, check_url=check_url, answer_key=answer_key,
+                      cache_size=cache_size)

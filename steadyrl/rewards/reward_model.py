@@ -1,0 +1,249 @@
+"""The ``reward_model`` built-in: a sequence classifier (``AutoModelForSequenceClassification``)
+scores prompt + completion.
+
+For sample ``i`` the text is the reward model's chat template applied to
+``[user: prompt_i, assistant: completion_i]`` (a prompt that is already a message list is used as
+it is), or ``prompt_i + completion_i`` when its tokenizer has no template or ``chat_template`` is
+off; it is tokenized (cut from the left to ``max_length`` tokens - by default the model's
+``max_position_embeddings`` - so the completion's end is kept)
+and scored in batches of ``batch_size``::
+
+    r_i = logits_i[label_index]                      (label_index 0 for a one-logit head)
+    normalize = batch:  r_i <- (r_i - mean_B(r)) / (std_B(r) + 1e-6)   (population std, this batch)
+    normalize = fixed:  r_i <- (r_i - mean) / std                      (given numbers)
+
+The model is loaded once, on the first call, in the process that scores (so in the trainer with
+the default ``isolation: inline``), on the trainer's device and dtype unless the options say
+otherwise; frozen (``requires_grad_(False)``), in eval mode, and run under ``torch.no_grad``.
+
+Everything that can be checked without the weights is checked when the reward is built: the
+options, and that the model's ``config.json`` names a ``...ForSequenceClassification``
+architecture (a base or causal LM would get a randomly initialised head: random rewards).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+from ..functional.constants import NORM_EPS
+from .cached import DEFAULT_CACHE_SIZE, CachedReward, check_int, check_number
+from .registry import register_reward
+
+if TYPE_CHECKING:  # torch is imported where it is used: reading a config stays torch-free
+    import torch
+
+__all__ = ["RewardModel", "DeviceReward", "NORMALIZATIONS", "reward_model"]
+
+NORMALIZATIONS = ("none", "batch", "fixed")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def message_text(item) -> str:
+    """A completion as text: TRL passes ``[{"role": "assistant", "content": text}]`` for chat data."""
+    if isinstance(item, list):
+        return "".join(str(m.get("content", "")) for m in item if isinstance(m, dict))
+    return str(item)
+
+
+class DeviceReward(CachedReward):
+    """A :class:`CachedReward` that runs a model on a device: ``device`` / ``dtype`` ``"auto"``
+    follow the trainer (:meth:`use_device`, called by the trainer when it builds the rewards), or
+    CUDA when available and its default dtype when used on its own. Scored inline by default: an
+    abandoned model call would keep the GPU busy and its memory held, and a forked worker cannot
+    use CUDA."""
+
+    preferred_isolation = "inline"
+
+    def __init__(self, name: str, *, device: str, dtype: str, cache_size: int, answer_key: str = "answer"):
+        import torch
+
+        super().__init__(name, cache_size=cache_size, answer_key=answer_key)
+        if dtype not in DTYPES:
+            raise ConfigError(f"{name} reward: option dtype={dtype!r} is not one of {list(DTYPES)}")
+        if not isinstance(device, str) or not device:
+            raise ConfigError(f"{name} reward: option device={device!r} must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"{name} reward: option device={device!r} but no CUDA device is available; use 'auto' "
+                              "(the trainer's device) or 'cpu'")
+        self._device_option, self._dtype_option = device, dtype
+        self._trainer: tuple[torch.device, torch.dtype] | None = None
+        self._pid = os.getpid()
+        self._load_lock = threading.Lock()
+        self.model = None
+
+    def use_device(self, device: torch.device, dtype: torch.dtype) -> None:
+        """Run on the trainer's ``device`` / ``dtype`` where the options say ``auto``."""
+        import torch
+
+        self._trainer = (torch.device(device), dtype)
+
+    @property
+    def device(self) -> torch.device:
+        import torch
+
+        if self._device_option != "auto":
+            return torch.device(self._device_option)
+        if self._trainer is not None:
+            return self._trainer[0]
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        from ..models import resolve_dtype
+
+        if self._dtype_option == "auto" and self._trainer is not None and self._device_option == "auto":
+            return self._trainer[1]
+        return resolve_dtype(self._dtype_option, self.device)
+
+    def check_process(self) -> None:
+        if self.device.type == "cuda" and os.getpid() != self._pid:
+            raise RuntimeError(f"{self.__name__}: runs on {self.device} but was called in a forked worker process, "
+                               "which cannot use CUDA; use isolation: inline (its default) or thread")
+
+    def loaded(self):
+        """The model, loaded on first use (``load()``), frozen and in eval mode."""
+        with self._load_lock:
+            if self.model is None:
+                self.check_process()
+                model = self.load()
+                self.model = model.eval().requires_grad_(False)
+        return self.model
+
+    def load(self):
+        raise NotImplementedError
+
+
+def _model_config(reward: str, model: str, revision, trust_remote_code: bool):
+    from ..models import check_model_source
+    from transformers import AutoConfig
+
+    check_model_source(f"{reward} reward: option model", model)
+    try:
+        return AutoConfig.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"{reward} reward: option model={model!r} could not be read: {first} (a local "
+                          "directory written by save_pretrained, or a hub name that is cached or reachable)") from None
+
+
+class RewardModel(DeviceReward):
+    """The ``reward_model`` reward (see the module docstring)."""
+
+    def __init__(self, *, model: str, revision, device: str, dtype: str, batch_size: int, max_length,
+                 normalize: str, mean, std, label_index, chat_template: bool, trust_remote_code: bool,
+                 cache_size: int):
+        super().__init__("reward_model", device=device, dtype=dtype, cache_size=cache_size)
+        self.source, self.revision, self.trust_remote_code = model, revision, trust_remote_code
+        self.batch_size = check_int("reward_model", "batch_size", batch_size, low=1)
+        self.max_length = None if max_length is None else check_int("reward_model", "max_length", max_length, low=1)
+        self.chat_template = bool(chat_template)
+        self.normalize, self.mean, self.std = _check_normalize(normalize, mean, std)
+        config = _model_config("reward_model", model, revision, trust_remote_code)
+        archs = list(getattr(config, "architectures", None) or [])
+        if not any(a.endswith("ForSequenceClassification") for a in archs):
+            raise ConfigError(f"reward_model reward: option model={model!r} is not a sequence classifier (its "
+                              f"config.json names architectures {archs}); a reward model is saved as "
+                              "...ForSequenceClassification (e.g. LlamaForSequenceClassification)")
+        labels = int(getattr(config, "num_labels", 1))
+        if label_index is None and labels > 1:
+            raise ConfigError(f"reward_model reward: the model has {labels} logits; set the option label_index "
+                              f"to the one that is the reward (0..{labels - 1})")
+        index = 0 if label_index is None else check_int("reward_model", "label_index", label_index)
+        if index >= labels:
+            raise ConfigError(f"reward_model reward: option label_index={index} is out of range for a model with "
+                              f"{labels} logit(s) (0..{labels - 1})")
+        self.label_index = index
+        self.tokenizer = None
+
+    def load(self):
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(self.source, revision=self.revision,
+                                            trust_remote_code=self.trust_remote_code)
+        tok.padding_side, tok.truncation_side = "right", "left"
+        if tok.pad_token_id is None:
+            if tok.eos_token_id is None:
+                raise ConfigError(f"reward_model reward: the tokenizer of {self.source!r} has neither a pad nor "
+                                  "an EOS token")
+            tok.pad_token = tok.eos_token
+        model = AutoModelForSequenceClassification.from_pretrained(
+            self.source, revision=self.revision, dtype=self.dtype, trust_remote_code=self.trust_remote_code)
+        if model.config.pad_token_id is None:  # it finds each row's last token by the pad id
+            model.config.pad_token_id = tok.pad_token_id
+        if self.max_length is None:  # a text longer than the positions would fail the whole batch
+            self.max_length = getattr(model.config, "max_position_embeddings", None)
+        self.tokenizer = tok
+        return model.to(self.device)
+
+    def texts(self, prompts: list, completions: list) -> tuple[list[str], bool]:
+        """The texts to score, and whether the chat template made them (then it added any BOS)."""
+        tok = self.tokenizer
+        templated = self.chat_template and getattr(tok, "chat_template", None) is not None
+        out = []
+        for prompt, completion in zip(prompts, completions):
+            answer = message_text(completion)
+            if templated:
+                head = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+                out.append(tok.apply_chat_template(head + [{"role": "assistant", "content": answer}], tokenize=False))
+            else:
+                head = prompt if not isinstance(prompt, list) else "\n\n".join(message_text([m]) for m in prompt)
+                out.append(str(head) + answer)
+        return out, templated
+
+    def score_new(self, prompts: list, completions: list, columns: dict) -> list:
+        import torch
+
+        model = self.loaded()
+        texts, templated = self.texts(prompts, completions)
+        scores: list = []
+        with torch.no_grad():
+            for start in range(0, len(texts), self.batch_size):
+                enc = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
+                                     truncation=self.max_length is not None, max_length=self.max_length,
+                                     add_special_tokens=not templated)
+                enc = {k: v.to(self.device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+                logits = model(**enc).logits
+                scores.extend(logits[:, self.label_index].float().tolist())
+        return scores
+
+    def finish(self, scores: list) -> list:
+        if self.normalize == "fixed":
+            return [None if s is None else (s - self.mean) / self.std for s in scores]
+        if self.normalize == "batch":
+            values = [s for s in scores if s is not None and math.isfinite(s)]
+            if not values:
+                return scores
+            mu = math.fsum(values) / len(values)
+            sd = math.sqrt(math.fsum((v - mu) ** 2 for v in values) / len(values))
+            return [None if s is None else (s - mu) / (sd + NORM_EPS) for s in scores]
+        return scores
+
+
+def _check_normalize(normalize, mean, std):
+    if normalize not in NORMALIZATIONS:
+        raise ConfigError(f"reward_model reward: option normalize={normalize!r} is not one of {list(NORMALIZATIONS)}")
+    if normalize == "fixed":
+        if mean is None or std is None:
+            raise ConfigError("reward_model reward: normalize='fixed' needs the options mean and std")
+        return normalize, check_number("reward_model", "mean", mean, positive=False), \
+            check_number("reward_model", "std", std)
+    if mean is not None or std is not None:
+        raise ConfigError(f"reward_model reward: the options mean and std go with normalize='fixed' "
+                          f"(normalize={normalize!r})")
+    return normalize, None, None
+
+
+@register_reward("reward_model")
+def reward_model(*, model: str, revision: str | None = None, device: str = "auto", dtype: str = "auto",
+                 batch_size: int = 8, max_length: int | None = None, normalize: str = "none",
+                 mean: float | None = None, std: float | None = None, label_index: int | None = None,
+                 chat_template: bool = True, trust_remote_code: bool = False,
+                 cache_size: int = DEFAULT_CACHE_SIZE) -> RewardModel:
+    """A sequence-classifier reward model: its logit for prompt + completion (module docstring)."""
+    return RewardModel(model=model, revision=revision, device=device, dtype=dtype, batch_size=batch_size,
+                       max_length=max_length, normalize=normalize, mean=mean, std=std, label_index=label_index,
+                       chat_template=chat_template, trust_remote_code=trust_remote_code, cache_size=cache_size)

@@ -1,0 +1,147 @@
+"""Finding and killing every process a sandbox started, from ``/proc`` (Linux).
+
+A sandbox is a *keeper* process (forked from the trainer; its own session, so its pid is also
+its session and process-group id) and below it a *runner* that runs the user's code. A process
+started by the user's code belongs to the sandbox when any of these holds:
+
+* it descends from the keeper (parent links in ``/proc/<pid>/stat``). The keeper is a *child
+  subreaper* (``PR_SET_CHILD_SUBREAPER``), so a process whose parent died - a double fork, a
+  daemon - is re-parented to the keeper, not to init, and stays found while the keeper lives;
+* its session or process group is the keeper's (it never called ``setsid`` / ``setpgid``);
+* its environment holds the sandbox's tag (``STEADYRL_SANDBOX=<tag>``): every program started
+  with ``exec`` from inside the sandbox carries it, even one that left the session and whose
+  ancestors are dead.
+
+What is *not* found: a process that left the session (``setsid``) and never called ``exec``
+(or cleared its environment), once its chain of parents up to the keeper is broken because the
+keeper itself was killed first (only the user's code can do that: the sandbox kills from the
+leaves up). Such a process still has the limits it inherited (CPU seconds, memory).
+
+:func:`kill_all` kills round after round until two scans in a row find nothing (a process that
+forks while it is being killed is caught by the next round), for at most ``budget_s``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+
+__all__ = ["TAG_VAR", "prctl", "proc_table", "members", "kill_all", "PR_SET_PDEATHSIG", "PR_SET_CHILD_SUBREAPER"]
+
+TAG_VAR = "STEADYRL_SANDBOX"
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+_LIBC = None
+
+
+def prctl(option: int, arg: int) -> bool:
+    """``prctl(option, arg)`` through libc; ``False`` where it is not available or fails."""
+    global _LIBC
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        if _LIBC is None:
+            _LIBC = ctypes.CDLL(None, use_errno=True)
+        return _LIBC.prctl(option, ctypes.c_ulong(arg), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _stat(pid: int) -> tuple[int, int, int, str] | None:
+    """``(ppid, pgid, sid, state)`` of ``pid``, or ``None`` when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rfind(b")") + 2:].split()
+    try:
+        return int(fields[1]), int(fields[2]), int(fields[3]), fields[0].decode()
+    except (IndexError, ValueError):
+        return None
+
+
+def proc_table() -> dict[int, tuple[int, int, int, str]]:
+    """Every live process: ``pid -> (ppid, pgid, sid, state)`` (zombies and dead ones left out)."""
+    table = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if name.isdigit():
+            row = _stat(int(name))
+            if row is not None and row[3] not in ("Z", "X", "x"):
+                table[int(name)] = row
+    return table
+
+
+def _tagged(pids, tag: bytes) -> set[int]:
+    found = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if tag in f.read():
+                    found.add(pid)
+        except OSError:
+            continue
+    return found
+
+
+def keeper_alive_as_ours(keeper: int, table: dict) -> bool:
+    """Whether the process ``keeper`` in ``table`` is the sandbox's keeper: a session leader whose
+    parent is this process (the trainer) or who is this process."""
+    ppid, _, sid, _ = table[keeper]
+    return sid == keeper and ppid == os.getpid() or keeper == os.getpid()
+
+
+def members(keeper: int, tag: str | None = None, table: dict | None = None) -> set[int]:
+    """The live processes of the sandbox whose keeper is ``keeper`` (the keeper not included).
+
+    Session and process group are matched only while ``keeper`` is not some other live process:
+    once the keeper is reaped, its pid may be handed to an unrelated session leader (the kernel
+    frees a pid only when no process uses it as a session or group id any more)."""
+    table = proc_table() if table is None else table
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, stack = set(), list(children.get(keeper, ()))
+    while stack:
+        pid = stack.pop()
+        if pid not in found:
+            found.add(pid)
+            stack.extend(children.get(pid, ()))
+    if keeper not in table or keeper_alive_as_ours(keeper, table):
+        found |= {pid for pid, (_, pgid, sid, _) in table.items() if keeper in (pgid, sid)}
+    if tag:
+        found |= _tagged(set(table) - found, f"{TAG_VAR}={tag}\0".encode())
+    found.discard(keeper)
+    found.discard(os.getpid())
+    return found
+
+
+def kill_all(keeper: int, tag: str | None, *, budget_s: float = 2.0, with_keeper: bool = True) -> int:
+    """SIGKILL every member of the sandbox, leaves first, then (``with_keeper``) the keeper; returns
+    how many processes were signalled. Rounds go on until two scans in a row find nothing."""
+    deadline, killed, quiet = time.monotonic() + budget_s, 0, 0
+    while quiet < 2 and time.monotonic() < deadline:
+        found = members(keeper, tag)
+        quiet = 0 if found else quiet + 1
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        if found:
+            time.sleep(0.005)
+    if with_keeper:
+        try:
+            os.kill(keeper, signal.SIGKILL)
+            killed += 1
+        except OSError:
+            pass
+    return killed
