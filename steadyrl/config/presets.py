@@ -103,9 +103,7 @@ DEMO_TOOL_CONFIG: dict[str, Any] = {
              "warmstart_steps": 30, "warmstart_lr": 1e-4, "tool_fraction": 0.3},
     "rollout": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 16, "temperature": 1.0,
                 "tools": ["steadyrl.demo.calculator:calculate"], "tool_parser": "hermes", "max_turns": 2,
-                "max_observation_tokens": 24, "max_episode_tokens": 48, "tool_timeout_s": 5.0,
-                # the calculator parses its input itself (no eval, bounded work): a thread is enough
-                "tool_isolation": "thread"},
+                "max_observation_tokens": 24, "max_episode_tokens": 48, "tool_timeout_s": 5.0},
     "algorithm": {"preset": "grpo", "kl_mode": "none"},
     "optim": {"lr": 5e-4},
     "trainer": {"max_steps": 60, "micro_batch_size": 128, "save_every": 0, "samples_every": 10,
