@@ -135,12 +135,14 @@ def test_reward_reads_the_final_turn():
         [{"role": "assistant", "content": "10063"}],
         [{"role": "assistant", "content": "<tool_call>..."}, {"role": "tool", "content": "10063"},
          {"role": "assistant", "content": " 10063 "}],
-        [{"role": "assistant", "content": "<tool_call>..."}, {"role": "tool", "content": "10063"}],  # cut after the result
+        # cut after the result: the last message is the tool's, not the policy's
+        [{"role": "assistant", "content": "<tool_call>..."}, {"role": "tool", "content": "10063"}],
         [{"role": "assistant", "content": "10062"}],
         [],
     ]
     assert tool_answer_reward([""] * 5, [""] * 5, answer, turns=turns) == [1.0, 1.0, 0.0, 0.0, 0.0]
-    completions = ["10063", "<tool_call>\n{}\n</tool_call>\nuser\n10063\nassistant\n10063\n", "</tool_call>", "", "1006"]
+    completions = ["10063", "<tool_call>\n{}\n</tool_call>\nuser\n10063\nassistant\n10063\n", "</tool_call>",
+                   "", "1006"]
     assert tool_answer_reward([""] * 5, completions, answer) == [1.0, 1.0, 0.0, 0.0, 0.0]
     assert final_answer("a\n b \n\n") == "b" and episode_answer([]) == ""
     with pytest.raises(ValueError, match="one length"):
