@@ -9,7 +9,8 @@ product has ``a_digits + b_digits`` digits (so every transcript has one shape: t
 digits at fixed offsets); a pair already drawn, or with a shorter product, is redrawn, so the
 training and held-out splits never share a question, and both depend only on ``seed``. A tiny
 model cannot multiply a 3-digit by a 2-digit number in its head; it can copy the factors into a
-call of :func:`~steadyrl.demo.calculator.calculate` and copy the result back. Two kinds of transcript teach it the format in the supervised warm start:
+call of :func:`~steadyrl.demo.calculator.calculate` and copy the result back. Two kinds of
+transcript teach it the format in the supervised warm start:
 
 * direct: the assistant answers at once (right answer, which it cannot reproduce);
 * tool: the assistant calls the calculator in the Hermes format, reads the ``tool`` message and
