@@ -18,7 +18,10 @@ from ..config.schema import Config
 from ..errors import ConfigError
 from ..rewards import BUILTIN_REWARDS
 
-__all__ = ["run_code", "check_run_code"]
+__all__ = ["BUILTIN_TOOLS", "run_code", "check_run_code"]
+
+BUILTIN_TOOLS = frozenset({"steadyrl.demo.calculator:calculate"})
+"""Tools that are steadyrl's own code (the tool demo's calculator): naming them runs nothing new."""
 
 
 def run_code(config: Config, saved: dict) -> list[str]:
@@ -30,7 +33,7 @@ def run_code(config: Config, saved: dict) -> list[str]:
     code = [f"reward {r.name!r}" for r in config.rewards if r.name not in BUILTIN_REWARDS and r.name in saved_names]
     ro = config.rollout
     saved_tools = get_dotted(saved, ["rollout", "tools"]) or []
-    code += [f"tool {t!r}" for t in ro.tools if t in saved_tools]
+    code += [f"tool {t!r}" for t in ro.tools if t in saved_tools and t not in BUILTIN_TOOLS]
     if ro.environment is not None and ro.environment == get_dotted(saved, ["rollout", "environment"]):
         code.append(f"environment {ro.environment!r}")
     if ":" in ro.tool_parser and ro.tool_parser == get_dotted(saved, ["rollout", "tool_parser"]):

@@ -48,3 +48,14 @@ def test_tool_demo_trains_a_few_steps_and_shows_transcripts(steadyrl_cli, tmp_pa
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
     saved = yaml.safe_load((out / "config.yaml").read_text())
     assert saved["demo"]["task"] == "tool" and saved["rollout"]["tools"] == ["steadyrl.demo.calculator:calculate"]
+
+
+def test_built_in_tools_are_the_tool_demos_and_need_no_trust_flag(steadyrl_cli, tmp_path):
+    from steadyrl.trainer.trust import BUILTIN_TOOLS
+
+    assert BUILTIN_TOOLS == set(DEMO_TOOL_CONFIG["rollout"]["tools"])
+    out = tmp_path / "run"
+    assert steadyrl_cli("train", "demo.task=tool", "--output-dir", str(out), *FAST, timeout=300).returncode == 0
+    proc = steadyrl_cli("eval", "--output-dir", str(out), timeout=300)  # steadyrl's own calculator: no flag
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["num_prompts"] == 4
