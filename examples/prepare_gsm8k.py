@@ -15,14 +15,16 @@ from datasets import load_dataset
 INSTRUCTION = "Solve the problem. Put the final answer in \\boxed{}."
 
 
-def main(out_dir: str) -> None:
+def main(out_dir: str, instruction: str = INSTRUCTION, stem: str = "gsm8k") -> None:
+    """Write ``<stem>_train.jsonl`` and ``<stem>_test.jsonl``: each question + ``instruction`` as one user message."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data = load_dataset("openai/gsm8k", "main")
-    for split, name in (("train", "gsm8k_train.jsonl"), ("test", "gsm8k_test.jsonl")):
+    for split in ("train", "test"):
+        name = f"{stem}_{split}.jsonl"
         with open(out / name, "w") as f:
             for row in data[split]:
-                prompt = [{"role": "user", "content": f"{row['question']}\n\n{INSTRUCTION}"}]
+                prompt = [{"role": "user", "content": f"{row['question']}\n\n{instruction}"}]
                 f.write(json.dumps({"prompt": prompt, "answer": row["answer"]}) + "\n")
         print(f"wrote {out / name} ({len(data[split])} prompts)")
 

@@ -9,27 +9,13 @@ the prompt only says when to use it. The `math` reward reads the number after '#
 column and checks the last \\boxed{} of the transcript.
 """
 
-import json
 import sys
-from pathlib import Path
 
-from datasets import load_dataset
+from prepare_gsm8k import main  # the same writer, another instruction (run from anywhere: the script's folder is on sys.path)
 
 INSTRUCTION = ("Use the calculate tool for any arithmetic you are not sure of. When you know the answer, "
                "reply without a tool call and put the final answer in \\boxed{}.")
 
 
-def main(out_dir: str) -> None:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    data = load_dataset("openai/gsm8k", "main")
-    for split, name in (("train", "gsm8k_tools_train.jsonl"), ("test", "gsm8k_tools_test.jsonl")):
-        with open(out / name, "w") as f:
-            for row in data[split]:
-                prompt = [{"role": "user", "content": f"{row['question']}\n\n{INSTRUCTION}"}]
-                f.write(json.dumps({"prompt": prompt, "answer": row["answer"]}) + "\n")
-        print(f"wrote {out / name} ({len(data[split])} prompts)")
-
-
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "data")
+    main(sys.argv[1] if len(sys.argv) > 1 else "data", INSTRUCTION, stem="gsm8k_tools")

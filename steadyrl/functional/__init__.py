@@ -6,9 +6,7 @@ Pure functions of tensors: no config objects, no models, no I/O, no global state
 dtype. Every epsilon and clamp is a named constant in :mod:`steadyrl.functional.constants`.
 """
 
-import importlib
-from typing import Any
-
+from ..lazy import lazy_attributes
 from . import constants
 
 # name -> the submodule that defines it, imported on first use: ``steadyrl.functional.constants``
@@ -67,12 +65,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -14,9 +14,7 @@ worker process (:mod:`steadyrl.sandbox`) by default, and turn every failure into
 sample, never an exception. See ``docs/rewards.md``.
 """
 
-import importlib
-from typing import Any
-
+from ..lazy import lazy_attributes
 from . import judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
 from .loader import load_reward, reward_name
 from .math_verifier import math_reward, parse_gold
@@ -44,12 +42,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -17,11 +17,12 @@ import json, os
 
 
 class Seeds:
-    """Two turns; writes each episode's seed to a file named after the process."""
+    """Two turns; writes each episode's seed to a file named after its rank (it runs in a sandbox
+    worker of the rank's trainer process, which keeps RANK in its environment)."""
 
     def reset(self, prompt, answer, seed, **row):
         self.turn = 0
-        with open(os.path.join(os.environ["SEED_DIR"], f"{os.getpid()}.txt"), "a") as f:
+        with open(os.path.join(os.environ["SEED_DIR"], f"rank{os.environ['RANK']}.txt"), "a") as f:
             f.write(f"{seed}\\n")
         return None
 

@@ -23,7 +23,7 @@ from steadyrl.trainer.dynamic import informative_groups
 
 REWARDS = '''
 def varied(prompts, completions, **columns):
-    """Every group of 4 varies: 0, 1, 2, 3."""
+    """Every group of 4 varies: 0, 1, 2, 3 (called on whole batches: rewards[].chunk_size null)."""
     return [float(i % 4) for i in range(len(completions))]
 
 
@@ -56,7 +56,7 @@ def write_config(tiny_model_dir, tmp_path):
         config = {
             "model": {"name_or_path": str(tiny_model_dir)},
             "data": {"train_path": str(tmp_path / "train.jsonl"), "shuffle": False},
-            "rewards": [{"name": f"{tmp_path / 'rewards.py'}:{reward}"}],
+            "rewards": [{"name": f"{tmp_path / 'rewards.py'}:{reward}", "chunk_size": None}],  # whole batches
             "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 5},
             "algorithm": {"kl_mode": "none", **algorithm},
             "optim": {"lr": 1e-3},

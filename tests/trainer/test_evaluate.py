@@ -27,13 +27,22 @@ def test_nan_inf_and_missing_scores_are_not_correct():
 
 
 class _EchoEngine:
-    """Answers every prompt with ``answer`` (greedy and sampled alike)."""
+    """Answers every prompt with ``answer`` (greedy and sampled alike), as a one-token response."""
+
+    tokenizer = None  # a single-turn evaluation never renders or tokenizes anything itself
 
     def __init__(self, answer: str):
         self.answer = answer
 
     def generate(self, ids, n, **kwargs):
-        return SimpleNamespace(completions=[self.answer] * (len(ids) * n))
+        import torch
+
+        from steadyrl.rollout.base import Generation
+
+        rows = len(ids) * n
+        ones = torch.ones((rows, 1), dtype=torch.long)
+        return Generation(prompt_ids=ones, prompt_mask=ones, response_ids=ones, response_mask=ones,
+                          truncated=torch.zeros(rows, dtype=torch.bool), completions=[self.answer] * rows)
 
 
 def _failing(prompts, completions, **columns):
@@ -45,6 +54,7 @@ def _matches(prompts, completions, answer, **columns):
 
 
 def _evaluate(*fns, num_samples=2):
+    from steadyrl.config.schema import RolloutConfig
     from steadyrl.rewards import RewardSpec
     from steadyrl.trainer.evaluate import evaluate
     from steadyrl.trainer.prompts import PromptItem, Scorer
@@ -54,7 +64,7 @@ def _evaluate(*fns, num_samples=2):
     config = SimpleNamespace(max_new_tokens=4, accuracy_reward=None, batch_size=8, correct_threshold=1.0,
                              num_samples=num_samples, temperature=1.0)
     try:
-        return evaluate(_EchoEngine("41"), scorer, prompts, config, SimpleNamespace(max_new_tokens=4))
+        return evaluate(_EchoEngine("41"), scorer, prompts, config, RolloutConfig(max_new_tokens=4))
     finally:
         scorer.close()
 
