@@ -1,6 +1,6 @@
 """Multi-turn tool use: steadyrl's episodes vs TRL's ``GRPOTrainer(tools=...)``, same task and settings.
 
-    python -m benchmarks.bench_agents                    # 3 pairs of 20 steps, ~10 min + ~6 min warm start
+    python -m benchmarks.bench_agents                    # 3 pairs of 20 steps (~17 min under load) + ~6 min warm start
     python -m benchmarks.bench_agents --quick            # smoke run: one pair of 6 steps
     python -m benchmarks.bench_agents --write-md BENCHMARKS.md
 
