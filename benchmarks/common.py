@@ -72,7 +72,7 @@ def reset_peak_rss() -> None:
         f.write("5")
 
 
-def run_steadyrl(config_path: Path, output_dir: Path) -> tuple[list[dict], object]:
+def run_steadyrl(config_path: Path, output_dir: Path, keep: tuple[str, ...] = ()) -> tuple[list[dict], object]:
     """Run ``steadyrl.trainer.train(config_path)`` here; returns ``(steps, run)``.
 
     ``steps[i]`` holds the wall clock (``end``) and this process's CPU time (``cpu``) when step
@@ -80,7 +80,8 @@ def run_steadyrl(config_path: Path, output_dir: Path) -> tuple[list[dict], objec
     between two steps: logging, samples, trackers), the tokens the step processed (prompt +
     response), its mean reward and response length, steadyrl's own ``time/*`` metrics (wall
     seconds), the CPU seconds spent in the engine's ``generate`` (``generate_cpu_s``), the
-    resident set before the step and the process's peak resident set after it (MiB).
+    resident set before the step and the process's peak resident set after it (MiB), and under
+    ``metrics`` the step's metrics named in ``keep`` (None where the step has none).
     ``run`` is the trainer's :class:`~steadyrl.trainer.setup.Run` (the trained policy).
     """
     import steadyrl.trainer.loop as loop
@@ -113,7 +114,7 @@ def run_steadyrl(config_path: Path, output_dir: Path) -> tuple[list[dict], objec
                       "reward": metrics.get("reward/mean"), "length": metrics["response/length_mean"],
                       "length_max": metrics["response/length_max"],
                       "generate_s": metrics["time/generate_s"], "score_s": metrics["time/score_s"],
-                      "update_s": metrics["time/update_s"]})
+                      "update_s": metrics["time/update_s"], "metrics": {k: metrics.get(k) for k in keep}})
         return metrics, extras
 
     loop.train_step, loop.build_engine = timed_step, build_engine

@@ -147,7 +147,8 @@ class EnvironmentAgent:
                                     elapsed_s=result.elapsed_s))
         return starts
 
-    def respond(self, states: list, texts: list[str]) -> list[Reply]:
+    def respond(self, states: list, texts: list[str], last: list[bool] | None = None) -> list[Reply]:
+        """Every episode's environment steps, the last turn's too (its reward counts)."""
         replies = []
         for result in self._call(states, [("step", text) for text in texts]):
             if result.ok:

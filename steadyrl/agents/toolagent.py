@@ -53,12 +53,25 @@ class ToolAgent:
         except Exception as err:  # a user parser that fails: the turn is a malformed call
             return ParsedTurn(content=text, calls=[], errors=[f"the tool call could not be read: {error_text(err)}"])
 
-    def respond(self, states: list, texts: list[str]) -> list[Reply]:
+    def respond(self, states: list, texts: list[str], last: list[bool] | None = None) -> list[Reply]:
+        """``last[i]``: episode ``i`` has used its last turn, so its calls are not run (their results
+        could never be read); its reply only says whether the policy answered (done) or not."""
         parsed = [self._parse(t) for t in texts]
-        requests = [(call.name, call.arguments) for turn in parsed for call in turn.calls if call.name in self.tools]
+        last = last or [False] * len(texts)
+        replies = self._run_turns([None if end else turn for turn, end in zip(parsed, last)])
+        return [Reply(done=not turn.calls and not turn.errors) if reply is None else reply
+                for turn, reply in zip(parsed, replies)]
+
+    def _run_turns(self, parsed: list) -> list[Reply]:
+        """Run the calls of every parsed turn (None: nothing to run) and build the replies."""
+        requests = [(call.name, call.arguments) for turn in parsed if turn is not None
+                    for call in turn.calls if call.name in self.tools]
         results = iter(self.runner.map(requests, self.timeout_s))
         replies = []
-        for i, turn in enumerate(parsed):
+        for turn in parsed:
+            if turn is None:
+                replies.append(None)
+                continue
             reply = Reply(done=not turn.calls and not turn.errors, tool_calls=len(turn.calls))
             for message in turn.errors:
                 reply.messages.append(tool_message(PARSE_ERROR, f"Error: {message}"))

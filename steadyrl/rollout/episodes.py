@@ -148,7 +148,8 @@ def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: 
 
 def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end_texts: list[str]) -> None:
     """The agent's replies to the latest turns, appended as observation tokens."""
-    replies = agent.respond([e.state for e in episodes], [e.text for e in episodes])
+    last = [e.info.turns >= limits.max_turns for e in episodes]  # a tool call then could never be read
+    replies = agent.respond([e.state for e in episodes], [e.text for e in episodes], last)
     for e, reply in zip(episodes, replies):
         info = e.info
         info.env_time_s += reply.elapsed_s
@@ -161,11 +162,14 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         if reply.failed:
             info.failed, info.error, e.running = True, reply.error, False
             continue
-        if reply.done or not reply.messages:
+        if reply.done:
             e.running = False
             continue
-        if info.turns >= limits.max_turns:
+        if info.turns >= limits.max_turns:  # not done after its last turn
             info.truncation, e.running = "max_turns", False
+            continue
+        if not reply.messages:  # nothing to say: the episode ends
+            e.running = False
             continue
         try:
             obs = _observation(tokenizer, e, reply.messages, agent, limits, end_texts)

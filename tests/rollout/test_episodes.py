@@ -242,3 +242,28 @@ def test_tools_in_process_isolation_run_and_time_out(tmp_path):
     contents = [m["content"] for m in gen.episodes[0].messages if m["role"] == "tool"]
     assert contents[0] == "woke" and "timed out" in contents[1]
     assert gen.episodes[0].tool_errors == {"slow": 1}
+
+
+def test_a_call_in_the_last_allowed_turn_is_not_run():
+    ran = []
+
+    def count(a: int, b: int) -> int:
+        """Add and count the calls.
+
+        Args:
+            a: the first integer
+            b: the second integer
+        """
+        ran.append((a, b))
+        return a + b
+
+    from transformers.utils import get_json_schema
+
+    tok = qwen25()
+    agent = ToolAgent([Tool("add", count, get_json_schema(count))], load_parser("hermes"), timeout_s=5,
+                      isolation="inline")
+    limits = TurnLimits(**{**LIMITS.__dict__, "max_turns": 2})
+    gen = run_episodes(ScriptedEngine(tok, [CALL]), tok, prompts_for(tok, agent), 1, agent=agent, limits=limits)
+    info = gen.episodes[0]
+    assert (info.turns, info.truncation, info.tool_calls) == (2, "max_turns", 1)
+    assert ran == [(1, 2)]  # the first turn's call ran; the second turn's result could never be read
