@@ -45,6 +45,7 @@ from .rewards import (
     difficulty_weights,
     group_mean_std,
     normalize_rewards,
+    normalize_rewards_by_domain,
 )
 from .stats import RunningMoments, explained_variance, masked_mean, masked_sum, masked_var, masked_whiten
 
@@ -73,6 +74,7 @@ __all__ = [
     "clip_fraction",
     "group_mean_std",
     "normalize_rewards",
+    "normalize_rewards_by_domain",
     "NORM_TYPES",
     "difficulty_mask",
     "difficulty_weights",
