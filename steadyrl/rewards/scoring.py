@@ -17,6 +17,13 @@ A function fails a sample in one of four ways (the failure *kinds*, counted per 
 Nothing a reward function does propagates out of :meth:`RewardScorer.score`: failures are counted,
 the first traceback (or time-out message) of each function is kept in ``ScoreResult.errors`` for
 the trainer to show once, and the affected samples leave the update through ``valid``.
+
+Reward domains (docs/rewards.md): with ``RewardScorer(..., domain_key="domain")`` a spec whose
+``domains`` is set is called on the rows whose ``domain`` column holds one of those values, and
+on no other row; the sum above then runs over the functions that apply to the row. A row outside
+a function's domains has ``raw[name][i] = None`` and ``ScoreResult.applies(name)[i] = False``:
+not applicable, never counted as a failure. A row no function applies to is invalid
+(``ScoreResult.unrouted()``, the metric ``reward/unrouted``).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import torch
 from ..errors import ConfigError
 from .loader import load_reward, reward_name
 from .registry import RewardFn
-from .runners import ISOLATIONS, InlineRunner, Isolation, default_isolation, make_runner
+from .runners import ISOLATIONS, InlineRunner, Isolation, Outcome, default_isolation, make_runner
 
 __all__ = ["RewardSpec", "ScoreResult", "RewardScorer", "score_batch", "FAILURE_KINDS", "DEFAULT_TIMEOUT_S"]
 
@@ -61,6 +68,7 @@ class RewardSpec:
     weight: float = 1.0
     timeout_s: float | None = DEFAULT_TIMEOUT_S
     isolation: Isolation | None = None
+    domains: tuple[str, ...] | None = None  # None: every row; else rows whose domain is one of these
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "/" in self.name:
@@ -76,6 +84,12 @@ class RewardSpec:
             valid = list(ISOLATIONS)
             raise ConfigError(f"{where}: isolation={self.isolation!r} must be one of {valid} or None")
         self.weight = float(self.weight)
+        if self.domains is not None:
+            if isinstance(self.domains, str) or not self.domains or not all(
+                    isinstance(d, str) and d for d in self.domains):
+                raise ConfigError(f"{where}: domains={self.domains!r} must be a non-empty list of domain names, "
+                                  "or None for every row")
+            self.domains = tuple(self.domains)
         if self.isolation is None:  # a model or server reward says where it runs best (docs/rewards.md)
             preferred = getattr(self.fn, "preferred_isolation", None)
             self.isolation = preferred if preferred in ISOLATIONS else None
@@ -111,6 +125,21 @@ class ScoreResult:
     elapsed_s: dict[str, float] = field(default_factory=dict)
     # "reward/<name>/<metric>" -> value: what reward objects with a metrics() method reported
     metrics: dict[str, float] = field(default_factory=dict)
+    # reward domains: each row's domain (None when the scorer has no domain_key), and the domains
+    # each function is restricted to (a name missing or None: every row)
+    domains: list | None = None
+    routes: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
+
+    def applies(self, name: str) -> list[bool]:
+        """Where function ``name`` applies: every row, unless it is restricted to some domains."""
+        return _applies(self.routes.get(name), self.domains, self.batch_size)
+
+    def unrouted(self) -> list[bool]:
+        """Rows no function applies to (a domain with no reward): invalid, scored 0."""
+        if self.domains is None or not self.names:
+            return [False] * self.batch_size
+        masks = [self.applies(name) for name in self.names]
+        return [not any(m[i] for m in masks) for i in range(self.batch_size)]
 
     @property
     def batch_size(self) -> int:
@@ -127,11 +156,12 @@ class ScoreResult:
     def failure_kinds(self, name: str) -> list[str | None]:
         """Per sample, how function ``name`` failed on it (a kind of ``FAILURE_KINDS``), or None.
         A call that failed as a whole gives every sample its kind."""
-        size = self.batch_size
-        whole = next((kind for kind, n in self.failures[name].items() if n == size and kind in ("exception", "timeout")),
-                     None)
-        return [whole or ("none" if x is None else "nonfinite" if not math.isfinite(x) else None)
-                for x in self.raw[name]]
+        applies = self.applies(name)
+        size = sum(applies)
+        whole = next((kind for kind, n in self.failures[name].items()
+                      if n == size and n > 0 and kind in ("exception", "timeout")), None)
+        return [None if not ok else whole or ("none" if x is None else "nonfinite" if not math.isfinite(x) else None)
+                for x, ok in zip(self.raw[name], applies)]
 
     def select(self, rows: list[int]) -> "ScoreResult":
         """The result of rows ``rows`` only, in that order (failures counted over them)."""
@@ -143,7 +173,22 @@ class ScoreResult:
         return ScoreResult(names=list(self.names), weights=dict(self.weights),
                            raw={name: [values[i] for i in rows] for name, values in self.raw.items()},
                            scores=self.scores[index], valid=self.valid[index], failures=failures,
-                           errors=dict(self.errors), elapsed_s=dict(self.elapsed_s))
+                           errors=dict(self.errors), elapsed_s=dict(self.elapsed_s),
+                           domains=None if self.domains is None else [self.domains[i] for i in rows],
+                           routes=dict(self.routes))
+
+
+def _applies(route: tuple[str, ...] | None, domains: list | None, size: int) -> list[bool]:
+    if route is None or domains is None:
+        return [True] * size
+    return [d is not None and str(d) in route for d in domains]
+
+
+class _NotCalled:
+    """A function with no row of its domains in the batch is not called: an empty result."""
+
+    def wait(self, timeout_s: float | None) -> Outcome:
+        return Outcome("ok", [], None, 0.0)
 
 
 def _check_specs(specs: Sequence[RewardSpec]) -> list[RewardSpec]:
@@ -174,27 +219,37 @@ def _check_batch(prompts, completions, columns) -> dict[str, list]:
     return columns
 
 
-def _assemble(specs: list[RewardSpec], outcomes: list, size: int) -> ScoreResult:
+def _assemble(specs: list[RewardSpec], outcomes: list, size: int, rows: list[list[int]] | None = None,
+              domains: list | None = None) -> ScoreResult:
+    """``rows[f]``: the batch rows function ``f`` was called on (all of them without domains)."""
+    rows = rows or [list(range(size)) for _ in specs]
     raw, failures, errors, elapsed = {}, {}, {}, {}
     total = [0.0] * size
     ok = [True] * size
-    for spec, out in zip(specs, outcomes):
+    for spec, out, mine in zip(specs, outcomes, rows):
         counts = dict.fromkeys(FAILURE_KINDS, 0)
         status, scores, error = out.status, out.scores, out.error
-        if status == "ok" and len(scores) != size:
+        if status == "ok" and len(scores) != len(mine):
             status = "exception"
-            error = f"returned {len(scores)} scores for a batch of {size} (the whole batch is invalid)"
+            error = f"returned {len(scores)} scores for a batch of {len(mine)} (the whole batch is invalid)"
+        full: list[float | None] = [None] * size  # None outside ``mine``: not applicable
         if status != "ok":
-            scores, counts[status], errors[spec.name] = [None] * size, size, error
-            ok = [False] * size
+            counts[status], errors[spec.name] = len(mine), error
+            for i in mine:
+                ok[i] = False
         else:
-            for i, x in enumerate(scores):
+            for i, x in zip(mine, scores):
+                full[i] = x
                 if x is not None and math.isfinite(x):
                     total[i] += spec.weight * x
                     continue
                 counts["none" if x is None else "nonfinite"] += 1
                 ok[i] = False
-        raw[spec.name], failures[spec.name], elapsed[spec.name] = scores, counts, out.elapsed_s
+        raw[spec.name], failures[spec.name], elapsed[spec.name] = full, counts, out.elapsed_s
+    covered = {i for mine in rows for i in mine}
+    for i in range(size):  # a row no function applies to (a domain with no reward) has no score
+        if i not in covered:
+            ok[i] = False
     combined = torch.tensor(total, dtype=torch.float64)
     for i in torch.nonzero(~torch.isfinite(combined)).flatten().tolist():
         # finite scores whose weighted sum overflows: blame the largest term, so it is counted
@@ -212,6 +267,8 @@ def _assemble(specs: list[RewardSpec], outcomes: list, size: int) -> ScoreResult
         failures=failures,
         errors=errors,
         elapsed_s=elapsed,
+        domains=domains,
+        routes={s.name: s.domains for s in specs} if domains is not None else {},
     )
 
 
@@ -222,10 +279,16 @@ class RewardScorer:
     Linux, ``"thread"`` elsewhere). Use it as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, specs: Sequence[RewardSpec], *, isolation: Isolation | None = None):
+    def __init__(self, specs: Sequence[RewardSpec], *, isolation: Isolation | None = None,
+                 domain_key: str | None = None):
         if isolation is not None and isolation not in ISOLATIONS:
             raise ConfigError(f"isolation={isolation!r} must be one of {list(ISOLATIONS)} or None")
         self.specs = _check_specs(specs)
+        self.domain_key = domain_key
+        restricted = [s.name for s in self.specs if s.domains is not None]
+        if restricted and domain_key is None:
+            raise ConfigError(f"rewards {restricted} are restricted to domains, but data.domain_key is null: "
+                              "name the column that holds each row's domain")
         default = isolation or default_isolation()
         self.isolations = [s.isolation or default for s in self.specs]
         self._runners = [make_runner(s.fn, iso) for s, iso in zip(self.specs, self.isolations)]
@@ -233,14 +296,26 @@ class RewardScorer:
     def score(self, prompts: Sequence, completions: Sequence, columns: dict | None = None) -> ScoreResult:
         """Call every reward function once on the batch; never raises for a function's failure."""
         columns = _check_batch(prompts, completions, columns)
+        size = len(completions)
+        domains = None
+        if self.domain_key is not None:
+            if self.domain_key not in columns:
+                raise ValueError(f"data.domain_key = {self.domain_key!r}, but the batch has no such column; "
+                                 f"columns: {sorted(columns)}")
+            domains = list(columns[self.domain_key])
+        rows = [[i for i, ok in enumerate(_applies(s.domains, domains, size)) if ok] for s in self.specs]
         # Inline functions run last, while the isolated ones work in parallel.
         order = sorted(range(len(self.specs)), key=lambda i: isinstance(self._runners[i], InlineRunner))
         calls = {}
-        for i in order:  # each function gets its own copies: none sees another's mutations
-            cols = {k: list(v) for k, v in columns.items()}
-            calls[i] = self._runners[i].start(list(prompts), list(completions), cols)
+        for i in order:  # each function gets its own copies of its own rows: none sees another's
+            mine = rows[i]
+            if not mine:
+                calls[i] = _NotCalled()
+                continue
+            cols = {k: [v[j] for j in mine] for k, v in columns.items()}
+            calls[i] = self._runners[i].start([prompts[j] for j in mine], [completions[j] for j in mine], cols)
         outcomes = [calls[i].wait(spec.timeout_s) for i, spec in enumerate(self.specs)]
-        result = _assemble(self.specs, outcomes, len(completions))
+        result = _assemble(self.specs, outcomes, size, rows, domains)
         result.metrics = self._reported_metrics()
         return result
 
@@ -278,8 +353,9 @@ def score_batch(
     columns: dict | None = None,
     *,
     isolation: Isolation | None = None,
+    domain_key: str | None = None,
 ) -> ScoreResult:
     """Score one batch (a one-off :class:`RewardScorer`; a training loop keeps one instead, so
     that worker processes are forked once, not per batch)."""
-    with RewardScorer(specs, isolation=isolation) as scorer:
+    with RewardScorer(specs, isolation=isolation, domain_key=domain_key) as scorer:
         return scorer.score(prompts, completions, columns)
