@@ -11,6 +11,11 @@
 With tools or an environment every completion is a whole episode (:mod:`.episodes`): greedy
 success and pass@k are over episodes, and the environment's reward can decide correctness
 (``eval.accuracy_reward: environment``).
+
+With reward domains, accuracy and pass@k count only the prompts the accuracy reward applies to
+(a prompt of another domain is neither right nor wrong; no such prompt: no accuracy). Several
+held-out sets (``data.eval_sources``, :func:`evaluate_sets`) are each evaluated on their own,
+``<set>/accuracy`` etc., and together: the overall numbers are over all their prompts.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import math
 import torch
 
 from .episodes import ENVIRONMENT_REWARD, episode_seeds, rollout, score_episodes
+
+__all__ = ["evaluate", "evaluate_sets", "pass_at_k"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -40,9 +47,12 @@ def _ks(n: int) -> list[int]:
     return ks + [n]
 
 
-def _correct(result, name: str, threshold: float) -> list[bool]:
-    """A NaN, inf or missing score is never a correct answer."""
-    return [s is not None and math.isfinite(s) and s >= threshold for s in result.raw[name]]
+def _correct(result, name: str, threshold: float) -> list[bool | None]:
+    """A NaN, inf or missing score is never a correct answer; None where the reward does not apply."""
+    scores = result.raw[name]
+    applies = result.applies(name) if hasattr(result, "applies") else [True] * len(scores)
+    return [(s is not None and math.isfinite(s) and s >= threshold) if ok else None
+            for s, ok in zip(scores, applies)]
 
 
 def _report_failures(result, shown: set[str]) -> None:
@@ -52,12 +62,47 @@ def _report_failures(result, shown: set[str]) -> None:
             print(f"steadyrl: during evaluation, reward function {name!r} failed (shown once):\n{text}", flush=True)
 
 
+def _summary(tally: dict, n: int) -> dict:
+    """The reported numbers of a tally (:func:`_tally`), one set's or several sets' together."""
+    judged = [c for c in tally["correct"] if c is not None]
+    out = {"accuracy": round(sum(judged) / len(judged), 6)} if judged else {}
+    out.update(reward_mean=round(tally["rewards"] / max(tally["scored"], 1), 6), num_prompts=len(tally["correct"]))
+    counts = [c for c in tally["counts"] if c is not None]
+    if n > 0 and counts:
+        for k in _ks(n):
+            out[f"pass@{k}"] = round(sum(pass_at_k(n, c, k) for c in counts) / len(counts), 6)
+    return out
+
+
 @torch.no_grad()
 def evaluate(engine, scorer, prompts: list, eval_config, rollout_config, agent=None) -> dict:
     """Evaluate the engine's model on ``prompts`` (:class:`~steadyrl.trainer.prompts.PromptItem`):
     whole episodes when there is an ``agent`` (tools or an environment), greedy and sampled."""
     if not prompts:
         return {}
+    return _summary(_tally(engine, scorer, prompts, eval_config, rollout_config, agent), eval_config.num_samples)
+
+
+@torch.no_grad()
+def evaluate_sets(engine, scorer, sets: dict[str, list], eval_config, rollout_config, agent=None) -> dict:
+    """Each named held-out set evaluated on its own (``<set>/<metric>``), and all of them together
+    (the plain metric names: counted over every prompt of every set, not averaged over sets)."""
+    out, tallies = {}, []
+    for name, prompts in sets.items():
+        if not prompts:
+            continue
+        tally = _tally(engine, scorer, prompts, eval_config, rollout_config, agent)
+        tallies.append(tally)
+        out.update({f"{name}/{k}": v for k, v in _summary(tally, eval_config.num_samples).items()})
+    if not tallies:
+        return {}
+    whole = {"correct": [c for t in tallies for c in t["correct"]], "scored": sum(t["scored"] for t in tallies),
+             "rewards": sum(t["rewards"] for t in tallies), "counts": [c for t in tallies for c in t["counts"]]}
+    return {**_summary(whole, eval_config.num_samples), **out}
+
+
+def _tally(engine, scorer, prompts: list, eval_config, rollout_config, agent) -> dict:
+    """Per prompt: greedy correctness (None: not applicable) and correct samples of ``num_samples``."""
     max_new = eval_config.max_new_tokens or rollout_config.max_new_tokens
     environment = rollout_config.environment is not None
     names = scorer.names + ([ENVIRONMENT_REWARD] if environment else [])
@@ -79,18 +124,14 @@ def evaluate(engine, scorer, prompts: list, eval_config, rollout_config, agent=N
         correct += _correct(result, name, eval_config.correct_threshold)
         scored += int(result.valid.sum())
         rewards += float(result.scores[result.valid].sum())
-    out = {"accuracy": round(sum(correct) / len(correct), 6), "reward_mean": round(rewards / max(scored, 1), 6),
-           "num_prompts": len(prompts)}
     n = eval_config.num_samples
+    counts = []
     if n > 0:
-        counts = []
         per_call = max(1, step // n)
         for start in range(0, len(prompts), per_call):
             chunk = prompts[start : start + per_call]
             result = episodes(chunk, n, temperature=eval_config.temperature)
             _report_failures(result, shown)
             ok = _correct(result, name, eval_config.correct_threshold)
-            counts += [sum(ok[i * n : (i + 1) * n]) for i in range(len(chunk))]
-        for k in _ks(n):
-            out[f"pass@{k}"] = round(sum(pass_at_k(n, c, k) for c in counts) / len(counts), 6)
-    return out
+            counts += [None if ok[i * n] is None else sum(ok[i * n : (i + 1) * n]) for i in range(len(chunk))]
+    return {"correct": correct, "scored": scored, "rewards": rewards, "counts": counts}

@@ -60,12 +60,13 @@ def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
 class Scorer:
     """Calls the reward functions on completions of :class:`PromptItem` s, keeping their worker
     processes for the whole run (:meth:`close` stops them). With ``allow_empty`` (an environment
-    gives the rewards) there may be no reward function: every sample then scores 0, valid."""
+    gives the rewards) there may be no reward function: every sample then scores 0, valid.
+    With ``domain_key`` each reward scores only the rows of its domains (``RewardSpec.domains``)."""
 
-    def __init__(self, specs: list[RewardSpec], *, allow_empty: bool = False):
+    def __init__(self, specs: list[RewardSpec], *, allow_empty: bool = False, domain_key: str | None = None):
         if not specs and not allow_empty:
             raise DataError("no reward function configured (rewards: [])")
-        self._scorer = RewardScorer(specs) if specs else None
+        self._scorer = RewardScorer(specs, domain_key=domain_key) if specs else None
         self.names = [s.name for s in specs]
 
     def __call__(self, prompts: list[PromptItem], completions: list[str],

@@ -39,6 +39,7 @@ from ..models import (
 from ..rewards import RewardSpec, load_reward
 from .episodes import build_agent
 from .prompts import PromptItem, Scorer, prepare_prompts
+from .sources import Part, by_domain, check_domains, extra_keys, load_parts, make_sampler
 
 
 @dataclass
@@ -69,7 +70,7 @@ class Run:
     scorer: Scorer
     train_prompts: list[PromptItem]
     eval_prompts: list[PromptItem]
-    sampler: PromptSampler
+    sampler: PromptSampler  # a MixtureSampler with data.train_sources
     kl_controller: FixedKLController | AdaptiveKLController
     running: RunningMoments
     state: RunState = field(default_factory=RunState)
@@ -81,6 +82,7 @@ class Run:
     train_critic: torch.nn.Module | None = None
     generator: object = None
     agent: object = None  # multi-turn: answers the policy's turns (tools or an environment); None = one turn
+    eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources: each set on its own
 
     def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
         """``(policy, critic)`` to run forward/backward passes through."""
@@ -124,7 +126,7 @@ def build_rewards(config: Config, default: list[RewardSpec]) -> list[RewardSpec]
         return default
     # the config has checked the keys (label, else the function's short name) are unique
     specs = [RewardSpec(name=r.key, fn=load_reward(r.name, **r.options), weight=r.weight, timeout_s=r.timeout_s,
-                        isolation=r.isolation) for r in config.rewards]
+                        isolation=r.isolation, domains=r.domains) for r in config.rewards]
     for i, spec in enumerate(specs):
         place_reward_model(config, i, spec)
     return specs
@@ -147,12 +149,37 @@ def place_reward_model(config: Config, index: int, spec: RewardSpec) -> None:
 def load_data(config: Config, *, eval_only: bool = False) -> tuple[list[dict], list[dict]]:
     data = config.data
     kwargs = {"format": data.format, "prompt_key": data.prompt_key, "answer_key": data.answer_key,
-              "extra_keys": data.extra_keys}
+              "extra_keys": extra_keys(config)}
     train = [] if eval_only else load_records(data.train_path, split=data.split, **kwargs)
     evals = load_records(data.eval_path, **kwargs) if data.eval_path else []
     if data.max_eval_prompts:
         evals = evals[: data.max_eval_prompts]
     return train, evals
+
+
+def load_all_data(config: Config, *, for_eval: bool = False):
+    """``(train, evals, train_parts, eval_parts)``: the records, and per source when
+    ``data.train_sources`` / ``data.eval_sources`` are set (None otherwise; ``max_eval_prompts``
+    then applies to each held-out set)."""
+    train_parts = None if for_eval else load_parts(config, "train_sources")
+    eval_parts = load_parts(config, "eval_sources")
+    if config.is_demo:
+        train, evals, _ = demo_task(config)
+        if config.data.eval_path:
+            evals = load_records(config.data.eval_path, format=config.data.format,
+                                 prompt_key=config.data.prompt_key, answer_key=config.data.answer_key,
+                                 extra_keys=extra_keys(config))
+    elif train_parts is None:
+        train, evals = load_data(config, eval_only=for_eval)
+    else:
+        train, evals = [r for p in train_parts for r in p.records], []
+        if config.data.eval_path:
+            evals = load_data(config, eval_only=True)[1]
+    if eval_parts is not None:
+        limit = config.data.max_eval_prompts
+        eval_parts = [Part(p.name, p.records[:limit] if limit else p.records) for p in eval_parts]
+        evals = [r for p in eval_parts for r in p.records]
+    return train, evals, train_parts, eval_parts
 
 
 def demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]:
@@ -233,19 +260,17 @@ def build_models(config: Config, model_path: str, device: torch.device):
     return policy, reference, critic, adapter_reference
 
 
-def task_inputs(config: Config, *, for_eval: bool = False) -> tuple[list[dict], list[dict], Scorer]:
-    """Train and held-out records and the scorer: every data and reward input checked.
+def task_inputs(config: Config, *, for_eval: bool = False):
+    """``(train, evals, scorer, (train_parts, eval_parts))``: train and held-out records, the
+    scorer, and the records per source (``data.train_sources`` / ``eval_sources``, else None):
+    every data and reward input checked.
 
     Held-out prompts come from ``data.eval_path`` when it is set, else from the demo's split.
     """
+    train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval)
     if config.is_demo:
-        train, evals, default_specs = demo_task(config)
-        if config.data.eval_path:
-            evals = load_records(config.data.eval_path, format=config.data.format,
-                                 prompt_key=config.data.prompt_key, answer_key=config.data.answer_key,
-                                 extra_keys=config.data.extra_keys)
+        default_specs = demo_task(config)[2]
     else:
-        train, evals = load_data(config, eval_only=for_eval)
         default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
     environment = config.rollout.environment is not None
     if environment and not config.rewards:  # the environment's rewards alone
@@ -256,9 +281,17 @@ def task_inputs(config: Config, *, for_eval: bool = False) -> tuple[list[dict], 
     if wanted is not None and wanted not in names:
         raise ConfigError(f"eval.accuracy_reward = {wanted!r} is not one of the configured rewards {names}")
     provided = ("turns",) if config.rollout.multi_turn else ()  # an episode's turn list, given at scoring
-    check_reward_columns(specs, train, "data.train_path", provided)
-    check_reward_columns(specs, evals, "data.eval_path", provided)
-    return train, evals, Scorer(specs, allow_empty=environment)
+    parts = ([(f"data.train_sources {p.name!r}", p.records) for p in train_parts] if train_parts is not None
+             else [("data.train_path", train)])
+    parts += ([(f"data.eval_sources {p.name!r}", p.records) for p in eval_parts] if eval_parts is not None
+              else [("data.eval_path", evals)])
+    check_domains(config, specs, parts, all_data=not for_eval)
+    key = config.data.domain_key
+    for where, records in parts:  # each domain's rows against the rewards that apply to that domain
+        for domain, rows in by_domain(records, key).items():
+            applying = [s for s in specs if key is None or s.domains is None or domain in s.domains]
+            check_reward_columns(applying, rows, where, provided)
+    return train, evals, Scorer(specs, allow_empty=environment, domain_key=key), (train_parts, eval_parts)
 
 
 def check_reward_columns(specs: list[RewardSpec], records: list[dict], source: str,
@@ -347,6 +380,9 @@ class Inputs:
     eval_prompts: list[PromptItem] | None = None
     dropped: int = 0
     agent: object = None
+    train_parts: list[Part] | None = None  # data.train_sources, tokenized by _tokenize_prompts
+    eval_parts: list[Part] | None = None  # data.eval_sources, records
+    eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources
 
 
 def check_inputs(config: Config) -> Inputs:
@@ -364,8 +400,9 @@ def check_inputs(config: Config) -> Inputs:
     check_parallel(config, device, dist.world_size())
     check_engine_available(config.rollout.engine)
     check_backends_available(trainer.trackers)
-    train_records, eval_records, scorer = task_inputs(config)
-    inputs = Inputs(device=device, train_records=train_records, eval_records=eval_records, scorer=scorer)
+    train_records, eval_records, scorer, (train_parts, eval_parts) = task_inputs(config)
+    inputs = Inputs(device=device, train_records=train_records, eval_records=eval_records, scorer=scorer,
+                    train_parts=train_parts, eval_parts=eval_parts)
     if config.is_demo:
         return inputs
     try:
@@ -398,10 +435,25 @@ def _tokenize_prompts(config: Config, inputs: Inputs) -> None:
     inputs.tokenizer = build_tokenizer(config, inputs.model_path)
     inputs.agent = build_agent(config, inputs.tokenizer)
     options = prompt_options(config, inputs.agent)
-    inputs.train_prompts, inputs.dropped = prepare_prompts(inputs.train_records, inputs.tokenizer,
-                                                           source="data.train_path", **options)
-    inputs.eval_prompts, _ = prepare_prompts(inputs.eval_records, inputs.tokenizer, source="data.eval_path",
-                                             **options)
+    if inputs.train_parts is None:
+        inputs.train_prompts, inputs.dropped = prepare_prompts(inputs.train_records, inputs.tokenizer,
+                                                               source="data.train_path", **options)
+    else:  # each source on its own: the mixture samples from each source's prompts
+        tokenized = []
+        for part in inputs.train_parts:
+            items, dropped = prepare_prompts(part.records, inputs.tokenizer,
+                                             source=f"data.train_sources {part.name!r}", **options)
+            tokenized.append(Part(part.name, items, part.weight))
+            inputs.dropped += dropped
+        inputs.train_parts = tokenized
+        inputs.train_prompts = [item for part in tokenized for item in part.records]
+    if inputs.eval_parts is None:
+        inputs.eval_prompts, _ = prepare_prompts(inputs.eval_records, inputs.tokenizer,
+                                                 source="data.eval_path", **options)
+    else:
+        inputs.eval_sets = {p.name: prepare_prompts(p.records, inputs.tokenizer, source=f"data.eval_sources "
+                                                    f"{p.name!r}", **options)[0] for p in inputs.eval_parts}
+        inputs.eval_prompts = [item for items in inputs.eval_sets.values() for item in items]
 
 
 def check_context_length(config: Config, inputs: Inputs) -> None:
@@ -450,14 +502,13 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     algo = config.algorithm
     kl = (AdaptiveKLController(algo.kl_coef, algo.kl_target, algo.kl_horizon) if algo.kl_target
           else FixedKLController(algo.kl_coef))
-    sampler = PromptSampler(train_prompts, config.rollout.prompts_per_step, seed=trainer.seed,
-                            shuffle=config.data.shuffle)
+    sampler = make_sampler(config, train_prompts, inputs.train_parts)
     run = Run(config=config, output_dir=output_dir, device=device, tokenizer=inputs.tokenizer, policy=policy,
               reference=reference, critic=critic, optimizer=optimizer, critic_optimizer=critic_optimizer,
               scheduler=scheduler, scorer=scorer, train_prompts=train_prompts, eval_prompts=inputs.eval_prompts,
               sampler=sampler, kl_controller=kl, running=RunningMoments(), uses_adapter_reference=adapter_ref,
               train_policy=train_policy, train_critic=train_critic, generator=generator, total_steps=total,
-              agent=inputs.agent)
+              agent=inputs.agent, eval_sets=inputs.eval_sets)
     run.state.dropped_prompts = inputs.dropped
     if inputs.dropped and dist.is_main():
         print(f"data: dropped {inputs.dropped} of {len(inputs.train_records)} training prompts longer than "
@@ -468,11 +519,12 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
 
 
 def build_eval(config: Config, model_path: str):
-    """``(engine, scorer, held-out prompts, device, agent)`` to evaluate ``model_path`` alone."""
+    """``(engine, scorer, held-out prompts, device, agent)`` to evaluate ``model_path`` alone; the
+    prompts are a dict of named sets with ``data.eval_sources``."""
     from ..rollout import build_engine, check_engine_available
 
     check_engine_available(config.rollout.engine)
-    _, evals, scorer = task_inputs(config, for_eval=True)
+    _, evals, scorer, (_, eval_parts) = task_inputs(config, for_eval=True)
     if not evals:
         scorer.close()
         raise ConfigError("nothing to evaluate: set data.eval_path to a file of held-out prompts")
@@ -485,7 +537,12 @@ def build_eval(config: Config, model_path: str):
         check_model_source("model.name_or_path", model_path)
         tokenizer = build_tokenizer(config, model_path)
         agent = build_agent(config, tokenizer)
-        prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **prompt_options(config, agent))
+        options = prompt_options(config, agent)
+        if eval_parts is None:
+            prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **options)
+        else:  # data.eval_sources: a dict of held-out sets, each evaluated on its own
+            prompts = {p.name: prepare_prompts(p.records, tokenizer, source=f"data.eval_sources {p.name!r}",
+                                               **options)[0] for p in eval_parts}
         policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
                              trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
     except BaseException:

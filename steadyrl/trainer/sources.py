@@ -1,0 +1,115 @@
+"""Several data sources and reward domains: loading ``data.train_sources`` / ``data.eval_sources``,
+the start-up checks of ``data.domain_key`` against the rewards, and the training sampler.
+
+* A source is one file read with its own ``prompt_key`` / ``answer_key`` / ``split`` / ``format``
+  (the ``data.*`` ones when null); its ``domain``, when set, is written into every row's
+  ``data.domain_key`` column.
+* :func:`check_domains`: every domain the data holds has at least one reward (a row no reward
+  applies to would never be scored), and every domain a reward names occurs in the data (a
+  misspelt domain would silently switch the reward off) - both :class:`ConfigError` (exit 2).
+* :func:`make_sampler`: a :class:`~steadyrl.data.PromptSampler` over one file, a
+  :class:`~steadyrl.data.MixtureSampler` over several.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config.schema import Config, SourceConfig
+from ..data import MixtureSampler, PromptSampler, load_records
+from ..errors import ConfigError, DataError
+from ..rewards import RewardSpec
+
+
+@dataclass
+class Part:
+    """The records of one source: ``name`` in metrics, ``weight`` in the training mixture."""
+
+    name: str
+    records: list
+    weight: float = 1.0
+
+
+def extra_keys(config: Config) -> list[str] | None:
+    data = config.data
+    if data.extra_keys is None or data.domain_key is None or data.domain_key in data.extra_keys:
+        return data.extra_keys
+    return [*data.extra_keys, data.domain_key]  # the domain column always reaches the scorer
+
+
+def load_source(config: Config, source: SourceConfig, where: str) -> list[dict]:
+    """The records of one source, with its domain written into ``data.domain_key``."""
+    data = config.data
+    extra = extra_keys(config)
+    if source.domain is not None and extra is not None:
+        extra = [k for k in extra if k != data.domain_key]  # written below, need not be in the file
+    try:
+        records = load_records(source.path, format=source.format or data.format,
+                               prompt_key=source.prompt_key or data.prompt_key,
+                               answer_key=source.answer_key or data.answer_key, extra_keys=extra,
+                               split=source.split if source.split is not None else data.split)
+    except DataError as err:
+        raise DataError(f"{where} ({source.key!r}): {err}") from None
+    if source.domain is not None:
+        records = [{**r, data.domain_key: source.domain} for r in records]
+    return records
+
+
+def load_parts(config: Config, key: str) -> list[Part] | None:
+    """``data.<key>`` (train_sources / eval_sources) loaded, or None when it is not set."""
+    sources = getattr(config.data, key)
+    if sources is None:
+        return None
+    return [Part(s.key, load_source(config, s, f"data.{key}[{i}]"), s.weight) for i, s in enumerate(sources)]
+
+
+def _row_domain(record: dict, key: str):
+    value = record.get(key)
+    return None if value is None else str(value)
+
+
+def by_domain(records: list[dict], key: str | None) -> dict[str | None, list[dict]]:
+    """``records`` grouped by their domain (all under None when there is no ``key``)."""
+    if key is None:
+        return {None: records}
+    groups: dict[str | None, list[dict]] = {}
+    for record in records:
+        groups.setdefault(_row_domain(record, key), []).append(record)
+    return groups
+
+
+def check_domains(config: Config, specs: list[RewardSpec], parts: list[tuple[str, list[dict]]], *,
+                  all_data: bool = True) -> None:
+    """Rewards against the domains of the rows in ``parts`` (``(where, records)`` pairs); with
+    ``all_data`` false (``steadyrl eval``: held-out data only) a reward's domain may be absent."""
+    key = config.data.domain_key
+    if key is None or not specs:
+        return
+    seen: dict[str | None, str] = {}
+    for where, records in parts:
+        for record in records:
+            seen.setdefault(_row_domain(record, key), where)
+    for domain, where in seen.items():
+        if not any(s.domains is None or domain in s.domains for s in specs):
+            listed = {s.name: list(s.domains) for s in specs if s.domains is not None}
+            what = f"have no {key!r} column (or a null one)" if domain is None else f"have {key} = {domain!r}"
+            raise ConfigError(f"rewards: rows of {where} {what}, but no reward applies to them (rewards[].domains: "
+                              f"{listed}); add the domain to a reward's domains, or a reward with domains: null")
+    if not all_data:
+        return
+    for i, spec in enumerate(specs):
+        missing = [d for d in spec.domains or () if d not in seen]
+        if missing:
+            present = sorted(str(d) for d in seen)
+            raise ConfigError(f"rewards[{i}].domains = {list(spec.domains)}: no row of the data has "
+                              f"{key} = {missing[0]!r} (domains in the data: {present}); a misspelt domain would "
+                              "leave this reward unused")
+
+
+def make_sampler(config: Config, prompts: list, parts: list[Part] | None):
+    """The training sampler: one file, or the weighted mixture of ``parts`` (tokenized prompts)."""
+    batch, seed, shuffle = config.rollout.prompts_per_step, config.trainer.seed, config.data.shuffle
+    if parts is None:
+        return PromptSampler(prompts, batch, seed=seed, shuffle=shuffle)
+    return MixtureSampler([p.records for p in parts], [p.weight for p in parts], batch, seed=seed,
+                          shuffle=shuffle, names=[p.name for p in parts])
