@@ -24,7 +24,7 @@ import torch
 
 from .. import distributed as dist
 from ..config.schema import Config
-from ..data import PromptSampler, load_records
+from ..data import PromptSampler
 from ..errors import ConfigError
 from ..functional import AdaptiveKLController, FixedKLController, RunningMoments
 from ..models import (
@@ -39,7 +39,7 @@ from ..models import (
 from ..rewards import RewardSpec, load_reward
 from .episodes import build_agent
 from .prompts import PromptItem, Scorer, prepare_prompts
-from .sources import Part, by_domain, check_domains, extra_keys, load_parts, make_sampler
+from .sources import Part, by_domain, check_domains, load_all_data, make_sampler, tokenize_parts
 
 
 @dataclass
@@ -146,42 +146,6 @@ def place_reward_model(config: Config, index: int, spec: RewardSpec) -> None:
                           "default) or 'thread'")
 
 
-def load_data(config: Config, *, eval_only: bool = False) -> tuple[list[dict], list[dict]]:
-    data = config.data
-    kwargs = {"format": data.format, "prompt_key": data.prompt_key, "answer_key": data.answer_key,
-              "extra_keys": extra_keys(config)}
-    train = [] if eval_only else load_records(data.train_path, split=data.split, **kwargs)
-    evals = load_records(data.eval_path, **kwargs) if data.eval_path else []
-    if data.max_eval_prompts:
-        evals = evals[: data.max_eval_prompts]
-    return train, evals
-
-
-def load_all_data(config: Config, *, for_eval: bool = False):
-    """``(train, evals, train_parts, eval_parts)``: the records, and per source when
-    ``data.train_sources`` / ``data.eval_sources`` are set (None otherwise; ``max_eval_prompts``
-    then applies to each held-out set)."""
-    train_parts = None if for_eval else load_parts(config, "train_sources")
-    eval_parts = load_parts(config, "eval_sources")
-    if config.is_demo:
-        train, evals, _ = demo_task(config)
-        if config.data.eval_path:
-            evals = load_records(config.data.eval_path, format=config.data.format,
-                                 prompt_key=config.data.prompt_key, answer_key=config.data.answer_key,
-                                 extra_keys=extra_keys(config))
-    elif train_parts is None:
-        train, evals = load_data(config, eval_only=for_eval)
-    else:
-        train, evals = [r for p in train_parts for r in p.records], []
-        if config.data.eval_path:
-            evals = load_data(config, eval_only=True)[1]
-    if eval_parts is not None:
-        limit = config.data.max_eval_prompts
-        eval_parts = [Part(p.name, p.records[:limit] if limit else p.records) for p in eval_parts]
-        evals = [r for p in eval_parts for r in p.records]
-    return train, evals, train_parts, eval_parts
-
-
 def demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]:
     """The built-in demo's records (train, held-out) and its reward."""
     from ..demo import make_splits, reverse_reward
@@ -267,9 +231,11 @@ def task_inputs(config: Config, *, for_eval: bool = False):
 
     Held-out prompts come from ``data.eval_path`` when it is set, else from the demo's split.
     """
-    train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval)
-    if config.is_demo:
-        default_specs = demo_task(config)[2]
+    demo = demo_task(config) if config.is_demo else None
+    train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval,
+                                                          demo=demo[:2] if demo else None)
+    if demo:
+        default_specs = demo[2]
     else:
         default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
     environment = config.rollout.environment is not None
@@ -439,21 +405,16 @@ def _tokenize_prompts(config: Config, inputs: Inputs) -> None:
         inputs.train_prompts, inputs.dropped = prepare_prompts(inputs.train_records, inputs.tokenizer,
                                                                source="data.train_path", **options)
     else:  # each source on its own: the mixture samples from each source's prompts
-        tokenized = []
-        for part in inputs.train_parts:
-            items, dropped = prepare_prompts(part.records, inputs.tokenizer,
-                                             source=f"data.train_sources {part.name!r}", **options)
-            tokenized.append(Part(part.name, items, part.weight))
-            inputs.dropped += dropped
-        inputs.train_parts = tokenized
-        inputs.train_prompts = [item for part in tokenized for item in part.records]
+        inputs.train_parts, inputs.dropped = tokenize_parts(inputs.train_parts, "data.train_sources",
+                                                            inputs.tokenizer, options)
+        inputs.train_prompts = [item for part in inputs.train_parts for item in part.records]
     if inputs.eval_parts is None:
         inputs.eval_prompts, _ = prepare_prompts(inputs.eval_records, inputs.tokenizer,
                                                  source="data.eval_path", **options)
     else:
-        inputs.eval_sets = {p.name: prepare_prompts(p.records, inputs.tokenizer, source=f"data.eval_sources "
-                                                    f"{p.name!r}", **options)[0] for p in inputs.eval_parts}
-        inputs.eval_prompts = [item for items in inputs.eval_sets.values() for item in items]
+        parts, _ = tokenize_parts(inputs.eval_parts, "data.eval_sources", inputs.tokenizer, options)
+        inputs.eval_sets = {p.name: p.records for p in parts}
+        inputs.eval_prompts = [item for p in parts for item in p.records]
 
 
 def check_context_length(config: Config, inputs: Inputs) -> None:
@@ -541,8 +502,8 @@ def build_eval(config: Config, model_path: str):
         if eval_parts is None:
             prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **options)
         else:  # data.eval_sources: a dict of held-out sets, each evaluated on its own
-            prompts = {p.name: prepare_prompts(p.records, tokenizer, source=f"data.eval_sources {p.name!r}",
-                                               **options)[0] for p in eval_parts}
+            prompts = {p.name: p.records for p in tokenize_parts(eval_parts, "data.eval_sources", tokenizer,
+                                                                 options)[0]}
         policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
                              trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
     except BaseException:

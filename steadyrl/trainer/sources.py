@@ -19,6 +19,7 @@ from ..config.schema import Config, SourceConfig
 from ..data import MixtureSampler, PromptSampler, load_records
 from ..errors import ConfigError, DataError
 from ..rewards import RewardSpec
+from .prompts import prepare_prompts
 
 
 @dataclass
@@ -61,6 +62,52 @@ def load_parts(config: Config, key: str) -> list[Part] | None:
     if sources is None:
         return None
     return [Part(s.key, load_source(config, s, f"data.{key}[{i}]"), s.weight) for i, s in enumerate(sources)]
+
+
+def load_data(config: Config, *, eval_only: bool = False) -> tuple[list[dict], list[dict]]:
+    """``data.train_path`` (unless ``eval_only``) and ``data.eval_path`` records."""
+    data = config.data
+    kwargs = {"format": data.format, "prompt_key": data.prompt_key, "answer_key": data.answer_key,
+              "extra_keys": extra_keys(config)}
+    train = [] if eval_only else load_records(data.train_path, split=data.split, **kwargs)
+    evals = load_records(data.eval_path, **kwargs) if data.eval_path else []
+    if data.max_eval_prompts:
+        evals = evals[: data.max_eval_prompts]
+    return train, evals
+
+
+def load_all_data(config: Config, *, for_eval: bool = False, demo: tuple[list, list] | None = None):
+    """``(train, evals, train_parts, eval_parts)``: all records, and the records per source when
+    ``data.train_sources`` / ``data.eval_sources`` are set (else None; ``data.max_eval_prompts``
+    applies to each held-out set). ``demo``: the built-in demo's (train, held-out) records."""
+    data = config.data
+    train_parts = None if for_eval else load_parts(config, "train_sources")
+    eval_parts = load_parts(config, "eval_sources")
+    if demo is not None:
+        train, evals = demo
+        if data.eval_path:
+            evals = load_records(data.eval_path, format=data.format, prompt_key=data.prompt_key,
+                                 answer_key=data.answer_key, extra_keys=extra_keys(config))
+    else:
+        train, evals = load_data(config, eval_only=for_eval or train_parts is not None)
+        if train_parts is not None:
+            train = [r for p in train_parts for r in p.records]
+    if eval_parts is not None:
+        limit = data.max_eval_prompts
+        eval_parts = [Part(p.name, p.records[:limit] if limit else p.records) for p in eval_parts]
+        evals = [r for p in eval_parts for r in p.records]
+    return train, evals, train_parts, eval_parts
+
+
+def tokenize_parts(parts: list[Part], key: str, tokenizer, options: dict) -> tuple[list[Part], int]:
+    """Each source's records rendered and tokenized on its own (:func:`prepare_prompts`); returns
+    the parts holding :class:`~steadyrl.trainer.prompts.PromptItem` s and the prompts dropped."""
+    out, dropped = [], 0
+    for part in parts:
+        items, n = prepare_prompts(part.records, tokenizer, source=f"{key} {part.name!r}", **options)
+        out.append(Part(part.name, items, part.weight))
+        dropped += n
+    return out, dropped
 
 
 def _row_domain(record: dict, key: str):
