@@ -179,3 +179,16 @@ def test_bad_domain_input_exits_2_before_any_model_loads(name, domains_run, tmp_
     for word in words:
         assert word in lines[0], (word, lines[0])
     assert loads == []
+
+
+def test_every_metric_of_a_domains_run_is_documented(trained):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    patterns = [re.sub(r"<[a-z]+>", r"[^/]+", re.escape(m).replace(r"\<", "<").replace(r"\>", ">"))
+                for m in re.findall(r"`([a-z_]+/[^`\s]+)`", text)]
+    names = {k for row in _rows(trained) for k in row} - {"step", "epoch"}
+    wanted = {n for n in names if n.startswith(("reward/domain/", "reward/unrouted", "data/source/", "eval/"))}
+    assert len(wanted) > 10
+    assert sorted(n for n in wanted if not any(re.fullmatch(p, n) for p in patterns)) == []
