@@ -192,3 +192,12 @@ def test_every_metric_of_a_domains_run_is_documented(trained):
     wanted = {n for n in names if n.startswith(("reward/domain/", "reward/unrouted", "data/source/", "eval/"))}
     assert len(wanted) > 10
     assert sorted(n for n in wanted if not any(re.fullmatch(p, n) for p in patterns)) == []
+
+
+def test_resume_with_other_source_weights_exits_2(trained, domains_run, capsys):
+    sources = _sources(domains_run, weight=5.0)
+    path = _write(domains_run, "reweighted", {"data.train_sources": sources})
+    code = cli.main(["train", str(path), "--output-dir", str(trained), "--resume", "trainer.max_steps=4"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert "data.train_sources" in err and "--resume" in err
