@@ -169,11 +169,25 @@ def _table(model: type[BaseModel], prefix: str, nested: bool = False, header: bo
     return rows
 
 
+def _list_item_model(annotation) -> type[BaseModel] | None:
+    """``M`` for a ``list[M]`` or ``list[M] | None`` field whose items are configs, else None."""
+    for arg in (annotation, *typing.get_args(annotation)):
+        if typing.get_origin(arg) is list:
+            (inner,) = typing.get_args(arg)
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                return inner
+    return None
+
+
 def _sections(model: type[BaseModel], prefix: str, level: int) -> list[str]:
     out: list[str] = []
     scalars = [n for n, f in model.model_fields.items() if not _is_section(f.annotation) and n != "rewards"]
     if scalars:
         out += _table(model, prefix) if model is not Config else []
+    for name, field in model.model_fields.items():  # a list of sub-configs (data.train_sources): its keys
+        item = _list_item_model(field.annotation)
+        if item is not None and model is not Config:
+            out += ["", f"Each item of `{prefix}{name}`:", "", *_table(item, f"{prefix}{name}[].")]
     for name, field in model.model_fields.items():
         if name == "rewards" and model is Config:
             out += ["", f"{'#' * level} rewards", "", _cell(field.description or ""),

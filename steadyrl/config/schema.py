@@ -143,11 +143,52 @@ class ModelConfig(Section):
     lora: LoraConfig = Field(default_factory=LoraConfig)
 
 
+class SourceConfig(Section):
+    """One file of a mixture (``data.train_sources``) or one held-out set (``data.eval_sources``)."""
+
+    path: str = F(..., "The file or datasets.save_to_disk directory (formats as data.train_path).")
+    name: str | None = F(None, "Name of this source in metrics (eval/<name>/accuracy, data/source/<name>/...); "
+                         "null = the file name without its extension.")
+    weight: float = F(1.0, "Sampling weight (train_sources): the share of drawn prompts from this source is "
+                      "weight / sum of weights. Ignored by eval_sources.", gt=0)
+    prompt_key: str | None = F(None, "Column holding the prompt; null = data.prompt_key.")
+    answer_key: str | None = F(None, "Column holding the reference answer; null = data.answer_key.")
+    domain: str | None = F(None, "Domain of every row of this source, written to the data.domain_key column "
+                           "(which routes rewards); null = the rows' own data.domain_key column.")
+    split: str | None = F(None, "Split of a DatasetDict directory; null = data.split.")
+    format: Literal["jsonl", "json", "parquet", "csv", "tsv", "arrow"] | None = F(
+        None, "File format; null = data.format, else inferred from the extension.")
+
+    @property
+    def key(self) -> str:
+        """The name used in metrics: ``name``, else the file name without extension."""
+        from pathlib import Path
+
+        return self.name if self.name is not None else Path(self.path).stem
+
+    @field_validator("name", "domain")
+    @classmethod
+    def _check_name(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "/" in value):
+            raise ValueError("it is part of metric names: give a non-empty name without '/'")
+        return value
+
+
 class DataConfig(Section):
     train_path: str | None = F(None, "Training prompts: JSONL, JSON, Parquet, CSV or a "
-                               "datasets.save_to_disk directory. null = the built-in demo task.")
+                               "datasets.save_to_disk directory. null = the built-in demo task "
+                               "(unless train_sources is set).")
+    train_sources: list[SourceConfig] | None = F(
+        None, "Several training files mixed by weight, each with its own columns and domain "
+        "(docs/data.md); instead of train_path (set one of the two).")
     eval_path: str | None = F(None, "Held-out prompts for evaluation (same formats); null = no eval "
                               "(the demo has its own held-out split).")
+    eval_sources: list[SourceConfig] | None = F(
+        None, "Several held-out sets, each evaluated and logged on its own (eval/<name>/accuracy) and "
+        "together (eval/accuracy); instead of eval_path.")
+    domain_key: str | None = F(None, "Column naming each row's reward domain (e.g. 'domain'): rewards with "
+                               "'domains' score only those rows, metrics are also given per domain "
+                               "(docs/rewards.md). null = no domains: every reward scores every row.")
     format: Literal["jsonl", "json", "parquet", "csv", "tsv", "arrow"] | None = F(
         None, "File format; null = inferred from the extension.")
     split: str | None = F(None, "Split of a DatasetDict directory given as data.train_path; null = 'train'.")
@@ -192,6 +233,8 @@ class RewardConfig(Section):
                           "and which eval.accuracy_reward names; default: name (the function's name for "
                           "'module:function'). Tells apart two rewards with the same name.")
     weight: float = F(1.0, "Weight of this reward in the combined score.")
+    domains: list[str] | None = F(None, "Score only rows whose data.domain_key column is one of these "
+                                  "domains (the reward is not called on the others); null = every row.")
     options: dict[str, Any] = F({}, "Keyword options: passed to a built-in reward's factory, or bound to a "
                                 "user function as keyword arguments. {env: NAME} is the environment "
                                 "variable NAME's value; secret-looking options (api_key, *_token, ...) are "
@@ -221,6 +264,13 @@ class RewardConfig(Section):
         if label is not None and (not label.strip() or "/" in label):
             raise ValueError("a label is part of the metric name reward/<label>: give a non-empty name without '/'")
         return label
+
+    @field_validator("domains")
+    @classmethod
+    def _check_domains(cls, domains: list[str] | None) -> list[str] | None:
+        if domains is not None and (not domains or not all(d.strip() and "/" not in d for d in domains)):
+            raise ValueError("give a non-empty list of domain names (without '/'), or null for every row")
+        return domains
 
     @property
     def key(self) -> str:
@@ -330,6 +380,9 @@ class AlgorithmConfig(Section):
                                   "(5-10 typical); null = off.", gt=0)
     reward_norm_mean: NormType = F("none", "Reward normalisation mean: batch, group, running or none.")
     reward_norm_std: NormType = F("none", "Reward normalisation std: batch, group, running or none.")
+    reward_norm_by_domain: bool = F(False, "Normalise rewards within each reward domain (data.domain_key): "
+                                    "batch statistics are taken over the domain's samples only, so a domain "
+                                    "on a large scale does not swamp the others. Not with 'running'.")
     whiten_advantages: bool = F(False, "Whiten advantages over the batch's valid tokens.")
     advantage_clip: float | None = F(None, "Clip advantages to [-c, c]; null = off.", gt=0)
     kl_mode: Literal["none", "loss", "reward"] = F("loss", "KL to the reference: none, a loss term, "
@@ -369,6 +422,9 @@ class AlgorithmConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> "AlgorithmConfig":
+        if self.reward_norm_by_domain and "running" in (self.reward_norm_mean, self.reward_norm_std):
+            raise ValueError("reward_norm_by_domain = true keeps no running statistics per domain: set "
+                             "reward_norm_mean / reward_norm_std to batch, group or none")
         if not self.difficulty_low < self.difficulty_high:
             raise ValueError(
                 f"difficulty_low ({self.difficulty_low}) must be < difficulty_high ({self.difficulty_high})"
@@ -481,6 +537,37 @@ class DemoConfig(Section):
         return self
 
 
+def _check_sources(config: "Config") -> None:
+    """One of train_path / train_sources, one of eval_path / eval_sources; domains need domain_key."""
+    data = config.data
+    for one, many in (("train_path", "train_sources"), ("eval_path", "eval_sources")):
+        if getattr(data, one) is not None and getattr(data, many) is not None:
+            raise ValueError(f"data.{one} and data.{many} are both set: use {one} for one file or {many} "
+                             "for several, not both")
+        sources = getattr(data, many)
+        if sources is None:
+            continue
+        if not sources:
+            raise ValueError(f"data.{many} is an empty list: give at least one source, or null")
+        keys = [s.key for s in sources]
+        for i, key in enumerate(keys):
+            if key in keys[:i]:
+                raise ValueError(f"data.{many}[{keys.index(key)}] and data.{many}[{i}] are both named {key!r}; "
+                                 f"set data.{many}[{i}].name to tell them apart")
+        for i, source in enumerate(sources):
+            if source.domain is not None and data.domain_key is None:
+                raise ValueError(f"data.{many}[{i}].domain = {source.domain!r} needs data.domain_key: the "
+                                 "column the domain is written to (e.g. domain_key: domain)")
+    if data.domain_key is None:
+        restricted = [i for i, r in enumerate(config.rewards) if r.domains is not None]
+        if restricted:
+            raise ValueError(f"rewards[{restricted[0]}].domains is set but data.domain_key is null: name the "
+                             "column holding each row's domain (e.g. data.domain_key: domain)")
+        if config.algorithm.reward_norm_by_domain:
+            raise ValueError("algorithm.reward_norm_by_domain = true needs data.domain_key (the column "
+                             "holding each row's domain)")
+
+
 class Config(Section):
     """A whole run."""
 
@@ -497,11 +584,12 @@ class Config(Section):
 
     @property
     def is_demo(self) -> bool:
-        return self.data.train_path is None
+        return self.data.train_path is None and self.data.train_sources is None
 
     @model_validator(mode="after")
     def _check(self) -> "Config":
-        if self.model.name_or_path is None and self.data.train_path is not None:
+        _check_sources(self)
+        if self.model.name_or_path is None and not self.is_demo:
             raise ValueError(
                 "model.name_or_path is null (the built-in demo model) but data.train_path is set: "
                 "name a model for your data, or unset data.train_path for the demo"

@@ -4,19 +4,22 @@
   ``{"prompt", "answer"?, <extra columns>}``;
 * :func:`render_prompt`, :func:`encode_prompt`: a prompt as model input, chat template or not;
 * :func:`filter_by_length`: drop prompts over ``max_prompt_tokens``;
-* :class:`PromptSampler`: an endless, seeded, resumable stream of full batches.
+* :class:`PromptSampler`: an endless, seeded, resumable stream of full batches;
+* :class:`MixtureSampler`: several sources mixed by weight, as exactly resumable.
 
 See ``docs/data.md``.
 """
 
 from .chat import encode_prompt, filter_by_length, prompt_lengths, render_prompt, uses_chat_template
 from .loading import DATA_FORMATS, EVAL_SPLITS, DataFormat, eval_split_of, is_chat, load_records
+from .mixture import MixtureSampler
 from .sampler import PromptSampler
 
 __all__ = [
     "DATA_FORMATS",
     "DataFormat",
     "EVAL_SPLITS",
+    "MixtureSampler",
     "PromptSampler",
     "encode_prompt",
     "eval_split_of",

@@ -55,6 +55,7 @@ _LAZY = {
     "difficulty_weights": "rewards",
     "group_mean_std": "rewards",
     "normalize_rewards": "rewards",
+    "normalize_rewards_by_domain": "rewards",
     # .stats
     "RunningMoments": "stats",
     "explained_variance": "stats",
@@ -93,6 +94,7 @@ __all__ = [
     "clip_fraction",
     "group_mean_std",
     "normalize_rewards",
+    "normalize_rewards_by_domain",
     "NORM_TYPES",
     "difficulty_mask",
     "difficulty_weights",

@@ -28,6 +28,7 @@ __all__ = [
     "clip_fraction",
     "group_mean_std",
     "normalize_rewards",
+    "normalize_rewards_by_domain",
     "difficulty_mask",
     "difficulty_weights",
 ]
@@ -146,6 +147,44 @@ def normalize_rewards(
 
     out = x - mean if std is None else (x - mean) / (std + eps)
     return torch.where(keep, out, zero)
+
+
+def normalize_rewards_by_domain(
+    scores: torch.Tensor,
+    domains: torch.Tensor,
+    group_size: int,
+    mean_type: NormType = "batch",
+    std_type: NormType = "batch",
+    eps: float = NORM_EPS,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`normalize_rewards` applied to each domain's samples on their own.
+
+    ``domains [B]`` is an integer id per sample (the same for a whole group). For every id ``d``::
+
+        out_i = (x_i - mean_d) / (std_d + eps)    for i with domains_i = d and mask_i
+
+    ``mean_d`` / ``std_d`` taken over the valid samples of domain ``d`` (``batch``), or of the
+    sample's group (``group``: a group lies in one domain, so this equals plain group
+    normalisation). ``running`` statistics are not kept per domain and are refused. A domain with
+    one valid sample has std 0 (its output is 0 with a batch mean), a domain whose rewards are
+    all equal gives 0s, a domain with no valid sample contributes nothing: never NaN. Returns
+    float32 ``[B]`` (float64 for float64 input); invalid samples come back 0.
+    """
+    if "running" in (mean_type, std_type):
+        raise ValueError("normalize_rewards_by_domain: 'running' statistics are not kept per domain; "
+                         "use 'batch', 'group' or 'none'")
+    if domains.shape != scores.shape:
+        raise ValueError(f"domains shape {tuple(domains.shape)} must equal scores shape {tuple(scores.shape)}")
+    _check_groups(scores, group_size)
+    keep = _valid(scores, mask)
+    x = scores.to(acc_dtype(scores))
+    out = torch.zeros_like(x)
+    for d in torch.unique(domains).tolist():
+        rows = keep & (domains == d)
+        if bool(rows.any()):  # normalize_rewards gives 0 outside ``rows``: the domains' parts add up
+            out = out + normalize_rewards(x, group_size, mean_type, std_type, eps=eps, mask=rows)
+    return out
 
 
 def _group_accuracy(scores: torch.Tensor, group_size: int, mask: torch.Tensor | None) -> torch.Tensor:

@@ -26,6 +26,13 @@ steadyrl-style functions get text prompts and completions; TRL-style ones get, f
 prompt was a list of chat messages (``chat_prompts``), that list and the completion as
 ``[{"role": "assistant", "content": text}]``, and ``completion_ids`` when given. A call the
 function's signature cannot take is also kept apart in ``ScoreResult.call_errors``.
+
+Reward domains (docs/rewards.md): with ``RewardScorer(..., domain_key="domain")`` a spec whose
+``domains`` is set is called on the rows whose ``domain`` column holds one of those values, and
+on no other row; the sum above then runs over the functions that apply to the row. A row outside
+a function's domains has ``raw[name][i] = None`` and ``ScoreResult.applies(name)[i] = False``:
+not applicable, never counted as a failure. A row no function applies to is invalid
+(``ScoreResult.unrouted()``, the metric ``reward/unrouted``).
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from .calling import PlannedReward, call_error, describe_call
 from .loader import load_reward, reward_name
 from .registry import RewardFn
 from ..sandbox import Limits
-from .runners import DEFAULT_CHUNK_SIZE, ISOLATIONS, InlineRunner, Isolation, default_isolation, make_runner
+from .runners import DEFAULT_CHUNK_SIZE, ISOLATIONS, InlineRunner, Isolation, Outcome, default_isolation, make_runner
 
 __all__ = ["RewardSpec", "ScoreResult", "RewardScorer", "score_batch", "FAILURE_KINDS", "DEFAULT_TIMEOUT_S"]
 
@@ -78,6 +85,7 @@ class RewardSpec:
     chunk_size: int | None = DEFAULT_CHUNK_SIZE
     limits: Limits = field(default_factory=Limits)
     env_passthrough: tuple[str, ...] = ()
+    domains: tuple[str, ...] | None = None  # None: every row; else rows whose domain is one of these
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "/" in self.name:
@@ -99,6 +107,12 @@ class RewardSpec:
             raise ConfigError(f"{where}: limits must be a steadyrl.sandbox.Limits, got {type(self.limits).__name__}")
         self.weight = float(self.weight)
         self.env_passthrough = tuple(self.env_passthrough)
+        if self.domains is not None:
+            if isinstance(self.domains, str) or not self.domains or not all(
+                    isinstance(d, str) and d for d in self.domains):
+                raise ConfigError(f"{where}: domains={self.domains!r} must be a non-empty list of domain names, "
+                                  "or None for every row")
+            self.domains = tuple(self.domains)
         if self.isolation is None:  # a model or server reward says where it runs best (docs/rewards.md)
             preferred = getattr(self.fn, "preferred_isolation", None)
             self.isolation = preferred if preferred in ISOLATIONS else None
@@ -139,6 +153,22 @@ class ScoreResult:
     # functions whose signature could not take the call (the whole batch failed with it)
     call_errors: dict[str, str] = field(default_factory=dict)
 
+    # reward domains: each row's domain (None when the scorer has no domain_key), and the domains
+    # each function is restricted to (a name missing or None: every row)
+    domains: list | None = None
+    routes: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
+
+    def applies(self, name: str) -> list[bool]:
+        """Where function ``name`` applies: every row, unless it is restricted to some domains."""
+        return _applies(self.routes.get(name), self.domains, self.batch_size)
+
+    def unrouted(self) -> list[bool]:
+        """Rows no function applies to (a domain with no reward): invalid, scored 0."""
+        if self.domains is None or not self.names:
+            return [False] * self.batch_size
+        masks = [self.applies(name) for name in self.names]
+        return [not any(m[i] for m in masks) for i in range(self.batch_size)]
+
     @property
     def batch_size(self) -> int:
         return int(self.scores.shape[0])
@@ -154,11 +184,12 @@ class ScoreResult:
     def failure_kinds(self, name: str) -> list[str | None]:
         """Per sample, how function ``name`` failed on it (a kind of ``FAILURE_KINDS``), or None.
         A call that failed as a whole gives every sample its kind."""
-        size = self.batch_size
-        whole = next((kind for kind, n in self.failures[name].items() if n == size and kind in ("exception", "timeout")),
-                     None)
-        return [whole or ("none" if x is None else "nonfinite" if not math.isfinite(x) else None)
-                for x in self.raw[name]]
+        applies = self.applies(name)
+        size = sum(applies)
+        whole = next((kind for kind, n in self.failures[name].items()
+                      if n == size and n > 0 and kind in ("exception", "timeout")), None)
+        return [None if not ok else whole or ("none" if x is None else "nonfinite" if not math.isfinite(x) else None)
+                for x, ok in zip(self.raw[name], applies)]
 
     def select(self, rows: list[int]) -> "ScoreResult":
         """The result of rows ``rows`` only, in that order (failures counted over them)."""
@@ -170,7 +201,22 @@ class ScoreResult:
         return ScoreResult(names=list(self.names), weights=dict(self.weights),
                            raw={name: [values[i] for i in rows] for name, values in self.raw.items()},
                            scores=self.scores[index], valid=self.valid[index], failures=failures,
-                           errors=dict(self.errors), elapsed_s=dict(self.elapsed_s))
+                           errors=dict(self.errors), elapsed_s=dict(self.elapsed_s),
+                           domains=None if self.domains is None else [self.domains[i] for i in rows],
+                           routes=dict(self.routes), metrics=dict(self.metrics), call_errors=dict(self.call_errors))
+
+
+def _applies(route: tuple[str, ...] | None, domains: list | None, size: int) -> list[bool]:
+    if route is None or domains is None:
+        return [True] * size
+    return [d is not None and str(d) in route for d in domains]
+
+
+class _NotCalled:
+    """A function with no row of its domains in the batch is not called: an empty result."""
+
+    def wait(self, timeout_s: float | None) -> Outcome:
+        return Outcome("ok", [], None, 0.0)
 
 
 def _check_specs(specs: Sequence[RewardSpec]) -> list[RewardSpec]:
@@ -204,26 +250,35 @@ def _check_batch(prompts, completions, columns, completion_ids=None, chat_prompt
     return columns
 
 
-def _assemble(specs: list[RewardSpec], outcomes: list, size: int) -> ScoreResult:
+def _assemble(specs: list[RewardSpec], outcomes: list, size: int, rows: list[list[int]] | None = None,
+              domains: list | None = None) -> ScoreResult:
+    """``rows[f]``: the batch rows function ``f`` was called on (all of them without domains)."""
+    rows = rows or [list(range(size)) for _ in specs]
     raw, failures, errors, elapsed = {}, {}, {}, {}
     total = [0.0] * size
     ok = [True] * size
-    for spec, out in zip(specs, outcomes):
+    for spec, out, mine in zip(specs, outcomes, rows):
         counts = dict.fromkeys(FAILURE_KINDS, 0)
-        scores, failed = out.per_sample(size)
-        if len(scores) != size or len(failed) != size:  # a runner's bug, never the function's
-            scores, failed = [None] * size, ["exception"] * size
+        mine_size = len(mine)
+        scores, failed = out.per_sample(mine_size)
+        if len(scores) != mine_size or len(failed) != mine_size:  # a runner's bug, never the function's
+            scores, failed = [None] * mine_size, ["exception"] * mine_size
         if out.error is not None:
             errors[spec.name] = out.error
-        for i, (x, kind) in enumerate(zip(scores, failed)):
+        full: list[float | None] = [None] * size  # None outside ``mine``: not applicable
+        for i, x, kind in zip(mine, scores, failed):
             if kind is None and x is not None and math.isfinite(x):
+                full[i] = x
                 total[i] += spec.weight * x
                 continue
-            if kind is not None:
-                scores[i] = None
+            full[i] = None if kind is not None else x
             counts[kind or ("none" if x is None else "nonfinite")] += 1
             ok[i] = False
-        raw[spec.name], failures[spec.name], elapsed[spec.name] = scores, counts, out.elapsed_s
+        raw[spec.name], failures[spec.name], elapsed[spec.name] = full, counts, out.elapsed_s
+    covered = {i for mine in rows for i in mine}
+    for i in range(size):  # a row no function applies to (a domain with no reward) has no score
+        if i not in covered:
+            ok[i] = False
     combined = torch.tensor(total, dtype=torch.float64)
     for i in torch.nonzero(~torch.isfinite(combined)).flatten().tolist():
         # finite scores whose weighted sum overflows: blame the largest term, so it is counted
@@ -241,6 +296,8 @@ def _assemble(specs: list[RewardSpec], outcomes: list, size: int) -> ScoreResult
         failures=failures,
         errors=errors,
         elapsed_s=elapsed,
+        domains=domains,
+        routes={s.name: s.domains for s in specs} if domains is not None else {},
     )
 
 
@@ -251,10 +308,16 @@ class RewardScorer:
     Linux, ``"thread"`` elsewhere). Use it as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, specs: Sequence[RewardSpec], *, isolation: Isolation | None = None):
+    def __init__(self, specs: Sequence[RewardSpec], *, isolation: Isolation | None = None,
+                 domain_key: str | None = None):
         if isolation is not None and isolation not in ISOLATIONS:
             raise ConfigError(f"isolation={isolation!r} must be one of {list(ISOLATIONS)} or None")
         self.specs = _check_specs(specs)
+        self.domain_key = domain_key
+        restricted = [s.name for s in self.specs if s.domains is not None]
+        if restricted and domain_key is None:
+            raise ConfigError(f"rewards {restricted} are restricted to domains, but data.domain_key is null: "
+                              "name the column that holds each row's domain")
         default = isolation or default_isolation()
         self.isolations = [s.isolation or default for s in self.specs]
         self._planned = [PlannedReward.of(s.fn) for s in self.specs]  # how each is called, decided once
@@ -264,23 +327,38 @@ class RewardScorer:
 
     def score(self, prompts: Sequence, completions: Sequence, columns: dict | None = None, *,
               completion_ids: Sequence | None = None, chat_prompts: Sequence | None = None) -> ScoreResult:
-        """Call every reward function once on the batch; never raises for a function's failure.
+        """Call every reward function once on the batch (on the rows of its domains); never raises
+        for a function's failure.
 
         ``completion_ids[i]``: the token ids of completion ``i`` (for functions that take them);
         ``chat_prompts[i]``: the message list sample ``i``'s prompt was made from, ``None`` for a
         text prompt (TRL-style functions receive it and the completion as a message list)."""
         columns = _check_batch(prompts, completions, columns, completion_ids, chat_prompts)
+        size = len(completions)
+        domains = None
+        if self.domain_key is not None:
+            if self.domain_key not in columns:
+                raise ValueError(f"data.domain_key = {self.domain_key!r}, but the batch has no such column; "
+                                 f"columns: {sorted(columns)}")
+            domains = list(columns[self.domain_key])
+        rows = [[i for i, ok in enumerate(_applies(s.domains, domains, size)) if ok] for s in self.specs]
         # Inline functions run last, while the isolated ones work in parallel.
         order = sorted(range(len(self.specs)), key=lambda i: isinstance(self._runners[i], InlineRunner))
         calls, refused = {}, {}
-        for i in order:  # each function gets its own copies: none sees another's mutations
-            batch = _batch_for(self._planned[i].plan, prompts, completions, columns, completion_ids, chat_prompts)
+        for i in order:  # each function gets its own copies of its own rows: none sees another's
+            mine = rows[i]
+            if not mine:
+                calls[i] = _NotCalled()
+                continue
+            pick = (lambda seq: None if seq is None else [seq[j] for j in mine])
+            batch = _batch_for(self._planned[i].plan, pick(prompts), pick(completions),
+                               {k: pick(v) for k, v in columns.items()}, pick(completion_ids), pick(chat_prompts))
             why = call_error(self._planned[i], *batch)
             if why is not None:
                 refused[i] = f"{describe_call(self._planned[i], *batch)}: {why}"
             calls[i] = self._runners[i].start(*batch)
         outcomes = [calls[i].wait(spec.timeout_s) for i, spec in enumerate(self.specs)]
-        result = _assemble(self.specs, outcomes, len(completions))
+        result = _assemble(self.specs, outcomes, size, rows, domains)
         result.metrics = self._reported_metrics()
         # a binding error counts only if the call failed too (a decorator may accept what its
         # wrapped signature does not)
@@ -337,9 +415,10 @@ def score_batch(
     isolation: Isolation | None = None,
     completion_ids: Sequence | None = None,
     chat_prompts: Sequence | None = None,
+    domain_key: str | None = None,
 ) -> ScoreResult:
     """Score one batch (a one-off :class:`RewardScorer`; a training loop keeps one instead, so
     that worker processes are forked once, not per batch)."""
-    with RewardScorer(specs, isolation=isolation) as scorer:
+    with RewardScorer(specs, isolation=isolation, domain_key=domain_key) as scorer:
         return scorer.score(prompts, completions, columns, completion_ids=completion_ids,
                             chat_prompts=chat_prompts)

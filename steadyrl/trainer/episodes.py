@@ -130,4 +130,6 @@ def _with_environment(result: ScoreResult, episodes) -> ScoreResult:
         failures={**result.failures, ENVIRONMENT_REWARD: failures},
         errors=errors,
         elapsed_s={**result.elapsed_s, ENVIRONMENT_REWARD: sum(e.env_time_s for e in episodes)},
+        domains=result.domains,  # the environment's reward applies to every domain
+        routes=result.routes,
     )

@@ -17,6 +17,11 @@ A metric that cannot be computed is ``None`` (``null`` in metrics.jsonl and summ
 completions (it failed on every one), ``reward_mean`` when no greedy completion could be scored,
 ``pass@k`` when the accuracy reward scored none of the samples. A score of 0 means wrong
 answers; a failing reward function means nothing was measured.
+
+With reward domains, accuracy and pass@k count only the prompts the accuracy reward applies to
+(a prompt of another domain is neither right nor wrong; no such prompt: no accuracy). Several
+held-out sets (``data.eval_sources``, :func:`evaluate_sets`) are each evaluated on their own,
+``<set>/accuracy`` etc., and together: the overall numbers are over all their prompts.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import torch
 from .. import distributed as dist
 from ..progress import progress
 from .episodes import ENVIRONMENT_REWARD, episode_seeds, rollout, score_episodes
+
+__all__ = ["evaluate", "evaluate_sets", "pass_at_k"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -48,9 +55,12 @@ def _ks(n: int) -> list[int]:
     return ks + [n]
 
 
-def _correct(result, name: str, threshold: float) -> list[bool]:
-    """A NaN, inf or missing score is never a correct answer."""
-    return [s is not None and math.isfinite(s) and s >= threshold for s in result.raw[name]]
+def _correct(result, name: str, threshold: float) -> list[bool | None]:
+    """A NaN, inf or missing score is never a correct answer; None where the reward does not apply."""
+    scores = result.raw[name]
+    applies = result.applies(name) if hasattr(result, "applies") else [True] * len(scores)
+    return [(s is not None and math.isfinite(s) and s >= threshold) if ok else None
+            for s, ok in zip(scores, applies)]
 
 
 def _scored(result, name: str) -> int:
@@ -69,12 +79,50 @@ def _report_failures(result, shown: set[str]) -> None:
             print(f"steadyrl: during evaluation, reward function {name!r} failed (shown once):\n{text}", flush=True)
 
 
+def _summary(tally: dict, n: int) -> dict:
+    """The reported numbers of a tally (:func:`_tally`), one set's or several sets' together. A number
+    nothing measured is None: accuracy when the accuracy reward scored no greedy completion it
+    applies to, reward_mean when no completion could be scored, pass@k likewise for the samples."""
+    judged = [c for c in tally["correct"] if c is not None]
+    out = {"accuracy": _ratio(sum(judged), len(judged) if tally["judged"] else 0),
+           "reward_mean": _ratio(tally["rewards"], tally["scored"]), "num_prompts": len(tally["correct"])}
+    if n > 0:
+        counts = [c for c in tally["counts"] if c is not None]
+        for k in _ks(n):
+            out[f"pass@{k}"] = _ratio(sum(pass_at_k(n, c, k) for c in counts),
+                                      len(counts) if tally["judged_samples"] else 0)
+    return out
+
+
 @torch.no_grad()
 def evaluate(engine, scorer, prompts: list, eval_config, rollout_config, agent=None) -> dict:
     """Evaluate the engine's model on ``prompts`` (:class:`~steadyrl.trainer.prompts.PromptItem`):
     whole episodes when there is an ``agent`` (tools or an environment), greedy and sampled."""
     if not prompts:
         return {}
+    return _summary(_tally(engine, scorer, prompts, eval_config, rollout_config, agent), eval_config.num_samples)
+
+
+@torch.no_grad()
+def evaluate_sets(engine, scorer, sets: dict[str, list], eval_config, rollout_config, agent=None) -> dict:
+    """Each named held-out set evaluated on its own (``<set>/<metric>``), and all of them together
+    (the plain metric names: counted over every prompt of every set, not averaged over sets)."""
+    out, tallies = {}, []
+    for name, prompts in sets.items():
+        if not prompts:
+            continue
+        tally = _tally(engine, scorer, prompts, eval_config, rollout_config, agent)
+        tallies.append(tally)
+        out.update({f"{name}/{k}": v for k, v in _summary(tally, eval_config.num_samples).items()})
+    if not tallies:
+        return {}
+    whole = {key: ([x for t in tallies for x in t[key]] if isinstance(tallies[0][key], list) else
+                   sum(t[key] for t in tallies)) for key in tallies[0]}
+    return {**_summary(whole, eval_config.num_samples), **out}
+
+
+def _tally(engine, scorer, prompts: list, eval_config, rollout_config, agent) -> dict:
+    """Per prompt: greedy correctness (None: not applicable) and correct samples of ``num_samples``."""
     max_new = eval_config.max_new_tokens or rollout_config.max_new_tokens
     environment = rollout_config.environment is not None
     names = scorer.names + ([ENVIRONMENT_REWARD] if environment else [])
@@ -105,20 +153,17 @@ def _evaluate(episodes, prompts: list, eval_config, name: str, bar) -> dict:
         scored += int(result.valid.sum())
         rewards += float(result.scores[result.valid].sum())
         bar.update(len(chunk))
-    out = {"accuracy": _ratio(sum(correct), len(correct) if judged else 0), "reward_mean": _ratio(rewards, scored),
-           "num_prompts": len(prompts)}
     n = eval_config.num_samples
+    counts, judged_samples = [], 0
     if n > 0:
-        counts, judged = [], 0
         per_call = max(1, step // n)
         for start in range(0, len(prompts), per_call):
             chunk = prompts[start : start + per_call]
             result = episodes(chunk, start, n, temperature=eval_config.temperature)
             _report_failures(result, shown)
             ok = _correct(result, name, eval_config.correct_threshold)
-            judged += _scored(result, name)
-            counts += [sum(ok[i * n : (i + 1) * n]) for i in range(len(chunk))]
+            judged_samples += _scored(result, name)
+            counts += [None if ok[i * n] is None else sum(ok[i * n : (i + 1) * n]) for i in range(len(chunk))]
             bar.update(len(chunk))
-        for k in _ks(n):
-            out[f"pass@{k}"] = _ratio(sum(pass_at_k(n, c, k) for c in counts), len(counts) if judged else 0)
-    return out
+    return {"correct": correct, "judged": judged, "scored": scored, "rewards": rewards, "counts": counts,
+            "judged_samples": judged_samples}

@@ -96,7 +96,9 @@ def merge_results(results: list[ScoreResult]) -> ScoreResult:
     return ScoreResult(names=first.names, weights=first.weights,
                        raw={name: [x for r in results for x in r.raw[name]] for name in first.names},
                        scores=torch.cat([r.scores for r in results]), valid=torch.cat([r.valid for r in results]),
-                       failures=failures, errors=errors, elapsed_s=elapsed, metrics=_merge_reported(results))
+                       failures=failures, errors=errors, elapsed_s=elapsed, metrics=_merge_reported(results),
+                       domains=None if first.domains is None else [d for r in results for d in r.domains],
+                       routes=first.routes)
 
 
 def _merge_reported(results: list[ScoreResult]) -> dict[str, float]:

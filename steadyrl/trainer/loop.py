@@ -38,7 +38,7 @@ from ..rollout import build_engine
 from ..secrets import redact_secrets
 from ..tracking import Tracker
 from . import checkpoint as ckpt
-from .evaluate import evaluate
+from .evaluate import evaluate, evaluate_sets
 from .rundir import (LOCK, RunLock, check_output_dir, check_resume_matches, check_saved_config, on_main,
                      prepare_output_dir, resolve_output_dir, write_run_config)
 from .setup import Run, RunState, build_run, check_inputs, seed_everything
@@ -129,13 +129,16 @@ def _apply_optim_config(run: Run) -> None:
     scheduler._last_lr = [group["lr"] for group in run.optimizer.param_groups]
 
 
-def run_eval(config: Config, engine, scorer, prompts: list, device: torch.device, agent=None) -> dict:
-    """Evaluate on held-out ``prompts`` with an RNG of its own (training's RNG is untouched)."""
+def run_eval(config: Config, engine, scorer, prompts: list | dict, device: torch.device, agent=None) -> dict:
+    """Evaluate on held-out ``prompts`` with an RNG of its own (training's RNG is untouched); a
+    dict of named sets (``data.eval_sources``) is evaluated set by set and overall."""
     if not prompts:
         return {}
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(config.trainer.seed + 1)
+        if isinstance(prompts, dict):
+            return evaluate_sets(engine, scorer, prompts, config.eval, config.rollout, agent)
         return evaluate(engine, scorer, prompts, config.eval, config.rollout, agent)
 
 
@@ -325,7 +328,7 @@ def _train(run: Run, config: Config, out: Path, latest: Path | None, started: fl
                       # --resume with no checkpoint yet starts over: the killed run's lines go
                       resume_step=run.state.step if latest is not None or resume else None)
     def evaluate_now() -> dict:
-        return run_eval(config, engine, run.scorer, run.eval_prompts, run.device, run.agent)
+        return run_eval(config, engine, run.scorer, run.eval_sets or run.eval_prompts, run.device, run.agent)
 
     shown: set[str] = set()
     elapsed_before = run.state.wall_time_s

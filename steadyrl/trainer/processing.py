@@ -1,7 +1,8 @@
 """From raw scores to advantages: the reward pipeline of one step, in the order of seed 001.
 
 1. response-level clip of the scores to ``[-reward_clip, reward_clip]``;
-2. normalisation (``reward_norm_mean`` / ``reward_norm_std``: batch, group, running or none);
+2. normalisation (``reward_norm_mean`` / ``reward_norm_std``: batch, group, running or none),
+   within each reward domain with ``reward_norm_by_domain`` (``domains``: an id per sample);
 3. token rewards: the score on the last valid token, minus ``kl_coef * KL`` per token when the
    KL is in the reward (``kl_mode: reward``); in a multi-turn episode an environment's reward for
    an earlier turn sits on that turn's last token instead (``turn_rewards``), and the last token
@@ -39,6 +40,7 @@ from ..functional import (
     masked_var,
     masked_whiten,
     normalize_rewards,
+    normalize_rewards_by_domain,
 )
 
 
@@ -113,6 +115,7 @@ def process_rewards(
     values: torch.Tensor | None = None,
     running: RunningMoments | None = None,
     turn_rewards: torch.Tensor | None = None,
+    domains: torch.Tensor | None = None,
 ) -> Processed:
     """Run steps 1-8 (module docstring) on one step's samples. Inputs are not modified.
 
@@ -122,7 +125,8 @@ def process_rewards(
     counts as invalid even if ``valid`` says otherwise. ``response_mask`` is the mask of the
     tokens that can be trained on (in an episode, the policy's own tokens: observations are never
     rewarded, counted or trained on); ``turn_rewards [B, R]`` the earlier turns' rewards at
-    their last tokens (zeros elsewhere), or None.
+    their last tokens (zeros elsewhere), or None. ``domains [B]``: an integer domain id per sample,
+    used with ``algo.reward_norm_by_domain`` (None: one domain).
     """
     mask = response_mask.bool()
     valid = valid.bool() & mask.any(-1) & torch.isfinite(scores)
@@ -132,8 +136,12 @@ def process_rewards(
 
     # 1-2. response-level clip, normalisation
     metrics["critic/reward_clip_frac"] = float(clip_fraction(raw, -clip, clip, valid)) if clip else 0.0
-    s = normalize_rewards(clip_rewards(raw, clip), group_size, algo.reward_norm_mean,
-                          algo.reward_norm_std, running=running, mask=valid)
+    if algo.reward_norm_by_domain and domains is not None:
+        s = normalize_rewards_by_domain(clip_rewards(raw, clip), domains, group_size, algo.reward_norm_mean,
+                                        algo.reward_norm_std, mask=valid)
+    else:
+        s = normalize_rewards(clip_rewards(raw, clip), group_size, algo.reward_norm_mean,
+                              algo.reward_norm_std, running=running, mask=valid)
 
     # 3-4. token rewards, KL in the reward, token-level clip
     token_rewards = _last_token_rewards(s, mask)

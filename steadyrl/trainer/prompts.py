@@ -73,12 +73,13 @@ class Scorer:
     The first batch it scores is also a check of how the functions are called: a function whose
     signature cannot take the call (every sample failed with a binding ``TypeError``) stops the
     run there with a :class:`~steadyrl.errors.RewardCallError` (exit status 2), instead of
-    failing every sample of every step."""
+    failing every sample of every step. With ``domain_key`` each reward scores only the rows of its
+    domains (``RewardSpec.domains``)."""
 
-    def __init__(self, specs: list[RewardSpec], *, allow_empty: bool = False):
+    def __init__(self, specs: list[RewardSpec], *, allow_empty: bool = False, domain_key: str | None = None):
         if not specs and not allow_empty:
             raise DataError("no reward function configured (rewards: [])")
-        self._scorer = RewardScorer(specs) if specs else None
+        self._scorer = RewardScorer(specs, domain_key=domain_key) if specs else None
         self.names = [s.name for s in specs]
         self._first = True
 

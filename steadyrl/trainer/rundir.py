@@ -237,7 +237,8 @@ def check_saved_config(output_dir: Path) -> None:
 
 
 RESUME_KEYS = ("model.name_or_path", "model.tokenizer", "model.revision", "model.critic_name_or_path",
-               "model.lora", "data.train_path", "data.split", "data.prompt_key", "rollout.prompts_per_step")
+               "model.lora", "data.train_path", "data.train_sources", "data.split", "data.prompt_key",
+               "rollout.prompts_per_step")
 """What a checkpoint was built from: resuming with another value would load weights into another
 model (a crash, or worse, none), or continue the data position in other prompts."""
 

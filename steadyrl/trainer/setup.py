@@ -24,7 +24,7 @@ import torch
 
 from .. import distributed as dist
 from ..config.schema import Config
-from ..data import EVAL_SPLITS, PromptSampler, eval_split_of, load_records
+from ..data import PromptSampler
 from ..errors import ConfigError
 from ..functional import AdaptiveKLController, FixedKLController, RunningMoments
 from ..models import (
@@ -40,6 +40,7 @@ from ..rewards import RewardSpec, load_reward
 from ..sandbox import Limits
 from .episodes import build_agent
 from .prompts import PromptItem, Scorer, prepare_prompts
+from .sources import Part, by_domain, check_domains, load_all_data, make_sampler, tokenize_parts
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Run:
     scorer: Scorer
     train_prompts: list[PromptItem]
     eval_prompts: list[PromptItem]
-    sampler: PromptSampler
+    sampler: PromptSampler  # a MixtureSampler with data.train_sources
     kl_controller: FixedKLController | AdaptiveKLController
     running: RunningMoments
     state: RunState = field(default_factory=RunState)
@@ -83,6 +84,7 @@ class Run:
     train_critic: torch.nn.Module | None = None
     generator: object = None
     agent: object = None  # multi-turn: answers the policy's turns (tools or an environment); None = one turn
+    eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources: each set on its own
 
     def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
         """``(policy, critic)`` to run forward/backward passes through."""
@@ -133,7 +135,7 @@ def build_rewards(config: Config, default: list[RewardSpec]) -> list[RewardSpec]
             chunk = fn.preferred_chunk_size  # a model or server reward batches its own calls
         specs.append(RewardSpec(name=r.key, fn=fn, weight=r.weight, timeout_s=r.timeout_s, isolation=r.isolation,
                                 chunk_size=chunk, limits=Limits(**r.limits.model_dump()),
-                                env_passthrough=tuple(r.env_passthrough)))
+                                env_passthrough=tuple(r.env_passthrough), domains=r.domains))
     for i, spec in enumerate(specs):
         place_reward_model(config, i, spec)
     return specs
@@ -151,32 +153,6 @@ def place_reward_model(config: Config, index: int, spec: RewardSpec) -> None:
         raise ConfigError(f"rewards[{index}].isolation = 'process': reward {spec.name!r} runs a model on "
                           f"{spec.fn.device}, and a forked worker process cannot use CUDA; use 'inline' (its "
                           "default) or 'thread'")
-
-
-def load_data(config: Config, *, eval_only: bool = False) -> tuple[list[dict], list[dict]]:
-    data = config.data
-    kwargs = {"format": data.format, "prompt_key": data.prompt_key, "answer_key": data.answer_key,
-              "extra_keys": data.extra_keys}
-    train = [] if eval_only else load_records(data.train_path, split=data.split, **kwargs)
-    evals = load_eval_records(config) if data.eval_path else []
-    if data.max_eval_prompts:
-        evals = evals[: data.max_eval_prompts]
-    return train, evals
-
-
-def load_eval_records(config: Config) -> list[dict]:
-    """The records of ``data.eval_path``; from a DatasetDict folder, the split
-    :func:`~steadyrl.data.eval_split_of` picks (``data.eval_split``, else test, else validation),
-    named on the console."""
-    data = config.data
-    split = eval_split_of(data.eval_path, data.eval_split)
-    records = load_records(data.eval_path, format=data.format, prompt_key=data.prompt_key,
-                           answer_key=data.answer_key, extra_keys=data.extra_keys, split=split)
-    if split is not None and dist.is_main():
-        how = "data.eval_split" if data.eval_split else f"the first of {' / '.join(EVAL_SPLITS)} it has"
-        print(f"data: held-out prompts from split {split!r} of data.eval_path = {data.eval_path!r} ({how})",
-              flush=True)
-    return records
 
 
 def demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]:
@@ -290,17 +266,19 @@ def build_models(config: Config, model_path: str, device: torch.device):
     return policy, reference, critic, adapter_reference
 
 
-def task_inputs(config: Config, *, for_eval: bool = False) -> tuple[list[dict], list[dict], Scorer]:
-    """Train and held-out records and the scorer: every data and reward input checked.
+def task_inputs(config: Config, *, for_eval: bool = False):
+    """``(train, evals, scorer, (train_parts, eval_parts))``: train and held-out records, the
+    scorer, and the records per source (``data.train_sources`` / ``eval_sources``, else None):
+    every data and reward input checked.
 
     Held-out prompts come from ``data.eval_path`` when it is set, else from the demo's split.
     """
-    if config.is_demo:
-        train, evals, default_specs = demo_task(config)
-        if config.data.eval_path:
-            evals = load_eval_records(config)
+    demo = demo_task(config) if config.is_demo else None
+    train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval,
+                                                          demo=demo[:2] if demo else None)
+    if demo:
+        default_specs = demo[2]
     else:
-        train, evals = load_data(config, eval_only=for_eval)
         default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
     environment = config.rollout.environment is not None
     if environment and not config.rewards:  # the environment's rewards alone
@@ -311,9 +289,17 @@ def task_inputs(config: Config, *, for_eval: bool = False) -> tuple[list[dict], 
     if wanted is not None and wanted not in names:
         raise ConfigError(f"eval.accuracy_reward = {wanted!r} is not one of the configured rewards {names}")
     provided = ("turns",) if config.rollout.multi_turn else ()  # an episode's turn list, given at scoring
-    check_reward_columns(specs, train, "data.train_path", provided)
-    check_reward_columns(specs, evals, "data.eval_path", provided)
-    return train, evals, Scorer(specs, allow_empty=environment)
+    parts = ([(f"data.train_sources {p.name!r}", p.records) for p in train_parts] if train_parts is not None
+             else [("data.train_path", train)])
+    parts += ([(f"data.eval_sources {p.name!r}", p.records) for p in eval_parts] if eval_parts is not None
+              else [("data.eval_path", evals)])
+    check_domains(config, specs, parts, all_data=not for_eval)
+    key = config.data.domain_key
+    for where, records in parts:  # each domain's rows against the rewards that apply to that domain
+        for domain, rows in by_domain(records, key).items():
+            applying = [s for s in specs if key is None or s.domains is None or domain in s.domains]
+            check_reward_columns(applying, rows, where, provided)
+    return train, evals, Scorer(specs, allow_empty=environment, domain_key=key), (train_parts, eval_parts)
 
 
 def check_reward_columns(specs: list[RewardSpec], records: list[dict], source: str,
@@ -402,6 +388,9 @@ class Inputs:
     eval_prompts: list[PromptItem] | None = None
     dropped: int = 0
     agent: object = None
+    train_parts: list[Part] | None = None  # data.train_sources, tokenized by _tokenize_prompts
+    eval_parts: list[Part] | None = None  # data.eval_sources, records
+    eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources
 
 
 def check_inputs(config: Config) -> Inputs:
@@ -419,8 +408,9 @@ def check_inputs(config: Config) -> Inputs:
     check_parallel(config, device, dist.world_size())
     check_engine_available(config.rollout.engine)
     check_backends_available(trainer.trackers)
-    train_records, eval_records, scorer = task_inputs(config)
-    inputs = Inputs(device=device, train_records=train_records, eval_records=eval_records, scorer=scorer)
+    train_records, eval_records, scorer, (train_parts, eval_parts) = task_inputs(config)
+    inputs = Inputs(device=device, train_records=train_records, eval_records=eval_records, scorer=scorer,
+                    train_parts=train_parts, eval_parts=eval_parts)
     if config.is_demo:
         return inputs
     try:
@@ -453,10 +443,20 @@ def _tokenize_prompts(config: Config, inputs: Inputs) -> None:
     inputs.tokenizer = build_tokenizer(config, inputs.model_path)
     inputs.agent = build_agent(config, inputs.tokenizer)
     options = prompt_options(config, inputs.agent)
-    inputs.train_prompts, inputs.dropped = prepare_prompts(inputs.train_records, inputs.tokenizer,
-                                                           source="data.train_path", **options)
-    inputs.eval_prompts, _ = prepare_prompts(inputs.eval_records, inputs.tokenizer, source="data.eval_path",
-                                             **options)
+    if inputs.train_parts is None:
+        inputs.train_prompts, inputs.dropped = prepare_prompts(inputs.train_records, inputs.tokenizer,
+                                                               source="data.train_path", **options)
+    else:  # each source on its own: the mixture samples from each source's prompts
+        inputs.train_parts, inputs.dropped = tokenize_parts(inputs.train_parts, "data.train_sources",
+                                                            inputs.tokenizer, options)
+        inputs.train_prompts = [item for part in inputs.train_parts for item in part.records]
+    if inputs.eval_parts is None:
+        inputs.eval_prompts, _ = prepare_prompts(inputs.eval_records, inputs.tokenizer,
+                                                 source="data.eval_path", **options)
+    else:
+        parts, _ = tokenize_parts(inputs.eval_parts, "data.eval_sources", inputs.tokenizer, options)
+        inputs.eval_sets = {p.name: p.records for p in parts}
+        inputs.eval_prompts = [item for p in parts for item in p.records]
 
 
 def check_context_length(config: Config, model_path: str, train_prompts: list[PromptItem],
@@ -515,14 +515,13 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     algo = config.algorithm
     kl = (AdaptiveKLController(algo.kl_coef, algo.kl_target, algo.kl_horizon) if algo.kl_target
           else FixedKLController(algo.kl_coef))
-    sampler = PromptSampler(train_prompts, config.rollout.prompts_per_step, seed=trainer.seed,
-                            shuffle=config.data.shuffle)
+    sampler = make_sampler(config, train_prompts, inputs.train_parts)
     run = Run(config=config, output_dir=output_dir, device=device, tokenizer=inputs.tokenizer, policy=policy,
               reference=reference, critic=critic, optimizer=optimizer, critic_optimizer=critic_optimizer,
               scheduler=scheduler, scorer=scorer, train_prompts=train_prompts, eval_prompts=inputs.eval_prompts,
               sampler=sampler, kl_controller=kl, running=RunningMoments(), uses_adapter_reference=adapter_ref,
               train_policy=train_policy, train_critic=train_critic, generator=generator, total_steps=total,
-              agent=inputs.agent)
+              agent=inputs.agent, eval_sets=inputs.eval_sets)
     run.state.dropped_prompts = inputs.dropped
     if inputs.dropped and dist.is_main():
         print(f"data: dropped {inputs.dropped} of {len(inputs.train_records)} training prompts longer than "
@@ -533,11 +532,12 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
 
 
 def build_eval(config: Config, model_path: str):
-    """``(engine, scorer, held-out prompts, device, agent)`` to evaluate ``model_path`` alone."""
+    """``(engine, scorer, held-out prompts, device, agent)`` to evaluate ``model_path`` alone; the
+    prompts are a dict of named sets with ``data.eval_sources``."""
     from ..rollout import build_engine, check_engine_available
 
     check_engine_available(config.rollout.engine)
-    _, evals, scorer = task_inputs(config, for_eval=True)
+    _, evals, scorer, (_, eval_parts) = task_inputs(config, for_eval=True)
     if not evals:
         scorer.close()
         raise ConfigError("nothing to evaluate: set data.eval_path to a file of held-out prompts")
@@ -550,8 +550,14 @@ def build_eval(config: Config, model_path: str):
         check_model_source("model.name_or_path", model_path)
         tokenizer = build_tokenizer(config, model_path)
         agent = build_agent(config, tokenizer)
-        prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **prompt_options(config, agent))
-        check_context_length(config, model_path, [], prompts)
+        options = prompt_options(config, agent)
+        if eval_parts is None:
+            prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **options)
+            check_context_length(config, model_path, [], prompts)
+        else:  # data.eval_sources: a dict of held-out sets, each evaluated on its own
+            prompts = {p.name: p.records for p in tokenize_parts(eval_parts, "data.eval_sources", tokenizer,
+                                                                 options)[0]}
+            check_context_length(config, model_path, [], [q for ps in prompts.values() for q in ps])
         policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
                              trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
     except BaseException:

@@ -105,6 +105,14 @@ def _importance_correction(run: Run, whole: GlobalSamples, advantages: torch.Ten
     return advantages * weights, metrics
 
 
+def domain_ids(domains: list | None) -> torch.Tensor | None:
+    """An integer id per sample for its reward domain (ids in order of first appearance), or None."""
+    if domains is None:
+        return None
+    ids: dict[str, int] = {}
+    return torch.tensor([ids.setdefault(str(d), len(ids)) for d in domains], dtype=torch.long)
+
+
 def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     """Run step ``step``; returns ``(metrics, extras)`` where extras carry samples and tracebacks."""
     cfg = run.config
@@ -121,7 +129,8 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     processed = process_rewards(whole.result.scores, trainable, whole.policy_mask, whole.truncated,
                                 algo, ro.group_size, kl_coef=run.kl_controller.value,
                                 old_logprobs=whole.old_logprobs, ref_logprobs=whole.ref_logprobs,
-                                values=whole.values, running=run.running, turn_rewards=whole.turn_rewards)
+                                values=whole.values, running=run.running, turn_rewards=whole.turn_rewards,
+                                domains=domain_ids(whole.result.domains))
     advantages, tis_metrics = _importance_correction(run, whole, processed.advantages, processed.loss_mask)
     batch = replace(batch, loss_mask=whole.mine(processed.loss_mask), advantages=whole.mine(advantages),
                     returns=whole.mine(processed.returns), sample_weights=whole.mine(processed.sample_weights))
@@ -157,6 +166,7 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     metrics.update({
         "actor/lr": lr,
         "epoch": run.sampler.epoch,
+        **{f"data/source/{name}/epoch": e for name, e in getattr(run.sampler, "source_epochs", dict)().items()},
         "time/generate_s": drawn.generate_s,
         "time/score_s": drawn.score_s,
         "time/update_s": t_update - t_score,

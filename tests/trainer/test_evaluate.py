@@ -98,3 +98,42 @@ def test_evaluation_shows_its_progress(capsys, monkeypatch):
     _evaluate(_matches, num_samples=2)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[eval]")]
     assert lines and lines[-1].startswith("[eval] 6/6 (100%)")  # 3 greedy, then 3 prompts sampled
+
+
+def test_several_sets_are_reported_each_and_over_all_their_prompts(monkeypatch):
+    from steadyrl.trainer import evaluate as ev
+
+    tallies = {  # set a: 1 of 1 right; set b: 1 of 3 right, one prompt outside the accuracy reward's domain
+        "a": {"correct": [True], "judged": 1, "scored": 1, "rewards": 1.0, "counts": [2], "judged_samples": 2},
+        "b": {"correct": [True, False, False, None], "judged": 3, "scored": 4, "rewards": 2.0,
+              "counts": [2, 0, 1, None], "judged_samples": 6},
+    }
+    monkeypatch.setattr(ev, "_tally", lambda engine, scorer, prompts, *a: tallies[prompts[0]])
+    config = SimpleNamespace(num_samples=2)
+    out = ev.evaluate_sets(None, None, {"a": ["a"], "b": ["b"], "empty": []}, config, None)
+    assert out["a/accuracy"] == 1.0 and out["b/accuracy"] == round(1 / 3, 6)
+    assert out["accuracy"] == 0.5  # 2 right of 4 judged prompts, not the mean of the sets' accuracies
+    assert out["num_prompts"] == 5 and out["b/num_prompts"] == 4
+    assert out["reward_mean"] == round(3.0 / 5, 6)
+    assert out["pass@1"] == round((1.0 + 1.0 + 0.0 + 0.5) / 4, 6)
+    assert not any(k.startswith("empty/") for k in out)
+
+
+def test_a_set_the_accuracy_reward_never_applies_to_has_no_accuracy():
+    from steadyrl.trainer.evaluate import _summary
+
+    out = _summary({"correct": [None, None], "judged": 0, "scored": 2, "rewards": 1.0, "counts": [],
+                    "judged_samples": 0}, 0)
+    assert out["accuracy"] is None and out["reward_mean"] == 0.5 and out["num_prompts"] == 2
+
+
+def test_a_prompt_outside_the_accuracy_rewards_domains_is_neither_right_nor_wrong():
+    from steadyrl.rewards import RewardSpec, score_batch
+
+    def one(prompts, completions, **kw):
+        return [1.0] * len(completions)
+
+    result = score_batch([RewardSpec("m", one, domains=["math"], isolation="inline"),
+                          RewardSpec("f", one, domains=["fmt"], isolation="inline")],
+                         ["p", "q"], ["a", "b"], {"domain": ["math", "fmt"]}, domain_key="domain")
+    assert _correct(result, "m", 1.0) == [True, None]
