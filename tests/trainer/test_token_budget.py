@@ -174,3 +174,27 @@ def test_trim_of_a_batch_without_padding_is_the_batch():
     batch = mixed_batch()
     full = replace(batch, attention_mask=torch.ones_like(batch.attention_mask))
     assert trim(full) is full
+
+
+def test_a_ppo_run_with_a_budget_logs_the_metrics_of_the_fixed_split(write_config, task_dir, tmp_path):
+    """Whole steps (old, reference and critic passes, two epochs, the critic update): the same
+    metrics, the budget only changes how the rows are grouped."""
+    from steadyrl.tracking import read_jsonl
+    from steadyrl.trainer import train
+
+    logs = []
+    for name, trainer in (("fixed", {"micro_batch_size": 4}), ("budget", {"max_tokens_per_micro_batch": 40})):
+        path = write_config(algorithm={"preset": "ppo", "kl_mode": "loss", "kl_coef": 0.05},
+                            rewards=[{"name": f"{task_dir / 'rewards.py'}:partial_reverse"}],
+                            trainer={"max_steps": 2, "save_every": 0, "samples_every": 0, "device": "cpu",
+                                     "ppo_epochs": 2, "mini_batch_size": 8, "seed": 3, **trainer})
+        train(str(path), [], output_dir=str(tmp_path / name), overwrite=True)
+        logs.append(read_jsonl(tmp_path / name / "metrics.jsonl"))
+    fixed, budget = ([row for row in log if "actor/loss" in row] for log in logs)
+    assert len(fixed) == len(budget) == 2
+    for a, b in zip(fixed, budget):
+        keys = [k for k in a if not k.startswith(("time/", "throughput/"))]
+        assert "critic/value_loss" in keys and "actor/kl_loss" in keys and a["actor/grad_norm"] > 0
+        assert sorted(keys) == sorted(k for k in b if not k.startswith(("time/", "throughput/")))
+        for k in keys:
+            assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), k
