@@ -199,7 +199,8 @@ def mixed_child(args) -> dict:
     torch.manual_seed(args.seed)
     cpu = torch.device("cpu")
     budget = args.budget or None
-    config = load_config(None, ["trainer.device=cpu", "algorithm.kl_mode=none", f"trainer.micro_batch_size={args.micro_batch}",
+    config = load_config(None, ["trainer.device=cpu", "algorithm.kl_mode=none",
+                                f"trainer.micro_batch_size={args.micro_batch}",
                                 f"trainer.max_tokens_per_micro_batch={budget if budget else 'null'}"])
     policy = load_policy(str(args.model_dir), dtype=torch.float32, device=cpu)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-5)

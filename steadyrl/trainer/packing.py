@@ -34,6 +34,7 @@ from dataclasses import replace
 
 import torch
 
+from .. import distributed as dist
 from .batch import TrainBatch, micro_batches
 
 
@@ -90,13 +91,33 @@ def trim(batch: TrainBatch) -> TrainBatch:
     return replace(batch, **changes)
 
 
+def split_to(parts: list[torch.Tensor], count: int) -> list[torch.Tensor]:
+    """``parts`` with the largest ones halved until there are ``count`` (within the budget still:
+    fewer rows, no wider). Possible whenever ``count`` <= the number of rows."""
+    parts = list(parts)
+    while len(parts) < count:
+        i = max(range(len(parts)), key=lambda j: len(parts[j]))
+        if len(parts[i]) < 2:
+            raise ValueError(f"cannot split {sum(map(len, parts))} rows into {count} micro-batches")
+        half = len(parts[i]) // 2
+        parts[i : i + 1] = [parts[i][:half], parts[i][half:]]
+    return parts
+
+
 def micro_batch_plan(batch: TrainBatch, size: int, max_tokens: int | None) -> list[tuple[torch.Tensor | slice, bool]]:
     """``(rows, trim)`` per micro-batch: ``micro_batch_size`` slices in order (``max_tokens`` None,
-    today's split, untrimmed) or the token-budget packing, each micro-batch to be trimmed."""
+    today's split, untrimmed) or the token-budget packing, each micro-batch to be trimmed.
+
+    With several data-parallel processes every one runs as many micro-batches as the one with the
+    most (its largest ones halved): FSDP gathers the parameters in every forward, a collective
+    that all processes must join. (Each process holds as many rows, so this always works.)"""
     if max_tokens is None:
         return [(rows, False) for rows in micro_batches(len(batch), size)]
     prompt, response = row_extents(batch)
-    return [(rows, True) for rows in token_budget_batches(prompt, response, max_tokens)]
+    parts = token_budget_batches(prompt, response, max_tokens)
+    if dist.world_size() > 1:
+        parts = split_to(parts, int(dist.all_reduce_max(len(parts))))
+    return [(rows, True) for rows in parts]
 
 
 def padding_stats(batch: TrainBatch, plan: list[tuple[torch.Tensor | slice, bool]]) -> tuple[int, int]:

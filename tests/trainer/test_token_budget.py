@@ -11,7 +11,8 @@ from steadyrl.config import load_config
 from steadyrl.models import load_policy
 from steadyrl.trainer.batch import TrainBatch
 from steadyrl.trainer.forward import response_logprobs
-from steadyrl.trainer.packing import micro_batch_plan, padding_stats, row_extents, token_budget_batches, trim
+from steadyrl.trainer.packing import (micro_batch_plan, padding_stats, row_extents, split_to, token_budget_batches,
+                                      trim)
 from steadyrl.trainer.step import _per_token
 from steadyrl.trainer.update import ppo_update
 
@@ -198,3 +199,21 @@ def test_a_ppo_run_with_a_budget_logs_the_metrics_of_the_fixed_split(write_confi
         assert sorted(keys) == sorted(k for k in b if not k.startswith(("time/", "throughput/")))
         for k in keys:
             assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), k
+
+
+def test_processes_run_as_many_micro_batches_as_the_busiest_one(monkeypatch):
+    """FSDP gathers parameters in every forward: every process must run the same number."""
+    from steadyrl import distributed as dist
+
+    batch = mixed_batch()
+    alone = micro_batch_plan(batch, 4, 60)
+    monkeypatch.setattr(dist, "world_size", lambda: 2)
+    monkeypatch.setattr(dist, "all_reduce_max", lambda n: float(len(alone) + 3))  # another process has more
+    plan = micro_batch_plan(batch, 4, 60)
+    assert len(plan) == len(alone) + 3
+    assert torch.equal(torch.cat([rows for rows, _ in plan]).sort().values, torch.arange(len(batch)))
+    prompt, response = row_extents(batch)
+    for rows, _ in plan:
+        assert len(rows) * int(prompt[rows].max() + response[rows].max()) <= 60 or len(rows) == 1
+    with pytest.raises(ValueError, match="cannot split 2 rows into 3"):
+        split_to([torch.tensor([0]), torch.tensor([1])], 3)
