@@ -63,7 +63,8 @@ def read_run(run_dir: Path, seed: int, dynamic: bool) -> dict:
             refilled.append(r.get("dynamic/refilled_frac", 0.0))
         if "eval/accuracy" in r:
             curve.append({"step": r.get("step", 0), "train_s": round(train_s, 1), "accuracy": r["eval/accuracy"]})
-    return {"seed": seed, "dynamic": dynamic, "steps": len(rows), "train_s": round(train_s, 1),
+    last = max(r.get("step", 0) for r in rows)
+    return {"seed": seed, "dynamic": dynamic, "steps": last, "train_s": round(train_s, 1),
             "curve": curve, "draws_mean": statistics.mean(draws) if draws else None,
             "refilled_frac_mean": statistics.mean(refilled) if refilled else None}
 
