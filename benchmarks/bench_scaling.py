@@ -3,6 +3,7 @@
     python -m benchmarks.bench_scaling                   # lengths 64..1,024 at group 4, groups 2..16 at length 128
     python -m benchmarks.bench_scaling --quick           # smoke run: lengths 64, 128 and groups 2, 4, one timed step
     python -m benchmarks.bench_scaling --write-md BENCHMARKS.md
+    python -m benchmarks.bench_scaling --mixed           # mixed response lengths: fixed split vs token budget
 
 Every configuration is one fresh process running ``steadyrl.trainer.train`` for ``--warmup`` +
 ``--steps`` GRPO steps on the demo architecture (2-layer Llama, hidden 128, character vocabulary)
@@ -20,6 +21,14 @@ the same per 1,000 tokens, split into the CPU seconds of generation (the engine'
 and of the rest of the step (log-probs, loss, backward, optimizer, reward, logging), and the
 process's peak resident set (``VmHWM``: interpreter, torch, model, optimizer and the step's
 tensors), also as the increase over the resident set just before the first step.
+
+``--mixed`` measures ``trainer.max_tokens_per_micro_batch`` instead: one batch of ``--prompts``
+x ``--group`` rows whose responses have mixed lengths (3 in 4 short, 8..64 tokens; 1 in 4 long,
+up to ``--length``), prompts 8..32 tokens left-padded, on the same model. Per split (``micro_batch_size``
+rows, or a token budget), in a fresh process: the padding fraction of the forward passes
+(padded tokens that are not real tokens), the median wall and CPU seconds of the update part of
+a step (the no-grad old log-prob pass plus ``ppo_update``, GRPO loss, one optimizer step) over
+``--steps`` repetitions after one warm-up, and the peak resident set over the start of the timed part.
 """
 
 from __future__ import annotations
@@ -151,6 +160,123 @@ def report(args, results: list[dict], load: tuple, seconds: float) -> str:
     return "\n".join(lines + table(results)) + "\n"
 
 
+# --- mixed response lengths: fixed split vs token budget ----------------------------------------------
+
+
+def mixed_batch(rows: int, max_len: int, seed: int):
+    """A batch of mixed response lengths (3 in 4 short, 1 in 4 long) with left-padded prompts."""
+    import torch
+
+    from steadyrl.trainer.batch import TrainBatch
+
+    g = torch.Generator().manual_seed(seed)
+    p_lens = torch.randint(8, 33, (rows,), generator=g)
+    long = torch.rand(rows, generator=g) < 0.25
+    r_lens = torch.where(long, torch.randint(max_len // 2, max_len + 1, (rows,), generator=g),
+                         torch.randint(8, 65, (rows,), generator=g)).clamp(max=max_len)
+    p_mask = (torch.arange(32) >= 32 - p_lens.unsqueeze(1)).long()
+    r_mask = (torch.arange(max_len) < r_lens.unsqueeze(1)).long()
+    ids = torch.randint(3, 12, (rows, 32 + max_len), generator=g) * torch.cat([p_mask, r_mask], 1)
+    attention = torch.cat([p_mask, r_mask], 1)
+    return TrainBatch(input_ids=ids, attention_mask=attention, position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
+                      response_ids=ids[:, 32:], response_mask=r_mask, loss_mask=r_mask.clone(),
+                      advantages=torch.randn(rows, 1, generator=g).expand(rows, max_len) * r_mask)
+
+
+def mixed_child(args) -> dict:
+    import torch
+
+    from steadyrl.config import load_config
+    from steadyrl.models import load_policy
+    from steadyrl.trainer.forward import response_logprobs
+    from steadyrl.trainer.packing import micro_batch_plan, padding_stats
+    from steadyrl.trainer.step import _per_token
+    from steadyrl.trainer.update import ppo_update
+
+    from .common import peak_rss_mib, reset_peak_rss, rss_mib
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    cpu = torch.device("cpu")
+    budget = args.budget or None
+    config = load_config(None, ["trainer.device=cpu", "algorithm.kl_mode=none",
+                                f"trainer.micro_batch_size={args.micro_batch}",
+                                f"trainer.max_tokens_per_micro_batch={budget if budget else 'null'}"])
+    policy = load_policy(str(args.model_dir), dtype=torch.float32, device=cpu)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-5)
+    batch = mixed_batch(args.prompts * args.group, args.length, args.seed)
+    real, padded = padding_stats(batch, micro_batch_plan(batch, args.micro_batch, budget))
+    times, cpus = [], []
+    for i in range(args.steps + 1):
+        if i == 1:
+            rss0 = rss_mib()
+            reset_peak_rss()
+        t0, c0 = time.perf_counter(), time.process_time()
+        old = _per_token(lambda m: response_logprobs(policy, m, temperature=1.0)[0], batch,
+                         args.micro_batch, cpu, budget)
+        ppo_update(policy, optimizer, replace_old(batch, old), config, kl_coef=0.0, device=cpu)
+        times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return {"budget": budget, "micro_batch": args.micro_batch, "rows": len(batch), "real_tokens": real,
+            "padded_tokens": padded, "micro_batches": len(micro_batch_plan(batch, args.micro_batch, budget)),
+            "s": statistics.median(times[1:]), "cpu_s": statistics.median(cpus[1:]),
+            "peak_over_start_mib": peak_rss_mib() - rss0}
+
+
+def replace_old(batch, old):
+    from dataclasses import replace
+
+    return replace(batch, old_logprobs=old)
+
+
+def mixed_report(args, results: list[dict], load: tuple, seconds: float) -> str:
+    command = " ".join(["python -m benchmarks.bench_scaling", *args.argv])
+    lines = [f"Command: `{command}`", "", f"Machine: {machine(args.threads)}.", "",
+             f"Workload: one batch of {args.prompts * args.group} rows, prompts 8..32 tokens (left-padded to 32), "
+             f"responses 3 in 4 of 8..64 tokens and 1 in 4 of {args.length // 2}..{args.length} (right-padded to "
+             f"{args.length}); the demo architecture (random weights, float32); per repetition the no-grad old "
+             f"log-prob pass and `ppo_update` (GRPO loss, one optimizer step); medians over {args.steps} repetitions "
+             f"after one warm-up, one fresh process per row. Whole run: {seconds / 60:.1f} min.", "",
+             f"Load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f}.", "",
+             "| split | micro-batches | real tokens | tokens processed (with padding) | padding fraction "
+             "| s / update | CPU s / update | peak RSS over start (MB) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        name = (f"`max_tokens_per_micro_batch={r['budget']}`" if r.get("budget")
+                else f"`micro_batch_size={args.micro_batch}`")
+        if "error" in r:
+            lines.append(f"| {name} | failed: {r['error']} | | | | | | |")
+            continue
+        lines.append(f"| {name} | {r['micro_batches']} | {r['real_tokens']:,} | {r['padded_tokens']:,} "
+                     f"| {1 - r['real_tokens'] / r['padded_tokens']:.1%} | {r['s']:.2f} | {r['cpu_s']:.2f} "
+                     f"| {r['peak_over_start_mib']:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def mixed_main(args) -> int:
+    started, load0 = time.perf_counter(), os.getloadavg()[0]
+    width = 32 + args.length
+    budgets = args.budgets or [args.micro_batch * width, args.micro_batch * width // 2]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench_scaling_model_") as tmp:
+        model_dir = args.model_dir or Path(tmp)
+        prepare(model_dir, max_positions=width + 8)
+        for budget in [0, *budgets]:
+            child_args = ["--child", "--mixed", "--model-dir", str(model_dir), "--length", str(args.length),
+                          "--group", str(args.group), "--prompts", str(args.prompts), "--steps", str(args.steps),
+                          "--threads", str(args.threads), "--micro-batch", str(args.micro_batch),
+                          "--seed", str(args.seed), "--budget", str(budget)]
+            res = run_child("benchmarks.bench_scaling", child_args, args.timeout)
+            results.append({"budget": budget, **res})
+            print(results[-1], flush=True)
+    body = mixed_report(args, results, (load0, os.getloadavg()[0]), time.perf_counter() - started)
+    print("\n" + body, flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.write_md:
+        write_md(Path(args.write_md), "bench_scaling_mixed", "Token-budget micro-batches", body)
+    return 0 if all("error" not in r for r in results) else 1
+
+
 def _parse(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smoke run: lengths 64, 128, groups 2, 4, one timed step")
@@ -167,12 +293,20 @@ def _parse(argv):
     p.add_argument("--timeout", type=int, default=900, help="seconds per configuration")
     p.add_argument("--write-md", metavar="PATH", help="write the result into this markdown file")
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON")
+    p.add_argument("--mixed", action="store_true", help="mixed response lengths: fixed split vs token budget")
+    p.add_argument("--budgets", type=int, nargs="+", help="--mixed: token budgets (default micro_batch x "
+                   "padded width, and half of it)")
+    p.add_argument("--budget", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--length", type=int, help=argparse.SUPPRESS)
     p.add_argument("--group", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.argv = argv
     args.steps = args.steps or (1 if args.quick else 3)
+    if args.mixed and args.length is None:
+        args.length = 256 if args.quick else 1024
+    if args.mixed and args.group is None:
+        args.group = FIXED_GROUP
     args.lengths = args.lengths or (QUICK_LENGTHS if args.quick else LENGTHS)
     args.groups = args.groups or (QUICK_GROUPS if args.quick else GROUPS)
     return args
@@ -181,8 +315,10 @@ def _parse(argv):
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     if args.child:
-        emit(child(args))
+        emit(mixed_child(args) if args.mixed else child(args))
         return 0
+    if args.mixed:
+        return mixed_main(args)
     started = time.perf_counter()
     configs = [("length", n, FIXED_GROUP) for n in args.lengths] + [("group", FIXED_LENGTH, g) for g in args.groups]
     with tempfile.TemporaryDirectory(prefix="bench_scaling_model_") as tmp:

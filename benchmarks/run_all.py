@@ -15,6 +15,7 @@ BENCHMARKS = {
     "trl": "benchmarks.bench_trl",
     "scaling": "benchmarks.bench_scaling",
     "agents": "benchmarks.bench_agents",
+    "dynamic": "benchmarks.bench_dynamic",
 }
 
 

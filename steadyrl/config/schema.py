@@ -454,6 +454,11 @@ class TrainerConfig(Section):
     mini_batch_size: int | None = F(None, "Samples per optimizer step; null = the whole batch "
                                     "(one optimizer step per epoch).", ge=1)
     micro_batch_size: int = F(8, "Samples per forward/backward (gradient accumulation).", ge=1)
+    max_tokens_per_micro_batch: int | None = F(
+        None, "Token budget per forward/backward instead of micro_batch_size: rows sorted by length and "
+        "packed so that rows x padded length (prompt + response) <= budget, a longer row alone; each "
+        "micro-batch trimmed to its longest row. Same gradient (global loss denominators), less padding "
+        "on mixed lengths. null = micro_batch_size rows each.", ge=1)
     save_every: int = F(50, "Checkpoint every N steps (and at the end); 0 = only at the end.", ge=0)
     keep_checkpoints: int = F(2, "Keep the newest N checkpoints.", ge=1)
     eval_every: int = F(0, "Evaluate every N steps; 0 = only before and after training.", ge=0)

@@ -20,10 +20,11 @@ from ..functional import explained_variance, masked_mean
 from ..functional.importance import rollout_mismatch_metrics, truncated_importance_weights
 from ..rewards import reward_metrics
 from ..rollout.episodes import episode_metrics
-from .batch import TrainBatch, batch_from_generation, micro_batches
+from .batch import TrainBatch, batch_from_generation
 from .dynamic import step_samples
 from .forward import critic_values, response_logprobs
 from .global_batch import GlobalSamples, gather_samples
+from .packing import micro_batch_plan, trim
 from .processing import process_rewards
 from .setup import Run
 from .update import ppo_update
@@ -35,9 +36,17 @@ def _reference_context(run: Run):
 
 
 @torch.no_grad()
-def _per_token(fn, batch: TrainBatch, size: int, device) -> torch.Tensor:
-    parts = [fn(batch.select(mb).to(device)).float().cpu() for mb in micro_batches(len(batch), size)]
-    return torch.cat(parts)
+def _per_token(fn, batch: TrainBatch, size: int, device, max_tokens: int | None = None) -> torch.Tensor:
+    """``fn`` over the micro-batches -> ``[B, R]`` in the batch's row order. Token-budget
+    micro-batches are trimmed: columns past a micro-batch's longest row (padding, masked everywhere) are 0."""
+    plan = micro_batch_plan(batch, size, max_tokens)
+    if max_tokens is None:
+        return torch.cat([fn(batch.select(rows).to(device)).float().cpu() for rows, _ in plan])
+    out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
+    for rows, _ in plan:
+        part = fn(trim(batch.select(rows)).to(device)).float().cpu()
+        out[rows, : part.shape[1]] = part
+    return out
 
 
 def needs_old_logprobs(run: Run, batch: TrainBatch) -> bool:
@@ -53,21 +62,21 @@ def needs_old_logprobs(run: Run, batch: TrainBatch) -> bool:
 def prepare(run: Run, batch: TrainBatch) -> TrainBatch:
     """Fill in the rollout policy's and reference's log-probs and the critic's values."""
     cfg, device = run.config, run.device
-    size = cfg.trainer.micro_batch_size
+    size, budget = cfg.trainer.micro_batch_size, cfg.trainer.max_tokens_per_micro_batch
     kwargs = {"temperature": cfg.rollout.temperature, "impl": cfg.trainer.logprob_impl,
               "share_prefix": cfg.trainer.share_prompt_prefix,
               "chunk_size": cfg.trainer.logprob_chunk_size}
     old = ref = values = None
     policy, critic = run.training_models()  # through the DDP / FSDP wrappers when there are any
     if needs_old_logprobs(run, batch):
-        old = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device)
+        old = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device, budget)
     if run.reference is not None:
-        ref = _per_token(lambda m: response_logprobs(run.reference, m, **kwargs)[0], batch, size, device)
+        ref = _per_token(lambda m: response_logprobs(run.reference, m, **kwargs)[0], batch, size, device, budget)
     elif run.uses_adapter_reference:
         with _reference_context(run):
-            ref = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device)
+            ref = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device, budget)
     if critic is not None:
-        values = _per_token(lambda m: critic_values(critic, m), batch, size, device)
+        values = _per_token(lambda m: critic_values(critic, m), batch, size, device, budget)
     return replace(batch, old_logprobs=old, ref_logprobs=ref, values=values)
 
 

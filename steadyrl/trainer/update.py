@@ -1,7 +1,8 @@
 """The policy (and critic) update of one training step, visible in one place.
 
 For each of ``ppo_epochs`` passes the batch is cut into mini-batches (one optimizer step each)
-and those into micro-batches (one forward/backward each, gradients accumulated). Per micro-batch::
+and those into micro-batches (one forward/backward each, gradients accumulated): ``micro_batch_size``
+rows each, or rows packed by ``max_tokens_per_micro_batch`` (:mod:`.packing`). Per micro-batch::
 
     logp, entropy = policy(response tokens)
     loss = policy_loss(logp, old_logp, A)                    # ppo / gspo / cispo / vanilla_pg
@@ -38,8 +39,9 @@ import torch
 from .. import distributed as dist
 from ..config.schema import Config
 from ..functional import POLICY_LOSSES, aggregate_loss, kl_penalty, masked_mean, value_loss
-from .batch import TrainBatch, micro_batches
+from .batch import TrainBatch
 from .forward import critic_values, response_logprobs
+from .packing import micro_batch_plan, trim
 
 KL_METRIC_ESTIMATORS = ("k1", "k2", "k3", "abs")
 
@@ -224,9 +226,10 @@ def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef:
             agg = {"global_tokens": tokens, "global_seqs": seqs,
                    "norm_length": config.algorithm.norm_length or config.rollout.max_new_tokens}
             loss_total, critic_total = 0.0, 0.0
-            micros = list(micro_batches(len(mini), trainer.micro_batch_size))
-            for i, micro in enumerate(micros):
-                m = mini.select(micro).to(device)
+            micros = micro_batch_plan(mini, trainer.micro_batch_size, trainer.max_tokens_per_micro_batch)
+            for i, (micro, trimmed) in enumerate(micros):
+                m = mini.select(micro)
+                m = (trim(m) if trimmed else m).to(device)
                 accumulate = i < len(micros) - 1  # gradients are synchronised on the last one only
                 with dist.no_sync(policy, accumulate):
                     loss = _policy_micro_step(policy, m, config, agg, kl_coef, metrics, epoch == 0)

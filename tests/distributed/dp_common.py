@@ -21,13 +21,13 @@ LOSS_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-me
 FSDP_MODES = ("token-mean", "seq-mean-token-mean")
 
 
-def step_config(mode: str):
+def step_config(mode: str, *extra: str):
     """One optimizer step over the batch in micro-batches of 3 (uneven: no_sync on all but the
     last), the KL as a loss term, reward normalisation and whitening over the whole batch."""
     return load_config(None, ["trainer.device=cpu", f"algorithm.loss_agg_mode={mode}", "algorithm.kl_mode=loss",
                               "trainer.micro_batch_size=3", "algorithm.reward_norm_mean=batch",
                               "algorithm.reward_norm_std=running", "algorithm.whiten_advantages=true",
-                              "algorithm.advantage_estimator=rloo", "optim.max_grad_norm=1e6"])
+                              "algorithm.advantage_estimator=rloo", "optim.max_grad_norm=1e6", *extra])
 
 
 def score_result(rows: slice) -> ScoreResult:

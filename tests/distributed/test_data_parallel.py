@@ -97,6 +97,17 @@ def test_fsdp_ranks_update_the_parameters_like_one_process(mode, two_process_res
 
 
 @pytest.mark.slow
+def test_fsdp_with_token_budget_micro_batches_updates_like_one_process(two_process_result, tiny_model_dir):
+    """The ranks' packings need different numbers of micro-batches; FSDP's per-forward gathers
+    would hang unless every rank runs as many. The update is the single process's fixed split's."""
+    params, _, _ = _single_process_update(tiny_model_dir, "token-mean")
+    got = two_process_result["fsdp/budget"]
+    assert len(set(got["counts"])) == 2, got["counts"]
+    diff = max(float((got["params"][k] - params[k]).abs().max()) for k in got["params"])
+    assert diff <= 1e-6, f"fsdp token budget: max |diff| {diff:.3g}"
+
+
+@pytest.mark.slow
 def test_fsdp_generation_lets_ranks_decode_different_lengths(two_process_result):
     assert two_process_result["fsdp/generation"][1] <= 2  # rank 0's second call, after resharding
 

@@ -25,6 +25,7 @@ from steadyrl.trainer.processing import process_rewards  # noqa: E402
 from steadyrl.trainer.update import ppo_update  # noqa: E402
 
 CPU = torch.device("cpu")
+BUDGET = 14  # tokens per micro-batch (token-budget packing)
 
 try:  # transformers' "Loading weights" bars drown the output
     from transformers.utils import logging as _hf_logging
@@ -32,6 +33,20 @@ try:  # transformers' "Loading weights" bars drown the output
     _hf_logging.disable_progress_bar()
 except ImportError:  # pragma: no cover
     pass
+
+
+def _fsdp_token_budget(model_dir: str, mine: slice) -> dict:
+    """FSDP with token-budget micro-batches whose natural counts differ between the ranks."""
+    from steadyrl.trainer.packing import row_extents, token_budget_batches
+
+    part = tiny_batch().select(mine)
+    counts = dist.gather_objects(len(token_budget_batches(*row_extents(part), BUDGET)))
+    policy = load_policy(model_dir, dtype=torch.float32, device=CPU)
+    sharded = dist.wrap_model(PolicyLogprobs(policy), "fsdp", CPU, layers_of=policy)
+    opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+    ppo_update(sharded, opt, part, step_config("token-mean", f"trainer.max_tokens_per_micro_batch={BUDGET}"),
+               kl_coef=0.1, device=CPU)
+    return {"counts": counts, "params": dist.full_model_state_dict(policy)}
 
 
 def main(model_dir: str, out: Path) -> None:
@@ -56,6 +71,7 @@ def main(model_dir: str, out: Path) -> None:
         opt = torch.optim.SGD(policy.parameters(), lr=0.1)
         ppo_update(sharded, opt, tiny_batch().select(mine), step_config(mode), kl_coef=0.1, device=CPU)
         result[f"fsdp/{mode}"] = dist.full_model_state_dict(policy)
+    result["fsdp/budget"] = _fsdp_token_budget(model_dir, mine)
     result["fsdp/generation"], result["fsdp/state"] = _fsdp_generation_and_state(model_dir, mine)
     result["critic"] = critic_update(model_dir, tiny_batch().select(mine),
                                      wrap=lambda module, layers: dist.wrap_model(module, "ddp", CPU, layers_of=layers))

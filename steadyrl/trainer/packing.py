@@ -1,0 +1,131 @@
+"""Micro-batches by a token budget (``trainer.max_tokens_per_micro_batch``) instead of a row count.
+
+With a fixed ``micro_batch_size`` a 20-token response shares its micro-batch, and so its padded
+width, with a 2,000-token one. Here the rows of a (mini-)batch are sorted by their length (real
+prompt tokens + response extent, longest first) and packed greedily: a row joins the current
+micro-batch while ::
+
+    rows * (longest prompt + longest response in the micro-batch) <= budget
+
+and a row longer than the budget goes alone. Each micro-batch is then trimmed to its own
+longest row (:func:`trim`): the prompt's left padding and the response's right padding columns
+no row of the micro-batch uses are dropped. Position ids are stored per token, so the kept
+tokens keep their positions; the dropped columns were masked out of attention and of every loss
+and metric, so the numbers are those of the untrimmed rows (to float rounding).
+
+The loss denominators are global over the mini-batch and the ranks
+(:func:`~steadyrl.trainer.update.loss_denominators`), so which rows share a micro-batch does not
+change the gradient: the token budget is a throughput setting, not a change to the algorithm.
+
+Groups are not kept together: rows are sorted one by one, because the update's mini-batches
+are shuffled across groups anyway whenever ``ppo_epochs > 1`` or there are several mini-batches.
+Prefix sharing (:mod:`steadyrl.rollout.prefix`) does not need adjacent rows: it finds the rows
+of a micro-batch that share a prompt wherever they are, so samples of one group that land in
+the same micro-batch (similar lengths) still run their prompt once.
+
+Not done: packing several sequences into one row without padding (position ids restarting per
+sequence, a varlen attention kernel such as flash-attention's ``cu_seqlens``): it needs a GPU
+kernel this project cannot test on CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from .. import distributed as dist
+from .batch import TrainBatch, micro_batches
+
+
+def row_extents(batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(prompt [B], response [B])`` columns each row needs: the prompt from its first real token
+    (left padding), the response up to its last attended token (right padding; observations of
+    a multi-turn episode included)."""
+    p = batch.prompt_len
+    prompt_mask = batch.attention_mask[:, :p].bool()
+    response_mask = batch.attention_mask[:, p:].bool()
+    cols_p = torch.arange(p, device=prompt_mask.device)
+    first = torch.where(prompt_mask, cols_p, p).amin(-1) if p else torch.zeros(len(batch), dtype=torch.long)
+    cols_r = torch.arange(1, response_mask.shape[1] + 1, device=response_mask.device)
+    last = torch.where(response_mask, cols_r, 0).amax(-1) if response_mask.shape[1] else first * 0
+    return p - first, last
+
+
+def token_budget_batches(prompt: torch.Tensor, response: torch.Tensor, budget: int) -> list[torch.Tensor]:
+    """Row indices of each micro-batch: rows by length, longest first, packed greedily so that
+    ``rows * (max prompt + max response) <= budget``; a row over the budget alone."""
+    order = torch.sort(prompt + response, descending=True, stable=True).indices.tolist()
+    prompt, response = prompt.tolist(), response.tolist()
+    out, current, max_p, max_r = [], [], 0, 0
+    for i in order:
+        p, r = max(max_p, prompt[i]), max(max_r, response[i])
+        if current and (len(current) + 1) * (p + r) > budget:
+            out.append(torch.tensor(current))
+            current, p, r = [], prompt[i], response[i]
+        current.append(i)
+        max_p, max_r = p, r
+    if current:
+        out.append(torch.tensor(current))
+    return out
+
+
+def trim(batch: TrainBatch) -> TrainBatch:
+    """``batch`` without the padding columns none of its rows uses (at least one column each side)."""
+    prompt, response = row_extents(batch)
+    p, full_r = batch.prompt_len, batch.response_len
+    keep_p = max(int(prompt.max()), 1) if len(batch) else p
+    keep_r = max(int(response.max()), 1) if len(batch) else full_r
+    keep_p, keep_r = min(keep_p, p), min(keep_r, full_r)
+    if (keep_p, keep_r) == (p, full_r):
+        return batch
+    seq = slice(p - keep_p, p + keep_r)
+    per_token = slice(0, keep_r)
+    changes = {}
+    for name in ("input_ids", "attention_mask", "position_ids"):
+        changes[name] = getattr(batch, name)[:, seq]
+    for name in ("response_ids", "response_mask", "policy_mask", "loss_mask", "old_logprobs", "ref_logprobs",
+                 "rollout_logprobs", "values", "advantages", "returns"):
+        value = getattr(batch, name)
+        changes[name] = None if value is None else value[:, per_token]
+    return replace(batch, **changes)
+
+
+def split_to(parts: list[torch.Tensor], count: int) -> list[torch.Tensor]:
+    """``parts`` with the largest ones halved until there are ``count`` (within the budget still:
+    fewer rows, no wider). Possible whenever ``count`` <= the number of rows."""
+    parts = list(parts)
+    while len(parts) < count:
+        i = max(range(len(parts)), key=lambda j: len(parts[j]))
+        if len(parts[i]) < 2:
+            raise ValueError(f"cannot split {sum(map(len, parts))} rows into {count} micro-batches")
+        half = len(parts[i]) // 2
+        parts[i : i + 1] = [parts[i][:half], parts[i][half:]]
+    return parts
+
+
+def micro_batch_plan(batch: TrainBatch, size: int, max_tokens: int | None) -> list[tuple[torch.Tensor | slice, bool]]:
+    """``(rows, trim)`` per micro-batch: ``micro_batch_size`` slices in order (``max_tokens`` None,
+    today's split, untrimmed) or the token-budget packing, each micro-batch to be trimmed.
+
+    With several data-parallel processes every one runs as many micro-batches as the one with the
+    most (its largest ones halved): FSDP gathers the parameters in every forward, a collective
+    that all processes must join. (Each process holds as many rows, so this always works.)"""
+    if max_tokens is None:
+        return [(rows, False) for rows in micro_batches(len(batch), size)]
+    prompt, response = row_extents(batch)
+    parts = token_budget_batches(prompt, response, max_tokens)
+    if dist.world_size() > 1:
+        parts = split_to(parts, int(dist.all_reduce_max(len(parts))))
+    return [(rows, True) for rows in parts]
+
+
+def padding_stats(batch: TrainBatch, plan: list[tuple[torch.Tensor | slice, bool]]) -> tuple[int, int]:
+    """``(real tokens, padded tokens)`` the forward passes of ``plan`` process (for benchmarks)."""
+    prompt, response = row_extents(batch)
+    real, padded = int((prompt + response).sum()), 0
+    for rows, trimmed in plan:
+        n = len(range(len(batch))[rows]) if isinstance(rows, slice) else len(rows)
+        width = int(prompt[rows].max() + response[rows].max()) if trimmed else batch.input_ids.shape[1]
+        padded += n * width
+    return real, padded
