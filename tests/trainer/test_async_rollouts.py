@@ -109,3 +109,109 @@ def test_a_resumed_run_replays_the_uninterrupted_one(write_config, tmp_path):
 def test_unsupported_combinations_are_refused_at_load(override, what):
     with pytest.raises(ConfigError, match=what):
         load_config(None, ["rollout.asynchronous.max_staleness=1", override])
+
+
+def _children(pid: int) -> list[int]:
+    """Live (not zombie) processes whose parent is ``pid`` and that run multiprocessing's spawn."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if int(stat[1]) == pid and stat[0] != "Z" and b"spawn_main" in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_worker_ends_with_the_run(write_config, tmp_path, monkeypatch):
+    import os
+
+    from steadyrl.trainer import asynchronous
+
+    seen = []
+    start = asynchronous.AsyncRollouts._start
+
+    def recording(self, run, rng):
+        start(self, run, rng)
+        seen.append(self.process.pid)
+
+    monkeypatch.setattr(asynchronous.AsyncRollouts, "_start", recording)
+    train(write_config("a.yaml", 1, steps=2), [], output_dir=str(tmp_path / "run"))
+    assert len(seen) == 1 and not _alive(seen[0])
+    assert _children(os.getpid()) == []
+
+
+def test_the_worker_dies_when_the_trainer_is_killed(write_config, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = write_config("long.yaml", 1, steps=200)
+    proc = subprocess.Popen([sys.executable, "-m", "steadyrl", "train", config, "--output-dir", str(tmp_path / "run")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    try:
+        deadline = time.monotonic() + 120
+        while not (workers := _children(proc.pid)):
+            assert proc.poll() is None and time.monotonic() < deadline, "the worker never started"
+            time.sleep(0.2)
+        while not (tmp_path / "run" / "metrics.jsonl").is_file() or not _alive(workers[0]):
+            assert time.monotonic() < deadline, "the run never logged a step"
+            time.sleep(0.2)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    deadline = time.monotonic() + 20
+    while _alive(workers[0]):
+        assert time.monotonic() < deadline, f"rollout worker {workers[0]} outlived the killed trainer"
+        time.sleep(0.1)
+
+
+def test_a_killed_worker_is_a_clear_error_not_a_hang(write_config, tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from steadyrl.trainer import asynchronous
+
+    push = asynchronous.AsyncRollouts.push
+
+    def push_then_kill(self, version):
+        push(self, version)
+        if version == 1:
+            os.kill(self.process.pid, signal.SIGKILL)
+
+    monkeypatch.setattr(asynchronous.AsyncRollouts, "push", push_then_kill)
+    with pytest.raises(RolloutWorkerError, match="exit status -9"):
+        train(write_config("a.yaml", 1, steps=4), [], output_dir=str(tmp_path / "run"))
+
+
+def test_an_exception_in_the_worker_comes_back_with_its_traceback(write_config, tmp_path, monkeypatch):
+    from steadyrl.trainer import asynchronous
+
+    send = asynchronous.AsyncRollouts._send
+
+    def bad_tokens(self, message):
+        if message["kind"] == "generate" and message["step"] == 2:
+            message = {**message, "prompt_ids": [[10**9] * 3 for _ in message["prompt_ids"]]}
+        send(self, message)
+
+    monkeypatch.setattr(asynchronous.AsyncRollouts, "_send", bad_tokens)
+    with pytest.raises(RolloutWorkerError, match="(?s)rollout worker.*failed.*Traceback.*IndexError"):
+        train(write_config("a.yaml", 1, steps=4), [], output_dir=str(tmp_path / "run"))
