@@ -239,7 +239,7 @@ class VLLMConfig(Section):
 
 
 class AsynchronousConfig(Section):
-    """``rollout.asynchronous`` (``async`` is a Python keyword, so the section is spelled out)."""
+    """Asynchronous rollouts (docs/scaling.md); spelled out because ``async`` is a Python keyword."""
 
     max_staleness: int | None = F(None, "Asynchronous rollouts (docs/scaling.md): a worker process with its "
                                   "own copy of the policy generates the next batches while the current one "
