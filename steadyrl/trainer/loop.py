@@ -38,11 +38,11 @@ from ..rollout import build_engine
 from ..secrets import redact_secrets
 from ..tracking import Tracker
 from . import checkpoint as ckpt
+from .asynchronous import start_rollouts
 from .evaluate import evaluate
 from .rundir import (LOCK, RunLock, check_output_dir, check_resume_matches, check_saved_config, on_main,
                      prepare_output_dir, resolve_output_dir, write_run_config)
 from .setup import Run, RunState, build_run, check_inputs, seed_everything
-from .asynchronous import start_rollouts
 from .step import train_step
 from .trust import check_run_code, run_code
 
@@ -115,7 +115,6 @@ def restore(run: Run, path: Path) -> dict:
     run.state = RunState(**{k: state[k] for k in vars(RunState()) if k in state})
     _restore_rng(run, state)
     return state
-
 
 
 def _apply_optim_config(run: Run) -> None:

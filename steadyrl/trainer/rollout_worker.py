@@ -105,6 +105,7 @@ def _generate(model, engine, request: dict, init: dict) -> dict:
 def main(conn, init: dict, parent: int) -> None:
     """The worker process: serve the trainer's messages until ``stop`` or a closed pipe."""
     _die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle: it stops the worker
     torch.set_num_threads(1)
     version = None
     try:

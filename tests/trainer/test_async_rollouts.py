@@ -85,8 +85,10 @@ def test_batches_are_never_more_than_max_staleness_versions_old(write_config, tm
     versions = [m["rollout/policy_version"] for m in steps]
     assert versions == [0.0, 0.0, 0.0, 1.0, 2.0]  # step t is generated from version max(0, t - 1 - 2)
     assert [m["rollout/staleness_max"] for m in steps] == [0.0, 1.0, 2.0, 2.0, 2.0]
-    assert all("rollout/tis_weight_mean" in m or any(k.startswith("rollout/") and "mismatch" in k for k in m)
-               for m in steps[1:])
+    # the behaviour log-probs come back: equal to the trainer's while the batch is fresh, not once stale
+    assert abs(steps[0]["rollout/logprob_diff_mean"]) < 1e-6 and steps[0]["rollout/tis_weight_mean"] == pytest.approx(1.0)
+    assert all("rollout/tis_weight_mean" in m for m in steps)
+    assert any(abs(m["rollout/logprob_diff_mean"]) > 1e-4 for m in steps[2:])
 
 
 def test_a_resumed_run_replays_the_uninterrupted_one(write_config, tmp_path):
@@ -95,6 +97,8 @@ def test_a_resumed_run_replays_the_uninterrupted_one(write_config, tmp_path):
     import support
 
     cut = support.crashed_copy(tmp_path / "full", tmp_path / "cut", last_step=4, steps_kept=2)
+    with pytest.raises(ConfigError, match="checkpoint was written with 1"):  # its batch 3 is 1 version old
+        train(config, ["rollout.asynchronous.max_staleness=2"], output_dir=str(cut), resume=True)
     train(config, [], output_dir=str(cut), resume=True)
     assert _rows(cut) == _rows(tmp_path / "full")
     a, b = _weights(cut), _weights(tmp_path / "full")
