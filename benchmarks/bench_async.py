@@ -12,8 +12,10 @@ held-out set is evaluated greedily every ``--eval-every`` steps (``demo.num_eval
 
 Per mode: the training time (sum of ``time/step_s``: generation or waiting for it, scoring, the
 weight push, the update; evaluation and the warm-start excluded), tokens per second of it, the
-mean time the trainer waited for a batch, the mean staleness, and held-out accuracy before and
-after with the accuracy gained per training second. The machine is shared: the load average
+mean time the trainer waited for a batch and spent in the update (which, asynchronous, includes
+one more forward pass for ``old_logprobs``), the mean staleness, and held-out accuracy before and
+after with the accuracy gained per training second, and the CPU seconds of the whole run (trainer
+and worker, warm-start and evaluation included: the same work in every mode). The machine is shared: the load average
 before and after is printed with the table.
 """
 
@@ -56,11 +58,15 @@ def _command(args, staleness, out: Path) -> list[str]:
 
 
 def run_mode(args, staleness, out: Path) -> dict:
+    import resource
     import subprocess
 
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(_command(args, staleness, out), cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=args.timeout)
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the trainer and its worker (joined by it)
+    cpu_s = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
     if proc.returncode != 0:
         return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1][:300]}
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -77,7 +83,9 @@ def run_mode(args, staleness, out: Path) -> dict:
     return {"train_s": train_s, "tokens_per_s": tokens / train_s, "before": before, "after": after,
             "gain_per_s": (after - before) / train_s, "curve": curve[1:],
             "wait_s": sum(r.get("time/rollout_wait_s", r["time/generate_s"]) for r in steps) / len(steps),
-            "staleness": sum(r.get("rollout/staleness_mean", 0.0) for r in steps) / len(steps)}
+            "staleness": sum(r.get("rollout/staleness_mean", 0.0) for r in steps) / len(steps),
+            "update_s": sum(r["time/update_s"] for r in steps) / len(steps), "cpu_s": cpu_s,
+            "wall_s": summary["wall_time_s"]}
 
 
 def report(args, results: dict, loads: tuple[float, float], seconds: float) -> str:
@@ -85,16 +93,17 @@ def report(args, results: dict, loads: tuple[float, float], seconds: float) -> s
              f"({args.steps} steps a mode, held-out {args.num_eval} prompts greedy, eval every {args.eval_every}); "
              f"{seconds:.0f} s in all.", "",
              f"Machine: {machine(1)}. Load average {loads[0]:.1f} before, {loads[1]:.1f} after (shared machine).",
-             "", "| mode | training s | tokens/s | wait for batch s/step | staleness | accuracy before -> after | "
-             "accuracy points per training s | accuracy at training s |", "|---|---|---|---|---|---|---|---|"]
+             "", "| mode | training s | tokens/s | wait for batch s/step | update s/step | staleness | "
+             "accuracy before -> after | accuracy points per training s | accuracy at training s | "
+             "CPU s (whole run) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for mode, r in results.items():
         if "error" in r:
-            lines.append(f"| {mode} | error: {r['error']} |||||||")
+            lines.append(f"| {mode} | error: {r['error']} |||||||||")
             continue
         curve = ", ".join(f"{acc:.2f} @ {s:.0f}s" for s, acc in r["curve"])
         lines.append(f"| {mode} | {r['train_s']:.1f} | {r['tokens_per_s']:.0f} | {r['wait_s']:.3f} | "
-                     f"{r['staleness']:.2f} | {r['before']:.3f} -> {r['after']:.3f} | "
-                     f"{100 * r['gain_per_s']:.2f} | {curve} |")
+                     f"{r['update_s']:.3f} | {r['staleness']:.2f} | {r['before']:.3f} -> {r['after']:.3f} | "
+                     f"{100 * r['gain_per_s']:.2f} | {curve} | {r['cpu_s']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
