@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
+import threading
 import time
 
 import torch
@@ -84,17 +86,37 @@ class AsyncRollouts:
                                        name="steadyrl-rollout-worker")
         self.process.start()
         child.close()
+        # A sender thread writes to the pipe: a weight push (megabytes through a 64 KiB pipe buffer,
+        # one context switch per chunk) would otherwise block the trainer until the worker read it all.
+        self._outbox: queue.Queue = queue.Queue()
+        self._send_error: BaseException | None = None
+        self._sender = threading.Thread(target=self._send_loop, daemon=True, name="steadyrl-rollout-sender")
+        self._sender.start()
         self.push(run.state.step)
         self.rng_for_worker = rng  # the stream the first request starts from (N >= 1)
 
+    def _send_loop(self) -> None:
+        while (message := self._outbox.get()) is not None:
+            try:
+                self.conn.send_bytes(encode(message))
+            except (OSError, EOFError) as exc:  # the worker is gone: said by the next _send / _receive
+                self._send_error = exc
+                return
+
     def _send(self, message: dict) -> None:
-        try:
-            self.conn.send_bytes(encode(message))
-        except (BrokenPipeError, ConnectionResetError, EOFError):
+        """Queue ``message`` for the worker (sent in order); its tensors must not change afterwards."""
+        if self._send_error is not None:
             self._died()
+        self._outbox.put(message)
 
     def _died(self, text: str | None = None):
         self.process.join(timeout=5)
+        try:  # a worker that failed while the trainer was sending left its traceback in the pipe
+            while text is None and self.conn.poll(0):
+                message = decode(self.conn.recv_bytes())
+                text = message.get("traceback")
+        except (EOFError, OSError):
+            pass
         detail = f":\n{text}" if text else f" (exit status {self.process.exitcode})"
         raise RolloutWorkerError(f"the rollout worker (rollout.asynchronous) failed{detail}")
 
@@ -121,7 +143,7 @@ class AsyncRollouts:
 
     def _receive(self) -> None:
         while not self.conn.poll(POLL_S):
-            if not self.process.is_alive():
+            if not self.process.is_alive() or self._send_error is not None:
                 self._died()
         try:
             message = decode(self.conn.recv_bytes())
@@ -167,14 +189,14 @@ class AsyncRollouts:
 
     def close(self) -> None:
         """Stop the worker (killed when it does not stop in a few seconds)."""
-        try:
-            self.conn.send_bytes(encode({"kind": "stop"}))
-        except (OSError, EOFError):
-            pass
+        self._outbox.put({"kind": "stop"})
+        self._outbox.put(None)
+        self._sender.join(timeout=10)
         self.process.join(timeout=10)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
+        self._sender.join(timeout=10)
         self.conn.close()
 
 
