@@ -54,6 +54,10 @@ class AsyncRollouts:
             raise ConfigError("rollout.asynchronous.max_staleness is set under torchrun: asynchronous "
                               "rollouts run on one process (a rollout worker per rank is not written yet); "
                               "set rollout.asynchronous.max_staleness=null")
+        if run.device.type != "cpu":
+            raise ConfigError(f"rollout.asynchronous.max_staleness is set with trainer.device on {run.device.type}: "
+                              "the rollout worker is written for the CPU only (on GPUs it would be a separate GPU "
+                              "or a vLLM engine, docs/scaling.md); set rollout.asynchronous.max_staleness=null")
         cfg = run.config
         self.run, self.staleness = run, cfg.rollout.asynchronous.max_staleness
         self.ready: dict[int, dict] = {}  # step -> the worker's result (decoded), not yet trained on

@@ -219,3 +219,13 @@ def test_an_exception_in_the_worker_comes_back_with_its_traceback(write_config, 
     monkeypatch.setattr(asynchronous.AsyncRollouts, "_send", bad_tokens)
     with pytest.raises(RolloutWorkerError, match="(?s)rollout worker.*failed.*Traceback.*IndexError"):
         train(write_config("a.yaml", 1, steps=4), [], output_dir=str(tmp_path / "run"))
+
+
+def test_a_trainer_on_a_gpu_is_refused_before_any_worker_starts():
+    from types import SimpleNamespace
+
+    from steadyrl.trainer.asynchronous import AsyncRollouts
+
+    run = SimpleNamespace(device=torch.device("cuda"), config=load_config(None, ["rollout.asynchronous.max_staleness=1"]))
+    with pytest.raises(ConfigError, match="trainer.device on cuda"):
+        AsyncRollouts(run)
