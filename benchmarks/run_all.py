@@ -16,6 +16,7 @@ BENCHMARKS = {
     "scaling": "benchmarks.bench_scaling",
     "agents": "benchmarks.bench_agents",
     "dynamic": "benchmarks.bench_dynamic",
+    "async": "benchmarks.bench_async",
 }
 
 

@@ -35,6 +35,10 @@ class TrainingHalted(SteadyRLError):
     """Training stopped on purpose (e.g. too many non-finite steps in a row): exit status 1."""
 
 
+class RolloutWorkerError(TrainingHalted):
+    """The asynchronous rollout worker process died or raised (exit status 1, its traceback said)."""
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C during a run, once its directory exists: ``hint`` says how to continue it (the
     command prints it under ``steadyrl: interrupted``; exit status 130 as for any Ctrl-C)."""

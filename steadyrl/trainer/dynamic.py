@@ -85,11 +85,15 @@ def informative_groups(scores: torch.Tensor, valid: torch.Tensor, group_size: in
 
 def step_samples(run, engine, step: int) -> StepSamples:
     """This rank's samples of step ``step`` (one draw, or a dynamically filled step)."""
-    first = draw(run, engine, step, 0)
+    if run.rollouts is not None:  # asynchronous rollouts (never with dynamic sampling: refused at load)
+        first, metrics = run.rollouts.draw(step)
+    else:
+        first, metrics = draw(run, engine, step, 0), {}
     algo, n = run.config.algorithm, run.config.rollout.group_size
     samples = [p for p in first.prompts for _ in range(n)]
     if not algo.dynamic_sampling:
-        return StepSamples(first.prompts, samples, first.gen, first.result, None, first.generate_s, first.score_s, {})
+        return StepSamples(first.prompts, samples, first.gen, first.result, None, first.generate_s, first.score_s,
+                           metrics)
     quota = len(first.prompts)
     draws, kept = [first], []  # kept: (draw index, group index)
     filtered = 0

@@ -38,6 +38,7 @@ from ..rollout import build_engine
 from ..secrets import redact_secrets
 from ..tracking import Tracker
 from . import checkpoint as ckpt
+from .asynchronous import start_rollouts
 from .evaluate import evaluate, evaluate_sets
 from .rundir import (LOCK, RunLock, check_output_dir, check_resume_matches, check_saved_config, on_main,
                      prepare_output_dir, resolve_output_dir, write_run_config)
@@ -56,6 +57,8 @@ def _checkpoint_state(run: Run, shared: dict) -> dict:
         "running": run.running.state_dict(),
         "kl_controller": run.kl_controller.state_dict(),
         "sampler": run.sampler.state_dict(),
+        # the batches in flight, completed, and the rollout worker's RNG (rollout.asynchronous)
+        "asynchronous": run.rollouts.state_dict() if run.rollouts is not None else None,
     })
     return state
 
@@ -92,8 +95,8 @@ def _restore_rng(run: Run, state: dict) -> None:
         seed_everything(run.config.trainer.seed + dist.rank() + 1_000_003 * run.state.step)
 
 
-def restore(run: Run, path: Path) -> None:
-    """Load checkpoint ``path`` into the freshly built ``run``."""
+def restore(run: Run, path: Path) -> dict:
+    """Load checkpoint ``path`` into the freshly built ``run``; returns its state."""
     state = ckpt.load_state(path)
     if dist.is_fsdp(run.policy):
         dist.load_full_model_state_dict(run.policy, ckpt.read_model_weights(path / "policy"))
@@ -111,6 +114,7 @@ def restore(run: Run, path: Path) -> None:
     run.sampler.load_state_dict(state["sampler"])
     run.state = RunState(**{k: state[k] for k in vars(RunState()) if k in state})
     _restore_rng(run, state)
+    return state
 
 
 def _apply_optim_config(run: Run) -> None:
@@ -314,10 +318,21 @@ def resume_hint(config: Config, out: Path) -> str:
 
 def _train(run: Run, config: Config, out: Path, latest: Path | None, started: float, *,
            resume: bool = False) -> dict:
+    saved = None
     if latest is not None:
-        restore(run, latest)
+        saved = restore(run, latest).get("asynchronous")
         if dist.is_main():
             print(f"resumed from {latest} (step {run.state.step})", flush=True)
+    start_rollouts(run, saved)  # rollout.asynchronous: None when off
+    try:
+        return _train_loop(run, config, out, latest, started, resume=resume)
+    finally:
+        if run.rollouts is not None:
+            run.rollouts.close()
+
+
+def _train_loop(run: Run, config: Config, out: Path, latest: Path | None, started: float, *,
+                resume: bool = False) -> dict:
     engine = build_engine(config.rollout.engine, run.generator, run.tokenizer, config.rollout,
                           seed=config.trainer.seed + dist.rank(),
                           max_model_len=config.data.max_prompt_tokens + config.rollout.max_new_tokens,

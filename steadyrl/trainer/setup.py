@@ -83,6 +83,7 @@ class Run:
     train_policy: torch.nn.Module | None = None
     train_critic: torch.nn.Module | None = None
     generator: object = None
+    rollouts: object = None  # AsyncRollouts when rollout.asynchronous.max_staleness is set
     agent: object = None  # multi-turn: answers the policy's turns (tools or an environment); None = one turn
     eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources: each set on its own
 

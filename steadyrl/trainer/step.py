@@ -103,11 +103,13 @@ def _sample_metrics(whole: GlobalSamples, processed, tis_metrics: dict[str, floa
 
 def _importance_correction(run: Run, whole: GlobalSamples, advantages: torch.Tensor,
                            loss_mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-    """Truncated importance sampling when the engine returned its log-probs (vLLM) and
-    ``rollout.vllm.tis_cap`` is set: advantages times ``w``; else only the mismatch metric."""
+    """Truncated importance sampling when the engine returned its log-probs (vLLM, or the
+    asynchronous rollout worker) and ``rollout.vllm.tis_cap`` (``rollout.asynchronous.tis_cap``)
+    is set: advantages times ``w``; else only the mismatch metric."""
     if whole.rollout_logprobs is None:
         return advantages, {}
-    cap = run.config.rollout.vllm.tis_cap
+    ro = run.config.rollout
+    cap = ro.asynchronous.tis_cap if ro.asynchronous.max_staleness is not None else ro.vllm.tis_cap
     if cap is None:
         return advantages, rollout_mismatch_metrics(whole.old_logprobs, whole.rollout_logprobs, loss_mask)
     weights, metrics = truncated_importance_weights(whole.old_logprobs, whole.rollout_logprobs, loss_mask, cap)
@@ -158,6 +160,8 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
     with warnings.catch_warnings():  # the schedule counts training steps, skipped ones included
         warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
         run.scheduler.step()
+    if run.rollouts is not None:  # the next requests are generated from this step's weights
+        run.rollouts.push(step)
     kl_now = metrics.get(f"kl/{algo.kl_estimator}")
     if kl_now is not None:
         run.kl_controller.update(kl_now, n_steps=len(batch) * dist.world_size(), step=step)
