@@ -43,9 +43,12 @@ _PYTHON_TAGS = ("", "python", "py", "python3", "py3")
 class TestsError(ValueError):
     """A row's tests cannot be read (the sample scores ``None``: a data problem)."""
 
+    __test__ = False  # not a pytest class
+
 
 @dataclass
 class Tests:
+    __test__ = False  # not a pytest class
     mode: str  # "stdio" | "call" | "assert"
     cases: list  # stdin texts | argument lists | assert statements
     expected: list = field(default_factory=list)  # stdio / call only
