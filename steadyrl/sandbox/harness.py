@@ -33,7 +33,7 @@ import sys
 import time
 import traceback
 
-CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS = 0x10000000, 0x40000000, 0x00020000
+CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID = 0x10000000, 0x40000000, 0x00020000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 NOBODY = 65534
@@ -47,20 +47,42 @@ def _write(path, text):
 
 
 def _namespaces(job):
-    """Network and read-only file system, as far as the kernel lets an unprivileged process."""
+    """Own user and process-id namespaces (other processes out of sight and out of reach), and,
+    as asked, no network and a read-only file system - as far as the kernel lets an unprivileged
+    process. The caller's *next child* is the first process of the new pid namespace."""
     want = (CLONE_NEWNET if job["network"] else 0) | (CLONE_NEWNS if job["readonly_fs"] else 0)
-    if not want:
-        return {"network": False, "readonly_fs": False}
     uid, gid = os.getuid(), os.getgid()
-    if LIBC.unshare(CLONE_NEWUSER | want) != 0:
-        return {"network": False, "readonly_fs": False}
+    pid_ns = LIBC.unshare(CLONE_NEWUSER | CLONE_NEWPID | want) == 0
+    if not pid_ns and LIBC.unshare(CLONE_NEWUSER | want) != 0:
+        return {"network": False, "readonly_fs": False, "pid": False}
     try:
         _write("/proc/self/uid_map", f"{uid} {uid} 1")
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
     except OSError:
         pass
-    return {"network": bool(want & CLONE_NEWNET), "readonly_fs": bool(want & CLONE_NEWNS) and _readonly(job["workdir"])}
+    return {"network": bool(want & CLONE_NEWNET), "pid": pid_ns,
+            "readonly_fs": bool(want & CLONE_NEWNS) and _readonly(job["workdir"])}
+
+
+def _into_pid_namespace():
+    """Fork the first process of the new pid namespace (it goes on to run the program); this
+    process waits for it and ends the way it ended."""
+    pid = os.fork()
+    if pid == 0:
+        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        return
+    for fd in range(0, 1024):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(code)
 
 
 def _readonly(workdir):
@@ -80,6 +102,9 @@ def _readonly(workdir):
             flags |= bit if name in opts.split(",") else 0
         if LIBC.mount(b"none", point.encode(), None, flags, None) != 0 and "ro" not in opts.split(","):
             ok = False
+    # other processes' /proc/<pid>/environ, cmdline, fd: out of sight (an empty read-only /proc)
+    if LIBC.mount(b"none", b"/proc", b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k") != 0:
+        ok = False
     return ok
 
 
@@ -156,7 +181,8 @@ def _enter_child(job, stdin_fd, out_fd, err_fd, report_fd, nproc, cpu_s):
                 pass
     if _as_nobody():
         os.setgroups([]), os.setgid(NOBODY), os.setuid(NOBODY)
-    _namespaces(job)
+    if _namespaces(job)["pid"]:
+        _into_pid_namespace()
     os.chdir(job["workdir"])
     mb = 1024 * 1024
     _limit(resource.RLIMIT_AS, job["memory_mb"] * mb)
@@ -467,7 +493,7 @@ def _probe(job):
                 os.setgroups([]), os.setgid(NOBODY), os.setuid(NOBODY)
             got = _namespaces(job)
         except BaseException:  # noqa: BLE001
-            got = {"network": False, "readonly_fs": False}
+            got = {"network": False, "readonly_fs": False, "pid": False}
         os.write(w, json.dumps({**got, "user": user}).encode())
         os._exit(0)
     os.close(w)
@@ -482,7 +508,7 @@ def _probe(job):
     try:
         return json.loads(data)
     except ValueError:
-        return {"network": False, "readonly_fs": False, "user": "unknown"}
+        return {"network": False, "readonly_fs": False, "pid": False, "user": "unknown"}
 
 
 if __name__ == "__main__":

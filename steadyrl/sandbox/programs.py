@@ -127,5 +127,5 @@ def probe_isolation(*, python: str = sys.executable, network: bool = True, reado
     finally:
         shutil.rmtree(base, ignore_errors=True)
     if not isinstance(reply, dict):
-        return {"network": False, "readonly_fs": False, "user": "unknown"}
+        return {"network": False, "readonly_fs": False, "pid": False, "user": "unknown"}
     return reply
