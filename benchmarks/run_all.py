@@ -14,6 +14,7 @@ BENCHMARKS = {
     "logprobs": "benchmarks.bench_logprobs",
     "trl": "benchmarks.bench_trl",
     "scaling": "benchmarks.bench_scaling",
+    "code_reward": "benchmarks.bench_code_reward",
 }
 
 
