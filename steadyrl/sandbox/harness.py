@@ -9,18 +9,28 @@ It reads one JSON job on stdin and writes one JSON reply on stdout::
              "output_bytes": int, "network": bool, "readonly_fs": bool}
     reply = {"results": [{"status": "ok" | <reason>, "stdout": str, "value": ..., "error": str}, ...]}
 
+Once per sample the harness writes the inputs, then (as root, when the interpreter's files are
+readable by others) becomes ``nobody`` - so ``RLIMIT_NPROC`` holds and the trainer's files are out
+of reach - and enters new user, pid and, as asked, network (no interface up) and mount namespaces
+(every mount read-only except the work directory), where the kernel lets an unprivileged process;
+the first process of the pid namespace is a small reaper (``_start_init``).
+
 The program runs in a child forked per test (``stdio``: stdin is the case's input; one child for
-all cases of ``call`` / ``assert``, which report each case on a private pipe). The child, before a
-line of the program runs: its own process group; as root, the unprivileged user ``nobody`` (then
-``RLIMIT_NPROC`` holds and the trainer's files and processes are out of reach); new user, network
-and mount namespaces where the kernel allows (no network; every mount read-only except the work
-directory); ``RLIMIT_AS`` / ``CPU`` / ``NPROC`` / ``FSIZE`` / ``NOFILE``; cwd the work directory;
-descriptors above 2 closed. The harness is a child subreaper: after each test the child's group
-and every process left below the harness are killed. The expected outputs of ``stdio`` and ``call``
-cases never reach this process; they are compared by the reward.
+all cases of ``call`` / ``assert``, which report each case on a private pipe, fd 3). The child,
+before a line of the program runs: its own process group; in the pid namespace (it sees no process
+outside, ``getppid()`` is 0, it can signal none); ``/proc`` covered by an empty read-only tmpfs in a
+mount namespace of its own; a nested user namespace (no capability over the namespaces above: it
+cannot remount the file system writable or bring the network up); ``RLIMIT_AS`` / ``CPU`` /
+``NPROC`` / ``FSIZE`` / ``NOFILE``; cwd the work directory; descriptors above 2 (3) closed.
+
+The harness is a child subreaper and counts the processes below it every 50 ms: at a test's time
+limit, past its process or output limit, and when the test's child ends, the child's group and
+every process below the harness (but the reaper) are killed; at the end the reaper too, and with
+it the whole pid namespace. The expected outputs of ``stdio`` and ``call`` cases never reach this
+process; they are compared by the reward.
 
 ``{"probe": true, "workdir": ..., "network": true, "readonly_fs": true}`` instead answers what a
-child would get: ``{"network": bool, "readonly_fs": bool, "user": "nobody" | "same"}``.
+program would get: ``{"network": bool, "readonly_fs": bool, "pid": bool, "user": "nobody" | "same"}``.
 """
 
 import ctypes
@@ -46,43 +56,58 @@ def _write(path, text):
         f.write(text)
 
 
-def _namespaces(job):
-    """Own user and process-id namespaces (other processes out of sight and out of reach), and,
-    as asked, no network and a read-only file system - as far as the kernel lets an unprivileged
-    process. The caller's *next child* is the first process of the new pid namespace."""
-    want = (CLONE_NEWNET if job["network"] else 0) | (CLONE_NEWNS if job["readonly_fs"] else 0)
-    uid, gid = os.getuid(), os.getgid()
-    pid_ns = LIBC.unshare(CLONE_NEWUSER | CLONE_NEWPID | want) == 0
-    if not pid_ns and LIBC.unshare(CLONE_NEWUSER | want) != 0:
-        return {"network": False, "readonly_fs": False, "pid": False}
+def _map_ids(uid, gid):
     try:
         _write("/proc/self/uid_map", f"{uid} {uid} 1")
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
     except OSError:
         pass
-    return {"network": bool(want & CLONE_NEWNET), "pid": pid_ns,
+
+
+def _namespaces(job):
+    """The harness's own user and pid namespaces (its later children are in the new pid namespace:
+    they see no other process and can signal none), and, as asked, a network namespace with no
+    interface up and a mount namespace where everything but the work directory is read-only - as
+    far as the kernel lets an unprivileged process. Created once per sample, shared by its tests."""
+    want = (CLONE_NEWNET if job["network"] else 0) | (CLONE_NEWNS if job["readonly_fs"] else 0)
+    uid, gid = os.getuid(), os.getgid()
+    if LIBC.unshare(CLONE_NEWUSER | CLONE_NEWPID | want) != 0:
+        return {"network": False, "readonly_fs": False, "pid": False}
+    _map_ids(uid, gid)
+    return {"network": bool(want & CLONE_NEWNET), "pid": True,
             "readonly_fs": bool(want & CLONE_NEWNS) and _readonly(job["workdir"])}
 
 
-def _into_pid_namespace():
-    """Fork the first process of the new pid namespace (it goes on to run the program); this
-    process waits for it and ends the way it ended."""
-    pid = os.fork()
-    if pid == 0:
-        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def _seal(isolation):
+    """In a test's child: ``/proc`` hidden (a mount namespace of its own), then a nested user
+    namespace, so the program holds no capability over the namespaces above (it cannot remount
+    the file system writable or bring the network up)."""
+    if not isolation["pid"]:
         return
-    for fd in range(0, 1024):
+    if isolation["readonly_fs"]:
+        if LIBC.unshare(CLONE_NEWNS) != 0 or LIBC.mount(
+                b"none", b"/proc", b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k") != 0:
+            raise OSError("cannot hide /proc")
+    uid, gid = os.getuid(), os.getgid()
+    if LIBC.unshare(CLONE_NEWUSER) != 0:
+        raise OSError("cannot enter a nested user namespace")
+    _map_ids(uid, gid)
+
+
+def _start_init():
+    """The first process of the pid namespace: it reaps orphans there, and when it is killed the
+    kernel kills every process of the namespace."""
+    pid = os.fork()
+    if pid:
+        return pid
+    LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    os.closerange(0, 65536)
+    while True:
         try:
-            os.close(fd)
-        except OSError:
-            pass
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-        os.kill(os.getpid(), signal.SIGKILL)
-    os._exit(code)
+            os.wait()
+        except ChildProcessError:
+            time.sleep(0.05)
 
 
 def _readonly(workdir):
@@ -102,9 +127,6 @@ def _readonly(workdir):
             flags |= bit if name in opts.split(",") else 0
         if LIBC.mount(b"none", point.encode(), None, flags, None) != 0 and "ro" not in opts.split(","):
             ok = False
-    # other processes' /proc/<pid>/environ, cmdline, fd: out of sight (an empty read-only /proc)
-    if LIBC.mount(b"none", b"/proc", b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k") != 0:
-        ok = False
     return ok
 
 
@@ -164,25 +186,15 @@ def _limit(kind, value):
         pass
 
 
-def _enter_child(job, stdin_fd, out_fd, err_fd, report_fd, nproc, cpu_s):
+def _enter_child(job, isolation, stdin_fd, out_fd, err_fd, report_fd, nproc, cpu_s):
     """In the forked child, before the program: everything the module docstring lists."""
     LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     os.setpgid(0, 0)
     os.dup2(stdin_fd, 0), os.dup2(out_fd, 1), os.dup2(err_fd, 2)
-    keep = {0, 1, 2} | ({report_fd} if report_fd is not None else set())
     if report_fd is not None and report_fd != 3:
         os.dup2(report_fd, 3)
-        keep = {0, 1, 2, 3}
-    for fd in range(3, 1024):
-        if fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-    if _as_nobody():
-        os.setgroups([]), os.setgid(NOBODY), os.setuid(NOBODY)
-    if _namespaces(job)["pid"]:
-        _into_pid_namespace()
+    os.closerange(3 if report_fd is None else 4, 65536)
+    _seal(isolation)
     os.chdir(job["workdir"])
     mb = 1024 * 1024
     _limit(resource.RLIMIT_AS, job["memory_mb"] * mb)
@@ -256,7 +268,8 @@ def _cases(job, namespace, report):
 
 
 def _below():
-    """Every process below this one (its children, theirs, orphans re-parented here)."""
+    """Every process below this one (its children, theirs, orphans re-parented here or to the pid
+    namespace's first process)."""
     found, stack = [], [os.getpid()]
     while stack:
         pid = stack.pop()
@@ -270,10 +283,10 @@ def _below():
     return found
 
 
-def _kill_below():
-    """SIGKILL every process below this one, round after round until none is left."""
+def _kill_below(keep=None):
+    """SIGKILL every process below this one but ``keep``, round after round until none is left."""
     for _ in range(50):
-        found = _below()
+        found = [pid for pid in _below() if pid != keep]
         if not found:
             return
         for pid in found:
@@ -303,20 +316,16 @@ def _nproc(job):
 class _Child:
     """One forked child running the program, and what it printed / reported."""
 
-    def __init__(self, job, stdin_text, reporting, nproc, cpu_s):
+    def __init__(self, job, isolation, stdin_path, reporting, nproc, cpu_s):
         self.cap = job["output_bytes"]
-        in_path = os.path.join(os.path.dirname(job["workdir"]), "stdin")
-        with open(in_path, "w") as f:
-            f.write(stdin_text)
-        stdin_fd = os.open(in_path, os.O_RDONLY)
-        os.unlink(in_path)
+        stdin_fd = os.open(stdin_path, os.O_RDONLY)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         rep_r, rep_w = os.pipe() if reporting else (None, None)
         self.pid = os.fork()
         if self.pid == 0:
             try:
-                _enter_child(job, stdin_fd, out_w, err_w, rep_w, nproc, cpu_s)
+                _enter_child(job, isolation, stdin_fd, out_w, err_w, rep_w, nproc, cpu_s)
             except BaseException:  # noqa: BLE001
                 os._exit(121)
             _program(job, 3)
@@ -343,7 +352,7 @@ class _Child:
                 if fd == self.out and len(self.fds[fd]) > self.cap:
                     self.over = True
         elif wait_s > 0:
-            time.sleep(min(wait_s, 0.01))
+            time.sleep(min(wait_s, 0.001))
         if self.status is None:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:
@@ -362,22 +371,20 @@ class _Child:
                 continue
         return out
 
-    def done(self):
-        return self.status is not None and all(fd < 0 for fd in self.fds)
-
-    def kill(self):
+    def kill(self, keep=None):
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except OSError:
             pass
-        _kill_below()
+        _kill_below(keep)
         if self.status is None:
             try:
                 self.status = os.waitpid(self.pid, 0)[1]
             except ChildProcessError:
                 self.status = 0
-        while any(fd >= 0 for fd in self.fds):
-            self.pump(0)
+        until = time.monotonic() + 1.0  # every writer is dead: the pipes end at once
+        while any(fd >= 0 for fd in self.fds) and time.monotonic() < until:
+            self.pump(0.01)
         for fd in list(self.fds):
             try:
                 os.close(fd if fd >= 0 else -1 - fd)
@@ -408,57 +415,80 @@ def _why(child, timed_out):
     return None if code == 0 else "runtime_error"
 
 
-def _run(job, stdin_text, deadline, nproc):
+def _run(ctx, stdin_path):
     """Run one child to its end or its deadline; ``(child, timed_out)``."""
+    job, init = ctx["job"], ctx["init"]
     cases = len(job["cases"]) if job["mode"] != "stdio" else 1
     cpu_s = int(job["test_time_s"] * cases) + 1
-    child = _Child(job, stdin_text, job["mode"] != "stdio", nproc, cpu_s)
+    child = _Child(job, ctx["isolation"], stdin_path, job["mode"] != "stdio", ctx["nproc"], cpu_s)
     timed_out, started, seen, next_count = False, time.monotonic(), 0, 0.0
-    while not child.done():
+    while child.status is None:  # once it ended, what it left running is killed, not waited for
         now = time.monotonic()
         if now >= next_count:  # RLIMIT_NPROC does not hold for root: count them here too
             next_count = now + 0.05
-            if len(_below()) > job["processes"]:
+            if len([p for p in _below() if p != init]) > job["processes"]:
                 child.too_many = True
                 break
         if child.rep is not None:
-            reports = child.reports()
-            starts = [r for r in reports if "start" in r]
+            starts = [r for r in child.reports() if "start" in r]
             if len(starts) > seen:
                 seen, started = len(starts), now
-        if now >= min(deadline, started + job["test_time_s"]) or child.over:
+        limit = min(ctx["deadline"], started + job["test_time_s"])
+        if now >= limit or child.over:
             timed_out = not child.over
             break
-        child.pump(min(0.05, max(0.0, min(deadline, started + job["test_time_s"]) - now)))
-    child.kill()
+        child.pump(min(0.05, max(0.0, limit - now)))
+    child.kill(keep=init)
     return child, timed_out
 
 
-def _stdio(job, deadline, nproc):
+def _stdio(ctx):
     results = []
-    for case in job["cases"]:
-        if time.monotonic() >= deadline:
+    for path in ctx["inputs"]:
+        if time.monotonic() >= ctx["deadline"]:
             results.append({"status": "timeout", "error": "the sample's time limit was spent"})
             continue
-        child, timed_out = _run(job, case, deadline, nproc)
+        child, timed_out = _run(ctx, path)
         why = _why(child, timed_out)
         results.append({"status": why or "ok", "stdout": "" if why else child.text(child.out),
                         "error": child.text(child.err)[-500:]})
     return results
 
 
-def _in_process(job, deadline, nproc):
-    child, timed_out = _run(job, "", deadline, nproc)
+def _in_process(ctx):
+    child, timed_out = _run(ctx, os.devnull)
     why = _why(child, timed_out) or "runtime_error"
     results = {r["case"]: r for r in child.reports() if "case" in r}
     err = child.text(child.err)[-500:]
     out = []
-    for i in range(len(job["cases"])):
+    for i in range(len(ctx["job"]["cases"])):
         if i in results and not child.over:
             out.append(results[i])
         else:
             out.append({"status": why, "error": err or "the program ended before this case"})
     return out
+
+
+def _prepare(job):
+    """Files and ownership for the program (while still the caller's user), then drop to
+    ``nobody`` where that applies, then the namespaces; the context of the tests."""
+    base = os.path.dirname(job["workdir"])
+    inputs = []
+    if job["mode"] == "stdio":
+        for i, text in enumerate(job["cases"]):
+            inputs.append(os.path.join(base, f"in_{i}"))
+            with open(inputs[-1], "w") as f:
+                f.write(text)
+            os.chmod(inputs[-1], 0o644)
+    nproc = _nproc(job)
+    if _as_nobody():  # the program runs as nobody: its work directory must be its own
+        os.chmod(base, 0o711)
+        os.chown(job["workdir"], NOBODY, NOBODY)
+        os.setgroups([]), os.setgid(NOBODY), os.setuid(NOBODY)
+    isolation = _namespaces(job)
+    init = _start_init() if isolation["pid"] else None
+    return {"job": job, "isolation": isolation, "init": init, "nproc": nproc, "inputs": inputs,
+            "deadline": time.monotonic() + job["sample_time_s"]}
 
 
 def main():
@@ -468,13 +498,9 @@ def main():
         return
     LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _preload()
-    if _as_nobody():  # the program runs as nobody: its work directory must be its own
-        os.chmod(os.path.dirname(job["workdir"]), 0o711)
-        os.chown(job["workdir"], NOBODY, NOBODY)
-    deadline = time.monotonic() + job["sample_time_s"]
-    nproc = _nproc(job)
+    ctx = _prepare(job)
     try:
-        results = (_stdio if job["mode"] == "stdio" else _in_process)(job, deadline, nproc)
+        results = (_stdio if job["mode"] == "stdio" else _in_process)(ctx)
     finally:
         _kill_below()
     sys.stdout.write(json.dumps({"results": results}))
@@ -482,18 +508,31 @@ def main():
 
 
 def _probe(job):
-    """What a child gets: the same calls in a throw-away child (asked once, when the reward is built)."""
+    """What a program gets: the same steps in a throw-away child, down to a sealed grandchild
+    (asked once, when the reward is built)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        user = "nobody" if _as_nobody() else "same"
+        got = {"network": False, "readonly_fs": False, "pid": False}
         try:
+            user = "nobody" if _as_nobody() else "same"
             if _as_nobody():
                 os.setgroups([]), os.setgid(NOBODY), os.setuid(NOBODY)
             got = _namespaces(job)
+            if got["pid"]:
+                _start_init()  # the pid namespace needs its first process before any other
+                kid = os.fork()
+                if kid == 0:
+                    try:
+                        _seal(got)
+                        os._exit(0 if os.path.exists("/proc/self") != got["readonly_fs"] else 1)
+                    except BaseException:  # noqa: BLE001
+                        os._exit(1)
+                if os.waitstatus_to_exitcode(os.waitpid(kid, 0)[1]) != 0:
+                    got = {"network": False, "readonly_fs": False, "pid": False}
         except BaseException:  # noqa: BLE001
-            got = {"network": False, "readonly_fs": False, "pid": False}
+            user = "unknown"
         os.write(w, json.dumps({**got, "user": user}).encode())
         os._exit(0)
     os.close(w)
