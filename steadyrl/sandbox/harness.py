@@ -45,7 +45,7 @@ import traceback
 
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID = 0x10000000, 0x40000000, 0x00020000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 NOBODY = 65534
 LIBC = ctypes.CDLL(None, use_errno=True)
 STDERR_KEEP = 2048
@@ -144,6 +144,13 @@ def _world_readable(path):
         if parent == path:
             return True
         path = parent
+
+
+def _become_nobody():
+    """setuid ``nobody``; dumpable again, else ``/proc/self/uid_map`` stays root's and no user
+    namespace can be mapped."""
+    os.setgroups([]), os.setgid(NOBODY), os.setuid(NOBODY)
+    LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
 
 
 def _as_nobody():
@@ -484,7 +491,7 @@ def _prepare(job):
     if _as_nobody():  # the program runs as nobody: its work directory must be its own
         os.chmod(base, 0o711)
         os.chown(job["workdir"], NOBODY, NOBODY)
-        os.setgroups([]), os.setgid(NOBODY), os.setuid(NOBODY)
+        _become_nobody()
     isolation = _namespaces(job)
     init = _start_init() if isolation["pid"] else None
     return {"job": job, "isolation": isolation, "init": init, "nproc": nproc, "inputs": inputs,
@@ -518,7 +525,9 @@ def _probe(job):
         try:
             user = "nobody" if _as_nobody() else "same"
             if _as_nobody():
-                os.setgroups([]), os.setgid(NOBODY), os.setuid(NOBODY)
+                os.chmod(os.path.dirname(job["workdir"]), 0o711)
+                os.chown(job["workdir"], NOBODY, NOBODY)
+                _become_nobody()
             got = _namespaces(job)
             if got["pid"]:
                 _start_init()  # the pid namespace needs its first process before any other

@@ -48,12 +48,17 @@ def survivors(within_s: float = 3.0) -> list[int]:
         time.sleep(0.05)
 
 
-@pytest.fixture(scope="module")
-def reward():
+# The trainer's interpreter; and, run as root, a system one readable by others, with which the
+# programs run as nobody (where RLIMIT_NPROC holds): both ways of the sandbox are attacked.
+PYTHONS = [None] + (["/usr/bin/python3"] if os.getuid() == 0 and os.path.exists("/usr/bin/python3") else [])
+
+
+@pytest.fixture(scope="module", params=PYTHONS, ids=lambda p: p or "trainer-python")
+def reward(request):
     os.environ["STEADYRL_FAKE_SECRET"] = "hunter2"
     os.environ["PLAIN_LOOKING_VAR"] = "hunter2"
     try:
-        yield load_reward("code", **OPTIONS)
+        yield load_reward("code", **OPTIONS, python=request.param)
     finally:
         os.environ.pop("STEADYRL_FAKE_SECRET", None)
         os.environ.pop("PLAIN_LOOKING_VAR", None)
@@ -71,7 +76,8 @@ def run_attack(reward, source: str, tests=TESTS):
 
 
 ATTACKS = {
-    "fork_bomb": ("import os, time\nfor _ in range(6):\n    os.fork()\ntime.sleep(30)", {"processes", "timeout"}),
+    "fork_bomb": ("import os, time\nfor _ in range(6):\n    os.fork()\ntime.sleep(30)",
+                  {"processes", "timeout", "runtime_error"}),  # runtime_error: fork fails (RLIMIT_NPROC)
     "memory_bomb": ("x = bytearray(8 * 1024 ** 3)", {"memory"}),
     "growing_memory": ("a = []\nwhile True:\n    a.append(bytearray(32 * 1024 * 1024))", {"memory"}),
     "infinite_loop": ("while True:\n    pass", {"timeout"}),
