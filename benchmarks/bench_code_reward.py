@@ -144,7 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((name, wall, args.samples * args.tests / wall))
         print(f"{name:32s} {wall:8.2f} s  {rows[-1][2]:10.0f} tests/s", flush=True)
     base = next(r[2] for r in rows if r[0] == "loop, subprocess per sample")
-    flags = " --quick" if args.quick else ""
+    given = list(sys.argv[1:] if argv is None else argv)
+    if "--write-md" in given:  # where the table goes is not part of how it was made
+        at = given.index("--write-md")
+        del given[at:at + 2]
+    flags = "".join(" " + x for x in given)
     body = [f"Command: `python -m benchmarks.bench_code_reward{flags}`", "",
             f"Machine: {machine()}.", "",
             f"Batch: {args.samples} samples x {args.tests} stdin/stdout tests; median of {args.repeats} "
