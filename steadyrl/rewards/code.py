@@ -38,6 +38,7 @@ from .cached import check_int, check_number
 from .code_tests import EXTRACTIONS, TEST_FORMATS, TestsError, extract_program, parse_tests, stdout_matches, \
     value_matches
 from .registry import register_reward
+from .runners import default_isolation
 
 __all__ = ["CodeReward", "code_reward", "SCORES", "BACKENDS"]
 
@@ -101,10 +102,15 @@ class CodeReward:
         if self.backend == "http":
             from .code_http import SandboxFusion
 
+            self.preferred_isolation = default_isolation()  # "thread" where there is no fork
+
             self.remote = SandboxFusion(url, request_timeout_s=request_timeout_s, check_url=check_url,
                                         language=language)
             self.isolation = {}
         else:
+            if not sys.platform.startswith("linux"):
+                raise ConfigError("code reward: backend: local needs Linux (namespaces, /proc, prctl); use "
+                                  "backend: http with a SandboxFusion server")
             if url is not None:
                 raise ConfigError("code reward: option url goes with backend: http")
             if not os.path.exists(self.python):

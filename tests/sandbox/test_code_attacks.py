@@ -133,3 +133,13 @@ def test_opening_a_socket_fails_where_there_is_a_network_namespace(reward):
         listener.close()
     if reward.isolation.get("network"):
         assert failures == {"runtime_error": 1.0}
+
+
+def test_a_batch_past_the_rewards_own_time_limit_leaves_nothing_running(reward):
+    """The scorer's timeout_s ends the whole call: the worker, the harnesses and every program die."""
+    busy = block("import os\nos.fork()\nwhile True:\n    pass")
+    slow = load_reward("code", **{**OPTIONS, "test_timeout_s": 20.0, "sample_timeout_s": 30.0}, python=reward.python)
+    with RewardScorer([RewardSpec("code", slow, timeout_s=1.5)]) as scorer:
+        result = scorer.score(["p"] * 3, [busy] * 3, {"tests": [TESTS] * 3})
+    assert result.raw["code"] == [None] * 3 and result.failures["code"]["timeout"] == 3
+    assert survivors() == []
