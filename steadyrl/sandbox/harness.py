@@ -493,6 +493,8 @@ def _prepare(job):
         os.chown(job["workdir"], NOBODY, NOBODY)
         _become_nobody()
     isolation = _namespaces(job)
+    if isolation["pid"]:  # RLIMIT_NPROC counts the tasks of the user in the program's own user namespace
+        nproc = job["processes"] + 1
     init = _start_init() if isolation["pid"] else None
     return {"job": job, "isolation": isolation, "init": init, "nproc": nproc, "inputs": inputs,
             "deadline": time.monotonic() + job["sample_time_s"]}

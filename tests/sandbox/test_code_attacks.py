@@ -143,3 +143,12 @@ def test_a_batch_past_the_rewards_own_time_limit_leaves_nothing_running(reward):
         result = scorer.score(["p"] * 3, [busy] * 3, {"tests": [TESTS] * 3})
     assert result.raw["code"] == [None] * 3 and result.failures["code"]["timeout"] == 3
     assert survivors() == []
+
+
+def test_a_program_may_start_a_few_processes_of_its_own(reward):
+    source = ("import os\nkids = [os.fork() for _ in range(1)]\nif 0 in kids:\n    os._exit(0)\n"
+              "for _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)\n"
+              "os.waitpid(kids[0], 0)\n" + ADD)
+    with RewardScorer([RewardSpec("code", reward, timeout_s=30)]) as scorer:
+        assert scorer.score(["p"], [block(source)], {"tests": [TESTS]}).raw["code"] == [1.0]
+    assert survivors() == []
