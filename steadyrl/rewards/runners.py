@@ -264,7 +264,7 @@ def _serve_batch(fn, request):
     report = getattr(getattr(fn, "fn", fn), "metrics", None)  # the worker's object is the one that scored
     if callable(report):
         try:
-            yield {"metrics": {str(k): float(v) for k, v in report().items()}}
+            yield {"metrics": {str(k)[:100]: float(v) for k, v in list(report().items())[:64]}}
         except Exception:  # noqa: BLE001 - a metrics report never fails a batch
             pass
 
