@@ -152,3 +152,20 @@ def test_a_program_may_start_a_few_processes_of_its_own(reward):
     with RewardScorer([RewardSpec("code", reward, timeout_s=30)]) as scorer:
         assert scorer.score(["p"], [block(source)], {"tests": [TESTS]}).raw["code"] == [1.0]
     assert survivors() == []
+
+
+def test_a_harness_that_overruns_is_killed_with_its_whole_session(tmp_path):
+    """run_program's own deadline (sample time + grace): a stuck harness and a busy process it
+    started are killed, the reply says timeout."""
+    from steadyrl.sandbox.programs import run_program
+
+    fake = tmp_path / "stuck-python"
+    fake.write_text("#!/bin/sh\n(while :; do :; done) &\nsleep 30\n")
+    fake.chmod(0o755)
+    job = {"source": "", "mode": "stdio", "cases": [""], "test_time_s": 0.2, "sample_time_s": 0.2,
+           **{k: OPTIONS[k] for k in ("memory_mb", "processes")}, "file_size_mb": 1, "open_files": 16,
+           "output_bytes": 1024, "network": False, "readonly_fs": False}
+    started = time.monotonic()
+    assert run_program(job, python=str(fake)) == {"error": "timeout", "results": []}
+    assert time.monotonic() - started < 10
+    assert survivors() == []
