@@ -227,7 +227,7 @@ class RewardLimitsConfig(Section):
 
 class RewardConfig(Section):
     name: str = F(..., "A built-in reward (math, exact_match, normalized_match, regex_format, "
-                  "length_penalty; reward_model, llm_judge, http: docs/rewards.md) or a user function "
+                  "length_penalty; code; reward_model, llm_judge, http: docs/rewards.md) or a user function "
                   "'module:function' / 'path/file.py:function'.")
     label: str | None = F(None, "Name under which this reward is logged (reward/<label>) and weighted, "
                           "and which eval.accuracy_reward names; default: name (the function's name for "
@@ -246,12 +246,12 @@ class RewardConfig(Section):
         None, "Where the function runs: process (a contained worker process, killed with all it started "
         "on time-out; default on Linux), thread (a time-out abandons the call, but a thread cannot be "
         "stopped: C code such as sympy's runs on to its end, holding a core; default of llm_judge and "
-        "http), inline (no time limit; default of reward_model and a local llm_judge, which run on the "
+        "http; code runs in a process too, which starts its programs), inline (no time limit; default of reward_model and a local llm_judge, which run on the "
         "trainer's device).")
     chunk_size: int | None = F(1, "Samples per call of the function: 1 scores sample by sample, so a time-out "
                                "or crash fails only the samples not yet scored; null = the whole batch in "
                                "one call (for a function whose scores depend on the whole batch, or that "
-                               "batches a model: reward_model, llm_judge and http use null unless set).", ge=1)
+                               "batches a model: reward_model, llm_judge, http and code use null unless set).", ge=1)
     env_passthrough: list[str] = F([], "Environment variables (names or fnmatch patterns) kept in the worker "
                                    "although they look like credentials (*TOKEN*, *KEY*, *SECRET*, "
                                    "*PASSWORD*, *CREDENTIAL*, AWS_*, ...), which are removed by default.")

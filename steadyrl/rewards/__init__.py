@@ -5,8 +5,8 @@ A reward function follows steadyrl's convention,
 ``fn(prompts, completions, **columns) -> list[float | None]``, or TRL's (everything by keyword,
 ``completion_ids`` included): :mod:`steadyrl.rewards.calling` tells them apart by signature.
 Built-ins by name (``math``, ``exact_match``, ``normalized_match``, ``regex_format``,
-``length_penalty``; and, scoring with a model or a server, ``reward_model``, ``llm_judge``,
-``http``) are factories in
+``length_penalty``; ``code``, which runs the completion's program against the row's tests; and,
+scoring with a model or a server, ``reward_model``, ``llm_judge``, ``http``) are factories in
 :data:`BUILTIN_REWARDS`; :func:`load_reward` also takes ``package.module:function`` and
 ``path/to/file.py:function``. :class:`RewardScorer` / :func:`score_batch` call each function on
 chunks of the batch (one sample each by default) under a time limit per batch, in a contained
@@ -15,7 +15,7 @@ sample, never an exception. See ``docs/rewards.md``.
 """
 
 from ..lazy import lazy_attributes
-from . import judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
+from . import code, judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
 from .loader import load_reward, reward_name
 from .math_verifier import math_reward, parse_gold
 from .registry import BUILTIN_REWARDS, RewardFactory, RewardFn, register_reward

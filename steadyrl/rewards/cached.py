@@ -14,9 +14,8 @@ A key seen before (in this batch or an earlier one) is not scored again; the cac
 
 **Extra metrics** (the small mechanism :class:`~steadyrl.rewards.RewardScorer` uses): a reward
 callable may have a ``metrics()`` method returning ``{short_name: float}`` for the calls since it
-was last asked; the scorer logs them as ``reward/<name>/<short_name>`` after every batch. It only
-sees the trainer's own object, so they are collected with ``isolation: thread`` or ``inline``
-(under ``process`` the object that scores lives in the worker). This class reports ``time_s``
+was last asked; the scorer logs them as ``reward/<name>/<short_name>`` after every batch (under
+``isolation: process`` the worker's copy, the one that scored, reports them with the batch). This class reports ``time_s``
 (seconds spent scoring, waiting for the model or server included), ``cache_hit_rate`` (samples
 answered from the cache or by a duplicate in the batch, over samples) and ``failures/<reason>`` (samples that scored ``None`` for that reason, see
 :mod:`steadyrl.rewards.http_client`).

@@ -37,6 +37,7 @@ does propagates to the caller.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -72,6 +73,7 @@ class Outcome:
     error: str | None
     elapsed_s: float
     failed: list | None = None
+    metrics: dict | None = None  # process isolation: what the worker's copy of the function's metrics() said
 
     def per_sample(self, size: int) -> tuple[list, list]:
         """``(scores, failed)``, each of length ``size``."""
@@ -259,6 +261,12 @@ def _serve_batch(fn, request):
     """The sandbox's target: score a batch chunk by chunk, streaming each chunk's part."""
     prompts, completions, columns, chunk_size = request
     yield from score_chunks(fn, prompts, completions, columns, chunk_size)
+    report = getattr(getattr(fn, "fn", fn), "metrics", None)  # the worker's object is the one that scored
+    if callable(report):
+        try:
+            yield {"metrics": {str(k)[:100]: float(v) for k, v in list(report().items())[:64]}}
+        except Exception:  # noqa: BLE001 - a metrics report never fails a batch
+            pass
 
 
 class ProcessRunner:
@@ -299,10 +307,14 @@ class _ProcessCall:
         error = None if reply.status == "ok" else reply.error
         if reply.status == "error":  # the sandbox's own target failed, not the user's function
             error = f"the worker failed: {reply.error}"
-        outcome = collect(reply.parts, self.size, self.runner.chunk_size, end, error, reply.elapsed_s)
+        parts = [p for p in reply.parts if not (isinstance(p, dict) and "metrics" in p)]
+        reported = [p["metrics"] for p in reply.parts if isinstance(p, dict) and "metrics" in p]
+        outcome = collect(parts, self.size, self.runner.chunk_size, end, error, reply.elapsed_s)
+        if reported and isinstance(reported[-1], dict):
+            outcome = dataclasses.replace(outcome, metrics=reported[-1])
         if outcome.error is not None and reply.status in ("ok", "error") and reply.output:
             error = outcome.error + output_note(reply.output, reply.output_bytes)
-            outcome = Outcome(outcome.status, outcome.scores, error, outcome.elapsed_s, outcome.failed)
+            outcome = dataclasses.replace(outcome, error=error)
         return outcome
 
 

@@ -359,20 +359,24 @@ class RewardScorer:
             calls[i] = self._runners[i].start(*batch)
         outcomes = [calls[i].wait(spec.timeout_s) for i, spec in enumerate(self.specs)]
         result = _assemble(self.specs, outcomes, size, rows, domains)
-        result.metrics = self._reported_metrics()
+        result.metrics = self._reported_metrics(outcomes)
         # a binding error counts only if the call failed too (a decorator may accept what its
         # wrapped signature does not)
         result.call_errors = {self.specs[i].name: text for i, text in refused.items()
                               if outcomes[i].status == "exception"}
         return result
 
-    def _reported_metrics(self) -> dict[str, float]:
-        """``reward/<name>/<key>`` from each function's optional ``metrics()`` method (only the
-        trainer's own object is asked: under ``process`` isolation it is not the one that scores)."""
+    def _reported_metrics(self, outcomes: list) -> dict[str, float]:
+        """``reward/<name>/<key>`` from each function's optional ``metrics()`` method: the trainer's
+        own object, or under ``process`` isolation what the worker's copy (the one that scored)
+        reported with the batch - checked, since the worker runs untrusted code."""
         out: dict[str, float] = {}
-        for spec, isolation in zip(self.specs, self.isolations):
+        for spec, isolation, outcome in zip(self.specs, self.isolations, outcomes):
+            if isolation == "process":
+                out.update(_worker_metrics(spec.name, outcome.metrics))
+                continue
             report = getattr(spec.fn, "metrics", None)
-            if isolation == "process" or not callable(report):
+            if not callable(report):
                 continue
             try:
                 values = report()
@@ -391,6 +395,22 @@ class RewardScorer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+MAX_WORKER_METRICS = 64
+
+
+def _worker_metrics(name: str, reported) -> dict[str, float]:
+    """A worker's ``{key: number}`` report as ``reward/<name>/<key>``: at most 64 finite numbers
+    under short keys of word characters and ``/``; anything else is dropped."""
+    if not isinstance(reported, dict):
+        return {}
+    out = {}
+    for key, value in list(reported.items())[:MAX_WORKER_METRICS]:
+        if isinstance(key, str) and 0 < len(key) <= 64 and all(c.isalnum() or c in "_/" for c in key) \
+                and _is_number(value) and math.isfinite(value):
+            out[f"reward/{name}/{key}"] = float(value)
+    return out
 
 
 def _batch_for(plan, prompts, completions, columns, completion_ids, chat_prompts) -> tuple[list, list, dict]:

@@ -68,6 +68,11 @@ What the worker contains (see :mod:`.child`, :mod:`.procs`, :mod:`.limits`):
   in ``env_passthrough``);
 * resource limits: address space, CPU seconds per call, processes, file size (:class:`Limits`).
 
+One untrusted *program* against its test cases (the ``code`` reward):
+:func:`steadyrl.sandbox.programs.run_program` runs it in a fresh ``python -I`` harness
+(:mod:`.harness`, :mod:`.harness_os`) with its own user, pid, network and mount namespaces where the
+kernel allows, resource limits, and nothing left running afterwards; see ``docs/rewards.md#code``.
+
 What it does not do: it is not a security boundary against code that *means* harm while running
 as the trainer's own user - such code can still read ``/proc/<trainer pid>/environ`` or signal the
 trainer by pid. For that, run the trainer as a separate user or in a container.

@@ -163,7 +163,8 @@ def test_an_explicit_isolation_wins_over_the_reward_s_preference():
         with RewardScorer([spec]) as scorer:
             result = scorer.score(["p"], ["abc"])
     assert spec.isolation == "process" and result.raw["http"] == [3.0]
-    assert result.metrics == {}  # the object that scored lives in the worker
+    # the object that scored lives in the worker: its report comes back with the batch
+    assert result.metrics["reward/http/cache_hit_rate"] == 0.0 and result.metrics["reward/http/time_s"] > 0
 
 
 def test_http_reward_checks_its_url_at_start_up_unless_told_not_to():

@@ -29,12 +29,37 @@ def test_the_scorer_logs_each_reward_s_own_metrics_under_its_name():
     assert reward_metrics(result)["reward/a/failures/timeout"] == 2.0
 
 
-def test_a_process_isolated_reward_is_not_asked_for_metrics():
-    asked = []
-    spec = RewardSpec("p", Reporting(lambda: asked.append(1) or {"x": 1.0}), isolation="process")
+def test_a_process_isolated_reward_reports_the_metrics_of_the_worker_copy_that_scored():
+    class Counting:
+        def __init__(self):
+            self.calls = 0
+
+        def __call__(self, prompts, completions, **kw):
+            self.calls += 1
+            return [1.0] * len(completions)
+
+        def metrics(self):
+            calls, self.calls = self.calls, 0
+            return {"calls": float(calls)}
+
+    trainer_copy = Counting()
+    with RewardScorer([RewardSpec("p", trainer_copy, isolation="process", chunk_size=1)]) as scorer:
+        assert scorer.score(["p", "q"], ["c", "d"]).metrics == {"reward/p/calls": 2.0}
+        assert scorer.score(["p"], ["c"]).metrics == {"reward/p/calls": 1.0}
+    assert trainer_copy.calls == 0  # the worker's copy scored and reported
+
+
+def test_a_hostile_workers_metrics_are_filtered_to_short_keys_and_finite_numbers():
+    def report():
+        return {"ok": 1.0, "bad key!": 2.0, "nan": float("nan"), "x" * 100: 3.0,
+                **{f"k{i}": 1.0 for i in range(100)}}
+
+    spec = RewardSpec("p", Reporting(report), isolation="process")
     with RewardScorer([spec]) as scorer:
-        assert scorer.score(["p"], ["c"]).metrics == {}
-    assert asked == []
+        metrics = scorer.score(["p"], ["c"]).metrics
+    assert metrics["reward/p/ok"] == 1.0
+    assert not any(k.endswith(("bad key!", "nan", "x" * 100)) for k in metrics)
+    assert len(metrics) <= 64
 
 
 def test_preferred_isolation_applies_only_when_none_is_set():

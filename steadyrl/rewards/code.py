@@ -1,0 +1,234 @@
+"""The ``code`` built-in: run the program a completion holds against the row's tests.
+
+For sample ``i`` with tests ``t_1 .. t_n`` (:mod:`steadyrl.rewards.code_tests` for the formats)::
+
+    pass_rate_i = #{j : program_i passes t_j} / n
+    r_i = pass_rate_i                          (score: pass_rate)
+        = 1 if pass_rate_i == 1 else 0         (score: all_pass)
+        = 0 where pass_rate_i < threshold      (threshold, with either)
+        = None if a test timed out and on_timeout: none
+
+Each sample is one fresh, contained process (:mod:`steadyrl.sandbox.programs`, ``backend: local``)
+or one request per test to a SandboxFusion server (:mod:`steadyrl.rewards.code_http`,
+``backend: http``); ``workers`` samples run at once. The reward is called on the whole batch
+(``preferred_chunk_size = None``) in a sandbox worker process (``preferred_isolation =
+"process"``), so the programs are started by that worker, never by the trainer.
+
+A sample that does not pass every test is counted by the reason of its first failing test
+(``reward/code/failures/<reason>``): ``no_code``, ``bad_tests``, ``wrong_answer``,
+``runtime_error``, ``syntax_error``, ``timeout``, ``memory``, ``output_limit``, ``processes``,
+``crashed`` (killed by a signal), ``killed`` (the program killed its harness), ``sandbox_error``.
+Other metrics: ``time_s``, ``tests`` (tests run), ``pass_rate``, and - what the local sandbox
+could do here, asked once when the reward is built - ``network_isolated``, ``readonly_fs``,
+``separate_user`` (1 or 0).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ..errors import ConfigError
+from ..sandbox.programs import probe_isolation, run_program
+from .cached import check_int, check_number
+from .code_tests import EXTRACTIONS, TEST_FORMATS, TestsError, extract_program, parse_tests, stdout_matches, \
+    value_matches
+from .registry import register_reward
+from .runners import default_isolation
+
+__all__ = ["CodeReward", "code_reward", "SCORES", "BACKENDS"]
+
+SCORES = ("pass_rate", "all_pass")
+BACKENDS = ("local", "http")
+ON_TIMEOUT = ("zero", "none")
+
+
+def _choice(option: str, value, valid) -> str:
+    if value not in valid:
+        raise ConfigError(f"code reward: option {option}={value!r} is not one of {list(valid)}")
+    return value
+
+
+class CodeReward:
+    """The ``code`` reward (module docstring)."""
+
+    preferred_isolation = "process"
+    preferred_chunk_size = None  # the whole batch: the reward's own pool runs the samples in parallel
+
+    def __init__(self, *, tests_key, test_format, extract, pattern, score, threshold, tolerance, on_timeout,
+                 workers, test_timeout_s, sample_timeout_s, max_tests, memory_mb, processes, file_size_mb,
+                 open_files, max_output_kib, no_network, readonly_fs, python, backend, url, check_url,
+                 request_timeout_s, language):
+        self.__name__ = "code"
+        if not isinstance(tests_key, str) or not tests_key:
+            raise ConfigError(f"code reward: option tests_key={tests_key!r} must be a column name")
+        self.tests_key, self.reads_columns = tests_key, (tests_key,)
+        self.test_format = _choice("test_format", test_format, TEST_FORMATS)
+        self.extract = _choice("extract", extract, EXTRACTIONS)
+        self.pattern = None
+        if extract == "regex" or pattern is not None:
+            if extract != "regex" or not isinstance(pattern, str):
+                raise ConfigError("code reward: option pattern (a regular expression) goes with extract: regex, and "
+                                  "extract: regex needs it")
+            try:
+                self.pattern = re.compile(pattern, re.DOTALL)
+            except re.error as err:
+                raise ConfigError(f"code reward: option pattern={pattern!r} is not a valid regex: {err}") from None
+        self.score = _choice("score", score, SCORES)
+        self.threshold = None if threshold is None else check_number("code", "threshold", threshold)
+        if self.threshold is not None and self.threshold > 1:
+            raise ConfigError(f"code reward: option threshold={threshold!r} must be a pass rate in (0, 1]")
+        self.tolerance = check_number("code", "tolerance", tolerance, positive=False)
+        self.on_timeout = _choice("on_timeout", on_timeout, ON_TIMEOUT)
+        self.workers = check_int("code", "workers", workers, low=1)
+        self.test_timeout_s = check_number("code", "test_timeout_s", test_timeout_s)
+        self.sample_timeout_s = check_number("code", "sample_timeout_s", sample_timeout_s)
+        self.max_tests = None if max_tests is None else check_int("code", "max_tests", max_tests, low=1)
+        self.limits = {"memory_mb": check_int("code", "memory_mb", memory_mb, low=16),
+                       "processes": check_int("code", "processes", processes, low=1),
+                       "file_size_mb": check_int("code", "file_size_mb", file_size_mb, low=1),
+                       "open_files": check_int("code", "open_files", open_files, low=8),
+                       "output_bytes": check_int("code", "max_output_kib", max_output_kib, low=1) * 1024,
+                       "network": bool(no_network), "readonly_fs": bool(readonly_fs)}
+        self.python = python or sys.executable
+        self.backend = _choice("backend", backend, BACKENDS)
+        self.language = language
+        self._counts_lock = threading.Lock()
+        self._reset_counts()
+        if self.backend == "http":
+            from .code_http import SandboxFusion
+
+            self.preferred_isolation = default_isolation()  # "thread" where there is no fork
+
+            self.remote = SandboxFusion(url, request_timeout_s=request_timeout_s, check_url=check_url,
+                                        language=language)
+            self.isolation = {}
+        else:
+            if not sys.platform.startswith("linux"):
+                raise ConfigError("code reward: backend: local needs Linux (namespaces, /proc, prctl); use "
+                                  "backend: http with a SandboxFusion server")
+            if url is not None:
+                raise ConfigError("code reward: option url goes with backend: http")
+            if not os.path.exists(self.python):
+                raise ConfigError(f"code reward: option python={python!r} does not exist")
+            self.isolation = probe_isolation(python=self.python, network=bool(no_network), readonly_fs=bool(readonly_fs))
+
+    def __repr__(self) -> str:
+        return f"CodeReward(backend={self.backend!r}, tests_key={self.tests_key!r})"
+
+    # --- counting -----------------------------------------------------------------------------
+    def _reset_counts(self) -> None:
+        self._failures, self._seconds, self._tests, self._rates = {}, 0.0, 0, []
+
+    def metrics(self) -> dict[str, float]:
+        """Failures by reason, time, tests run, mean pass rate and the isolation in effect since the last call."""
+        with self._counts_lock:
+            out = {f"failures/{why}": float(n) for why, n in sorted(self._failures.items())}
+            if self._rates:
+                out.update(time_s=self._seconds, tests=float(self._tests),
+                           pass_rate=sum(self._rates) / len(self._rates))
+            self._reset_counts()
+        if self.backend == "local":
+            out.update(network_isolated=float(bool(self.isolation.get("network"))),
+                       readonly_fs=float(bool(self.isolation.get("readonly_fs"))),
+                       separate_user=float(self.isolation.get("user") == "nobody"))
+        return out
+
+    # --- scoring ------------------------------------------------------------------------------
+    def __call__(self, prompts, completions, **columns) -> list:
+        if self.tests_key not in columns:
+            raise KeyError(f"the code reward reads its tests from column {self.tests_key!r}, but the batch has "
+                           f"columns {sorted(columns)}; set the option tests_key")
+        t0 = time.perf_counter()
+        rows = list(zip(completions, columns[self.tests_key]))
+        with ThreadPoolExecutor(max_workers=min(self.workers, max(1, len(rows)))) as pool:
+            outcomes = list(pool.map(lambda row: self.score_one(*row), rows))
+        with self._counts_lock:
+            self._seconds += time.perf_counter() - t0
+            for score, why, tests, rate in outcomes:
+                if why is not None:
+                    self._failures[why] = self._failures.get(why, 0) + 1
+                self._tests += tests
+                if rate is not None:
+                    self._rates.append(rate)
+        return [score for score, _, _, _ in outcomes]
+
+    def score_one(self, completion, tests_value) -> tuple:
+        """``(score, reason or None, tests run, pass rate or None)`` of one sample."""
+        text = completion if isinstance(completion, str) else _message_text(completion)
+        program = extract_program(text, self.extract, self.pattern)
+        if program is None:
+            return 0.0, "no_code", 0, 0.0
+        try:
+            tests = parse_tests(tests_value, self.test_format, self.max_tests)
+        except TestsError:
+            return None, "bad_tests", 0, None
+        reasons = self._run(program, tests)
+        passed = sum(r is None for r in reasons)
+        rate = passed / len(reasons)
+        why = next((r for r in reasons if r is not None), None)
+        if "timeout" in reasons and self.on_timeout == "none":
+            return None, "timeout", len(reasons), rate
+        score = rate if self.score == "pass_rate" else float(passed == len(reasons))
+        if self.threshold is not None and rate < self.threshold:
+            score = 0.0
+        return score, why, len(reasons), rate
+
+    def _run(self, program: str, tests) -> list:
+        """Per test: ``None`` (passed) or the reason it failed."""
+        if self.backend == "http":
+            results = self.remote.run(program, tests, self.test_timeout_s)
+        else:
+            job = {"source": program, "mode": tests.mode, "cases": tests.cases, "fn_name": tests.fn_name,
+                   "setup": tests.setup, "test_time_s": self.test_timeout_s, "sample_time_s": self.sample_timeout_s,
+                   **self.limits}
+            reply = run_program(job, python=self.python)
+            results = reply.get("results") or []
+            if len(results) != len(tests.cases):
+                error = str(reply.get("error", "no result"))
+                why = "timeout" if error == "timeout" else "killed" if "(killed)" in error else "sandbox_error"
+                return [why] * len(tests.cases)
+        return [self._judge(tests, i, r) for i, r in enumerate(results)]
+
+    def _judge(self, tests, i: int, result) -> str | None:
+        status = result.get("status") if isinstance(result, dict) else None
+        if status != "ok":
+            error = str(result.get("error", "")) if isinstance(result, dict) else ""
+            if status == "runtime_error" and "SyntaxError" in error:
+                return "syntax_error"
+            return status if isinstance(status, str) and status else "sandbox_error"
+        if tests.mode == "assert":
+            return None
+        if tests.mode == "stdio":
+            return None if stdout_matches(str(result.get("stdout", "")), tests.expected[i], self.tolerance) \
+                else "wrong_answer"
+        return None if value_matches(result.get("value"), tests.expected[i], self.tolerance) else "wrong_answer"
+
+
+def _message_text(item) -> str:
+    if isinstance(item, list):
+        return "".join(str(m.get("content", "")) for m in item if isinstance(m, dict))
+    return str(item)
+
+
+@register_reward("code")
+def code_reward(*, tests_key: str = "tests", test_format: str = "auto", extract: str = "last_block",
+                pattern: str | None = None, score: str = "pass_rate", threshold: float | None = None,
+                tolerance: float = 1e-6, on_timeout: str = "zero", workers: int = 4, test_timeout_s: float = 2.0,
+                sample_timeout_s: float = 10.0, max_tests: int | None = None, memory_mb: int = 1024,
+                processes: int = 8, file_size_mb: int = 16, open_files: int = 64, max_output_kib: int = 1024,
+                no_network: bool = True, readonly_fs: bool = True, python: str | None = None, backend: str = "local",
+                url: str | None = None, check_url: bool = True, request_timeout_s: float = 30.0,
+                language: str = "python") -> CodeReward:
+    """Pass rate of the completion's program on the row's tests (module docstring; docs/rewards.md)."""
+    return CodeReward(tests_key=tests_key, test_format=test_format, extract=extract, pattern=pattern, score=score,
+                      threshold=threshold, tolerance=tolerance, on_timeout=on_timeout, workers=workers,
+                      test_timeout_s=test_timeout_s, sample_timeout_s=sample_timeout_s, max_tests=max_tests,
+                      memory_mb=memory_mb, processes=processes, file_size_mb=file_size_mb, open_files=open_files,
+                      max_output_kib=max_output_kib, no_network=no_network, readonly_fs=readonly_fs, python=python,
+                      backend=backend, url=url, check_url=check_url, request_timeout_s=request_timeout_s,
+                      language=language)

@@ -1,0 +1,347 @@
+"""The per-sample harness of the ``code`` reward: a script run as ``python -I harness.py`` (standard
+library only, never imported by steadyrl) that runs one program against its test cases.
+
+It reads one JSON job on stdin and writes one JSON reply on stdout::
+
+    job   = {"source": str, "mode": "stdio" | "call" | "assert", "cases": [...], "setup": str,
+             "fn_name": str, "workdir": str, "test_time_s": float, "sample_time_s": float,
+             "memory_mb": int, "processes": int, "file_size_mb": int, "open_files": int,
+             "output_bytes": int, "network": bool, "readonly_fs": bool}
+    reply = {"results": [{"status": "ok" | <reason>, "stdout": str, "value": ..., "error": str}, ...]}
+
+Once per sample the harness writes the inputs, then (as root, when the interpreter's files are
+readable by others) becomes ``nobody`` - so ``RLIMIT_NPROC`` holds and the trainer's files are out
+of reach - and enters new user, pid and, as asked, network (no interface up) and mount namespaces
+(every mount read-only except the work directory), where the kernel lets an unprivileged process;
+the first process of the pid namespace is a small reaper (``_start_init``).
+
+The program runs in a child forked per test (``stdio``: stdin is the case's input; one child for
+all cases of ``call`` / ``assert``, which report each case on a private pipe, fd 3). The child,
+before a line of the program runs: its own process group; in the pid namespace (it sees no process
+outside, ``getppid()`` is 0, it can signal none); ``/proc`` covered by an empty read-only tmpfs in a
+mount namespace of its own; a nested user namespace (no capability over the namespaces above: it
+cannot remount the file system writable or bring the network up); ``RLIMIT_AS`` / ``CPU`` /
+``NPROC`` / ``FSIZE`` / ``NOFILE``; cwd the work directory; descriptors above 2 (3) closed.
+
+The harness is a child subreaper and counts the processes below it every 50 ms: at a test's time
+limit, past its process or output limit, and when the test's child ends, the child's group and
+every process below the harness (but the reaper) are killed; at the end the reaper too, and with
+it the whole pid namespace. The expected outputs of ``stdio`` and ``call`` cases never reach this
+process; they are compared by the reward.
+
+``{"probe": true, "workdir": ..., "network": true, "readonly_fs": true}`` instead answers what a
+program would get: ``{"network": bool, "readonly_fs": bool, "pid": bool, "user": "nobody" | "same"}``.
+"""
+
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+import traceback
+
+# the containment half of the harness, found next to this file (then out of the programs' sys.path)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_os import (  # noqa: E402
+    LIBC, NOBODY, PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, _as_nobody, _become_nobody, _below, _kill_below,
+    _limit, _namespaces, _nproc, _probe, _seal, _start_init,
+)
+
+del sys.path[0]
+STDERR_KEEP = 2048
+
+
+PRELOAD = ("math", "collections", "heapq", "itertools", "bisect", "functools", "re", "string", "random",
+           "fractions", "decimal", "statistics", "copy", "operator", "array", "datetime", "typing", "io")
+"""Imported before the fork, so a program's common imports are free (and work as ``nobody``)."""
+
+
+def _preload():
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+
+
+def _enter_child(job, isolation, stdin_fd, out_fd, err_fd, report_fd, nproc, cpu_s):
+    """In the forked child, before the program: everything the module docstring lists."""
+    LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    os.setpgid(0, 0)
+    os.dup2(stdin_fd, 0), os.dup2(out_fd, 1), os.dup2(err_fd, 2)
+    if report_fd is not None and report_fd != 3:
+        os.dup2(report_fd, 3)
+    os.closerange(3 if report_fd is None else 4, 65536)
+    _seal(isolation)
+    os.chdir(job["workdir"])
+    mb = 1024 * 1024
+    _limit(resource.RLIMIT_AS, job["memory_mb"] * mb)
+    _limit(resource.RLIMIT_CPU, cpu_s)
+    _limit(resource.RLIMIT_NPROC, nproc)
+    _limit(resource.RLIMIT_FSIZE, job["file_size_mb"] * mb)
+    _limit(resource.RLIMIT_NOFILE, job["open_files"])
+    sys.stdin = open(0, "r", closefd=False, errors="replace")
+    sys.stdout = open(1, "w", closefd=False, errors="replace")
+    sys.stderr = open(2, "w", closefd=False, errors="replace")
+    sys.argv = ["solution.py"]
+
+
+def _program(job, report):
+    """The child's body: run the program (and, for call / assert, each case); never returns."""
+    code = 1
+    try:
+        namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+        exec(compile(job["source"], "solution.py", "exec"), namespace)
+        if job["mode"] == "stdio":
+            code = 0
+        else:
+            _cases(job, namespace, report)
+            code = 0
+    except SystemExit as err:
+        code = err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
+    except MemoryError:
+        os.write(2, b"MemoryError\n")
+        code = 120
+    except BaseException:  # noqa: BLE001 - the program's error is the test's result
+        traceback.print_exc()
+    try:
+        sys.stdout.flush(), sys.stderr.flush()
+    except BaseException:  # noqa: BLE001
+        pass
+    os._exit(code)
+
+
+def _cases(job, namespace, report):
+    """``call``: ``fn(*args)`` per case, the JSON of its value; ``assert``: run each statement."""
+    if job["mode"] == "assert" and job.get("setup"):
+        exec(compile(job["setup"], "tests.py", "exec"), namespace)
+    fn = None
+    if job["mode"] == "call":
+        fn = namespace.get(job["fn_name"])
+        if fn is None and "Solution" in namespace:
+            fn = getattr(namespace["Solution"](), job["fn_name"], None)
+        if not callable(fn):
+            raise NameError(f"the program defines no function {job['fn_name']!r}")
+    for i, case in enumerate(job["cases"]):
+        os.write(report, (json.dumps({"start": i}) + "\n").encode())
+        try:
+            if fn is not None:
+                value = fn(*case)
+                try:
+                    line = {"case": i, "status": "ok", "value": json.loads(json.dumps(value))}
+                except (TypeError, ValueError):
+                    line = {"case": i, "status": "ok", "value": {"__repr__": repr(value)[:1000]}}
+            else:
+                exec(compile(case, "tests.py", "exec"), namespace)
+                line = {"case": i, "status": "ok"}
+        except AssertionError as err:
+            line = {"case": i, "status": "wrong_answer", "error": f"AssertionError: {err}"[:500]}
+        except MemoryError:
+            line = {"case": i, "status": "memory", "error": "MemoryError"}
+        except RecursionError as err:
+            line = {"case": i, "status": "runtime_error", "error": f"RecursionError: {err}"[:500]}
+        except Exception as err:  # noqa: BLE001
+            line = {"case": i, "status": "runtime_error", "error": f"{type(err).__name__}: {err}"[:500]}
+        os.write(report, (json.dumps(line) + "\n").encode())
+
+
+class _Child:
+    """One forked child running the program, and what it printed / reported."""
+
+    def __init__(self, job, isolation, stdin_path, reporting, nproc, cpu_s):
+        self.cap = job["output_bytes"]
+        stdin_fd = os.open(stdin_path, os.O_RDONLY)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        rep_r, rep_w = os.pipe() if reporting else (None, None)
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                _enter_child(job, isolation, stdin_fd, out_w, err_w, rep_w, nproc, cpu_s)
+            except BaseException:  # noqa: BLE001
+                os._exit(121)
+            _program(job, 3)
+        for fd in (stdin_fd, out_w, err_w, rep_w):
+            if fd is not None:
+                os.close(fd)
+        self.fds = {out_r: b"", err_r: b"", **({rep_r: b""} if rep_r is not None else {})}
+        self.out, self.err, self.rep = out_r, err_r, rep_r
+        self.status, self.over, self.too_many = None, False, False
+
+    def pump(self, wait_s):
+        """Read what the pipes hold (waiting up to ``wait_s``); reap the child when it ends."""
+        open_fds = [fd for fd in self.fds if fd >= 0]
+        if open_fds:
+            ready, _, _ = select.select(open_fds, [], [], max(0.0, wait_s))
+            for fd in ready:
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    self.fds[-1 - fd] = self.fds.pop(fd)  # closed: kept under a negative key
+                    continue
+                self.fds[fd] += data
+                if fd == self.err and len(self.fds[fd]) > STDERR_KEEP:
+                    self.fds[fd] = self.fds[fd][-STDERR_KEEP:]
+                if fd == self.out and len(self.fds[fd]) > self.cap:
+                    self.over = True
+        elif wait_s > 0:
+            time.sleep(min(wait_s, 0.001))
+        if self.status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = status
+
+    def text(self, fd):
+        return (self.fds.get(fd) or self.fds.get(-1 - fd) or b"").decode("utf-8", "replace")
+
+    def reports(self):
+        lines = self.text(self.rep).splitlines() if self.rep is not None else []
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def kill(self, keep=None):
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        _kill_below(keep)
+        if self.status is None:
+            try:
+                self.status = os.waitpid(self.pid, 0)[1]
+            except ChildProcessError:
+                self.status = 0
+        until = time.monotonic() + 1.0  # every writer is dead: the pipes end at once
+        while any(fd >= 0 for fd in self.fds) and time.monotonic() < until:
+            self.pump(0.01)
+        for fd in list(self.fds):
+            try:
+                os.close(fd if fd >= 0 else -1 - fd)
+            except OSError:
+                pass
+
+
+def _why(child, timed_out):
+    """The failure reason of a child that did not end cleanly; ``None`` when it exited 0."""
+    err = child.text(child.err)
+    if child.over:
+        return "output_limit"
+    if child.too_many:
+        return "processes"
+    if timed_out:
+        return "timeout"
+    code = os.waitstatus_to_exitcode(child.status)
+    if code == -signal.SIGXCPU:
+        return "timeout"
+    if code == 120 or "MemoryError" in err:
+        return "memory"
+    if code == 121:
+        return "sandbox_error"
+    if "RecursionError" in err:
+        return "runtime_error"
+    if code < 0:
+        return "crashed"
+    return None if code == 0 else "runtime_error"
+
+
+def _run(ctx, stdin_path):
+    """Run one child to its end or its deadline; ``(child, timed_out)``."""
+    job, init = ctx["job"], ctx["init"]
+    cases = len(job["cases"]) if job["mode"] != "stdio" else 1
+    cpu_s = int(job["test_time_s"] * cases) + 1
+    child = _Child(job, ctx["isolation"], stdin_path, job["mode"] != "stdio", ctx["nproc"], cpu_s)
+    timed_out, started, seen, next_count = False, time.monotonic(), 0, 0.0
+    while child.status is None:  # once it ended, what it left running is killed, not waited for
+        now = time.monotonic()
+        if now >= next_count:  # RLIMIT_NPROC does not hold for root: count them here too
+            next_count = now + 0.05
+            if len([p for p in _below() if p != init]) > job["processes"]:
+                child.too_many = True
+                break
+        if child.rep is not None:
+            starts = [r for r in child.reports() if "start" in r]
+            if len(starts) > seen:
+                seen, started = len(starts), now
+        limit = min(ctx["deadline"], started + job["test_time_s"])
+        if now >= limit or child.over:
+            timed_out = not child.over
+            break
+        child.pump(min(0.05, max(0.0, limit - now)))
+    child.kill(keep=init)
+    return child, timed_out
+
+
+def _stdio(ctx):
+    results = []
+    for path in ctx["inputs"]:
+        if time.monotonic() >= ctx["deadline"]:
+            results.append({"status": "timeout", "error": "the sample's time limit was spent"})
+            continue
+        child, timed_out = _run(ctx, path)
+        why = _why(child, timed_out)
+        results.append({"status": why or "ok", "stdout": "" if why else child.text(child.out),
+                        "error": child.text(child.err)[-500:]})
+    return results
+
+
+def _in_process(ctx):
+    child, timed_out = _run(ctx, os.devnull)
+    why = _why(child, timed_out) or "runtime_error"
+    results = {r["case"]: r for r in child.reports() if "case" in r}
+    err = child.text(child.err)[-500:]
+    out = []
+    for i in range(len(ctx["job"]["cases"])):
+        if i in results and not child.over:
+            out.append(results[i])
+        else:
+            out.append({"status": why, "error": err or "the program ended before this case"})
+    return out
+
+
+def _prepare(job):
+    """Files and ownership for the program (while still the caller's user), then drop to
+    ``nobody`` where that applies, then the namespaces; the context of the tests."""
+    base = os.path.dirname(job["workdir"])
+    inputs = []
+    if job["mode"] == "stdio":
+        for i, text in enumerate(job["cases"]):
+            inputs.append(os.path.join(base, f"in_{i}"))
+            with open(inputs[-1], "w") as f:
+                f.write(text)
+            os.chmod(inputs[-1], 0o644)
+    nproc = _nproc(job)
+    if _as_nobody():  # the program runs as nobody: its work directory must be its own
+        os.chmod(base, 0o711)
+        os.chown(job["workdir"], NOBODY, NOBODY)
+        _become_nobody()
+    isolation = _namespaces(job)
+    if isolation["pid"]:  # RLIMIT_NPROC counts the tasks of the user in the program's own user namespace
+        nproc = job["processes"] + 1
+    init = _start_init() if isolation["pid"] else None
+    return {"job": job, "isolation": isolation, "init": init, "nproc": nproc, "inputs": inputs,
+            "deadline": time.monotonic() + job["sample_time_s"]}
+
+
+def main():
+    job = json.loads(sys.stdin.read())
+    if job.get("probe"):
+        sys.stdout.write(json.dumps(_probe(job)))
+        return
+    LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _preload()
+    ctx = _prepare(job)
+    try:
+        results = (_stdio if job["mode"] == "stdio" else _in_process)(ctx)
+    finally:
+        _kill_below()
+    sys.stdout.write(json.dumps({"results": results}))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
