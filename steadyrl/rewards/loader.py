@@ -29,7 +29,7 @@ from pathlib import Path
 from ..secrets import resolve_env_options
 from ..errors import RewardLoadError
 from ..userfn import SPEC_FORMS, is_file_target, resolve_spec
-from . import judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
+from . import code, judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
 from .calling import call_error, describe_call, plan_call
 from .registry import BUILTIN_REWARDS, RewardFn
 
@@ -68,7 +68,7 @@ def _check_signature(spec: str, bound) -> tuple[str, ...]:
     the dataset columns it requires (parameters without a default that nothing else fills)."""
     try:
         inspect.signature(bound)
-    except (TypeError, ValueError) as err:  # options the function has no parameter for
+    except (TypeError, ValueError):  # options the function has no parameter for
         try:
             sig = inspect.signature(bound.func)
         except (TypeError, ValueError):
