@@ -98,8 +98,9 @@ def keeper_alive_as_ours(keeper: int, table: dict) -> bool:
     return sid == keeper and ppid == os.getpid() or keeper == os.getpid()
 
 
-def members(keeper: int, tag: str | None = None, table: dict | None = None) -> set[int]:
-    """The live processes of the sandbox whose keeper is ``keeper`` (the keeper not included).
+def members(keeper: int, tag: str | None = None, table: dict | None = None, tag_var: str = TAG_VAR) -> set[int]:
+    """The live processes of the sandbox whose keeper is ``keeper`` (the keeper not included);
+    ``tag`` is looked for as ``<tag_var>=<tag>`` in their environments.
 
     Session and process group are matched only while ``keeper`` is not some other live process:
     once the keeper is reaped, its pid may be handed to an unrelated session leader (the kernel
@@ -117,18 +118,19 @@ def members(keeper: int, tag: str | None = None, table: dict | None = None) -> s
     if keeper not in table or keeper_alive_as_ours(keeper, table):
         found |= {pid for pid, (_, pgid, sid, _) in table.items() if keeper in (pgid, sid)}
     if tag:
-        found |= _tagged(set(table) - found, f"{TAG_VAR}={tag}\0".encode())
+        found |= _tagged(set(table) - found, f"{tag_var}={tag}\0".encode())
     found.discard(keeper)
     found.discard(os.getpid())
     return found
 
 
-def kill_all(keeper: int, tag: str | None, *, budget_s: float = 2.0, with_keeper: bool = True) -> int:
+def kill_all(keeper: int, tag: str | None, *, budget_s: float = 2.0, with_keeper: bool = True,
+             tag_var: str = TAG_VAR) -> int:
     """SIGKILL every member of the sandbox, leaves first, then (``with_keeper``) the keeper; returns
     how many processes were signalled. Rounds go on until two scans in a row find nothing."""
     deadline, killed, quiet = time.monotonic() + budget_s, 0, 0
     while quiet < 2 and time.monotonic() < deadline:
-        found = members(keeper, tag)
+        found = members(keeper, tag, tag_var=tag_var)
         quiet = 0 if found else quiet + 1
         for pid in found:
             try:

@@ -19,11 +19,9 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from . import procs
@@ -40,31 +38,6 @@ MAX_REPLY_BYTES = 64 * 1024 * 1024
 def _environment(tag: str) -> dict[str, str]:
     return {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", CODE_TAG_VAR: tag,
             "HOME": "/nonexistent"}
-
-
-def _kill_everything(session: int, tag: str) -> None:
-    """SIGKILL the harness's session and every process carrying ``tag`` (a program that left the
-    session and whose harness was killed first), round after round until none is left."""
-    marker = f"{CODE_TAG_VAR}={tag}\0".encode()
-    for _ in range(20):
-        table = procs.proc_table()
-        found = {pid for pid, (_, pgid, sid, _) in table.items() if session in (sid, pgid)}
-        for pid in set(table) - found:
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    if marker in f.read():
-                        found.add(pid)
-            except OSError:
-                continue
-        found.discard(os.getpid())
-        if not found:
-            return
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.005)
 
 
 def _start(job: dict, python: str, workdir: str, tag: str) -> subprocess.Popen:
@@ -104,7 +77,9 @@ def run_program(job: dict, *, python: str = sys.executable) -> dict:
     finally:
         if proc is not None:
             if not clean:
-                _kill_everything(proc.pid, tag)
+                # the harness's session, all below it, and every process carrying its tag (one that
+                # left the session and whose harness was killed first)
+                procs.kill_all(proc.pid, tag, tag_var=CODE_TAG_VAR)
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
