@@ -201,24 +201,27 @@ def mixed_child(args) -> dict:
     budget = args.budget or None
     config = load_config(None, ["trainer.device=cpu", "algorithm.kl_mode=none",
                                 f"trainer.micro_batch_size={args.micro_batch}",
-                                f"trainer.max_tokens_per_micro_batch={budget if budget else 'null'}"])
+                                f"trainer.max_tokens_per_micro_batch={budget if budget else 'null'}",
+                                f"trainer.padding_free={'true' if args.padding_free else 'false'}"])
     policy = load_policy(str(args.model_dir), dtype=torch.float32, device=cpu)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-5)
     batch = mixed_batch(args.prompts * args.group, args.length, args.seed)
-    real, padded = padding_stats(batch, micro_batch_plan(batch, args.micro_batch, budget))
+    plan = micro_batch_plan(batch, args.micro_batch, budget, padding_free=args.padding_free)
+    real, padded = padding_stats(batch, plan)
+    padded = real if args.padding_free else padded  # one packed row per micro-batch: no padding at all
     times, cpus = [], []
     for i in range(args.steps + 1):
         if i == 1:
             rss0 = rss_mib()
             reset_peak_rss()
         t0, c0 = time.perf_counter(), time.process_time()
-        old = _per_token(lambda m: response_logprobs(policy, m, temperature=1.0)[0], batch,
-                         args.micro_batch, cpu, budget)
+        old = _per_token(lambda m: response_logprobs(policy, m, temperature=1.0, padding_free=args.padding_free)[0],
+                         batch, args.micro_batch, cpu, budget, args.padding_free)
         ppo_update(policy, optimizer, replace_old(batch, old), config, kl_coef=0.0, device=cpu)
         times.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
-    return {"budget": budget, "micro_batch": args.micro_batch, "rows": len(batch), "real_tokens": real,
-            "padded_tokens": padded, "micro_batches": len(micro_batch_plan(batch, args.micro_batch, budget)),
+    return {"budget": budget, "padding_free": args.padding_free, "micro_batch": args.micro_batch,
+            "rows": len(batch), "real_tokens": real, "padded_tokens": padded, "micro_batches": len(plan),
             "s": statistics.median(times[1:]), "cpu_s": statistics.median(cpus[1:]),
             "peak_over_start_mib": peak_rss_mib() - rss0}
 
@@ -242,7 +245,7 @@ def mixed_report(args, results: list[dict], load: tuple, seconds: float) -> str:
              "| s / update | CPU s / update | peak RSS over start (MB) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         name = (f"`max_tokens_per_micro_batch={r['budget']}`" if r.get("budget")
-                else f"`micro_batch_size={args.micro_batch}`")
+                else f"`micro_batch_size={args.micro_batch}`") + (" + `padding_free`" if r.get("padding_free") else "")
         if "error" in r:
             lines.append(f"| {name} | failed: {r['error']} | | | | | | |")
             continue
@@ -260,13 +263,14 @@ def mixed_main(args) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_scaling_model_") as tmp:
         model_dir = args.model_dir or Path(tmp)
         prepare(model_dir, max_positions=width + 8)
-        for budget in [0, *budgets]:
-            child_args = ["--child", "--mixed", "--model-dir", str(model_dir), "--length", str(args.length),
+        runs = [(b, False) for b in [0, *budgets]] + ([(0, True), (budgets[0], True)] if args.padding_free else [])
+        for budget, padding_free in runs:
+            child_args = ["--padding-free"] * padding_free + ["--child", "--mixed", "--model-dir", str(model_dir), "--length", str(args.length),
                           "--group", str(args.group), "--prompts", str(args.prompts), "--steps", str(args.steps),
                           "--threads", str(args.threads), "--micro-batch", str(args.micro_batch),
                           "--seed", str(args.seed), "--budget", str(budget)]
             res = run_child("benchmarks.bench_scaling", child_args, args.timeout)
-            results.append({"budget": budget, **res})
+            results.append({"budget": budget, "padding_free": padding_free, **res})
             print(results[-1], flush=True)
     body = mixed_report(args, results, (load0, os.getloadavg()[0]), time.perf_counter() - started)
     print("\n" + body, flush=True)
@@ -296,6 +300,8 @@ def _parse(argv):
     p.add_argument("--mixed", action="store_true", help="mixed response lengths: fixed split vs token budget")
     p.add_argument("--budgets", type=int, nargs="+", help="--mixed: token budgets (default micro_batch x "
                    "padded width, and half of it)")
+    p.add_argument("--padding-free", action="store_true",
+                   help="--mixed: also the fixed split and the first budget with trainer.padding_free")
     p.add_argument("--budget", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--length", type=int, help=argparse.SUPPRESS)

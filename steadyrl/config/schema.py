@@ -473,6 +473,13 @@ class TrainerConfig(Section):
         "packed so that rows x padded length (prompt + response) <= budget, a longer row alone; each "
         "micro-batch trimmed to its longest row. Same gradient (global loss denominators), less padding "
         "on mixed lengths. null = micro_batch_size rows each.", ge=1)
+    padding_free: bool = F(
+        False, "Run each micro-batch's forward passes as one packed row without padding: the sequences' "
+        "real tokens back to back, position ids restarting per sequence, no attention mask; transformers "
+        "keeps them apart (flash_attention_2: the varlen kernel; sdpa / eager: a block-diagonal mask, "
+        "attention over the whole packed row, so slower on CPU for many rows). Same log-probs; checked "
+        "against the padded forward at start-up. No prompt sharing then; the critic stays padded. With "
+        "max_tokens_per_micro_batch the budget counts real tokens.")
     save_every: int = F(50, "Checkpoint every N steps (and at the end); 0 = only at the end.", ge=0)
     keep_checkpoints: int = F(2, "Keep the newest N checkpoints.", ge=1)
     eval_every: int = F(0, "Evaluate every N steps; 0 = only before and after training.", ge=0)

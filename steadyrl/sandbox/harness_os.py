@@ -210,7 +210,7 @@ def _probe(job):
                 _become_nobody()
             got = _namespaces(job)
             if got["pid"]:
-                _start_init()  # the pid namespace needs its first process before any other
+                init = _start_init()  # the pid namespace needs its first process before any other
                 kid = os.fork()
                 if kid == 0:
                     try:
@@ -220,6 +220,10 @@ def _probe(job):
                         os._exit(1)
                 if os.waitstatus_to_exitcode(os.waitpid(kid, 0)[1]) != 0:
                     got = {"network": False, "readonly_fs": False, "pid": False}
+                # killed here: its parent-death signal can come too early (before its prctl) or
+                # never, and a reaper left behind would outlive the trainer
+                os.kill(init, signal.SIGKILL)
+                os.waitpid(init, 0)
         except BaseException:  # noqa: BLE001
             user = "unknown"
         os.write(w, json.dumps({**got, "user": user}).encode())

@@ -92,14 +92,20 @@ def probe_isolation(*, python: str = sys.executable, network: bool = True, reado
     base = tempfile.mkdtemp(prefix="steadyrl-code-")
     workdir = os.path.join(base, "work")
     os.mkdir(workdir)
+    job = {"probe": True, "workdir": workdir, "network": network, "readonly_fs": readonly_fs}
+    tag, proc, reply = "probe-" + secrets.token_hex(8), None, None
     try:
-        proc = subprocess.run([python, "-I", HARNESS], input=json.dumps(
-            {"probe": True, "workdir": workdir, "network": network, "readonly_fs": readonly_fs}).encode(),
-            capture_output=True, timeout=30, env=_environment("probe"), cwd=base)
-        reply = json.loads(proc.stdout)
+        proc = subprocess.Popen([python, "-I", HARNESS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, cwd=base, env=_environment(tag),
+                                start_new_session=True, close_fds=True)
+        out, _ = proc.communicate(json.dumps(job).encode(), timeout=30)
+        reply = json.loads(out)
     except (OSError, ValueError, subprocess.TimeoutExpired):
         reply = None
     finally:
+        if proc is not None:  # the probe too leaves nothing running
+            procs.kill_all(proc.pid, tag, tag_var=CODE_TAG_VAR)
+            proc.wait()
         shutil.rmtree(base, ignore_errors=True)
     if not isinstance(reply, dict):
         return {"network": False, "readonly_fs": False, "pid": False, "user": "unknown"}

@@ -10,7 +10,9 @@ Two log-prob paths, chosen by ``trainer.logprob_impl``:
 
 Models whose logits are not a plain linear map of the last hidden state fall back to ``naive``.
 The fused path computes each distinct prompt of the batch once and reuses it for the responses
-that share it (:mod:`steadyrl.rollout.prefix`; ``trainer.share_prompt_prefix``).
+that share it (:mod:`steadyrl.rollout.prefix`; ``trainer.share_prompt_prefix``). With
+``trainer.padding_free`` either path runs the micro-batch as one packed row without padding
+instead (:func:`~steadyrl.trainer.packing.pack_rows`; no prefix sharing then).
 
 Both paths run inside one module's ``forward``, :class:`PolicyLogprobs`: the fused path calls
 the backbone and reads the LM-head weight directly, which would bypass the ``forward`` of a
@@ -28,6 +30,7 @@ from ..functional import logprobs_and_entropy_from_logits, logprobs_from_hidden,
 from ..models import lm_backbone_and_head
 from ..rollout.prefix import hidden_with_shared_prompts
 from .batch import TrainBatch
+from .packing import pack_rows
 
 
 class PolicyLogprobs(nn.Module):
@@ -43,15 +46,21 @@ class PolicyLogprobs(nn.Module):
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, response_ids=None, *,
                 temperature: float = 1.0, impl: str = "fused", chunk_size: int | None = None,
-                with_entropy: bool = False, share_prefix: bool = True, generate: dict | None = None):
+                with_entropy: bool = False, share_prefix: bool = True, padding_free: bool = False,
+                generate: dict | None = None):
         if generate is not None:
             return self.model.generate(**generate)
         p, r = input_ids.shape[1] - response_ids.shape[1], response_ids.shape[1]
         parts = lm_backbone_and_head(self.model) if impl == "fused" else None
+        packed = pack_rows(input_ids, attention_mask, position_ids, p, r) if padding_free else None
         if parts is not None:
             backbone, head = parts
             hidden = None
-            if share_prefix:  # each distinct prompt once (GRPO groups): same numbers, less work
+            if packed is not None:  # one row, no padding; the states before each response token gathered
+                ids, positions, index = packed
+                out = backbone(input_ids=ids, attention_mask=None, position_ids=positions, use_cache=False)
+                hidden = out.last_hidden_state[0, index]
+            elif share_prefix:  # each distinct prompt once (GRPO groups): same numbers, less work
                 hidden = hidden_with_shared_prompts(self.model, backbone, input_ids, attention_mask,
                                                     position_ids, p, r)
             if hidden is None:
@@ -62,9 +71,14 @@ class PolicyLogprobs(nn.Module):
                                           return_entropy=with_entropy, chunk_size=chunk_size, bias=head.bias)
             logp, entropy = result if with_entropy else (result, None)
         else:
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             use_cache=False, logits_to_keep=r + 1)
-            logits = out.logits[:, :-1]
+            if packed is not None:
+                ids, positions, index = packed
+                logits = self.model(input_ids=ids, attention_mask=None, position_ids=positions,
+                                    use_cache=False).logits[0, index]
+            else:
+                out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                 use_cache=False, logits_to_keep=r + 1)
+                logits = out.logits[:, :-1]
             if with_entropy:
                 logp, entropy = logprobs_and_entropy_from_logits(logits, response_ids, temperature, chunk_size)
             else:
@@ -86,7 +100,8 @@ def as_logprob_module(model: nn.Module) -> nn.Module:
 
 
 def response_logprobs(model, batch: TrainBatch, *, temperature: float, impl: str = "fused",
-                      chunk_size: int | None = None, with_entropy: bool = False, share_prefix: bool = True):
+                      chunk_size: int | None = None, with_entropy: bool = False, share_prefix: bool = True,
+                      padding_free: bool = False):
     """``(logprobs [B, R], entropy [B, R] or None)`` of the response tokens, float32.
 
     ``model`` is a transformers causal LM or a (wrapped) :class:`PolicyLogprobs`.
@@ -94,7 +109,7 @@ def response_logprobs(model, batch: TrainBatch, *, temperature: float, impl: str
     module = as_logprob_module(model)
     return module(batch.input_ids, batch.attention_mask, batch.position_ids, batch.response_ids,
                   temperature=temperature, impl=impl, chunk_size=chunk_size, with_entropy=with_entropy,
-                  share_prefix=share_prefix)
+                  share_prefix=share_prefix, padding_free=padding_free)
 
 
 def critic_values(critic, batch: TrainBatch) -> torch.Tensor:

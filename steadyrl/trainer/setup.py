@@ -39,6 +39,7 @@ from ..models import (
 from ..rewards import RewardSpec, load_reward
 from ..sandbox import Limits
 from .episodes import build_agent
+from .packing import check_padding_free
 from .prompts import PromptItem, Scorer, prepare_prompts
 from .sources import Part, by_domain, check_domains, load_all_data, make_sampler, tokenize_parts
 
@@ -260,6 +261,8 @@ def build_models(config: Config, model_path: str, device: torch.device):
         adapter_reference = needs_reference
     elif needs_reference:
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    if config.trainer.padding_free:
+        check_padding_free(policy)
     critic = None
     if config.algorithm.advantage_estimator == "gae":
         critic = ValueModel.from_pretrained(m.critic_name_or_path or model_path, dtype=dtype, device=device,

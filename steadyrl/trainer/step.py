@@ -36,10 +36,11 @@ def _reference_context(run: Run):
 
 
 @torch.no_grad()
-def _per_token(fn, batch: TrainBatch, size: int, device, max_tokens: int | None = None) -> torch.Tensor:
+def _per_token(fn, batch: TrainBatch, size: int, device, max_tokens: int | None = None,
+               padding_free: bool = False) -> torch.Tensor:
     """``fn`` over the micro-batches -> ``[B, R]`` in the batch's row order. Token-budget
     micro-batches are trimmed: columns past a micro-batch's longest row (padding, masked everywhere) are 0."""
-    plan = micro_batch_plan(batch, size, max_tokens)
+    plan = micro_batch_plan(batch, size, max_tokens, padding_free=padding_free)
     if max_tokens is None:
         return torch.cat([fn(batch.select(rows).to(device)).float().cpu() for rows, _ in plan])
     out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
@@ -63,20 +64,21 @@ def prepare(run: Run, batch: TrainBatch) -> TrainBatch:
     """Fill in the rollout policy's and reference's log-probs and the critic's values."""
     cfg, device = run.config, run.device
     size, budget = cfg.trainer.micro_batch_size, cfg.trainer.max_tokens_per_micro_batch
+    pad_free = cfg.trainer.padding_free
     kwargs = {"temperature": cfg.rollout.temperature, "impl": cfg.trainer.logprob_impl,
               "share_prefix": cfg.trainer.share_prompt_prefix,
-              "chunk_size": cfg.trainer.logprob_chunk_size}
+              "chunk_size": cfg.trainer.logprob_chunk_size, "padding_free": cfg.trainer.padding_free}
     old = ref = values = None
     policy, critic = run.training_models()  # through the DDP / FSDP wrappers when there are any
     if needs_old_logprobs(run, batch):
-        old = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device, budget)
+        old = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device, budget, pad_free)
     if run.reference is not None:
-        ref = _per_token(lambda m: response_logprobs(run.reference, m, **kwargs)[0], batch, size, device, budget)
+        ref = _per_token(lambda m: response_logprobs(run.reference, m, **kwargs)[0], batch, size, device, budget, pad_free)
     elif run.uses_adapter_reference:
         with _reference_context(run):
-            ref = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device, budget)
+            ref = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device, budget, pad_free)
     if critic is not None:
-        values = _per_token(lambda m: critic_values(critic, m), batch, size, device, budget)
+        values = _per_token(lambda m: critic_values(critic, m), batch, size, device, budget, pad_free)
     return replace(batch, old_logprobs=old, ref_logprobs=ref, values=values)
 
 

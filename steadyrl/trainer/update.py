@@ -128,7 +128,7 @@ def _policy_micro_step(policy, m: TrainBatch, config: Config, agg: dict, kl_coef
     logp, entropy = response_logprobs(policy, m, temperature=config.rollout.temperature,
                                       impl=trainer.logprob_impl, chunk_size=trainer.logprob_chunk_size,
                                       share_prefix=trainer.share_prompt_prefix,
-                                      with_entropy=True)
+                                      padding_free=trainer.padding_free, with_entropy=True)
     old = m.old_logprobs if m.old_logprobs is not None else logp.detach()
     loss_fn = POLICY_LOSSES[algo.policy_loss]
     loss, pg = loss_fn(logp, old, m.advantages, m.loss_mask, clip_low=algo.clip_low,
@@ -226,7 +226,8 @@ def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef:
             agg = {"global_tokens": tokens, "global_seqs": seqs,
                    "norm_length": config.algorithm.norm_length or config.rollout.max_new_tokens}
             loss_total, critic_total = 0.0, 0.0
-            micros = micro_batch_plan(mini, trainer.micro_batch_size, trainer.max_tokens_per_micro_batch)
+            micros = micro_batch_plan(mini, trainer.micro_batch_size, trainer.max_tokens_per_micro_batch,
+                                      padding_free=trainer.padding_free)
             for i, (micro, trimmed) in enumerate(micros):
                 m = mini.select(micro)
                 m = (trim(m) if trimmed else m).to(device)

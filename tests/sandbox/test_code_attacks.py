@@ -41,7 +41,7 @@ def survivors(within_s: float = 3.0) -> list[int]:
                     state = f.read().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            if f"{CODE_TAG_VAR}=".encode() in env and f"{CODE_TAG_VAR}=probe".encode() not in env and state != "Z":
+            if f"{CODE_TAG_VAR}=".encode() in env and state != "Z":
                 found.append(int(name))
         if not found or time.monotonic() > deadline:
             return found
@@ -151,6 +151,15 @@ def test_a_program_may_start_a_few_processes_of_its_own(reward):
               "os.waitpid(kids[0], 0)\n" + ADD)
     with RewardScorer([RewardSpec("code", reward, timeout_s=30)]) as scorer:
         assert scorer.score(["p"], [block(source)], {"tests": [TESTS]}).raw["code"] == [1.0]
+    assert survivors() == []
+
+
+def test_probing_the_isolation_leaves_nothing_running():
+    """The probe (run when a code reward is built) forks a pid namespace's first process too."""
+    from steadyrl.sandbox.programs import probe_isolation
+
+    for _ in range(3):
+        assert set(probe_isolation()) >= {"network", "readonly_fs", "user"}
     assert survivors() == []
 
 
