@@ -26,6 +26,7 @@ Each turn generates for the still-running episodes only; finished ones drop out.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -75,24 +76,27 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
     eos = set(engine.eos_ids)
     end_texts = [tokenizer.decode([i]) for i in sorted(eos)]
     shared = all(e.prompt_ids == list(prompts[i // n].ids) for i, e in enumerate(episodes))
-    if shared:  # the prompts as they are: generation computes each once per group
-        first = engine.generate([p.ids for p in prompts], n, max_new_tokens=first_turn, **sampling)
-    else:
-        first = engine.generate([e.prompt_ids for e in episodes], 1, max_new_tokens=first_turn, **sampling)
-    _record(episodes, list(range(len(episodes))), first, limits, eos, tokenizer)
+    # an engine that gives the GPU back after generating (vLLM's sleep mode) keeps it between turns
+    awake = getattr(engine, "awake", contextlib.nullcontext)
     try:
-        while True:
-            running = [i for i, e in enumerate(episodes) if e.running]
-            if not running:
-                break
-            _respond(agent, tokenizer, [episodes[i] for i in running], limits, end_texts)
-            running = [i for i in running if episodes[i].running]
-            if not running:
-                break
-            budget = max(min(limits.max_new_tokens, _left(episodes[i], limits)) for i in running)
-            gen = engine.generate([episodes[i].prompt_ids + episodes[i].ids for i in running], 1,
-                                  max_new_tokens=budget, **sampling)
-            _record(episodes, running, gen, limits, eos, tokenizer)
+        with awake():
+            if shared:  # the prompts as they are: generation computes each once per group
+                first = engine.generate([p.ids for p in prompts], n, max_new_tokens=first_turn, **sampling)
+            else:
+                first = engine.generate([e.prompt_ids for e in episodes], 1, max_new_tokens=first_turn, **sampling)
+            _record(episodes, list(range(len(episodes))), first, limits, eos, tokenizer)
+            while True:
+                running = [i for i, e in enumerate(episodes) if e.running]
+                if not running:
+                    break
+                _respond(agent, tokenizer, [episodes[i] for i in running], limits, end_texts)
+                running = [i for i in running if episodes[i].running]
+                if not running:
+                    break
+                budget = max(min(limits.max_new_tokens, _left(episodes[i], limits)) for i in running)
+                gen = engine.generate([episodes[i].prompt_ids + episodes[i].ids for i in running], 1,
+                                      max_new_tokens=budget, **sampling)
+                _record(episodes, running, gen, limits, eos, tokenizer)
     finally:
         agent.close([e.state for e in episodes])
     return _assemble(first, episodes, tokenizer, limits)

@@ -1,8 +1,9 @@
 """The vLLM generation engine: the optional ``vllm`` extra, CUDA only.
 
 UNTESTED ON GPU in this project's CI (a CPU machine): only the conversion of vLLM's outputs
-into a :class:`~steadyrl.rollout.base.Generation` (:func:`generation_from_outputs`) is tested,
-with stand-in objects. See docs/scaling.md.
+into a :class:`~steadyrl.rollout.base.Generation` (:func:`generation_from_outputs`) and the
+engine's own ``generate`` / sleep logic driving multi-turn episodes are tested, over stand-in
+objects (tests/rollout/test_episodes.py). See docs/scaling.md.
 
 * Colocated: each training process builds its own ``vllm.LLM`` on its own GPU (tensor
   parallel 1), with ``gpu_memory_utilization`` from ``rollout.vllm``. Under ``torchrun`` it uses
@@ -20,13 +21,17 @@ with stand-in objects. See docs/scaling.md.
   Under FSDP each parameter's full tensor is gathered first (a collective: all ranks generate
   at the same time in the training loop).
 * Sleep mode (``rollout.vllm.sleep_mode``): after each ``generate`` vLLM frees its KV cache and
-  offloads its weights to CPU memory (level 1), giving the GPU back to the trainer.
+  offloads its weights to CPU memory (level 1), giving the GPU back to the trainer. The turns of
+  multi-turn episodes run inside :meth:`VLLMEngine.awake`: vLLM sleeps after the last turn, not
+  between turns (each turn's prompt is the previous turns' token ids plus the observation's:
+  ``prompt_token_ids``, never text).
 
 Resuming a vLLM run is not bit-exact (GPU kernels are not deterministic).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -189,6 +194,7 @@ class VLLMEngine:
         self._sampling_params = vllm.SamplingParams
         self._stale = True  # the training weights may differ from the checkpoint vLLM loaded (resume)
         self._asleep = False
+        self._held = 0  # inside awake(): no sleep between generate calls
 
     def update_weights(self, model) -> None:
         """The training weights changed: push them before the next generation."""
@@ -205,6 +211,22 @@ class VLLMEngine:
         if hasattr(self.llm, "reset_prefix_cache"):
             self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
         self._stale = False
+
+    def _sleep(self) -> None:
+        if self.sleep_mode and hasattr(self.llm, "sleep") and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    @contextlib.contextmanager
+    def awake(self):
+        """Several ``generate`` calls in a row (the turns of episodes) without sleeping in between."""
+        self._held += 1
+        try:
+            yield self
+        finally:
+            self._held -= 1
+            if not self._held:
+                self._sleep()
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, *, max_new_tokens: int,
@@ -223,9 +245,8 @@ class VLLMEngine:
             outputs = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in prompt_ids], params,
                                         use_tqdm=False)
         finally:
-            if self.sleep_mode and hasattr(self.llm, "sleep"):
-                self.llm.sleep(level=1)
-                self._asleep = True
+            if not self._held:
+                self._sleep()
         return generation_from_outputs(outputs, prompt_ids, n, pad_id=self.tokenizer.pad_token_id,
                                        eos_ids=self.eos_ids, max_new_tokens=max_new_tokens,
                                        decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True))

@@ -267,3 +267,70 @@ def test_a_call_in_the_last_allowed_turn_is_not_run():
     info = gen.episodes[0]
     assert (info.turns, info.truncation, info.tool_calls) == (2, "max_turns", 1)
     assert ran == [(1, 2)]  # the first turn's call ran; the second turn's result could never be read
+
+
+class FakeLLM:
+    """``vllm.LLM``'s interface over the scripted answers: token ids in (``prompt_token_ids``), token
+    ids and per-token log-probs out, and a count of sleeps and wake-ups."""
+
+    def __init__(self, tokenizer):
+        self.scripted = ScriptedEngine(tokenizer, [CALL, "The answer is 3."])
+        self.requests, self.sleeps, self.wakes = [], 0, 0
+
+    def generate(self, requests, params, use_tqdm=False):
+        from types import SimpleNamespace
+
+        self.requests.append([r["prompt_token_ids"] for r in requests])
+        outputs = []
+        for r in requests:
+            gen = self.scripted.generate([r["prompt_token_ids"]], params.n, max_new_tokens=params.max_tokens)
+            completions = []
+            for j in range(params.n):
+                ids = gen.response_ids[j][gen.response_mask[j].bool()].tolist()
+                completions.append(SimpleNamespace(index=j, token_ids=ids, finish_reason="stop",
+                                                   logprobs=[{t: SimpleNamespace(logprob=-0.5)} for t in ids]))
+            outputs.append(SimpleNamespace(outputs=completions))
+        return outputs
+
+    def sleep(self, level):
+        self.sleeps += 1
+
+    def wake_up(self):
+        self.wakes += 1
+
+
+def fake_vllm_engine(tok):
+    from types import SimpleNamespace
+
+    from steadyrl.rollout.vllm import VLLMEngine
+
+    engine = VLLMEngine.__new__(VLLMEngine)  # no vllm, no GPU: the engine's own logic over FakeLLM
+    engine.llm, engine.tokenizer, engine.eos_ids = FakeLLM(tok), tok, [tok.eos_token_id]
+    engine.sleep_mode, engine._stale, engine._asleep, engine._held = True, False, False, 0
+    engine._sampling_params = lambda **kwargs: SimpleNamespace(**kwargs)
+    return engine
+
+
+def test_vllm_episodes_are_token_ids_in_and_out_and_sleep_only_after_the_last_turn():
+    tok = qwen25()
+    agent = tool_agent()
+    prompts = prompts_for(tok, agent)
+    engine = fake_vllm_engine(tok)
+    gen = run_episodes(engine, tok, prompts, 2, agent=agent, limits=LIMITS)
+    same = run_episodes(ScriptedEngine(tok, [CALL, "The answer is 3."]), tok, prompts, 2, agent=agent, limits=LIMITS)
+    for name in ("prompt_ids", "response_ids", "response_mask", "policy_mask", "truncated"):
+        assert torch.equal(getattr(gen, name), getattr(same, name)), name
+    # the second turn's prompt is exactly the first turn's sampled ids plus the observation's ids
+    first, second = engine.llm.requests
+    assert first == [list(prompts[0].ids)]
+    for i, ids in enumerate(second):
+        so_far = gen.response_ids[i][: len(ids) - len(first[0])].tolist()  # turn 1 + observation 1
+        assert ids == first[0] + so_far
+    # the engine's log-probs on the sampled tokens, 0 on the observation's
+    policy = gen.policy_mask.bool()
+    assert (gen.rollout_logprobs[policy] == -0.5).all() and (gen.rollout_logprobs[~policy] == 0).all()
+    assert (engine.llm.sleeps, engine.llm.wakes) == (1, 0)  # two turns, one sleep at the end
+    run_episodes(engine, tok, prompts, 2, agent=agent, limits=LIMITS)
+    assert (engine.llm.sleeps, engine.llm.wakes) == (2, 1)
+    engine.generate([list(prompts[0].ids)], 1, max_new_tokens=50)  # a single call still sleeps after itself
+    assert (engine.llm.sleeps, engine.llm.wakes) == (3, 2)
