@@ -64,7 +64,7 @@ import time
 from pathlib import Path
 
 from . import agent_task as task
-from .common import emit, machine, run_child, run_steadyrl, write_md
+from .common import emit, machine, median_of, run_pairs, run_steadyrl, write_md
 
 FRAMEWORKS = ("steadyrl", "trl")
 VARIANTS = {  # row label: (framework, steadyrl's rollout.tool_isolation)
@@ -236,11 +236,6 @@ def _child_args(args, label: str, seed: int) -> list[str]:
     return out + (["--tool-isolation", isolation] if isolation else [])
 
 
-def _med(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def _spread(values) -> str:
     return f"{statistics.mean(values):.3f} ({min(values):.3f}-{max(values):.3f})"
 
@@ -266,7 +261,7 @@ def table(runs: dict[str, list[dict]], ratios: dict[str, list[float]]) -> list[s
             why = runs[fw][0].get("error", "?") if runs[fw] else "not run"
             rows.append(f"| {fw} ({why}) | 0 |" + " - |" * 11)
             continue
-        med = {k: _med(r[k] for r in ok) for k in ok[0] if isinstance(ok[0][k], (int, float))}
+        med = {k: median_of(r[k] for r in ok) for k in ok[0] if isinstance(ok[0][k], (int, float))}
         rows.append(f"| {fw} | {len(ok)} | {med['s_per_step']:.2f} | {1 / med['s_per_step']:.3f} "
                     f"| {med['tokens_per_s']:,.0f} | {med['policy_tokens_per_s']:,.0f} | {med['tokens_per_cpu_s']:,.0f} "
                     f"| {med['tokens_per_step']:,.0f} / {med['policy_tokens_per_step']:,.0f} | {med['tool_calls']:.2f} "
@@ -351,21 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         load0 = os.getloadavg()[0]
         labels = list(VARIANTS) if args.default_isolation else ["steadyrl", "trl"]
         labels = [x for x in labels if args.only is None or VARIANTS[x][0] == args.only]
-        runs: dict[str, list[dict]] = {label: [] for label in labels}
         ratios: dict[tuple[str, str], list[float]] = {}
-        for i in range(args.repeats):
-            seed = args.seed + i
-            pair = {}
-            for label in labels if i % 2 == 0 else labels[::-1]:
-                t0 = time.perf_counter()
-                res = run_child("benchmarks.bench_agents", _child_args(args, label, seed), args.timeout)
-                fig = res if "error" in res else summarize(res, args.warmup, args.last)
-                fig.update(seed=seed, wall_s=time.perf_counter() - t0)
-                runs[label].append(fig)
-                pair[label] = fig
-                print(f"{label} seed {seed}: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v
-                                                               for k, v in fig.items()}), flush=True)
-            _pair_ratios(pair, ratios)
+        runs = run_pairs("benchmarks.bench_agents", labels, args, _child_args, summarize,
+                         lambda pair: _pair_ratios(pair, ratios))
         body = report(args, runs, ratios, info, (load0, os.getloadavg()[0]))
     print("\n" + body, flush=True)
     if args.json:

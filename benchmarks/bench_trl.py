@@ -61,7 +61,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import emit, machine, run_child, run_steadyrl, write_md
+from .common import emit, machine, median_of, run_pairs, run_steadyrl, write_md
 
 FRAMEWORKS = ("steadyrl", "trl")
 SEED = 42  # the demo's seed: model initialisation, warm start, splits
@@ -227,11 +227,6 @@ def _child_args(args, framework: str, seed: int) -> list[str]:
     return out + (["--reward-isolation", args.reward_isolation] if args.reward_isolation else [])
 
 
-def _med(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def table(runs: dict[str, list[dict]], ratios: dict[str, list[float]]) -> list[str]:
     rows = ["| trainer | runs | s / step | tokens / s | CPU s / step | tokens / CPU s | tokens / step "
             "| completion length | reward, first 10 steps | reward, last steps | held-out accuracy after |",
@@ -244,10 +239,10 @@ def table(runs: dict[str, list[dict]], ratios: dict[str, list[float]]) -> list[s
             continue
         rl = [r["reward_last"] for r in ok]
         acc = [r["heldout_after"] for r in ok]
-        rows.append(f"| {fw} | {len(ok)} | {_med(r['s_per_step'] for r in ok):.3f} "
-                    f"| {_med(r['tokens_per_s'] for r in ok):,.0f} | {_med(r['cpu_s_per_step'] for r in ok):.3f} "
-                    f"| {_med(r['tokens_per_cpu_s'] for r in ok):,.0f} | {_med(r['tokens_per_step'] for r in ok):,.0f} "
-                    f"| {_med(r['length'] for r in ok):.2f} | {_med(r['reward_first'] for r in ok):.3f} "
+        rows.append(f"| {fw} | {len(ok)} | {median_of(r['s_per_step'] for r in ok):.3f} "
+                    f"| {median_of(r['tokens_per_s'] for r in ok):,.0f} | {median_of(r['cpu_s_per_step'] for r in ok):.3f} "
+                    f"| {median_of(r['tokens_per_cpu_s'] for r in ok):,.0f} | {median_of(r['tokens_per_step'] for r in ok):,.0f} "
+                    f"| {median_of(r['length'] for r in ok):.2f} | {median_of(r['reward_first'] for r in ok):.3f} "
                     f"| {statistics.mean(rl):.3f} ({min(rl):.3f}-{max(rl):.3f}) "
                     f"| {statistics.mean(acc):.3f} ({min(acc):.3f}-{max(acc):.3f}) |")
     for key, what in (("wall", "tokens per second"), ("cpu", "tokens per CPU second")):
@@ -262,7 +257,7 @@ def _phases(runs: dict[str, list[dict]]) -> str:
     ok = [r for r in runs["steadyrl"] if "error" not in r and "generate_s" in r]
     if not ok:
         return ""
-    g, s, u = (_med(r[k] for r in ok) for k in ("generate_s", "score_s", "update_s"))
+    g, s, u = (median_of(r[k] for r in ok) for k in ("generate_s", "score_s", "update_s"))
     return (f"steadyrl's step, medians: generation {g:.3f} s, reward {s:.3f} s, log-probs + update {u:.3f} s "
             "(its own `time/*` metrics).")
 
@@ -331,24 +326,15 @@ def main(argv: list[str] | None = None) -> int:
             args.model_dir = Path(tmp)
         info = prepare(args.model_dir)
         load0 = os.getloadavg()[0]
-        runs: dict[str, list[dict]] = {fw: [] for fw in FRAMEWORKS}
         ratios: dict[str, list[float]] = {"wall": [], "cpu": []}
-        for i in range(args.repeats):
-            seed = args.seed + i
-            order = [args.only] if args.only else (FRAMEWORKS if i % 2 == 0 else FRAMEWORKS[::-1])
-            pair = {}
-            for fw in order:
-                t0 = time.perf_counter()
-                res = run_child("benchmarks.bench_trl", _child_args(args, fw, seed), args.timeout)
-                fig = res if "error" in res else summarize(res, args.warmup, args.last)
-                fig.update(seed=seed, wall_s=time.perf_counter() - t0)
-                runs[fw].append(fig)
-                pair[fw] = fig
-                print(f"{fw} seed {seed}: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v
-                                                            for k, v in fig.items()}), flush=True)
+
+        def on_pair(pair):
             if all(fw in pair and "error" not in pair[fw] for fw in FRAMEWORKS):
                 ratios["wall"].append(pair["steadyrl"]["tokens_per_s"] / pair["trl"]["tokens_per_s"])
                 ratios["cpu"].append(pair["steadyrl"]["tokens_per_cpu_s"] / pair["trl"]["tokens_per_cpu_s"])
+
+        labels = [args.only] if args.only else list(FRAMEWORKS)
+        runs = run_pairs("benchmarks.bench_trl", labels, args, _child_args, summarize, on_pair)
         body = report(args, runs, ratios, info, (load0, os.getloadavg()[0]))
     print("\n" + body, flush=True)
     if args.json:

@@ -4,6 +4,8 @@
 * :func:`peak_rss_mib` / :func:`reset_peak_rss`: the process's peak resident set (``VmHWM``);
 * :func:`run_steadyrl`: ``steadyrl.trainer.train`` in this process, timing every step from outside;
 * :func:`run_child`: run ``python -m MODULE ARGS`` in a fresh process and read its ``RESULT {json}`` line;
+* :func:`run_pairs`: the paired comparisons (bench_trl, bench_agents): a fresh process per run,
+  the order of the sides alternating from pair to pair; :func:`median_of` for their tables;
 * :func:`write_md`: replace (or append) one benchmark's marked block in BENCHMARKS.md.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -139,6 +142,34 @@ def run_child(module: str, args: list[str], timeout: float) -> dict:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:] or [f"exit status {proc.returncode}"]
         return {"error": " | ".join(tail)[:400]}
     return json.loads(lines[-1][len("RESULT "):])
+
+
+def run_pairs(module: str, labels: list[str], args, child_args, summarize, on_pair) -> dict[str, list[dict]]:
+    """``args.repeats`` pairs (seeds ``args.seed``, ``args.seed + 1``, ...): one fresh
+    ``python -m module`` per label, in ``labels``' order in even pairs and reversed in odd ones so
+    that neither side always runs first. A run's figures are ``summarize(result, args.warmup,
+    args.last)`` (or its error) plus seed and wall time; ``on_pair(pair)`` gets each pair's figures
+    by label. Returns every run's figures by label."""
+    runs: dict[str, list[dict]] = {label: [] for label in labels}
+    for i in range(args.repeats):
+        seed, pair = args.seed + i, {}
+        for label in labels if i % 2 == 0 else labels[::-1]:
+            t0 = time.perf_counter()
+            res = run_child(module, child_args(args, label, seed), args.timeout)
+            fig = res if "error" in res else summarize(res, args.warmup, args.last)
+            fig.update(seed=seed, wall_s=time.perf_counter() - t0)
+            runs[label].append(fig)
+            pair[label] = fig
+            print(f"{label} seed {seed}: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v
+                                                           for k, v in fig.items()}), flush=True)
+        on_pair(pair)
+    return runs
+
+
+def median_of(values):
+    """The median of the values that are not None (None when there are none)."""
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 
 
 def emit(result: dict) -> None:
