@@ -54,7 +54,6 @@ Held-out success: the final policy's greedy episodes on held-out prompts, played
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -64,7 +63,7 @@ import time
 from pathlib import Path
 
 from . import agent_task as task
-from .common import emit, machine, median_of, run_pairs, run_steadyrl, write_md
+from .common import emit, machine, median_of, pair_defaults, pair_parser, run_pairs, run_steadyrl, write_md
 
 FRAMEWORKS = ("steadyrl", "trl")
 VARIANTS = {  # row label: (framework, steadyrl's rollout.tool_isolation)
@@ -294,12 +293,7 @@ def report(args, runs, ratios, info, load) -> str:
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="smoke run: one pair of 6 steps")
-    p.add_argument("--steps", type=int, help="GRPO steps per run (default 20; 6 with --quick)")
-    p.add_argument("--repeats", type=int, help="pairs of runs, one seed each (default 3; 1 with --quick)")
-    p.add_argument("--warmup", type=int, help="steps left out of the timing medians (default 3; 2 with --quick)")
-    p.add_argument("--last", type=int, help="rewards: mean over this many first / last steps (default 5; 2 quick)")
+    p = pair_parser(__doc__, FRAMEWORKS, steps=(20, 6), warmup=(3, 2), last=(5, 2), seed=1)
     p.add_argument("--prompts", type=int, default=8, help="prompts per step")
     p.add_argument("--group", type=int, default=8, help="episodes per prompt")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens after the prompt (turns and tool results)")
@@ -308,25 +302,12 @@ def _parse(argv):
     p.add_argument("--heldout", type=int, help="held-out prompts played greedily after training (default 50; 20 quick)")
     p.add_argument("--warm-steps", type=int, nargs=2, default=[300, 30], metavar=("SHORT", "FULL"),
                    help="supervised warm-start steps of the shared model: without, then with the tools' prompt")
-    p.add_argument("--seed", type=int, default=1, help="seed of the first pair; pair i uses seed + i")
-    p.add_argument("--only", choices=FRAMEWORKS, help="run one framework only")
     p.add_argument("--tool-isolation", choices=["process", "thread", "inline"],
                    help="steadyrl's rollout.tool_isolation (children; the parent sets it per row)")
     p.add_argument("--default-isolation", action="store_true",
                    help="also run steadyrl with its default tool isolation (a forked process per call) in every pair")
-    p.add_argument("--model-dir", type=Path, help="where the warm-started model goes (default: a temporary directory)")
-    p.add_argument("--timeout", type=int, default=1800, help="seconds per run")
-    p.add_argument("--write-md", metavar="PATH", help="write the result into this markdown file")
-    p.add_argument("--json", metavar="PATH", help="write every run's figures as JSON")
-    p.add_argument("--child", choices=FRAMEWORKS, help="run one framework in this process and print its RESULT")
-    args = p.parse_args(argv)
-    args.argv = argv
-    q = args.quick
-    args.steps = args.steps or (6 if q else 20)
-    args.repeats = args.repeats or (1 if q else 3)
-    args.warmup = args.warmup if args.warmup is not None else (2 if q else 3)
-    args.last = args.last or (2 if q else 5)
-    args.heldout = args.heldout or (20 if q else 50)
+    args = pair_defaults(p.parse_args(argv), argv)
+    args.heldout = args.heldout or (20 if args.quick else 50)
     return args
 
 

@@ -52,7 +52,6 @@ taken pair by pair.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -61,7 +60,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import emit, machine, median_of, run_pairs, run_steadyrl, write_md
+from .common import emit, machine, median_of, pair_defaults, pair_parser, run_pairs, run_steadyrl, write_md
 
 FRAMEWORKS = ("steadyrl", "trl")
 SEED = 42  # the demo's seed: model initialisation, warm start, splits
@@ -282,35 +281,15 @@ def report(args, runs, ratios, info, load) -> str:
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="smoke run: one pair of 12 steps")
-    p.add_argument("--steps", type=int, help="GRPO steps per run (default 150; 12 with --quick)")
-    p.add_argument("--repeats", type=int, help="pairs of runs, one seed each (default 3; 1 with --quick)")
-    p.add_argument("--warmup", type=int, help="steps left out of the timing medians (default 5; 2 with --quick)")
-    p.add_argument("--last", type=int,
-                   help="final reward = mean over this many last steps (default 20; 5 with --quick)")
+    p = pair_parser(__doc__, FRAMEWORKS, steps=(150, 12), warmup=(5, 2), last=(20, 5), seed=SEED)
     p.add_argument("--prompts", type=int, default=32, help="prompts per step (the demo's 32)")
     p.add_argument("--group", type=int, default=8, help="completions per prompt (the demo's 8)")
     p.add_argument("--max-new-tokens", type=int, default=8, help="completion length limit (the demo's 8)")
     p.add_argument("--lr", type=float, default=2e-4, help="learning rate (the demo's 2e-4)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process (the demo's 1)")
-    p.add_argument("--seed", type=int, default=SEED, help="seed of the first pair; pair i uses seed + i")
-    p.add_argument("--only", choices=FRAMEWORKS, help="run one framework only")
     p.add_argument("--reward-isolation", choices=["process", "thread", "inline"],
                    help="steadyrl's reward isolation (default: steadyrl's own, a worker process)")
-    p.add_argument("--model-dir", type=Path, help="where the warm-started model goes (default: a temporary directory)")
-    p.add_argument("--timeout", type=int, default=1800, help="seconds per run")
-    p.add_argument("--write-md", metavar="PATH", help="write the result into this markdown file")
-    p.add_argument("--json", metavar="PATH", help="write every run's figures as JSON")
-    p.add_argument("--child", choices=FRAMEWORKS, help="run one framework in this process and print its RESULT")
-    args = p.parse_args(argv)
-    args.argv = argv
-    q = args.quick
-    args.steps = args.steps or (12 if q else 150)
-    args.repeats = args.repeats or (1 if q else 3)
-    args.warmup = args.warmup if args.warmup is not None else (2 if q else 5)
-    args.last = args.last or (5 if q else 20)
-    return args
+    return pair_defaults(p.parse_args(argv), argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -164,6 +165,40 @@ def run_pairs(module: str, labels: list[str], args, child_args, summarize, on_pa
                                                            for k, v in fig.items()}), flush=True)
         on_pair(pair)
     return runs
+
+
+def pair_parser(doc: str, frameworks, *, steps: tuple[int, int], warmup: tuple[int, int],
+                last: tuple[int, int], seed: int) -> argparse.ArgumentParser:
+    """The options every paired benchmark takes; ``steps``, ``warmup``, ``last``: (full, --quick)
+    defaults, applied by :func:`pair_defaults` after parsing. The caller adds its own."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help=f"smoke run: one pair of {steps[1]} steps")
+    p.add_argument("--steps", type=int, help=f"GRPO steps per run (default {steps[0]}; {steps[1]} with --quick)")
+    p.add_argument("--repeats", type=int, help="pairs of runs, one seed each (default 3; 1 with --quick)")
+    p.add_argument("--warmup", type=int,
+                   help=f"steps left out of the timing medians (default {warmup[0]}; {warmup[1]} with --quick)")
+    p.add_argument("--last", type=int,
+                   help=f"rewards: mean over this many last steps (default {last[0]}; {last[1]} with --quick)")
+    p.add_argument("--seed", type=int, default=seed, help="seed of the first pair; pair i uses seed + i")
+    p.add_argument("--only", choices=frameworks, help="run one framework only")
+    p.add_argument("--model-dir", type=Path, help="where the warm-started model goes (default: a temporary directory)")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per run")
+    p.add_argument("--write-md", metavar="PATH", help="write the result into this markdown file")
+    p.add_argument("--json", metavar="PATH", help="write every run's figures as JSON")
+    p.add_argument("--child", choices=frameworks, help="run one framework in this process and print its RESULT")
+    p.set_defaults(pair_defaults={"steps": steps, "warmup": warmup, "last": last})
+    return p
+
+
+def pair_defaults(args, argv: list[str]):
+    """``args`` with the unset counts of :func:`pair_parser` filled in (``--quick`` or not)."""
+    args.argv = argv
+    which = 1 if args.quick else 0  # (full, quick) pairs
+    args.steps = args.steps or args.pair_defaults["steps"][which]
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.warmup = args.warmup if args.warmup is not None else args.pair_defaults["warmup"][which]
+    args.last = args.last or args.pair_defaults["last"][which]
+    return args
 
 
 def median_of(values):
