@@ -224,7 +224,7 @@ def _keep(runner: int, out_r: int, shared: Shared, limits: Limits, trainer: int,
             if forked == last_fork and now < next_full:
                 continue
             last_fork, next_full = forked, now + FULL_SCAN_S
-            count = len(procs.members(keeper))
+            count = len(procs.counted(procs.members(keeper)))
             if count > limits.processes:
                 return f"more than limits.processes={limits.processes} processes ({count}): all were killed"
 

@@ -17,6 +17,9 @@
   *user*, and the kernel does not apply it to root at all - as root only the keeper's count holds,
   which bounds a loop of forks within 0.1 s but not a tight exponential fork bomb (run untrusted
   code as another user, or in a container with a ``pids`` cgroup limit).
+  The ``code`` reward's programs (tagged ``STEADYRL_CODE``) are not counted: each runs under a
+  keeper of its own with its own, smaller, ``processes`` limit, so one program's fork bomb fails
+  that sample, not the worker scoring the batch.
 * ``file_size_mb`` (default 1024): largest file the user's code may write (``RLIMIT_FSIZE``;
   Python sees ``OSError: File too large``).
 * ``output_kib`` (default 64): the runner's stdout and stderr are kept, last ``output_kib`` KiB

@@ -29,9 +29,13 @@ import signal
 import sys
 import time
 
-__all__ = ["TAG_VAR", "prctl", "proc_table", "members", "kill_all", "PR_SET_PDEATHSIG", "PR_SET_CHILD_SUBREAPER"]
+__all__ = ["TAG_VAR", "CODE_TAG_VAR", "prctl", "proc_table", "members", "counted", "kill_all", "PR_SET_PDEATHSIG",
+           "PR_SET_CHILD_SUBREAPER"]
 
 TAG_VAR = "STEADYRL_SANDBOX"
+CODE_TAG_VAR = "STEADYRL_CODE"
+"""The tag of a code program's harness and all below it (:mod:`.programs`): they have a keeper and
+a process limit of their own, so the sandbox they run in (the reward worker) does not count them."""
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _LIBC = None
@@ -79,16 +83,26 @@ def proc_table() -> dict[int, tuple[int, int, int, str]]:
     return table
 
 
-def _tagged(pids, tag: bytes) -> set[int]:
+def _tagged(pids, tag: bytes, at_start: bytes | None = None) -> set[int]:
+    """The processes of ``pids`` whose environment holds ``tag`` (or begins with ``at_start``)."""
     found = set()
     for pid in pids:
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
-                if tag in f.read():
-                    found.add(pid)
+                env = f.read()
+            if tag in env or at_start is not None and env.startswith(at_start):
+                found.add(pid)
         except OSError:
             continue
     return found
+
+
+def counted(pids: set[int]) -> set[int]:
+    """The processes of ``pids`` a sandbox's process limit counts: all but those of a code program,
+    which its own keeper counts against its own, smaller, limit (a fork bomb among them must cost
+    that program alone, not the worker and every sample it was scoring). They are still members:
+    :func:`kill_all` kills them with the rest."""
+    return pids - _tagged(pids, f"\0{CODE_TAG_VAR}=".encode(), at_start=f"{CODE_TAG_VAR}=".encode())
 
 
 def keeper_alive_as_ours(keeper: int, table: dict) -> bool:

@@ -30,7 +30,7 @@ __all__ = ["HARNESS", "run_program", "probe_isolation", "MINIMAL_PATH", "CODE_TA
 
 HARNESS = str(Path(__file__).with_name("harness.py"))
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
-CODE_TAG_VAR = "STEADYRL_CODE"
+CODE_TAG_VAR = procs.CODE_TAG_VAR
 GRACE_S = 2.0
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 

@@ -14,6 +14,7 @@ import pytest
 
 from steadyrl.rewards import RewardScorer, RewardSpec, score_batch
 from steadyrl.sandbox import Limits
+from steadyrl.sandbox.procs import CODE_TAG_VAR
 
 PROMPTS = ["p0", "p1", "p2"]
 FINE = ["a", "b", "c"]
@@ -107,6 +108,30 @@ def test_a_bounded_fork_bomb_is_stopped_by_the_process_limit(watch):
         assert time.monotonic() - start < 1.4  # stopped by the limit, not by the time-out
     assert result.valid.tolist() == [False]
     assert "limits.processes=6" in result.errors["r"] or "Resource temporarily unavailable" in result.errors["r"]
+    assert watch.survivors() == []
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="as another user RLIMIT_NPROC, not the keeper's count, bounds them")
+def test_code_programs_below_the_worker_count_against_their_own_limit_not_the_workers(watch):
+    """The ``code`` reward's programs run under a keeper of their own, with their own (smaller)
+    process limit: the worker's count leaves them out, so a fork bomb stopped in one program does
+    not also kill the worker and every sample it was scoring. Processes without the tag still count."""
+    def starts(prompts, completions, **kw):
+        watch.note()
+        env = {**os.environ, CODE_TAG_VAR: "t"} if completions[0] == "tagged" else dict(os.environ)
+        children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+                    for _ in range(8)]
+        time.sleep(0.6)  # several of the keeper's counts
+        for child in children:
+            child.kill()
+            child.wait()
+        return [1.0]
+
+    with scorer(starts, limits=Limits(processes=6), timeout_s=10) as s:
+        tagged = s.score(PROMPTS[:1], ["tagged"])
+        plain = s.score(PROMPTS[:1], ["plain"])
+    assert tagged.valid.tolist() == [True], tagged.errors
+    assert plain.valid.tolist() == [False] and "limits.processes=6" in plain.errors["r"]
     assert watch.survivors() == []
 
 
