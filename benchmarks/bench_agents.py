@@ -63,7 +63,7 @@ import time
 from pathlib import Path
 
 from . import agent_task as task
-from .common import emit, machine, median_of, pair_defaults, pair_parser, run_pairs, run_steadyrl, write_md
+from .common import emit, machine, median_of, pair_defaults, pair_parser, publish, run_pairs, run_steadyrl
 
 FRAMEWORKS = ("steadyrl", "trl")
 VARIANTS = {  # row label: (framework, steadyrl's rollout.tool_isolation)
@@ -331,13 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         runs = run_pairs("benchmarks.bench_agents", labels, args, _child_args, summarize,
                          lambda pair: _pair_ratios(pair, ratios))
         body = report(args, runs, ratios, info, (load0, os.getloadavg()[0]))
-    print("\n" + body, flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"runs": runs, "ratios": {f"{a} {b}": r for (a, b), r in ratios.items()}},
-                                              indent=1))
-    if args.write_md:
-        write_md(Path(args.write_md), "bench_agents", "Multi-turn tool use vs TRL", body)
-    return 0 if all("error" not in r for rs in runs.values() for r in rs) else 1
+    results = {"runs": runs, "ratios": {f"{a} {b}": r for (a, b), r in ratios.items()}}
+    return publish(args, body, results, ("bench_agents", "Multi-turn tool use vs TRL"),
+                   any("error" in r for rs in runs.values() for r in rs))
 
 
 if __name__ == "__main__":

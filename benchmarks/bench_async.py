@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import REPO, machine, write_md
+from .common import REPO, machine, publish
 
 MODES = {"sync": None, "async 0": 0, "async 1": 1, "async 2": 2}
 
@@ -115,10 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             results[mode] = run_mode(args, MODES[mode], Path(tmp) / mode.replace(" ", "_"))
             print(mode, json.dumps(results[mode]), flush=True)
     body = report(args, results, (load0, os.getloadavg()[0]), time.perf_counter() - started)
-    print("\n" + body, flush=True)
-    if args.write_md:
-        write_md(Path(args.write_md), "bench_async", "Asynchronous rollouts", body)
-    return 0 if all("error" not in r for r in results.values()) else 1
+    return publish(args, body, results, ("bench_async", "Asynchronous rollouts"),
+                   any("error" in r for r in results.values()))
 
 
 if __name__ == "__main__":

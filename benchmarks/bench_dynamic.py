@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .common import REPO, machine, write_md
+from .common import REPO, machine, publish
 
 
 def run_one(out: Path, seed: int, dynamic: bool, steps: int, eval_every: int, timeout: float) -> dict:
@@ -134,12 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             results = list(pool.map(lambda j: run_one(Path(tmp), j[0], j[1], args.steps, args.eval_every,
                                                       args.timeout), jobs))
     body = report(args, results, (load0, os.getloadavg()[0]), time.perf_counter() - started)
-    print("\n" + body, flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
-    if args.write_md:
-        write_md(Path(args.write_md), "bench_dynamic", "Dynamic sampling", body)
-    return 0 if all("error" not in r for r in results) else 1
+    return publish(args, body, results, ("bench_dynamic", "Dynamic sampling"), any("error" in r for r in results))
 
 
 if __name__ == "__main__":

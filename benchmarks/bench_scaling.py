@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import emit, machine, run_child, run_steadyrl, write_md
+from .common import emit, machine, publish, run_child, run_steadyrl
 
 LENGTHS = (64, 128, 256, 512, 1024)
 GROUPS = (2, 4, 8, 16)
@@ -273,12 +273,8 @@ def mixed_main(args) -> int:
             results.append({"budget": budget, "padding_free": padding_free, **res})
             print(results[-1], flush=True)
     body = mixed_report(args, results, (load0, os.getloadavg()[0]), time.perf_counter() - started)
-    print("\n" + body, flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
-    if args.write_md:
-        write_md(Path(args.write_md), "bench_scaling_mixed", "Token-budget micro-batches", body)
-    return 0 if all("error" not in r for r in results) else 1
+    return publish(args, body, results, ("bench_scaling_mixed", "Token-budget micro-batches"),
+                   any("error" in r for r in results))
 
 
 def _parse(argv):
@@ -340,12 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append({**done[key], "sweep": sweep})
             print(_row(results[-1], None), flush=True)
         body = report(args, results, (load0, os.getloadavg()[0]), time.perf_counter() - started)
-    print("\n" + body, flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
-    if args.write_md:
-        write_md(Path(args.write_md), "bench_scaling", "Scaling", body)
-    return 0 if all("error" not in r for r in results) else 1
+    return publish(args, body, results, ("bench_scaling", "Scaling"), any("error" in r for r in results))
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import emit, machine, median_of, pair_defaults, pair_parser, run_pairs, run_steadyrl, write_md
+from .common import emit, machine, median_of, pair_defaults, pair_parser, publish, run_pairs, run_steadyrl
 
 FRAMEWORKS = ("steadyrl", "trl")
 SEED = 42  # the demo's seed: model initialisation, warm start, splits
@@ -315,12 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         labels = [args.only] if args.only else list(FRAMEWORKS)
         runs = run_pairs("benchmarks.bench_trl", labels, args, _child_args, summarize, on_pair)
         body = report(args, runs, ratios, info, (load0, os.getloadavg()[0]))
-    print("\n" + body, flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"runs": runs, "ratios": ratios}, indent=1))
-    if args.write_md:
-        write_md(Path(args.write_md), "bench_trl", "End to end vs TRL", body)
-    return 0 if all("error" not in r for rs in runs.values() for r in rs) else 1
+    return publish(args, body, {"runs": runs, "ratios": ratios}, ("bench_trl", "End to end vs TRL"),
+                   any("error" in r for rs in runs.values() for r in rs))
 
 
 if __name__ == "__main__":

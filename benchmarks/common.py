@@ -212,6 +212,18 @@ def emit(result: dict) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def publish(args, body: str, results, block: tuple[str, str], failed: bool) -> int:
+    """A benchmark's end: print the report, write ``results`` to ``--json`` and the report into
+    ``--write-md`` (``block``: the marker name and the section title), and give the exit status
+    (1 when some run ``failed``)."""
+    print("\n" + body, flush=True)
+    if getattr(args, "json", None):
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.write_md:
+        write_md(Path(args.write_md), *block, body)
+    return 1 if failed else 0
+
+
 def write_md(path: Path, name: str, title: str, body: str) -> None:
     """Replace the block between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path``;
     without one, append ``## title`` and the block (creating the file if needed)."""
