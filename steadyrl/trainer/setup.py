@@ -130,8 +130,11 @@ def build_rewards(config: Config, default: list[RewardSpec]) -> list[RewardSpec]
         return default
     # the config has checked the keys (label, else the function's short name) are unique
     specs = []
-    for r in config.rewards:
-        fn = load_reward(r.name, **r.options)
+    for i, r in enumerate(config.rewards):
+        try:
+            fn = load_reward(r.name, **r.options)
+        except ConfigError as err:  # say which entry: two entries may use the same reward
+            raise type(err)(f"rewards[{i}]: {err}") from None
         chunk = r.chunk_size
         if "chunk_size" not in r.model_fields_set and hasattr(fn, "preferred_chunk_size"):
             chunk = fn.preferred_chunk_size  # a model or server reward batches its own calls
