@@ -24,7 +24,7 @@ from ..functional.constants import (
     PG_CLIP,
     dual_clip_default,
 )
-from ..rewards.loader import reward_name
+from ..rewards.loader import reward_name, url_option_problems
 
 NormType = Literal["batch", "group", "running", "none"]
 AdvantageName = Literal[
@@ -594,6 +594,15 @@ def _check_sources(config: "Config") -> None:
                              "holding each row's domain)")
 
 
+def _check_reward_options(config: "Config") -> None:
+    """The URLs of the built-in rewards that call a server (http's url, llm_judge's base_url,
+    code's url), checked here so that a bad one stops even ``steadyrl config show``. The other
+    options are checked when the reward is built (before any model loads), prefixed ``rewards[i]:``."""
+    for i, reward in enumerate(config.rewards):
+        for key, value, problem in url_option_problems(reward.name, reward.options):
+            raise ValueError(f"rewards[{i}].options.{key} = {value!r}: {problem}")
+
+
 class Config(Section):
     """A whole run."""
 
@@ -633,6 +642,7 @@ class Config(Section):
                 f"use an estimator that needs no group ({', '.join(per_sample)})"
             )
         _check_asynchronous(self)
+        _check_reward_options(self)
         keys = [reward.key for reward in self.rewards]
         for i, key in enumerate(keys):
             if key in keys[:i]:

@@ -13,7 +13,10 @@
 =====================  ==========================  =================================
 
 Rendering is ``apply_chat_template(messages, add_generation_prompt=True, tokenize=False)``; a
-prompt that needs the template with a tokenizer that has none is a DataError.
+prompt that needs the template with a tokenizer that has none is a DataError, a template that
+fails to render (it raised, or returned something other than text) a :class:`ChatTemplateError`,
+which the trainer prefixes with the config key behind it (``data.chat_template`` /
+``data.chat_template_kwargs``).
 
 ``encode_prompt`` tokenises the rendered text. A rendered chat template already holds its special
 tokens (BOS and the like), so none are added; a plain string gets the tokenizer's usual ones
@@ -28,7 +31,12 @@ from typing import Sequence
 from ..errors import ConfigError, DataError
 from .loading import is_chat
 
-__all__ = ["prompt_messages", "render_prompt", "encode_prompt", "prompt_lengths", "filter_by_length", "uses_chat_template"]
+__all__ = ["prompt_messages", "render_prompt", "encode_prompt", "prompt_lengths", "filter_by_length", "uses_chat_template",
+           "ChatTemplateError"]
+
+
+class ChatTemplateError(DataError):
+    """The tokenizer's chat template failed to render a prompt."""
 
 
 def _short(prompt) -> str:
@@ -80,11 +88,11 @@ def render_prompt(tokenizer, prompt, *, chat_template: bool | None = None, tools
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
                                              **({"tools": tools} if tools else {}), **(template_kwargs or {}))
     except Exception as err:  # noqa: BLE001 - a template may raise anything (jinja raise_exception, ...)
-        raise DataError(
+        raise ChatTemplateError(
             f"the tokenizer's chat template failed on prompt {_short(prompt)!r}: {type(err).__name__}: {err}"
         ) from None
     if not isinstance(text, str):
-        raise DataError(f"the tokenizer's chat template returned a {type(text).__name__}, expected text")
+        raise ChatTemplateError(f"the tokenizer's chat template returned a {type(text).__name__}, expected text")
     return text
 
 

@@ -94,6 +94,9 @@ class CodeReward:
                        "open_files": check_int("code", "open_files", open_files, low=8),
                        "output_bytes": check_int("code", "max_output_kib", max_output_kib, low=1) * 1024,
                        "network": bool(no_network), "readonly_fs": bool(readonly_fs)}
+        if python is not None and not isinstance(python, str):
+            raise ConfigError(f"code reward: option python={python!r} must be the path of a Python interpreter, or "
+                              "null for the trainer's own")
         self.python = python or sys.executable
         self.backend = _choice("backend", backend, BACKENDS)
         self.language = language

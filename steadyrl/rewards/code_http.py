@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 
 from ..errors import ConfigError
-from .http_client import RequestFailed, check_reachable, post_json
+from .http_client import RequestFailed, check_reachable, checked_url, post_json
 
 __all__ = ["SandboxFusion", "MARKER"]
 
@@ -44,6 +44,7 @@ class SandboxFusion:
         if not isinstance(url, str) or not url:
             raise ConfigError("code reward: backend: http needs the option url (the SandboxFusion server, e.g. "
                               "http://localhost:8080)")
+        url = checked_url("code reward: option url", url)
         self.url = url.rstrip("/") + "/run_code"
         self.request_timeout_s, self.language = request_timeout_s, language
         if check_url:

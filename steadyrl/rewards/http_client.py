@@ -33,7 +33,8 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigError
 
-__all__ = ["REASONS", "RequestFailed", "post_json", "check_reachable", "api_key_from_env", "MAX_BACKOFF_S"]
+__all__ = ["REASONS", "RequestFailed", "post_json", "url_problem", "checked_url", "check_reachable", "api_key_from_env",
+           "MAX_BACKOFF_S", "VALID_URL"]
 
 REASONS = ("timeout", "connection", "http_429", "http_5xx", "http_4xx", "bad_reply", "parse", "out_of_range",
            "no_answer", "server_none")
@@ -104,16 +105,41 @@ def post_json(url: str, body, *, headers: dict | None = None, timeout_s: float =
     raise AssertionError("unreachable")
 
 
+VALID_URL = "an http:// or https:// URL with a host, e.g. http://localhost:8000"
+
+
+def url_problem(url) -> str | None:
+    """Why ``url`` cannot be a server's address (scheme http or https, a host, a valid port), or
+    None. The one check of every URL option (``http``'s ``url``, ``llm_judge``'s ``base_url``,
+    ``code``'s ``url``): at config validation and again when the reward is built."""
+    if not isinstance(url, str) or not url.strip():
+        return f"not a URL (a {type(url).__name__})" if not isinstance(url, str) else "an empty string"
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https"):
+        return f"its scheme is {parts.scheme!r}, not http or https" if parts.scheme else "no scheme"
+    if not parts.hostname:
+        return "no host"
+    try:
+        parts.port
+    except ValueError as err:
+        return f"a bad port ({err})"
+    return None
+
+
+def checked_url(field: str, url) -> str:
+    """``url`` (stripped) when :func:`url_problem` finds nothing, else a :class:`ConfigError`
+    ``<field> = <url>: <problem>; valid: ...``."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise ConfigError(f"{field} = {url!r}: {problem}; valid: {VALID_URL}")
+    return url.strip()
+
+
 def check_reachable(field: str, url: str, timeout_s: float = 3.0) -> None:
     """A TCP connect to ``url``'s host and port, so that a typo or a server that is not up stops
     the run at start-up (:class:`ConfigError` naming ``field``), not as failures on every step."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{field} = {url!r} is not an http:// or https:// URL")
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError as err:
-        raise ConfigError(f"{field} = {url!r}: {err}") from None
+    parts = urlsplit(checked_url(field, url))
+    port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
     except OSError as err:

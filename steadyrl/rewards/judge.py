@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ConfigError
 from .cached import DEFAULT_CACHE_SIZE, CachedReward, check_int, check_number
-from .http_client import RequestFailed, api_key_from_env, check_reachable, post_json
+from .http_client import RequestFailed, api_key_from_env, check_reachable, checked_url, post_json
 from .registry import register_reward
 from .reward_model import message_text
 
@@ -65,6 +65,9 @@ class ScoreParser:
             raise ConfigError(f"llm_judge reward: option max_score={max_score!r} must be greater than "
                               f"min_score={min_score!r}")
         self.scale, self.last_number = bool(scale), pattern is None
+        if pattern is not None and not isinstance(pattern, str):
+            raise ConfigError(f"llm_judge reward: option pattern={pattern!r} must be a regular expression (text) "
+                              "with one group, or null for the last number in the reply")
         try:
             self.regex = re.compile(pattern or _NUMBER, re.DOTALL)
         except re.error as err:
@@ -118,6 +121,7 @@ class HttpJudge(JudgeBase, CachedReward):
                               "http://localhost:8000/v1)")
         if not isinstance(model, str) or not model:
             raise ConfigError("llm_judge reward: backend 'openai' needs the option model (the served model's name)")
+        base_url = checked_url("llm_judge reward: option base_url", base_url)
         self.url, self.model = base_url.rstrip("/") + "/chat/completions", model
         self.headers = {}
         if api_key_env is not None:

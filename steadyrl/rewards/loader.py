@@ -16,7 +16,9 @@ For a user function the options are bound as keyword arguments (``functools.part
 (by keyword) is read from its signature (:mod:`steadyrl.rewards.calling`); the call is checked
 here with placeholders, and the columns it cannot run without become its ``reads_columns``.
 
-Anything that goes wrong raises :class:`~steadyrl.errors.RewardLoadError` naming the spec.
+Anything that goes wrong raises :class:`~steadyrl.errors.RewardLoadError` naming the spec (the
+trainer adds which ``rewards[i]`` entry it is). The URLs of the built-ins that call a server
+(:data:`URL_OPTIONS`) are also checked when the config is read (:func:`url_option_problems`).
 """
 
 from __future__ import annotations
@@ -26,30 +28,63 @@ import functools
 import inspect
 from pathlib import Path
 
-from ..secrets import resolve_env_options
+from ..secrets import is_env_reference, resolve_env_options
 from ..errors import RewardLoadError
 from ..userfn import SPEC_FORMS, is_file_target, resolve_spec
 from . import code, judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
 from .calling import call_error, describe_call, plan_call
+from .http_client import VALID_URL, url_problem
 from .registry import BUILTIN_REWARDS, RewardFn
 
-__all__ = ["load_reward", "reward_name"]
+__all__ = ["load_reward", "reward_name", "url_option_problems", "URL_OPTIONS"]
+
+URL_OPTIONS = {"http": ("url",), "llm_judge": ("base_url",), "code": ("url",)}
+"""The options of built-in rewards that name a server: each must be an http(s) URL with a host
+(:func:`~steadyrl.rewards.http_client.url_problem`), whether or not ``check_url`` is on."""
 
 
 def _err(spec: str, what: str) -> RewardLoadError:
     return RewardLoadError(f"reward {spec!r}: {what}")
 
 
-def _builtin(name: str, options: dict) -> RewardFn:
-    factory = BUILTIN_REWARDS[name]
+def builtin_option_problem(name: str, options: dict) -> str | None:
+    """What is wrong with the option names given to built-in ``name`` (unknown ones, required ones
+    missing), or None; also None for a name that is not a built-in."""
+    factory = BUILTIN_REWARDS.get(name.strip())
+    if factory is None:
+        return None
     params = inspect.signature(factory).parameters
     unknown = sorted(set(options) - set(params))
     if unknown:
-        raise _err(name, f"unknown option(s) {unknown}; valid options: {sorted(params)}")
+        close = [m for u in unknown for m in difflib.get_close_matches(u, list(params), n=1, cutoff=0.6)]
+        hint = f" (did you mean {close[0]!r}?)" if len(unknown) == 1 and close else ""
+        return f"unknown option(s) {unknown}{hint}; valid options: {sorted(params)}"
     missing = [p.name for p in params.values() if p.default is p.empty and p.name not in options]
     if missing:
-        raise _err(name, f"missing required option(s) {missing}; valid options: {sorted(params)}")
-    return factory(**options)
+        return f"missing required option(s) {missing}; valid options: {sorted(params)}"
+    return None
+
+
+def url_option_problems(name: str, options: dict) -> list[tuple[str, object, str]]:
+    """``(option, value, what is wrong and what is valid)`` for each server URL option of built-in
+    ``name`` that is not an http(s) URL with a host; an ``{env: NAME}`` value is checked when the
+    reward is built, once the variable is read."""
+    out = []
+    for key in URL_OPTIONS.get(name.strip(), ()):
+        value = options.get(key)
+        if value is None or is_env_reference(value):
+            continue
+        problem = url_problem(value)
+        if problem is not None:
+            out.append((key, value, f"{problem}; valid: {VALID_URL}"))
+    return out
+
+
+def _builtin(name: str, options: dict) -> RewardFn:
+    problem = builtin_option_problem(name, options)
+    if problem is not None:
+        raise _err(name, problem)
+    return BUILTIN_REWARDS[name](**options)
 
 
 def _unknown_name(spec: str) -> RewardLoadError:

@@ -10,7 +10,8 @@ A request is retried with back-off on HTTP 429 / 5xx and connection errors and b
 ``request_timeout_s`` (:mod:`steadyrl.rewards.http_client`). A request that still fails, or whose
 reply is not ``{"scores": [...]}`` of the right length with numbers or nulls, scores its own
 samples ``None`` (counted under ``reward/http/failures/<reason>``); the other requests' samples
-keep their scores. The URL is checked at start-up (a TCP connect) unless ``check_url: false``.
+keep their scores. The URL must be http:// or https:// with a host (checked when the config is read), and the
+server is checked at start-up (a TCP connect) unless ``check_url: false``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ConfigError
 from .cached import DEFAULT_CACHE_SIZE, CachedReward, check_int, check_number
-from .http_client import RequestFailed, api_key_from_env, check_reachable, post_json
+from .http_client import RequestFailed, api_key_from_env, check_reachable, checked_url, post_json
 from .registry import register_reward
 
 __all__ = ["HttpReward", "http_reward"]
@@ -48,7 +49,7 @@ class HttpReward(CachedReward):
         super().__init__("http", cache_size=cache_size, answer_key=answer_key)
         if not isinstance(url, str) or not url:
             raise ConfigError("http reward: option url is required (e.g. http://localhost:8000/score)")
-        self.url = url
+        self.url = checked_url("http reward: option url", url)
         self.batch_size = check_int("http", "batch_size", batch_size, low=1)
         self.concurrency = check_int("http", "concurrency", concurrency, low=1)
         if columns is not None and (not isinstance(columns, list) or not all(isinstance(c, str) for c in columns)):
@@ -65,7 +66,7 @@ class HttpReward(CachedReward):
         self.backoff_s = check_number("http", "backoff_s", backoff_s, positive=False)
         self.request_timeout_s = check_number("http", "request_timeout_s", request_timeout_s)
         if check_url:
-            check_reachable("http reward: option url", url)
+            check_reachable("http reward: option url", self.url)
 
     def __repr__(self) -> str:  # never shows the headers (a key)
         return f"HttpReward(url={self.url!r})"

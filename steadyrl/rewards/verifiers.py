@@ -128,9 +128,17 @@ def normalized_match(
     return _match_reward("normalized_match", answer_key, marker, last_line, normalize_answer)
 
 
+_FLAGS_VALID = "IGNORECASE, MULTILINE, DOTALL, VERBOSE, ASCII (or I, M, S, X, A), joined by '|', or their integer sum"
+
+
 def _regex_flags(flags: str | int) -> int:
-    if isinstance(flags, int):
+    if isinstance(flags, int) and not isinstance(flags, bool):
+        if flags < 0 or flags & ~int(sum(re.RegexFlag.__members__.values())):
+            raise ConfigError(f"regex_format reward: option flags={flags!r} is not a sum of re flags; valid: "
+                              f"{_FLAGS_VALID}")
         return flags
+    if not isinstance(flags, str):
+        raise ConfigError(f"regex_format reward: option flags={flags!r} must be text or an integer; valid: {_FLAGS_VALID}")
     value = 0
     for name in re.split(r"[|,\s]+", flags.strip()):
         if not name:
@@ -138,8 +146,7 @@ def _regex_flags(flags: str | int) -> int:
         flag = getattr(re.RegexFlag, name.upper(), None)
         if not isinstance(flag, re.RegexFlag):
             raise ConfigError(
-                f"regex_format reward: option flags={flags!r} has unknown flag {name!r}; "
-                "valid: IGNORECASE, MULTILINE, DOTALL, VERBOSE, ASCII (or I, M, S, X, A), joined by '|'"
+                f"regex_format reward: option flags={flags!r} has unknown flag {name!r}; valid: {_FLAGS_VALID}"
             )
         value |= flag
     return value
@@ -163,12 +170,16 @@ def regex_format(
         raise ConfigError(f"regex_format reward: option mode={mode!r} is not one of {list(REGEX_MODES)}")
     if not isinstance(pattern, str) or not pattern:
         raise ConfigError(f"regex_format reward: option pattern={pattern!r} must be a non-empty string")
+    flag_bits = _regex_flags(flags)
     try:
-        compiled = re.compile(pattern, _regex_flags(flags))
+        compiled = re.compile(pattern, flag_bits)
     except re.error as err:
         raise ConfigError(
             f"regex_format reward: option pattern={pattern!r} is not a valid regular expression ({err})"
         ) from None
+    except ValueError as err:  # LOCALE: a flag that does not go with a text pattern
+        raise ConfigError(f"regex_format reward: option flags={flags!r} does not go with a text pattern ({err}); "
+                          f"valid: {_FLAGS_VALID}") from None
     matcher = getattr(compiled, mode)
 
     def regex_format(prompts: list[str], completions: list[str], **columns) -> list[float | None]:

@@ -16,6 +16,7 @@ import math
 import os
 import random
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,8 +131,11 @@ def build_rewards(config: Config, default: list[RewardSpec]) -> list[RewardSpec]
         return default
     # the config has checked the keys (label, else the function's short name) are unique
     specs = []
-    for r in config.rewards:
-        fn = load_reward(r.name, **r.options)
+    for i, r in enumerate(config.rewards):
+        try:
+            fn = load_reward(r.name, **r.options)
+        except ConfigError as err:  # say which entry: two entries may use the same reward
+            raise type(err)(f"rewards[{i}]: {err}") from None
         chunk = r.chunk_size
         if "chunk_size" not in r.model_fields_set and hasattr(fn, "preferred_chunk_size"):
             chunk = fn.preferred_chunk_size  # a model or server reward batches its own calls
@@ -443,8 +447,33 @@ def prompt_options(config: Config, agent) -> dict:
             "tools": getattr(agent, "tool_schemas", None), "template_kwargs": config.data.chat_template_kwargs}
 
 
+def template_key(config: Config) -> str:
+    """The config key behind a chat template's failure to render: the template variables when set
+    (the usual cause), else ``data.chat_template``."""
+    kwargs = config.data.chat_template_kwargs
+    return f"data.chat_template_kwargs = {kwargs!r}" if kwargs else "data.chat_template"
+
+
+@contextmanager
+def named_template_errors(config: Config):
+    """A chat template's failure (raised deep in data.chat or agents.chat) prefixed with the key
+    the user set (:func:`template_key`)."""
+    from ..agents.chat import TemplateError
+    from ..data.chat import ChatTemplateError
+
+    try:
+        yield
+    except (ChatTemplateError, TemplateError) as err:
+        raise type(err)(f"{template_key(config)}: {err}") from None
+
+
 def _tokenize_prompts(config: Config, inputs: Inputs) -> None:
     inputs.tokenizer = build_tokenizer(config, inputs.model_path)
+    with named_template_errors(config):
+        _render_prompts(config, inputs)
+
+
+def _render_prompts(config: Config, inputs: Inputs) -> None:
     inputs.agent = build_agent(config, inputs.tokenizer)
     options = prompt_options(config, inputs.agent)
     if inputs.train_parts is None:
@@ -553,15 +582,16 @@ def build_eval(config: Config, model_path: str):
         dtype = resolve_dtype(m.dtype, device)
         check_model_source("model.name_or_path", model_path)
         tokenizer = build_tokenizer(config, model_path)
-        agent = build_agent(config, tokenizer)
-        options = prompt_options(config, agent)
-        if eval_parts is None:
-            prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **options)
-            check_context_length(config, model_path, [], prompts)
-        else:  # data.eval_sources: a dict of held-out sets, each evaluated on its own
-            prompts = {p.name: p.records for p in tokenize_parts(eval_parts, "data.eval_sources", tokenizer,
-                                                                 options)[0]}
-            check_context_length(config, model_path, [], [q for ps in prompts.values() for q in ps])
+        with named_template_errors(config):
+            agent = build_agent(config, tokenizer)
+            options = prompt_options(config, agent)
+            if eval_parts is None:
+                prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **options)
+            else:  # data.eval_sources: a dict of held-out sets, each evaluated on its own
+                prompts = {p.name: p.records for p in tokenize_parts(eval_parts, "data.eval_sources", tokenizer,
+                                                                     options)[0]}
+        flat = prompts if eval_parts is None else [q for ps in prompts.values() for q in ps]
+        check_context_length(config, model_path, [], flat)
         policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
                              trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
     except BaseException:

@@ -64,18 +64,34 @@ def test_a_run_scored_by_a_reward_model_and_a_reward_server_logs_their_metrics(t
 CASES = {
     "judge URL that is unreachable": (
         "rewards=[{name: llm_judge, options: {base_url: 'http://127.0.0.1:PORT/v1', model: judge}}]",
-        ("llm_judge", "option base_url", "cannot connect")),
+        ("rewards[0]: llm_judge reward", "option base_url", "cannot connect")),
+    "judge URL without a scheme": (
+        "rewards=[{name: math}, {name: llm_judge, options: {base_url: '127.0.0.1:PORT/v1', model: judge}}]",
+        ("invalid configuration: rewards[1].options.base_url = '127.0.0.1:", "valid: an http:// or https://")),
+    "reward server URL with another scheme": (
+        "rewards=[{name: http, options: {url: 'ftp://127.0.0.1:PORT/score', check_url: false}}]",
+        ("invalid configuration: rewards[0].options.url = 'ftp://127.0.0.1:", "its scheme is 'ftp'",
+         "valid: an http:// or https://")),
+    "reward server URL from the environment that is not a URL": (
+        "rewards=[{name: http, options: {url: {env: STEADYRL_TEST_URL}}}]",
+        ("rewards[0]: http reward: option url = 'not a url'", "valid: an http:// or https://")),
+    "judge option out of range in the second entry": (
+        "rewards=[{name: math}, {name: llm_judge, options: {base_url: 'http://127.0.0.1:PORT/v1', model: judge, "
+        "max_score: -1, check_url: false}}]", ("rewards[1]: llm_judge reward", "max_score=-1", "greater than")),
     "judge API-key variable that is not set": (
         "rewards=[{name: llm_judge, options: {base_url: 'http://127.0.0.1:PORT/v1', model: judge, "
         "api_key_env: STEADYRL_TEST_UNSET_KEY}}]", ("api_key_env", "STEADYRL_TEST_UNSET_KEY", "not set")),
     "reward server URL that is unreachable": (
-        "rewards=[{name: http, options: {url: 'http://127.0.0.1:PORT/score'}}]", ("http reward", "option url")),
+        "rewards=[{name: http, options: {url: 'http://127.0.0.1:PORT/score'}}]", ("rewards[0]: http reward", "option url")),
+    "reward server option of the wrong type": (
+        "rewards=[{name: http, options: {url: 'http://127.0.0.1:PORT/score', check_url: false, batch_size: many}}]",
+        ("rewards[0]: http reward", "batch_size='many'", "integer >= 1")),
     "reward model that is not a sequence classifier": (
         "rewards=[{name: reward_model, options: {model: 'MODEL'}}]",
-        ("reward_model", "not a sequence classifier", "LlamaForCausalLM")),
+        ("rewards[0]: reward_model reward", "not a sequence classifier", "LlamaForCausalLM")),
     "unknown option of the reward model": (
         "rewards=[{name: reward_model, options: {model: 'CLASSIFIER', normalise: batch}}]",
-        ("'reward_model'", "'normalise'", "valid options")),
+        ("rewards[0]: reward 'reward_model'", "'normalise'", "did you mean 'normalize'?", "valid options")),
     "reward model in a forked process on CUDA": (
         "rewards=[{name: reward_model, isolation: process, options: {model: 'CLASSIFIER', device: cuda}}]",
         ("rewards[0].isolation", "process", "CUDA")),
@@ -89,6 +105,7 @@ def test_bad_model_reward_input_exits_2_naming_it_before_any_model_loads(case, t
     override = (override.replace("PORT", str(free_port())).replace("MODEL", str(tiny_run.model))
                 .replace("CLASSIFIER", str(classifier)))
     monkeypatch.delenv("STEADYRL_TEST_UNSET_KEY", raising=False)
+    monkeypatch.setenv("STEADYRL_TEST_URL", "not a url")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the CUDA case; the trainer stays on the CPU
     for cls in (transformers.AutoModelForCausalLM, transformers.AutoModelForSequenceClassification):
         monkeypatch.setattr(cls, "from_pretrained", lambda *a, **k: pytest.fail(f"weights loaded: {a[0]}"))

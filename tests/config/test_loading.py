@@ -681,3 +681,25 @@ def test_one_tracker_name_is_a_list_of_one(tmp_path):
     assert load_config(path).trainer.trackers == ["tensorboard"]
     with pytest.raises(ConfigError, match=r"trainer.trackers\[0\] = 'wand': Input should be 'tensorboard', 'wandb'"):
         load_config(None, ["trainer.trackers=wand"])
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ("rewards=[{name: math}, {name: http, options: {url: 'ftp://rm/score'}}]",
+     "rewards[1].options.url = 'ftp://rm/score': its scheme is 'ftp', not http or https"),
+    ("rewards=[{name: llm_judge, options: {model: j, base_url: 'judge:8000/v1'}}]",
+     "rewards[0].options.base_url = 'judge:8000/v1': its scheme is 'judge', not http or https"),
+    ("rewards=[{name: code, options: {backend: http, url: 'https://:8080'}}]",
+     "rewards[0].options.url = 'https://:8080': no host"),
+])
+def test_a_reward_server_url_is_checked_with_the_config(override, line):
+    # read with the config (steadyrl config show refuses it too), check_url or not, no server needed
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override.replace("}}]", ", check_url: false}}]")])
+    assert str(err.value) == f"invalid configuration: {line}; valid: an http:// or https:// URL with a host, " \
+                             "e.g. http://localhost:8000"
+
+
+def test_good_and_environment_reward_urls_pass_the_config_without_a_server():
+    config = load_config(None, ["rewards=[{name: http, options: {url: 'http://127.0.0.1:9/score'}}, "
+                                "{name: llm_judge, options: {model: j, base_url: {env: JUDGE_URL}}}]"])
+    assert config.rewards[1].options["base_url"] == {"env": "JUDGE_URL"}  # checked once the variable is read

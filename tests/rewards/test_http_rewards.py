@@ -2,6 +2,7 @@
 against servers the tests start on 127.0.0.1: retries, time limits, garbage replies, failures of
 one request or one sample only, the cache, metrics, and the start-up checks."""
 
+import re
 import time
 
 import pytest
@@ -9,7 +10,7 @@ from support_http import HANG, ScriptedServer, chat_reply, free_port
 
 from steadyrl.errors import ConfigError
 from steadyrl.rewards import RewardScorer, RewardSpec, load_reward, reward_metrics
-from steadyrl.rewards.http_client import RequestFailed, check_reachable, post_json
+from steadyrl.rewards.http_client import RequestFailed, check_reachable, post_json, url_problem
 
 FAST = {"backoff_s": 0.01, "request_timeout_s": 5.0}
 
@@ -70,8 +71,31 @@ def test_garbage_and_refused_connections_have_their_own_reasons():
 def test_an_unreachable_or_malformed_url_is_a_config_error_naming_the_field():
     with pytest.raises(ConfigError, match=r"my\.url = 'http://127\.0\.0\.1:\d+/x': cannot connect"):
         check_reachable("my.url", f"http://127.0.0.1:{free_port()}/x", timeout_s=1)
-    with pytest.raises(ConfigError, match="my.url = 'ftp://host/' is not an http"):
+    with pytest.raises(ConfigError, match="my.url = 'ftp://host/': its scheme is 'ftp', not http or https; "
+                                          "valid: an http:// or https:// URL with a host"):
         check_reachable("my.url", "ftp://host/")
+
+
+@pytest.mark.parametrize(("url", "problem"), [
+    ("http://localhost:8000/score", None), ("https://judge.example.org/v1", None), (" http://h/ ", None),
+    ("ftp://host/", "its scheme is 'ftp'"), ("localhost:8000/v1", "its scheme is 'localhost'"),
+    ("//host/x", "no scheme"), ("http://", "no host"), ("http:///path", "no host"),
+    ("http://h:99999/", "a bad port"), ("", "an empty string"), (8000, "not a URL (a int)"),
+])
+def test_url_problem_says_what_is_wrong_with_a_server_address(url, problem):
+    found = url_problem(url)
+    assert (found is None) if problem is None else (found is not None and found.startswith(problem)), found
+
+
+@pytest.mark.parametrize(("spec", "options", "field"), [
+    ("http", {"url": "localhost:8000/score"}, "http reward: option url = 'localhost:8000/score'"),
+    ("llm_judge", {"base_url": "ftp://judge/v1", "model": "j"}, "llm_judge reward: option base_url = 'ftp://judge/v1'"),
+    ("code", {"backend": "http", "url": "http://"}, "code reward: option url = 'http://'"),
+])
+def test_a_malformed_server_url_is_refused_when_the_reward_is_built_even_with_check_url_off(spec, options, field):
+    # check_url: false skips only the TCP connect, never the check that it is an http(s) URL
+    with pytest.raises(ConfigError, match=re.escape(field) + ": .*; valid: an http:// or https:// URL with a host"):
+        load_reward(spec, check_url=False, **options)
 
 
 # --- the http reward --------------------------------------------------------------------------------
@@ -256,7 +280,8 @@ def test_judge_bad_options_are_refused_at_load(monkeypatch):
         load_reward("llm_judge", base_url=url, model="m", api_key_env="JUDGE_KEY_NOT_SET")
     bad = [({"backend": "remote"}, "backend='remote'"), ({"pattern": r"\d+"}, "exactly one group"),
            ({"pattern": "("}, "not a valid regular expression"), ({"min_score": 5, "max_score": 5}, "greater than"),
-           ({"template": "no placeholder"}, "{completion}"), ({"concurrency": 0}, "concurrency=0")]
+           ({"template": "no placeholder"}, "{completion}"), ({"concurrency": 0}, "concurrency=0"),
+           ({"pattern": 7}, "pattern=7 must be a regular expression")]
     for options, message in bad:
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("{", r"\{")):
             load_reward("llm_judge", base_url=url, model="m", check_url=False, **options)
