@@ -97,6 +97,7 @@ TRL_NAMES = [
     "learning_rate", "num_generations", "max_completion_length", "beta", "epsilon", "epsilon_high",
     "loss_type", "scale_rewards", "temperature", "top_p", "num_iterations", "per_device_train_batch_size",
     "gradient_accumulation_steps", "max_grad_norm", "mask_truncated_completions", "entropy_coef",
+    "tools", "max_tool_calling_iterations", "environment_factory", "vllm_importance_sampling_clip_max",
 ]
 VERL_NAMES = [
     "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode", "use_kl_loss",
@@ -104,7 +105,9 @@ VERL_NAMES = [
     "algorithm.use_kl_in_reward", "algorithm.kl_ctrl.kl_coef", "algorithm.kl_ctrl.target_kl",
     "data.train_batch_size", "rollout.n", "response_length", "ppo_mini_batch_size",
     "ppo_micro_batch_size_per_gpu", "ppo_epochs", "critic.cliprange_value", "algorithm.gamma",
-    "algorithm.lam", "entropy_coeff",
+    "algorithm.lam", "entropy_coeff", "multi_turn.enable", "multi_turn.max_assistant_turns",
+    "multi_turn.tool_config_path", "multi_turn.format", "multi_turn.max_tool_response_length",
+    "multi_turn.tool_response_truncate_side", "multi_turn.interaction_config_path", "lr_scheduler_type",
 ]
 
 
