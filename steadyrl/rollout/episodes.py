@@ -22,6 +22,10 @@ Each turn generates for the still-running episodes only; finished ones drop out.
   observation that leaves no room for another turn ends the episode, truncated;
 * ``max_observation_tokens``: the new messages' contents are shortened (``right``: keep the start,
   ``left``: keep the end) so the rendered observation fits.
+
+The transcript (``EpisodeInfo.messages``, the ``turns`` reward functions receive) holds every
+sampled turn once, as an assistant message of the text sampled (the cut text of a cut turn, the
+last turn of a truncated or failed episode included), and the observations the policy saw.
 """
 
 from __future__ import annotations
@@ -133,7 +137,6 @@ def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: 
         ids = gen.response_ids[j][valid].tolist()
         logprobs = gen.rollout_logprobs[j][valid].tolist() if gen.rollout_logprobs is not None else [0.0] * len(ids)
         left = _left(e, limits)
-        cut = len(ids) > left
         ids, logprobs = ids[:left], logprobs[:left]
         e.info.turn_ends.append(len(e.ids) + len(ids) - 1)
         e.ids += ids
@@ -142,12 +145,13 @@ def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: 
         e.info.turns += 1
         ended = bool(ids) and ids[-1] in eos
         e.text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
-        if cut:
-            e.info.truncation, e.running = "max_episode_tokens", False
-        elif not ended:
-            e.info.truncation, e.running = "max_new_tokens", False
+        if not ended:  # the episode's budget was the turn's limit when it used all of it
+            e.info.truncation = "max_episode_tokens" if len(ids) >= left else "max_new_tokens"
+            e.running = False
         elif e.info.failed:
             e.running = False
+        if not e.running:  # no reply to append it: the transcript gets the (cut) turn here
+            e.info.messages.append({"role": "assistant", "content": e.text})
 
 
 def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end_texts: list[str]) -> None:
@@ -180,10 +184,10 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         except TemplateError as err:  # a template behaviour the start-up probe did not see: this episode only
             info.failed, info.error, e.running = True, str(err), False
             continue
-        info.messages.extend(reply.messages)
         if len(e.ids) + len(obs) + 1 > limits.episode_tokens:  # no room for another turn
             info.truncation, e.running = "max_episode_tokens", False
             continue
+        info.messages.extend(reply.messages)  # the transcript holds what the policy saw
         if e.history is not None:
             e.history += [assistant, *reply.messages]
         e.ids += obs
