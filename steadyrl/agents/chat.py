@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 
-__all__ = ["TemplateError", "TemplateDriftError", "render", "observation_ids", "check_template"]
+__all__ = ["TemplateError", "TemplateDriftError", "render", "observation_ids", "observation_overhead",
+           "check_template"]
 
 CONTEXT_CHARS = 40
 """Characters shown on each side of the first difference in a drift error."""
@@ -120,6 +121,23 @@ def observation_ids(tokenizer, history: list[dict], assistant_text: str, new_mes
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def observation_overhead(tokenizer, *, tools: list[dict] | None, observation_role: str, end_texts: list[str],
+                         template_kwargs: dict | None = None) -> int:
+    """The tokens the template writes for one ``observation_role`` message with empty content after a
+    turn (its header, its end, the next generation prompt; for ``tool`` messages, the most over the
+    tools' names): what ``rollout.max_observation_tokens`` must exceed for any content to fit."""
+    history = [{"role": "user", "content": "What is 2 + 3?"}]
+    turn = _probe_turns(tokenizer, history, tools, template_kwargs)[0]
+    names = (_tool_names(tools) if tools and observation_role == "tool" else []) or [None]
+
+    def one(name: str | None) -> int:
+        message = {"role": observation_role, "content": "", **({"name": name} if name else {})}
+        return len(observation_ids(tokenizer, history, turn, [message], tools=tools,
+                                   end_texts=end_texts, template_kwargs=template_kwargs))
+
+    return max(one(name) for name in names)
+
+
 def _tool_names(tools: list[dict]) -> list[str]:
     return [t.get("function", t).get("name", "") for t in tools]
 
@@ -151,10 +169,7 @@ def _drift_probe(tokenizer, *, tools, observation_role: str, end_texts: list[str
     """The prefix property over two turns whose assistant messages hold reasoning."""
     obs = [{"role": observation_role, "content": f"{PROBE_MARKER}-1"}]
     history = [{"role": "user", "content": "What is 2 + 3?"}]
-    turns = ["<think>\nr1\n</think>\n\na1", "<think>\nr2\n</think>\n\na2"]
-    if "</think>" in _generation_prompt(tokenizer, history, tools, kwargs):
-        turns = ["a1", "a2"]  # thinking switched off: the prompt holds an empty block, the model writes none
-    for turn in turns:
+    for turn in _probe_turns(tokenizer, history, tools, kwargs):
         try:
             _suffix(tokenizer, history, turn, obs, tools, end_texts, f"a {observation_role!r} observation", kwargs)
         except TemplateDriftError as err:
@@ -168,6 +183,14 @@ def _drift_probe(tokenizer, *, tools, observation_role: str, end_texts: list[str
                 f"added{dropped} when observations have role {observation_role!r}; token-in/token-out "
                 f"training needs each turn rendered once and kept: {fix}. {err}") from None
         history = history + [{"role": "assistant", "content": turn}] + obs
+
+
+def _probe_turns(tokenizer, history, tools, kwargs) -> list[str]:
+    """Two assistant turns as the model would write them: with reasoning, unless the generation
+    prompt already closes an empty ``<think>`` block (thinking switched off)."""
+    if "</think>" in _generation_prompt(tokenizer, history, tools, kwargs):
+        return ["a1", "a2"]
+    return ["<think>\nr1\n</think>\n\na1", "<think>\nr2\n</think>\n\na2"]
 
 
 def _generation_prompt(tokenizer, history, tools, kwargs) -> str:

@@ -5,16 +5,16 @@ policy has answered and the episode ends. Otherwise every call of every running 
 once (:class:`.calls.CallRunner`, under ``rollout.tool_isolation`` and ``rollout.tool_timeout_s``) and
 each result comes back as a ``tool`` message, in the order of the calls. A call that raises, times
 out, names an unknown tool or passes bad arguments returns its error text to the model (it can
-recover) and is counted by tool name; a malformed call is counted as ``parse``.
+recover) and is counted by tool name; a malformed call is counted as ``parse``, a call to a tool
+that does not exist as ``unknown`` (not under the name the model made up: the metric keys stay
+bounded).
 """
 
 from __future__ import annotations
 
 from .calls import CallResult, CallRunner, error_text
 from .protocol import Reply, Start
-
-PARSE_ERROR = "parse"
-"""The name malformed tool calls are counted under (``rollout/tool_errors/parse``)."""
+from .tools import PARSE_ERROR, UNKNOWN_TOOL
 
 
 def tool_message(name: str, content: str) -> dict:
@@ -84,7 +84,8 @@ class ToolAgent:
                     reply.messages.append(tool_message(call.name, str(result.value)))
                 else:
                     reply.messages.append(tool_message(call.name, f"Error: {result.value}"))
-                    reply.tool_errors[call.name] = reply.tool_errors.get(call.name, 0) + 1
+                    counted = call.name if call.name in self.tools else UNKNOWN_TOOL
+                    reply.tool_errors[counted] = reply.tool_errors.get(counted, 0) + 1
             replies.append(reply)
         return replies
 

@@ -29,7 +29,17 @@ from typing import Callable, Iterable
 from ..errors import ConfigError, SteadyRLError
 from ..userfn import SPEC_FORMS, resolve_spec
 
-__all__ = ["Tool", "ToolArgumentError", "load_tools", "run_tool", "tools_by_name", "tool_schemas"]
+__all__ = ["Tool", "ToolArgumentError", "load_tools", "run_tool", "tools_by_name", "tool_schemas",
+           "PARSE_ERROR", "UNKNOWN_TOOL"]
+
+PARSE_ERROR = "parse"
+"""The name malformed tool calls are counted under (``rollout/tool_errors/parse``)."""
+
+UNKNOWN_TOOL = "unknown"
+"""The name calls to a tool that does not exist are counted under (``rollout/tool_errors/unknown``),
+whatever name the model wrote: the metric keys stay the tools' names and these two."""
+
+_RESERVED = {PARSE_ERROR: "malformed tool calls", UNKNOWN_TOOL: "calls to tools that do not exist"}
 
 
 class ToolArgumentError(SteadyRLError, ValueError):
@@ -78,6 +88,9 @@ def load_tools(specs: list[str]) -> list[Tool]:
             raise err(f"{spec.rsplit(':', 1)[1]!r} is a {type(fn).__name__}, not a callable")
         schema = _schema(fn, err)
         name = schema["function"]["name"]
+        if name in _RESERVED:
+            raise err(f"the function is named {name!r}, the name rollout/tool_errors/{name} counts "
+                      f"{_RESERVED[name]} under; rename the function")
         if name in seen:
             raise err(f"a second tool named {name!r} (rollout.tools[{seen[name]}] has that name); "
                       "the model calls tools by name, so names must be unique")

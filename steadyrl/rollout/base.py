@@ -56,9 +56,9 @@ class EpisodeInfo:
     env_reward: float | None = None  # turn rewards combined (rollout.turn_reward); None = none given
     failed: bool = False  # the environment crashed: the episode is left out of the update
     error: str | None = None
-    truncation: str | None = None  # the limit that cut it: max_new_tokens, max_episode_tokens, max_turns
+    truncation: str | None = None  # the limit that cut it: max_new_tokens, max_episode_tokens, max_observation_tokens, max_turns
     tool_calls: int = 0
-    tool_errors: dict[str, int] = field(default_factory=dict)  # by tool name ('parse' for bad calls)
+    tool_errors: dict[str, int] = field(default_factory=dict)  # by tool name ('parse', 'unknown')
     observation_tokens: int = 0
     env_time_s: float = 0.0
     drift_tokens: int = 0  # tokens of a turn's context that differ from the trained sequence (always 0)

@@ -21,7 +21,13 @@ Each turn generates for the still-running episodes only; finished ones drop out.
 * ``max_episode_tokens`` over everything after the prompt: a turn is cut to what is left, and an
   observation that leaves no room for another turn ends the episode, truncated;
 * ``max_observation_tokens``: the new messages' contents are shortened (``right``: keep the start,
-  ``left``: keep the end) so the rendered observation fits.
+  ``left``: keep the end) so the rendered observation fits; the template's own tokens are never
+  cut, so messages whose rendering with empty contents does not fit end the episode, truncated
+  (start-up checks that one message fits).
+
+The transcript (``EpisodeInfo.messages``, the ``turns`` reward functions receive) holds every
+sampled turn once, as an assistant message of the text sampled (the cut text of a cut turn, the
+last turn of a truncated or failed episode included), and the observations the policy saw.
 """
 
 from __future__ import annotations
@@ -133,7 +139,6 @@ def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: 
         ids = gen.response_ids[j][valid].tolist()
         logprobs = gen.rollout_logprobs[j][valid].tolist() if gen.rollout_logprobs is not None else [0.0] * len(ids)
         left = _left(e, limits)
-        cut = len(ids) > left
         ids, logprobs = ids[:left], logprobs[:left]
         e.info.turn_ends.append(len(e.ids) + len(ids) - 1)
         e.ids += ids
@@ -142,12 +147,13 @@ def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: 
         e.info.turns += 1
         ended = bool(ids) and ids[-1] in eos
         e.text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
-        if cut:
-            e.info.truncation, e.running = "max_episode_tokens", False
-        elif not ended:
-            e.info.truncation, e.running = "max_new_tokens", False
+        if not ended:  # the episode's budget was the turn's limit when it used all of it
+            e.info.truncation = "max_episode_tokens" if len(ids) >= left else "max_new_tokens"
+            e.running = False
         elif e.info.failed:
             e.running = False
+        if not e.running:  # no reply to append it: the transcript gets the (cut) turn here
+            e.info.messages.append({"role": "assistant", "content": e.text})
 
 
 def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end_texts: list[str]) -> None:
@@ -180,10 +186,13 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         except TemplateError as err:  # a template behaviour the start-up probe did not see: this episode only
             info.failed, info.error, e.running = True, str(err), False
             continue
-        info.messages.extend(reply.messages)
+        if obs is None:  # the template's own tokens for these messages exceed the limit
+            info.truncation, e.running = "max_observation_tokens", False
+            continue
         if len(e.ids) + len(obs) + 1 > limits.episode_tokens:  # no room for another turn
             info.truncation, e.running = "max_episode_tokens", False
             continue
+        info.messages.extend(reply.messages)  # the transcript holds what the policy saw
         if e.history is not None:
             e.history += [assistant, *reply.messages]
         e.ids += obs
@@ -193,8 +202,9 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
 
 
 def _observation(tokenizer, e: _Episode, messages: list[dict], agent, limits: TurnLimits,
-                 end_texts: list[str]) -> list[int]:
-    """The observation's token ids, its messages' contents shortened until it fits the limit."""
+                 end_texts: list[str]) -> list[int] | None:
+    """The observation's token ids, its messages' contents shortened until it fits the limit; None
+    when even empty contents do not fit (the template's tokens are never cut)."""
     from ..agents.chat import observation_ids
 
     def ids_of(msgs):
@@ -206,12 +216,18 @@ def _observation(tokenizer, e: _Episode, messages: list[dict], agent, limits: Tu
     if len(ids) <= limit:
         return ids
     overhead = len(ids_of([{**m, "content": ""} for m in messages]))
-    room = max(limit - overhead, 0) // max(len(messages), 1)
-    shortened = [{**m, "content": _shorten(tokenizer, str(m.get("content") or ""), room,
-                                           limits.observation_truncation)} for m in messages]
+    if overhead > limit:
+        return None
+    room = (limit - overhead) // len(messages)
+    while True:  # a rendering may take more tokens than its contents (escapes, merges): shorten again
+        shortened = [{**m, "content": _shorten(tokenizer, str(m.get("content") or ""), room,
+                                               limits.observation_truncation)} for m in messages]
+        ids = ids_of(shortened)
+        if len(ids) <= limit or room == 0:  # empty contents render as the overhead, which fits
+            break
+        room = max(room - max(-(-(len(ids) - limit) // len(messages)), 1), 0)
     messages[:] = shortened  # the transcript shows what the policy saw
-    ids = ids_of(shortened)
-    return ids[:limit] if limits.observation_truncation == "right" else ids[-limit:]
+    return ids
 
 
 def _shorten(tokenizer, text: str, tokens: int, side: str) -> str:
@@ -284,7 +300,7 @@ def episode_metrics(episodes: list[EpisodeInfo] | None, tool_names: list[str] = 
     }
     for name, count in sorted(errors.items()):
         metrics[f"rollout/tool_errors/{name}"] = float(count)
-    for reason in ("max_new_tokens", "max_episode_tokens", "max_turns"):
+    for reason in ("max_new_tokens", "max_episode_tokens", "max_observation_tokens", "max_turns"):
         metrics[f"rollout/truncated/{reason}"] = float(sum(e.truncation == reason for e in episodes))
     return metrics
 

@@ -198,3 +198,19 @@ def test_qwen3_without_thinking_fails_the_probe_even_with_tool_observations():
         observation_ids(tok, PROMPT, HERMES_CALL, [tool("5")], tools=TOOLS, end_texts=[QWEN_END],
                         template_kwargs=kwargs)
     check_template(tok, tools=TOOLS, observation_role="tool", end_texts=[QWEN_END])  # thinking on: fine
+
+
+@pytest.mark.parametrize("make, role, ends", [
+    (qwen25, "tool", [QWEN_END]), (qwen25, "user", [QWEN_END]), (llama31, "tool", LLAMA_ENDS),
+    (llama31, "user", LLAMA_ENDS),
+])
+def test_the_observation_overhead_is_what_an_empty_message_takes(make, role, ends):
+    from steadyrl.agents.chat import observation_overhead
+
+    tok = make()
+    overhead = observation_overhead(tok, tools=TOOLS, observation_role=role, end_texts=ends)
+    empty = observation_ids(tok, PROMPT, "ok", [{"role": role, "name": "add", "content": ""}], tools=TOOLS,
+                            end_texts=ends)
+    five = observation_ids(tok, PROMPT, "ok", [{"role": role, "name": "add", "content": "12345"}], tools=TOOLS,
+                           end_texts=ends)
+    assert overhead == len(empty) > 0 and len(five) == overhead + len(encode(tok, "12345"))

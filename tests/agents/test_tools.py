@@ -151,6 +151,26 @@ def test_two_tools_with_one_name_are_refused(tools_file, tmp_path):
         load_tools([f"{tools_file}:add", f"{other}:add"])
 
 
+@pytest.mark.parametrize("name, counts", [("parse", "malformed tool calls"),
+                                          ("unknown", "calls to tools that do not exist")])
+def test_a_tool_named_like_an_error_counter_is_refused(tmp_path, name, counts):
+    path = tmp_path / "clash.py"
+    path.write_text(textwrap.dedent(f'''
+        def {name}(text: str) -> str:
+            """Read a text.
+
+            Args:
+                text: the text
+            """
+            return text
+    '''))
+    with pytest.raises(ConfigError) as err:
+        load_tools([f"{path}:{name}"])
+    message = str(err.value)
+    assert message.startswith(f"rollout.tools[0]='{path}:{name}': the function is named '{name}'")
+    assert f"rollout/tool_errors/{name} counts {counts}" in message and "\n" not in message
+
+
 def test_tools_must_be_a_list():
     with pytest.raises(ConfigError, match="rollout.tools="):
         load_tools("my_tools.py:add")

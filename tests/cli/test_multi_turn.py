@@ -147,7 +147,9 @@ def test_environment_episodes_train_with_exact_tokens(agent_run, steadyrl_cli, t
 
 def test_tool_episodes_train(agent_run, steadyrl_cli, tmp_path):
     root, base = agent_run
-    cfg = _write(root, base, "tools.yaml", rollout={"tools": [f"{root / 'tools.py'}:add"]},
+    # the template wraps a tool result in 53 tokens: the observation limit leaves room for content
+    cfg = _write(root, base, "tools.yaml",
+                 rollout={"tools": [f"{root / 'tools.py'}:add"], "max_observation_tokens": 64},
                  rewards=[{"name": "exact_match"}])
     out = tmp_path / "run"
     proc = steadyrl_cli("train", str(cfg), "--output-dir", str(out))
@@ -170,6 +172,8 @@ def test_tool_episodes_train(agent_run, steadyrl_cli, tmp_path):
     ({"tools": ["{root}/tools.py:add"], "tool_parser": "xml"}, "rollout.tool_parser"),
     ({"tools": ["{root}/tools.py:add"], "environment": "{root}/env.py:TwoSteps"}, "both set"),
     ({"environment": "{root}/env.py:TwoSteps", "max_episode_tokens": 1}, "cannot fit one turn"),
+    ({"tools": ["{root}/tools.py:add"], "max_observation_tokens": 40},
+     "rollout.max_observation_tokens = 40: the chat template of"),
 ])
 def test_bad_multi_turn_inputs_exit_2_naming_the_key(agent_run, steadyrl_cli, tmp_path, rollout, needle):
     root, base = agent_run

@@ -140,9 +140,22 @@ def test_tool_errors_go_back_to_the_model_and_are_counted():
     gen = run_episodes(ScriptedEngine(tok, [bad, "<tool_call>\n{not json\n</tool_call>", "done"]), tok,
                        prompts_for(tok, agent), 1, agent=agent, limits=LIMITS)
     info = gen.episodes[0]
-    assert info.turns == 3 and info.tool_errors == {"mul": 1, "add": 1, "parse": 1}
+    assert info.turns == 3 and info.tool_errors == {"unknown": 1, "add": 1, "parse": 1}
     assert all(m["content"].startswith("Error") for m in info.messages if m["role"] == "tool")
+    assert "unknown tool 'mul'" in info.messages[1]["content"]  # the model is told the name it wrote
     assert episode_metrics(gen.episodes, ["add"])["rollout/tool_errors/add"] == 1.0
+
+
+def test_calls_to_made_up_tools_are_counted_under_one_key():
+    tok = qwen25()
+    agent = tool_agent()
+    invented = [f'<tool_call>\n{{"name": "tool_{k}", "arguments": {{}}}}\n</tool_call>' for k in range(3)]
+    gen = run_episodes(ScriptedEngine(tok, [*invented, "done"]), tok, prompts_for(tok, agent), 2, agent=agent,
+                       limits=LIMITS)
+    metrics = episode_metrics(gen.episodes, ["add"])
+    assert sorted(k for k in metrics if k.startswith("rollout/tool_errors/")) == [
+        "rollout/tool_errors/add", "rollout/tool_errors/unknown"]
+    assert metrics["rollout/tool_errors/unknown"] == 6.0 and metrics["rollout/tool_errors"] == 6.0
 
 
 def test_limits_truncate_episodes():

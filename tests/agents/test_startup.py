@@ -1,0 +1,67 @@
+"""The multi-turn start-up checks of :func:`steadyrl.trainer.episodes.build_agent` that depend on the
+chat template: ``rollout.max_observation_tokens`` must leave room for content after the tokens the
+template needs to wrap one observation (below that, every long observation would lose its template
+tokens or its episode)."""
+
+from types import SimpleNamespace
+
+import pytest
+from agents.templates import llama31, qwen25
+
+from steadyrl.config.schema import RolloutConfig
+from steadyrl.errors import ConfigError
+from steadyrl.trainer.episodes import build_agent
+
+TOOLS_SOURCE = '''
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: the first integer
+        b: the second integer
+    """
+    return a + b
+'''
+
+
+class Guess:
+    def reset(self, **row):
+        return None
+
+    def step(self, text):
+        return "higher", 0.0, False
+
+
+def config(tmp_path, **rollout):
+    (tmp_path / "tools.py").write_text(TOOLS_SOURCE)
+    base = {"tools": [f"{tmp_path / 'tools.py'}:add"]} if "environment" not in rollout else {}
+    ro = RolloutConfig(**{**base, "tool_isolation": "inline", **rollout})
+    return SimpleNamespace(rollout=ro, data=SimpleNamespace(chat_template_kwargs={}))
+
+
+@pytest.mark.parametrize("make, needed", [(qwen25, 53), (llama31, 27)])  # what one empty tool result takes
+def test_max_observation_tokens_below_the_templates_own_tokens_is_refused(tmp_path, make, needed):
+    tok = make()
+    for limit in (1, needed):
+        with pytest.raises(ConfigError) as err:
+            build_agent(config(tmp_path, max_observation_tokens=limit), tok)
+        message = str(err.value)
+        assert message.startswith(f"rollout.max_observation_tokens = {limit}:")
+        assert f"needs {needed} tokens" in message and f"at least {needed + 1}" in message
+        assert "\n" not in message
+    agent = build_agent(config(tmp_path, max_observation_tokens=needed + 1), tok)
+    agent.shutdown()
+
+
+def test_environment_observations_are_checked_in_their_own_role(tmp_path, monkeypatch):
+    import sys
+
+    module = SimpleNamespace(Guess=Guess)
+    monkeypatch.setitem(sys.modules, "steadyrl_test_guess", module)
+    tok = qwen25()  # a user turn takes 20 tokens of this template, a tool result 53
+    agent = build_agent(config(tmp_path, environment="steadyrl_test_guess:Guess", observation_role="user",
+                               max_observation_tokens=21), tok)
+    agent.shutdown()
+    with pytest.raises(ConfigError, match="needs 20 tokens to wrap one empty 'user' message"):
+        build_agent(config(tmp_path, environment="steadyrl_test_guess:Guess", observation_role="user",
+                           max_observation_tokens=20), tok)
