@@ -267,6 +267,7 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     # verl ppo_trainer.yaml (actor_rollout_ref.* is matched by its last components)
     "train_files": (_VERL, "data.train_path"),
     "val_files": (_VERL, "data.eval_path"),
+    "apply_chat_template_kwargs": (_VERL, "data.chat_template_kwargs"),
     "train_batch_size": (_VERL, "rollout.prompts_per_step"),
     "max_response_length": (_VERL, "rollout.max_new_tokens"),
     "response_length": (_VERL, "rollout.max_new_tokens"),

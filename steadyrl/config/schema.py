@@ -332,7 +332,10 @@ class RolloutConfig(Section):
     max_turns: int = F(8, "Most policy turns in an episode; an episode still calling tools then is "
                        "truncated.", ge=1)
     max_observation_tokens: int = F(512, "Longest observation (tool result or environment message) in "
-                                    "tokens; longer ones are cut.", ge=1)
+                                    "tokens, the chat template's own tokens included; longer ones have "
+                                    "their contents shortened (the template's tokens are never cut, so "
+                                    "start-up refuses a limit not above what the template needs for one "
+                                    "empty observation).", ge=1)
     observation_truncation: Literal["right", "left"] = F("right", "Which end of a long observation is cut: "
                                                          "right keeps its start, left keeps its end.")
     max_episode_tokens: int | None = F(None, "Most tokens after the prompt (turns and observations); an "

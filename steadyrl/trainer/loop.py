@@ -174,7 +174,7 @@ def _demo_transcript(run: Run, engine, when: str) -> None:
     episode = gen.episodes[0]
     turns = list(episode.messages) or [{"role": "assistant", "content": gen.completions[0]}]
     text = format_transcript(prompt.messages or prompt.text, turns)
-    if episode.truncation:  # a cut turn is not in the message list
+    if episode.truncation:  # its last turn, in the list as sampled, is where it was cut
         text += f"\n  [episode cut by rollout.{episode.truncation}]"
     print(f"held-out transcript {when} RL:\n{text}", flush=True)
 

@@ -137,10 +137,11 @@ def test_environment_episodes_train_with_exact_tokens(agent_run, steadyrl_cli, t
     _assert_documented({k for m in _metrics(out) for k in m})
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert samples
-    for sample in samples:  # the environment saw every turn that ended (a cut turn ends the episode)
-        stepped = sum(m["role"] == "assistant" for m in sample["turns"])
-        assert sample["reward/environment"] == 0.5 * stepped
-        assert sample["reward/has_turns"] == float(stepped >= 1)
+    for sample in samples:  # the environment saw every turn but one cut short (which ends the episode)
+        sampled = sum(m["role"] == "assistant" for m in sample["turns"])
+        cut = sample["truncated_by"] in ("max_new_tokens", "max_episode_tokens")
+        assert sample["reward/environment"] == 0.5 * (sampled - cut)
+        assert sample["reward/has_turns"] == float(sampled >= 1)
     summary = json.loads((out / "summary.json").read_text())
     assert "eval_after" in summary or any(k.startswith("eval") for k in summary)
 

@@ -25,6 +25,8 @@ SECTIONS = set(Config.model_fields)
 WRONG_ON_PURPOSE = {
     "trainer.lr": "`trainer.lr` -> `optim.lr`",  # configuration.md: the unknown-key hint
     "rollout.async": "not `rollout.async`",  # scaling.md: the section is rollout.asynchronous
+    # agents.md and migrating.md: verl's name in a TRL / verl -> steadyrl table
+    "data.apply_chat_template_kwargs": "`data.apply_chat_template_kwargs` | `data.chat_template_kwargs`",
 }
 
 _HEAD = "|".join(sorted(SECTIONS - {"rewards"})) + r"|rewards\[\]"  # "rewards.md" is a file, not a key
