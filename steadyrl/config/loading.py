@@ -23,6 +23,7 @@ from pydantic.fields import FieldInfo
 from ..errors import ConfigError
 from ..files import atomic_write_text
 from ..secrets import redact_secrets
+from .foreign import foreign_name
 from .presets import DEMO_CONFIG, DEMO_CONFIGS, apply_preset
 from .schema import Config
 from .yaml_limits import AliasBombError, check_expansion
@@ -201,158 +202,8 @@ def _all_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
     return paths
 
 
-_TRL, _VERL, _BOTH, _OTHER = "TRL's", "verl's", "TRL's and verl's", None
-
-# Names other trainers use for steadyrl settings -> (whose name, what to write instead): a
-# steadyrl key, or a short instruction where no single key matches. docs/migrating.md has the
-# same mapping with the differences in meaning; tests/config/test_docs.py checks every name in
-# its tables is answered here. A name is matched on its whole dotted path or on its last
-# components (``actor_rollout_ref.actor.ppo_mini_batch_size`` finds ``ppo_mini_batch_size``),
-# so a generic last word (``path``, ``name``, ``lr``) is written with its section.
-FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
-    # TRL GRPOConfig / TrainingArguments
-    "learning_rate": (_TRL, "optim.lr"),
-    "num_generations": (_TRL, "rollout.group_size"),
-    "max_completion_length": (_TRL, "rollout.max_new_tokens"),
-    "max_prompt_length": (_BOTH, "data.max_prompt_tokens (longer prompts are dropped and counted)"),
-    "beta": (_TRL, "algorithm.kl_coef (TRL's beta 0 means no KL: algorithm.kl_mode=none)"),
-    "epsilon": (_TRL, "algorithm.pg_clip"),
-    "epsilon_low": (_TRL, "algorithm.pg_clip_low"),
-    "epsilon_high": (_TRL, "algorithm.pg_clip_high (the same number, except with TRL's loss_type=cispo, where "
-                          "epsilon_high caps the weight itself: pg_clip_high = epsilon_high - 1)"),
-    "delta": (_TRL, "algorithm.dual_clip=true with algorithm.dual_clip_c set to delta"),
-    "loss_type": (_TRL, "algorithm.loss_agg_mode (dapo/bnpo = token-mean, grpo = seq-mean-token-mean, "
-                        "dr_grpo = seq-mean-token-sum-norm), or algorithm.preset=cispo for cispo"),
-    "importance_sampling_level": (_TRL, "algorithm.policy_loss (sequence = gspo; algorithm.preset=gspo "
-                                        "also sets its clip ranges)"),
-    "scale_rewards": (_TRL, "algorithm.norm_by_std (group = true, none = false)"),
-    "num_iterations": (_TRL, "trainer.ppo_epochs"),
-    "per_device_train_batch_size": (_TRL, "trainer.micro_batch_size"),
-    "gradient_accumulation_steps": (_TRL, "trainer.mini_batch_size (samples per optimizer step, "
-                                          "accumulated in micro-batches)"),
-    "generation_batch_size": (_TRL, "rollout.prompts_per_step (prompts, not samples, per step; "
-                                    "rollout.generation_batch_size is only prompts per generate call)"),
-    "steps_per_generation": (_TRL, "rollout.prompts_per_step"),
-    "mask_truncated_completions": (_TRL, "algorithm.mask_truncated"),
-    "reward_funcs": (_TRL, "rewards[].name ('path/to/file.py:function')"),
-    "reward_weights": (_TRL, "rewards[].weight"),
-    "use_vllm": (_TRL, "rollout.engine=vllm"),
-    "vllm_gpu_memory_utilization": (_TRL, "rollout.vllm.gpu_memory_utilization"),
-    "vllm_importance_sampling_correction": (_TRL, "rollout.vllm.tis_cap (null = off)"),
-    "vllm_importance_sampling_cap": (_TRL, "rollout.vllm.tis_cap"),
-    "vllm_importance_sampling_clip_max": (_TRL, "rollout.vllm.tis_cap"),
-    "vllm_importance_sampling_mode": (_TRL, "rollout.vllm.tis_cap (the one mode here: TRL's token_truncate)"),
-    "max_tool_calling_iterations": (_TRL, "rollout.max_turns (policy turns: TRL's tool-calling iterations + 1)"),
-    "environment_factory": (_TRL, "rollout.environment (a class, file.py:Class)"),
-    "num_train_epochs": (_TRL, "trainer.max_epochs"),
-    "lr_scheduler_type": (_BOTH, "optim.schedule"),
-    "adam_beta1": (_TRL, "optim.betas (a pair: [beta1, beta2])"),
-    "adam_beta2": (_TRL, "optim.betas (a pair: [beta1, beta2])"),
-    "adam_epsilon": (_TRL, "optim.eps"),
-    "bf16": (_TRL, "model.dtype=bfloat16 (model.dtype=auto picks it on a GPU that supports it)"),
-    "fp16": (_TRL, "model.dtype=float16"),
-    "model_init_kwargs": (_TRL, "model.dtype, model.attn_implementation, model.trust_remote_code"),
-    "model_name_or_path": (_TRL, "model.name_or_path"),
-    "peft_config": (_TRL, "model.lora.enabled=true with model.lora.r, model.lora.alpha, "
-                          "model.lora.target_modules"),
-    "shuffle_dataset": (_TRL, "data.shuffle"),
-    "report_to": (_TRL, "trainer.trackers"),
-    "save_steps": (_TRL, "trainer.save_every"),
-    "save_total_limit": (_TRL, "trainer.keep_checkpoints"),
-    "eval_steps": (_TRL, "trainer.eval_every"),
-    "output_dir": (_TRL, "the --output-dir flag of steadyrl train"),
-    "disable_dropout": (_TRL, "nothing: dropout is always off"),
-    "cliprange": (_TRL, "algorithm.pg_clip"),
-    "cliprange_value": (_BOTH, "algorithm.value_clip"),
-    # verl ppo_trainer.yaml (actor_rollout_ref.* is matched by its last components)
-    "train_files": (_VERL, "data.train_path"),
-    "val_files": (_VERL, "data.eval_path"),
-    "apply_chat_template_kwargs": (_VERL, "data.chat_template_kwargs"),
-    "train_batch_size": (_VERL, "rollout.prompts_per_step"),
-    "max_response_length": (_VERL, "rollout.max_new_tokens"),
-    "response_length": (_VERL, "rollout.max_new_tokens"),
-    "prompt_length": (_VERL, "data.max_prompt_tokens"),
-    "model.path": (_VERL, "model.name_or_path"),
-    "critic.model.path": (_VERL, "model.critic_name_or_path"),
-    "enable_gradient_checkpointing": (_VERL, "model.gradient_checkpointing"),
-    "lora_rank": (_VERL, "model.lora.r (with model.lora.enabled=true)"),
-    "model.lora_alpha": (_VERL, "model.lora.alpha"),
-    "model.target_modules": (_VERL, "model.lora.target_modules"),
-    "n": (_VERL, "rollout.group_size"),
-    "rollout.name": (_VERL, "rollout.engine (hf or vllm)"),
-    "ppo_mini_batch_size": (_VERL, "trainer.mini_batch_size (in samples: verl's ppo_mini_batch_size x rollout.n)"),
-    "ppo_micro_batch_size": (_VERL, "trainer.micro_batch_size"),
-    "ppo_micro_batch_size_per_gpu": (_VERL, "trainer.micro_batch_size"),
-    "log_prob_micro_batch_size": (_VERL, "trainer.micro_batch_size"),
-    "log_prob_micro_batch_size_per_gpu": (_VERL, "trainer.micro_batch_size"),
-    "grad_clip": (_VERL, "optim.max_grad_norm"),
-    "clip_grad": (_VERL, "optim.max_grad_norm"),
-    "clip_ratio": (_VERL, "algorithm.pg_clip"),
-    "clip_ratio_low": (_VERL, "algorithm.pg_clip_low"),
-    "clip_ratio_high": (_VERL, "algorithm.pg_clip_high"),
-    "clip_ratio_c": (_VERL, "algorithm.dual_clip_c (with algorithm.dual_clip=true)"),
-    "policy_loss.loss_mode": (_VERL, "algorithm.policy_loss (vanilla = ppo)"),
-    "entropy_coeff": (_VERL, "algorithm.entropy_coef"),
-    "use_kl_loss": (_VERL, "algorithm.kl_mode=loss"),
-    "kl_loss_coef": (_VERL, "algorithm.kl_coef"),
-    "kl_loss_type": (_VERL, "algorithm.kl_estimator (low_var_kl = k3, kl = k1, mse = k2)"),
-    "actor.optim.lr": (_VERL, "optim.lr"),
-    "critic.optim.lr": (_VERL, "optim.critic_lr"),
-    "lr_warmup_steps": (_VERL, "optim.warmup_steps"),
-    "lr_warmup_steps_ratio": (_VERL, "optim.warmup_steps (a number of steps)"),
-    "warmup_style": (_VERL, "optim.schedule"),
-    # verl multi-turn (actor_rollout_ref.rollout.multi_turn.*)
-    "multi_turn.enable": (_VERL, "rollout.tools or rollout.environment (episodes are multi-turn when either is set)"),
-    "max_assistant_turns": (_VERL, "rollout.max_turns"),
-    "max_user_turns": (_VERL, "rollout.max_turns (policy turns; an episode has one observation fewer)"),
-    "tool_config_path": (_VERL, "rollout.tools (Python functions, file.py:fn, not a YAML of tool classes)"),
-    "multi_turn.format": (_VERL, "rollout.tool_parser (hermes in both)"),
-    "max_tool_response_length": (_VERL, "rollout.max_observation_tokens (tokens; verl counts characters)"),
-    "tool_response_truncate_side": (_VERL, "rollout.observation_truncation (verl's left, keep the start, is right "
-                                           "here; verl's right is left; no middle)"),
-    "interaction_config_path": (_VERL, "rollout.environment (a class, file.py:Class)"),
-    "adv_estimator": (_VERL, "algorithm.advantage_estimator"),
-    "norm_adv_by_std_in_grpo": (_VERL, "algorithm.norm_by_std"),
-    "use_kl_in_reward": (_VERL, "algorithm.kl_mode=reward"),
-    "kl_penalty": (_VERL, "algorithm.kl_estimator (kl = k1, low_var_kl = k3, mse = k2)"),
-    "kl_ctrl.type": (_VERL, "algorithm.kl_target (null = fixed, a number = adaptive with that target)"),
-    "kl_ctrl.kl_coef": (_VERL, "algorithm.kl_coef"),
-    "target_kl": (_VERL, "algorithm.kl_target"),
-    "kl_ctrl.horizon": (_VERL, "algorithm.kl_horizon"),
-    "custom_reward_function.path": (_VERL, "rewards[].name ('path/to/file.py:function')"),
-    "custom_reward_function.name": (_VERL, "rewards[].name ('path/to/file.py:function')"),
-    "total_training_steps": (_VERL, "trainer.max_steps"),
-    "total_epochs": (_VERL, "trainer.max_epochs"),
-    "save_freq": (_VERL, "trainer.save_every"),
-    "test_freq": (_VERL, "trainer.eval_every"),
-    "trainer.logger": (_VERL, "trainer.trackers (the console and metrics.jsonl are always on)"),
-    "project_name": (_VERL, "trainer.project"),
-    "experiment_name": (_VERL, "trainer.run_name"),
-    "default_local_dir": (_VERL, "the --output-dir flag of steadyrl train"),
-    "resume_mode": (_VERL, "the --resume flag of steadyrl train (with --output-dir)"),
-    "val_before_train": (_VERL, "nothing: with held-out data, steadyrl evaluates before and after training"),
-    # others
-    "kl_coeff": (_OTHER, "algorithm.kl_coef"),
-    "lambd": (_OTHER, "algorithm.lam"),
-    "rank": (_OTHER, "model.lora.r"),
-    "lora_r": (_OTHER, "model.lora.r"),
-    "lora_alpha": (_OTHER, "model.lora.alpha"),
-    "lora_dropout": (_OTHER, "model.lora.dropout"),
-}
-
-
 def _leaf(path: str) -> str:
     return path.rsplit(".", 1)[-1]
-
-
-def _foreign_name(path: str) -> tuple[str | None, str] | None:
-    """``FOREIGN_NAMES``' entry for the longest tail of ``path`` it has, or None."""
-    parts = path.lower().split(".")
-    for start in range(len(parts)):
-        entry = FOREIGN_NAMES.get(".".join(parts[start:]))
-        if entry:
-            return entry
-    return None
 
 
 def _leaf_paths(path: str, value: Any) -> list[str]:
@@ -377,7 +228,7 @@ def _unknown_key(path: str, value: Any, siblings: list[str], everywhere: list[st
     candidates = [path] + [p for p in _leaf_paths(path, value) if p != path]
     if everywhere:  # a reward's keys are suggested only among a reward's keys
         for candidate in candidates:
-            entry = _foreign_name(candidate)
+            entry = foreign_name(candidate)
             if entry:
                 whose, advice = entry
                 # the key it starts with is quoted, as keys are in every other message

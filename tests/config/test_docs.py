@@ -200,7 +200,7 @@ def test_the_migration_tables_were_read():
 @pytest.mark.parametrize(("written", "whose", "wanted"), MIGRATION_CASES, ids=[c[0] for c in MIGRATION_CASES])
 def test_every_name_in_the_migration_tables_gets_its_steadyrl_key(written, whose, wanted):
     """The error for another trainer's name names a key (or flag) of its row in docs/migrating.md,
-    so the table in steadyrl/config/loading.py and the docs cannot drift apart."""
+    so the table in steadyrl/config/foreign.py and the docs cannot drift apart."""
     with pytest.raises(ConfigError) as info:
         load_config(None, [f"{written}=1"])
     message = str(info.value)
@@ -218,7 +218,7 @@ def test_the_metrics_page_says_the_first_row_is_the_step_0_evaluation():
 def test_trls_cispo_epsilon_high_is_mapped_to_pg_clip_high_minus_one():
     """TRL's cispo caps the weight at epsilon_high itself; steadyrl's pg_clip_high is relative
     (1 + value): the migration guide and the unknown-key advice both say so."""
-    from steadyrl.config.loading import FOREIGN_NAMES
+    from steadyrl.config.foreign import FOREIGN_NAMES
 
     row = next(line for line in (DOCS / "migrating.md").read_text().splitlines() if line.startswith("| `epsilon_high`"))
     assert "cispo" in row and "pg_clip_high = epsilon_high - 1" in row

@@ -240,7 +240,7 @@ def test_a_single_problem_is_a_plain_config_error_with_its_one_line():
 
 
 def test_every_suggestion_is_a_valid_key():
-    from steadyrl.config.loading import FOREIGN_NAMES
+    from steadyrl.config.foreign import FOREIGN_NAMES
 
     paths = set(_all_paths(Config)) | {f"rewards[].{name}" for name in RewardConfig.model_fields}
     for name, (_, advice) in FOREIGN_NAMES.items():
@@ -252,7 +252,7 @@ def test_every_suggestion_is_a_valid_key():
 def test_a_foreign_name_is_never_a_steadyrl_key_or_shadows_one():
     """A name in the table that is also a valid path would never be looked up; one whose last
     word is a steadyrl key's would hide the "same name in another section" hint."""
-    from steadyrl.config.loading import FOREIGN_NAMES
+    from steadyrl.config.foreign import FOREIGN_NAMES
 
     paths = set(_all_paths(Config))
     leaves = {p.rsplit(".", 1)[-1] for p in paths}
