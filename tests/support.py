@@ -25,6 +25,20 @@ def out_dtype(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+# A tool file for multi-turn tests (``rollout.tools: [tools.py:add]``): type hints and an
+# Args docstring, as the tool loader requires.
+ADD_TOOL_SOURCE = '''
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: the first integer
+        b: the second integer
+    """
+    return a + b
+'''
+
+
 def char_tokenizer():
     """A character-level ``PreTrainedTokenizerFast`` over printable ASCII (BOS added on encode)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors

@@ -7,21 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 from agents.templates import llama31, qwen25
+from support import ADD_TOOL_SOURCE
 
 from steadyrl.config.schema import RolloutConfig
 from steadyrl.errors import ConfigError
 from steadyrl.trainer.episodes import build_agent
 
-TOOLS_SOURCE = '''
-def add(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: the first integer
-        b: the second integer
-    """
-    return a + b
-'''
 
 
 class Guess:
@@ -33,7 +24,7 @@ class Guess:
 
 
 def config(tmp_path, **rollout):
-    (tmp_path / "tools.py").write_text(TOOLS_SOURCE)
+    (tmp_path / "tools.py").write_text(ADD_TOOL_SOURCE)
     base = {"tools": [f"{tmp_path / 'tools.py'}:add"]} if "environment" not in rollout else {}
     ro = RolloutConfig(**{**base, "tool_isolation": "inline", **rollout})
     return SimpleNamespace(rollout=ro, data=SimpleNamespace(chat_template_kwargs={}))

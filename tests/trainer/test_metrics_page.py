@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+from support import ADD_TOOL_SOURCE
 
 from steadyrl.tracking import read_jsonl
 
@@ -30,16 +31,6 @@ NOT_RUN_HERE = {
     "reward/code/separate_user": "the code reward",
 }
 
-TOOLS = '''
-def add(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: the first integer
-        b: the second integer
-    """
-    return a + b
-'''
 
 ENVIRONMENT = '''
 class TwoSteps:
@@ -90,7 +81,7 @@ def chat_model(tmp_path_factory):
     tokenizer.save_pretrained(root / "model")
     rows = [{"prompt": f"What is {a}+{b}?", "answer": str(a + b)} for a in range(4) for b in range(2)]
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (root / "tools.py").write_text(TOOLS)
+    (root / "tools.py").write_text(ADD_TOOL_SOURCE)
     (root / "env.py").write_text(ENVIRONMENT)
     return root
 
