@@ -22,7 +22,7 @@ from __future__ import annotations
 from ..errors import ConfigError
 
 __all__ = ["TemplateError", "TemplateDriftError", "render", "observation_ids", "observation_overhead",
-           "check_template"]
+           "check_observation_room", "check_template"]
 
 CONTEXT_CHARS = 40
 """Characters shown on each side of the first difference in a drift error."""
@@ -136,6 +136,20 @@ def observation_overhead(tokenizer, *, tools: list[dict] | None, observation_rol
                                    end_texts=end_texts, template_kwargs=template_kwargs))
 
     return max(one(name) for name in names)
+
+
+def check_observation_room(tokenizer, limit: int, *, tools: list[dict] | None, observation_role: str,
+                           end_texts: list[str], template_kwargs: dict | None = None) -> None:
+    """``rollout.max_observation_tokens`` (``limit``) must leave room for content after the
+    template's own tokens (:func:`observation_overhead`): an observation is shortened by its content
+    only, never by cutting the template's tokens. Raises ``ConfigError``."""
+    overhead = observation_overhead(tokenizer, tools=tools, observation_role=observation_role,
+                                    end_texts=end_texts, template_kwargs=template_kwargs)
+    if limit <= overhead:
+        raise ConfigError(
+            f"rollout.max_observation_tokens = {limit}: the chat template of {_name(tokenizer)!r} alone needs "
+            f"{overhead} tokens to wrap one empty {observation_role!r} message and the next generation prompt, "
+            f"so no content would fit; set it to at least {overhead + 1}")
 
 
 def _tool_names(tools: list[dict]) -> list[str]:

@@ -112,8 +112,10 @@ def url_problem(url) -> str | None:
     """Why ``url`` cannot be a server's address (scheme http or https, a host, a valid port), or
     None. The one check of every URL option (``http``'s ``url``, ``llm_judge``'s ``base_url``,
     ``code``'s ``url``): at config validation and again when the reward is built."""
-    if not isinstance(url, str) or not url.strip():
-        return f"not a URL (a {type(url).__name__})" if not isinstance(url, str) else "an empty string"
+    if not isinstance(url, str):
+        return f"not a URL (a {type(url).__name__})"
+    if not url.strip():
+        return "an empty string"
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https"):
         return f"its scheme is {parts.scheme!r}, not http or https" if parts.scheme else "no scheme"

@@ -47,24 +47,6 @@ def _err(spec: str, what: str) -> RewardLoadError:
     return RewardLoadError(f"reward {spec!r}: {what}")
 
 
-def builtin_option_problem(name: str, options: dict) -> str | None:
-    """What is wrong with the option names given to built-in ``name`` (unknown ones, required ones
-    missing), or None; also None for a name that is not a built-in."""
-    factory = BUILTIN_REWARDS.get(name.strip())
-    if factory is None:
-        return None
-    params = inspect.signature(factory).parameters
-    unknown = sorted(set(options) - set(params))
-    if unknown:
-        close = [m for u in unknown for m in difflib.get_close_matches(u, list(params), n=1, cutoff=0.6)]
-        hint = f" (did you mean {close[0]!r}?)" if len(unknown) == 1 and close else ""
-        return f"unknown option(s) {unknown}{hint}; valid options: {sorted(params)}"
-    missing = [p.name for p in params.values() if p.default is p.empty and p.name not in options]
-    if missing:
-        return f"missing required option(s) {missing}; valid options: {sorted(params)}"
-    return None
-
-
 def url_option_problems(name: str, options: dict) -> list[tuple[str, object, str]]:
     """``(option, value, what is wrong and what is valid)`` for each server URL option of built-in
     ``name`` that is not an http(s) URL with a host; an ``{env: NAME}`` value is checked when the
@@ -81,10 +63,17 @@ def url_option_problems(name: str, options: dict) -> list[tuple[str, object, str
 
 
 def _builtin(name: str, options: dict) -> RewardFn:
-    problem = builtin_option_problem(name, options)
-    if problem is not None:
-        raise _err(name, problem)
-    return BUILTIN_REWARDS[name](**options)
+    factory = BUILTIN_REWARDS[name]
+    params = inspect.signature(factory).parameters
+    unknown = sorted(set(options) - set(params))
+    if unknown:
+        close = [m for u in unknown for m in difflib.get_close_matches(u, list(params), n=1, cutoff=0.6)]
+        hint = f" (did you mean {close[0]!r}?)" if len(unknown) == 1 and close else ""
+        raise _err(name, f"unknown option(s) {unknown}{hint}; valid options: {sorted(params)}")
+    missing = [p.name for p in params.values() if p.default is p.empty and p.name not in options]
+    if missing:
+        raise _err(name, f"missing required option(s) {missing}; valid options: {sorted(params)}")
+    return factory(**options)
 
 
 def _unknown_name(spec: str) -> RewardLoadError:

@@ -83,15 +83,15 @@ def proc_table() -> dict[int, tuple[int, int, int, str]]:
     return table
 
 
-def _tagged(pids, tag: bytes, at_start: bytes | None = None) -> set[int]:
-    """The processes of ``pids`` whose environment holds ``tag`` (or begins with ``at_start``)."""
+def _tagged(pids, tag: bytes) -> set[int]:
+    """The processes of ``pids`` whose environment holds ``tag`` (the environment is read as
+    ``\0NAME=value\0...``, so ``b"\0NAME="`` finds a variable wherever it stands)."""
     found = set()
     for pid in pids:
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read()
-            if tag in env or at_start is not None and env.startswith(at_start):
-                found.add(pid)
+                if tag in b"\0" + f.read():
+                    found.add(pid)
         except OSError:
             continue
     return found
@@ -102,7 +102,7 @@ def counted(pids: set[int]) -> set[int]:
     which its own keeper counts against its own, smaller, limit (a fork bomb among them must cost
     that program alone, not the worker and every sample it was scoring). They are still members:
     :func:`kill_all` kills them with the rest."""
-    return pids - _tagged(pids, f"\0{CODE_TAG_VAR}=".encode(), at_start=f"{CODE_TAG_VAR}=".encode())
+    return pids - _tagged(pids, f"\0{CODE_TAG_VAR}=".encode())
 
 
 def keeper_alive_as_ours(keeper: int, table: dict) -> bool:

@@ -33,7 +33,7 @@ def build_agent(config, tokenizer):
     ro = config.rollout
     if not ro.multi_turn:
         return None
-    from ..agents.chat import check_template
+    from ..agents.chat import check_observation_room, check_template
 
     isolation = ro.tool_isolation or _default_isolation()
     if ro.tools:
@@ -52,24 +52,10 @@ def build_agent(config, tokenizer):
     end_texts = [tokenizer.decode([i]) for i in eos_token_ids(tokenizer)]
     check_template(tokenizer, tools=agent.tool_schemas, observation_role=agent.observation_role,
                    end_texts=end_texts, template_kwargs=agent.template_kwargs)
-    _check_observation_room(ro.max_observation_tokens, tokenizer, agent, end_texts)
+    check_observation_room(tokenizer, ro.max_observation_tokens, tools=agent.tool_schemas,
+                           observation_role=agent.observation_role, end_texts=end_texts,
+                           template_kwargs=agent.template_kwargs)
     return agent
-
-
-def _check_observation_room(limit: int, tokenizer, agent, end_texts: list[str]) -> None:
-    """``rollout.max_observation_tokens`` must leave room for content after the template's own tokens
-    (an observation is shortened by its content only, never by cutting the template's tokens)."""
-    from ..agents.chat import observation_overhead
-    from ..errors import ConfigError
-
-    overhead = observation_overhead(tokenizer, tools=agent.tool_schemas, observation_role=agent.observation_role,
-                                    end_texts=end_texts, template_kwargs=agent.template_kwargs)
-    if limit <= overhead:
-        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-        raise ConfigError(
-            f"rollout.max_observation_tokens = {limit}: the chat template of {name!r} alone needs {overhead} "
-            f"tokens to wrap one empty {agent.observation_role!r} message and the next generation prompt, "
-            f"so no content would fit; set it to at least {overhead + 1}")
 
 
 def _default_isolation() -> str:

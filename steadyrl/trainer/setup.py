@@ -326,24 +326,19 @@ def prompt_options(config: Config, agent) -> dict:
             "tools": getattr(agent, "tool_schemas", None), "template_kwargs": config.data.chat_template_kwargs}
 
 
-def template_key(config: Config) -> str:
-    """The config key behind a chat template's failure to render: the template variables when set
-    (the usual cause), else ``data.chat_template``."""
-    kwargs = config.data.chat_template_kwargs
-    return f"data.chat_template_kwargs = {kwargs!r}" if kwargs else "data.chat_template"
-
-
 @contextmanager
 def named_template_errors(config: Config):
-    """A chat template's failure (raised deep in data.chat or agents.chat) prefixed with the key
-    the user set (:func:`template_key`)."""
+    """A chat template's failure (raised deep in data.chat or agents.chat) prefixed with the config
+    key behind it: the template variables when set (the usual cause), else ``data.chat_template``."""
     from ..agents.chat import TemplateError
     from ..data.chat import ChatTemplateError
 
     try:
         yield
     except (ChatTemplateError, TemplateError) as err:
-        raise type(err)(f"{template_key(config)}: {err}") from None
+        kwargs = config.data.chat_template_kwargs
+        key = f"data.chat_template_kwargs = {kwargs!r}" if kwargs else "data.chat_template"
+        raise type(err)(f"{key}: {err}") from None
 
 
 def _tokenize_prompts(config: Config, inputs: Inputs) -> None:

@@ -12,6 +12,7 @@ import json
 
 import pytest
 import yaml
+from support import ADD_TOOL_SOURCE
 
 ENV_SOURCE = '''
 class TwoSteps:
@@ -46,16 +47,7 @@ class NoStep:
         return None
 '''
 
-TOOLS_SOURCE = '''
-def add(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: the first integer
-        b: the second integer
-    """
-    return a + b
-
+TOOLS_SOURCE = ADD_TOOL_SOURCE + '''
 
 def undocumented(a: int) -> int:
     return a
