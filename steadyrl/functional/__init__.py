@@ -47,6 +47,13 @@ _LAZY = {
     "register_policy_loss": "losses",
     "value_loss": "losses",
     "vanilla_pg_loss": "losses",
+    # .mismatch
+    "CORRECTION_LEVELS": "mismatch",
+    "CORRECTION_MODES": "mismatch",
+    "correct_mismatch": "mismatch",
+    "mismatch_metrics": "mismatch",
+    "mismatch_ratios": "mismatch",
+    "register_correction": "mismatch",
     # .rewards
     "NORM_TYPES": "rewards",
     "clip_fraction": "rewards",
@@ -89,6 +96,13 @@ __all__ = [
     "register_kl_estimator",
     "FixedKLController",
     "AdaptiveKLController",
+    # training-inference mismatch
+    "correct_mismatch",
+    "mismatch_metrics",
+    "mismatch_ratios",
+    "CORRECTION_MODES",
+    "CORRECTION_LEVELS",
+    "register_correction",
     # rewards
     "clip_rewards",
     "clip_fraction",

@@ -80,3 +80,15 @@ def dual_clip_default(clip: float = PG_CLIP) -> float:
 # --- steadyrl: KL controller ----------------------------------------------------------------------
 KL_CTL_PROPORTIONAL_CLIP = 0.2
 """The adaptive KL controller's proportional error is clipped to ``[-0.2, 0.2]`` (Ziegler et al.)."""
+
+
+# --- steadyrl: training-inference mismatch (functional/mismatch.py) --------------------------------
+SEQ_LOG_RATIO_CLAMP = 20.0
+"""A sequence's log importance ratio ``sum_t (logp_train - logp_rollout)`` is clamped to ``[-20, 20]``
+before ``exp``: ``exp(20)`` (~4.9e8) is finite in float32, the same bound as :data:`LOG_RATIO_CLAMP`.
+Each token's difference is first clamped to ``[-40, 40]`` (seed 002), so the sum itself is finite."""
+
+PPL_LOG_CLAMP = 40.0
+"""A sequence's mean negative log-prob is clamped to ``[-40, 40]`` before ``exp`` gives its
+perplexity (``exp(40)`` ~2.4e17, finite in float32): a mean beyond 40 nats per token is a broken
+log-prob, not a perplexity worth resolving. The bound matches seed 002's difference clamp."""
