@@ -3,10 +3,11 @@
     steadyrl train [CONFIG.yaml] [--output-dir DIR] [--resume] [--overwrite] [key=value ...]
     steadyrl eval [CONFIG.yaml] [--output-dir DIR [--trust-run-code] | --model PATH] [key=value ...]
     steadyrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
+    steadyrl doctor RUN_DIR [--output FILE] [--set NAME=VALUE ...]
     steadyrl config show [CONFIG.yaml] [key=value ...]
     steadyrl selfcheck
 
-Exit status: 0 on success, 2 on a configuration or input error (one message on stderr naming
+Exit status: 0 on success (doctor: a healthy run; 1 when it found a problem), 2 on a configuration or input error (one message on stderr naming
 the field), 1 on a run-time failure.
 """
 
@@ -28,7 +29,7 @@ def _epilog() -> str:
     return ("every config key with its value, default and help: "
             "steadyrl config show [CONFIG.yaml] [key=value ...]\n"
             f"documentation: {docs} (configuration.md, data.md, rewards.md, metrics.md, tracking.md, "
-            "migrating.md from TRL and verl, troubleshooting.md)")
+            "migrating.md from TRL and verl, troubleshooting.md, stability.md)")
 
 
 def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
@@ -72,6 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dirs", nargs="+")
     plot.add_argument("--out", help="output PNG (default: RUN_DIR/dashboard.png)")
 
+    doctor = sub.add_parser("doctor", help="triage a run: what went wrong, with evidence and the change to make; "
+                            "exit 0 healthy, 1 a problem found (docs/stability.md)", **page)
+    doctor.add_argument("run_dir", metavar="RUN_DIR", help="a steadyrl train output directory (only read)")
+    doctor.add_argument("--output", help="write the markdown report to this file (default: stdout)")
+    doctor.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="change a detector threshold, e.g. entropy_collapse_ratio=0.2 (repeatable; "
+                             "docs/stability.md lists them)")
+
     config = sub.add_parser("config", help="inspect configuration", **page)
     config_sub = config.add_subparsers(dest="config_command", required=True)
     show = config_sub.add_parser("show", help="print the resolved config with every default and its help", **page)
@@ -90,6 +99,10 @@ def _run(args: argparse.Namespace) -> int:
         from .plot import plot_cli
 
         return plot_cli(args.run_dirs, args.out)
+    if args.command == "doctor":
+        from .doctor import doctor_cli
+
+        return doctor_cli(args.run_dir, args.output, args.set)
     path, overrides = _split_config_and_overrides(args.items)
     if args.command == "config":
         from .config import config_notes, load_config, render_config

@@ -1,0 +1,53 @@
+"""``steadyrl doctor RUN_DIR``: triage of a run from its metrics.jsonl and samples.jsonl.
+
+Each detector (a function in :data:`DETECTORS`, see :mod:`.policy` and :mod:`.learning`) looks
+for one way runs go wrong: entropy collapse or explosion, clip fraction drift, groups without
+reward variance, rising truncation, length hacking, reward rising while held-out accuracy falls,
+a growing training-inference mismatch, gradient spikes and skipped steps, one reward component or
+domain dominating, stale batches. Their thresholds are :class:`Thresholds` (``--set name=value``).
+
+The report (markdown) names each problem's steps, evidence and the change most likely to help,
+with example samples; a healthy run gets one line. It goes to stdout, or to ``--output FILE``:
+the doctor never writes into a run directory on its own. Exit status: 0 healthy, 1 a problem
+found, 2 bad input (not a run directory, an unknown threshold). No torch is imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from . import learning, policy  # noqa: F401  (fill DETECTORS)
+from .findings import DETECTORS, Finding, register_detector
+from .report import render
+from .run import RunData, load_run
+from .thresholds import Thresholds
+
+__all__ = ["DETECTORS", "Finding", "RunData", "Thresholds", "diagnose", "doctor_cli", "load_run",
+           "register_detector"]
+
+
+def diagnose(run: RunData, thresholds: Thresholds | None = None) -> list[Finding]:
+    """Every detector's finding on ``run``, most severe first (ties: registration order)."""
+    t = thresholds or Thresholds()
+    found = [f for fn in DETECTORS.values() if (f := fn(run, t)) is not None]
+    return sorted(found, key=lambda f: -f.severity)
+
+
+def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | None = None) -> int:
+    """Read ``run_dir``, write the report to ``output`` (stdout when None); 0 healthy, 1 problems.
+    Bad input raises :class:`~steadyrl.errors.ConfigError` (the CLI exits 2)."""
+    thresholds = Thresholds().with_overrides(settings or [])
+    run = load_run(run_dir)
+    findings = diagnose(run, thresholds)
+    default = Thresholds()
+    changed = {f.name: getattr(thresholds, f.name) for f in dataclasses.fields(Thresholds)
+               if getattr(thresholds, f.name) != getattr(default, f.name)}
+    text = render(run, findings, len(DETECTORS), changed)
+    if output is None:
+        print(text, end="")
+    else:
+        Path(output).write_text(text, encoding="utf-8")
+        first = findings[0].title if findings else None
+        print(f"{output}: " + (f"{len(findings)} problem(s), first: {first}" if first else "healthy"))
+    return 1 if findings else 0

@@ -1,0 +1,176 @@
+"""Detectors of the learning signal: groups without reward variance, truncation, length hacking,
+reward rising while held-out accuracy falls, and one reward component or domain dominating."""
+
+from __future__ import annotations
+
+import math
+
+from .findings import Finding, register_detector
+from .run import RunData, aligned, correlation, fmt, mean, span, values, windows
+from .thresholds import Thresholds
+
+
+def _late(series, t: Thresholds) -> float:
+    return mean(values(windows(series, t.window_frac)[1]))
+
+
+@register_detector("zero_variance")
+def zero_variance(run: RunData, t: Thresholds) -> Finding | None:
+    series = run.series("batch/zero_std_group_frac")
+    if len(series) < max(t.min_steps, 2):
+        return None
+    late = windows(series, t.window_frac)[1]
+    share = mean(values(late))
+    if share <= t.zero_var_max:
+        return None
+    reward, top, bottom = (_late(run.series(k), t) if run.series(k) else math.nan
+                           for k in ("reward/mean", "reward/max", "reward/min"))
+    if math.isfinite(reward) and math.isfinite(top) and math.isfinite(bottom) and top > bottom:
+        where = "solved" if reward - bottom > top - reward else "failed"
+        kind = f" (reward/mean {fmt(reward)} in [{fmt(bottom)}, {fmt(top)}]: mostly all-{where} groups)"
+    elif math.isfinite(top) and math.isfinite(bottom) and top == bottom:
+        kind = f" (every late reward is {fmt(top)})"
+    else:
+        kind = ""
+    return Finding(
+        "zero_variance", "Most groups carry no signal", span(late),
+        [f"`batch/zero_std_group_frac` averages {fmt(share)} over steps {fmt(late[0][0])}-{fmt(late[-1][0])}, "
+         f"above zero_var_max {fmt(t.zero_var_max)}{kind}"],
+        "A group whose rewards are all equal has zero advantage: turn on `algorithm.dynamic_sampling` "
+        f"(refills the batch with groups that carry signal), raise `rollout.group_size`"
+        f"{run.setting('rollout.group_size')}, or drop prompts that are always solved or always failed.",
+        share / t.zero_var_max if t.zero_var_max else 10.0)
+
+
+@register_detector("truncation")
+def truncation(run: RunData, t: Thresholds) -> Finding | None:
+    series = run.series("response/truncated_frac")
+    if len(series) < max(t.min_steps, 2):
+        return None
+    early, late = windows(series, t.window_frac)
+    e, l = mean(values(early)), mean(values(late))
+    if not (l > t.truncation_max or l - e > t.truncation_rise):
+        return None
+    return Finding(
+        "truncation", "Truncation rate rising", span(series),
+        [f"`response/truncated_frac` {fmt(e)} (steps {fmt(early[0][0])}-{fmt(early[-1][0])}) -> {fmt(l)} "
+         f"(steps {fmt(late[0][0])}-{fmt(late[-1][0])}); truncation_max {fmt(t.truncation_max)}, "
+         f"truncation_rise {fmt(t.truncation_rise)}"],
+        f"Responses run into the length limit: raise `rollout.max_new_tokens`{run.setting('rollout.max_new_tokens')} "
+        "if answers need the room, or leave cut responses out of the loss with `algorithm.mask_truncated`; "
+        "read the longest samples for repetition loops.",
+        max(l / t.truncation_max if t.truncation_max else 1.0, (l - e) / t.truncation_rise if t.truncation_rise else 1.0),
+        examples=span(late))
+
+
+@register_detector("length_hacking")
+def length_hacking(run: RunData, t: Thresholds) -> Finding | None:
+    length, reward = run.series("response/length_mean"), run.series("reward/mean")
+    if len(length) < max(t.min_steps, 3) or len(reward) < max(t.min_steps, 3):
+        return None
+    early, late = windows(length, t.window_frac)
+    e, l = mean(values(early)), mean(values(late))
+    r_early, r_late = (mean(values(w)) for w in windows(reward, t.window_frac))
+    corr = correlation(*aligned(length, reward))
+    if not (e > 0 and l > t.length_growth * e and corr > t.length_reward_corr and r_late > r_early):
+        return None
+    evidence = [f"`response/length_mean` {fmt(e)} -> {fmt(l)} ({fmt(l / e)}x, length_growth {fmt(t.length_growth)}) "
+                f"while `reward/mean` {fmt(r_early)} -> {fmt(r_late)}; their correlation over steps {fmt(corr)} "
+                f"(length_reward_corr {fmt(t.length_reward_corr)})"]
+    pairs = [(len(str(s.get("completion", ""))), s["reward"]) for s in run.samples
+             if isinstance(s.get("reward"), (int, float)) and not isinstance(s.get("reward"), bool)]
+    if len(pairs) >= 10:
+        evidence.append(f"over {len(pairs)} logged samples, completion length vs reward: correlation "
+                        f"{fmt(correlation([p[0] for p in pairs], [p[1] for p in pairs]))}")
+    return Finding(
+        "length_hacking", "Response length rising with reward (length hacking?)", span(length), evidence,
+        "Check that the reward pays for correctness, not length: read the longest samples below. If length "
+        "earns reward, cap or penalise it in the reward, or lower that component's `rewards[].weight`.",
+        (l / e) / t.length_growth, examples=span(late))
+
+
+@register_detector("reward_vs_heldout")
+def reward_vs_heldout(run: RunData, t: Thresholds) -> Finding | None:
+    reward = run.series("reward/mean")
+    key = "eval/accuracy" if run.series("eval/accuracy", train_only=False) else "eval/reward_mean"
+    evals = run.series(key, train_only=False)
+    if len(reward) < max(t.min_steps, 2) or len(evals) < 2:
+        return None
+    r_early, r_late = (mean(values(w)) for w in windows(reward, t.window_frac))
+    best_step, best = max(evals[:-1], key=lambda p: p[1])
+    last_step, last = evals[-1]
+    if not (r_late - r_early > t.reward_rise and best - last > t.heldout_drop):
+        return None
+    return Finding(
+        "reward_vs_heldout", "Reward rising while held-out accuracy falls", (best_step, last_step),
+        [f"`reward/mean` {fmt(r_early)} -> {fmt(r_late)} (reward_rise {fmt(t.reward_rise)})",
+         f"`{key}` {fmt(best)} at step {fmt(best_step)} -> {fmt(last)} at step {fmt(last_step)} "
+         f"(heldout_drop {fmt(t.heldout_drop)})"],
+        "The policy fits the training reward, not the task: read the best-rewarded samples for reward "
+        f"hacking, raise `algorithm.kl_coef`{run.setting('algorithm.kl_coef')}, and keep the checkpoint of the "
+        "best held-out step.",
+        (best - last) / t.heldout_drop if t.heldout_drop else 10.0)
+
+
+def _weights(run: RunData) -> dict[str, float]:
+    """Reward key -> weight from the run's config (label or name), 1 where it cannot be told."""
+    out = {}
+    for spec in run.config.get("rewards") or []:
+        if isinstance(spec, dict) and isinstance(spec.get("weight"), (int, float)):
+            for name in (spec.get("label"), spec.get("name")):
+                if isinstance(name, str):
+                    out[name] = float(spec["weight"])
+    return out
+
+
+def _spread(xs: list[float]) -> float:
+    m = mean(xs)
+    return math.sqrt(mean([(x - m) ** 2 for x in xs])) if xs else 0.0
+
+
+def _component_shares(run: RunData, t: Thresholds) -> tuple[dict[str, float], str]:
+    """Each reward component's share of the weighted spread: over the late half of the logged
+    samples when there are some, else over the late window of its step means."""
+    names = [k[len("reward/"):-len("/mean")] for k in run.keys("reward/", "/mean") if k.count("/") == 2]
+    weights = _weights(run)
+    late_steps = {s for s, _ in windows(run.series("reward/mean"), 0.5)[1]}
+    rows = [s for s in run.samples if s.get("step") in late_steps] or run.samples[len(run.samples) // 2:]
+    spreads, basis = {}, "samples"
+    for name in names:
+        xs = [r[f"reward/{name}"] for r in rows if isinstance(r.get(f"reward/{name}"), (int, float))]
+        if len(xs) < 4:
+            xs, basis = values(windows(run.series(f"reward/{name}/mean"), 0.5)[1]), "step means"
+        spreads[name] = abs(weights.get(name, 1.0)) * _spread(xs)
+    total = sum(spreads.values())
+    return ({k: v / total for k, v in spreads.items()} if total > 0 else {}), basis
+
+
+@register_detector("dominance")
+def dominance(run: RunData, t: Thresholds) -> Finding | None:
+    if len(run.series("reward/mean")) < max(t.min_steps, 2):
+        return None
+    evidence, worst = [], 0.0
+    shares, basis = _component_shares(run, t)
+    if len(shares) >= 2:
+        name, share = max(shares.items(), key=lambda kv: kv[1])
+        if share > t.dominance_share:
+            worst = max(worst, share)
+            evidence.append(f"reward `{name}` carries {fmt(share)} of the weighted reward spread over the late "
+                            f"{basis} (" + ", ".join(f"{k} {fmt(v)}" for k, v in sorted(shares.items())) + ")")
+    domains = {k.split("/")[2]: mean(values(run.series(k))) for k in run.keys("reward/domain/", "/count")}
+    total = sum(domains.values())
+    if len(domains) >= 2 and total > 0:
+        name, count = max(domains.items(), key=lambda kv: kv[1])
+        if count / total > t.dominance_share:
+            worst = max(worst, count / total)
+            evidence.append(f"domain `{name}` is {fmt(count / total)} of the samples (mean counts: " +
+                            ", ".join(f"{k} {fmt(v)}" for k, v in sorted(domains.items())) + ")")
+    if not evidence:
+        return None
+    return Finding(
+        "dominance", "One reward component or domain dominates", span(run.series("reward/mean")),
+        evidence + [f"dominance_share {fmt(t.dominance_share)}"],
+        "The other components barely steer the advantages: raise their `rewards[].weight`, check that the "
+        "dominant one is not constant elsewhere, or balance domains (`data.train_sources` weights, "
+        "`algorithm.reward_norm_by_domain`).",
+        worst / t.dominance_share if t.dominance_share else 10.0)
