@@ -135,11 +135,11 @@ def _component_shares(run: RunData, t: Thresholds) -> tuple[dict[str, float], st
     weights = _weights(run)
     late_steps = {s for s, _ in windows(run.series("reward/mean"), 0.5)[1]}
     rows = [s for s in run.samples if s.get("step") in late_steps] or run.samples[len(run.samples) // 2:]
-    spreads, basis = {}, "samples"
-    for name in names:
-        xs = [r[f"reward/{name}"] for r in rows if isinstance(r.get(f"reward/{name}"), (int, float))]
-        if len(xs) < 4:
-            xs, basis = values(windows(run.series(f"reward/{name}/mean"), 0.5)[1]), "step means"
+    per_sample = {n: [r[f"reward/{n}"] for r in rows if isinstance(r.get(f"reward/{n}"), (int, float))] for n in names}
+    basis = "samples" if all(len(xs) >= 4 for xs in per_sample.values()) else "step means"
+    spreads = {}
+    for name in names:  # one basis for all: spreads over samples and over step means do not compare
+        xs = per_sample[name] if basis == "samples" else values(windows(run.series(f"reward/{name}/mean"), 0.5)[1])
         spreads[name] = abs(weights.get(name, 1.0)) * _spread(xs)
     total = sum(spreads.values())
     return ({k: v / total for k, v in spreads.items()} if total > 0 else {}), basis

@@ -95,8 +95,9 @@ class ModeResult(NamedTuple):
 class Correction(NamedTuple):
     """The result of :func:`correct_mismatch`: ``weights`` ``[B, T]`` (0 on every token not kept),
     ``keep`` ``[B, T]`` bool (tokens that stay in the loss: multiply the loss mask by it), and
-    ``counts``: ``truncated``, ``masked`` (valid tokens a mask dropped), ``nonfinite`` tokens and
-    ``masked_seqs`` (sequences with a policy token that lost every one), float32 scalars."""
+    ``counts``: ``truncated`` (kept tokens whose weight hit the cap), ``masked`` (finite policy tokens
+    dropped: by a mask, or at sequence level for a non-finite token in their sequence), ``nonfinite``
+    policy tokens and ``masked_seqs`` (sequences with a policy token that lost every one), float32."""
 
     weights: torch.Tensor
     keep: torch.Tensor

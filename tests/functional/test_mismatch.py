@@ -129,6 +129,13 @@ def test_a_non_finite_behaviour_logprob_is_dropped_and_counted_never_weighted_on
     assert all(torch.isfinite(v) for v in metrics.values())
 
 
+def test_a_non_finite_train_logprob_is_dropped_and_counted_too():
+    lp, rlp, mask = _inputs(4)
+    lp[0, 1] = float("nan")
+    got = correct_mismatch(lp, rlp, mask, modes={"mask": {"low": 0.5, "high": 2.0}})
+    assert not got.keep[0, 1] and got.weights[0, 1] == 0 and got.counts["nonfinite"] == 1
+
+
 def test_no_correction_still_drops_non_finite_tokens_and_weighs_the_rest_one():
     lp, rlp, mask = _inputs(1)
     rlp[3, 0] = float("nan")
