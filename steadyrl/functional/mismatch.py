@@ -24,9 +24,10 @@ uses ``W`` for every token of the sequence):
   whole, whatever ``level``; it sets no weight (a pure filter).
 
 Modes combine: the kept set is the intersection of every mode's, the weight is ``truncate``'s if it
-is on, else ``mask``'s ratio if it is on, else 1. A valid token whose behaviour (or train) log-prob
-is NaN or inf is never weighted 1: it is dropped and counted (``nonfinite_tokens``); at sequence
-level, and for ``geo_mask``, its whole sequence is dropped, since the sequence's ratio is unknown.
+is on, else ``mask``'s ratio if it is on, else that of another registered mode that sets one, else
+1. A valid token whose behaviour (or train) log-prob is NaN or inf is never weighted 1: it is
+dropped and counted (``nonfinite_tokens``); at sequence level, and for ``geo_mask``, its whole
+sequence is dropped, since the sequence's ratio is unknown.
 
 :func:`mismatch_metrics` measures the gap over the valid (policy) tokens: ``k1`` and ``k3``
 estimates of ``KL(rollout || train)`` (samples are the rollout's, ``r = exp(d)``: ``k1 = -d``,
@@ -103,6 +104,10 @@ class Correction(NamedTuple):
     keep: torch.Tensor
     counts: dict[str, torch.Tensor]
 
+
+WEIGHT_ORDER = ("truncate", "mask")
+"""Which mode's weight applies when several set one: ``truncate``, then ``mask``, then any other
+registered mode in the order given."""
 
 CorrectionFn = Callable[..., ModeResult]
 CORRECTION_MODES: dict[str, CorrectionFn] = {}
@@ -223,8 +228,8 @@ def correct_mismatch(logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mas
             keep = keep & result.keep
     dtype = ratios.diff.dtype
     weight = torch.ones_like(ratios.diff)
-    for name in ("truncate", "mask"):  # the first one on sets the weight (module doc)
-        if name in results:
+    for name in sorted(results, key=lambda n: WEIGHT_ORDER.index(n) if n in WEIGHT_ORDER else len(WEIGHT_ORDER)):
+        if results[name].weight is not None:  # the first mode that sets a weight wins (module doc)
             weight = results[name].weight
             break
     weights = torch.where(keep, weight, torch.zeros((), dtype=dtype, device=weight.device))

@@ -208,11 +208,20 @@ def test_a_registered_mode_is_usable_by_name_and_names_are_unique():
         keep = ratios.valid & (torch.arange(ratios.valid.shape[1]) == 0)
         return ModeResult(None, keep, ratios.valid & ~keep)
 
+    @register_correction("halve")
+    def halve(ratios, level):
+        return ModeResult(torch.full_like(ratios.diff, 0.5), None, ratios.valid & False)
+
     try:
         lp, rlp, mask = _inputs(0)
         got = correct_mismatch(lp, rlp, mask, modes={"keep_first_token": {}})
         assert got.keep.sum() == int(mask[:, 0].sum())
+        both = correct_mismatch(lp, rlp, mask, modes={"keep_first_token": {}, "halve": {}})
+        assert torch.equal(both.weights, 0.5 * got.weights)  # a custom mode's weight applies
+        capped = correct_mismatch(lp, rlp, mask, modes={"halve": {}, "truncate": {"cap": 3.0}})
+        assert capped.weights.max() > 0.5  # truncate's weight wins over a custom one
         with pytest.raises(ValueError, match="already registered"):
             register_correction("keep_first_token")(keep_first)
     finally:
         CORRECTION_MODES.pop("keep_first_token")
+        CORRECTION_MODES.pop("halve")
