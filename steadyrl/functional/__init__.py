@@ -51,9 +51,11 @@ _LAZY = {
     "NORM_TYPES": "rewards",
     "clip_fraction": "rewards",
     "clip_rewards": "rewards",
+    "difficulty_groups": "rewards",
     "difficulty_mask": "rewards",
     "difficulty_weights": "rewards",
     "group_mean_std": "rewards",
+    "group_scores_vary": "rewards",
     "normalize_rewards": "rewards",
     "normalize_rewards_by_domain": "rewards",
     # .stats
@@ -96,8 +98,10 @@ __all__ = [
     "normalize_rewards",
     "normalize_rewards_by_domain",
     "NORM_TYPES",
+    "difficulty_groups",
     "difficulty_mask",
     "difficulty_weights",
+    "group_scores_vary",
     # advantages
     "ADVANTAGE_ESTIMATORS",
     "AdvantageEstimator",
