@@ -58,6 +58,10 @@ _LAZY = {
     "group_scores_vary": "rewards",
     "normalize_rewards": "rewards",
     "normalize_rewards_by_domain": "rewards",
+    # .token_rewards
+    "episode_reward_scale": "token_rewards",
+    "episode_token_rewards": "token_rewards",
+    "last_token_rewards": "token_rewards",
     # .stats
     "RunningMoments": "stats",
     "explained_variance": "stats",
@@ -102,6 +106,10 @@ __all__ = [
     "difficulty_mask",
     "difficulty_weights",
     "group_scores_vary",
+    # token rewards
+    "last_token_rewards",
+    "episode_reward_scale",
+    "episode_token_rewards",
     # advantages
     "ADVANTAGE_ESTIMATORS",
     "AdvantageEstimator",

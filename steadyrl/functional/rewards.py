@@ -107,14 +107,17 @@ def normalize_rewards(
     running: RunningMoments | None = None,
     eps: float = NORM_EPS,
     mask: torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_scale: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``(scores - mean) / (std + eps)`` with the mean and std each taken per ``batch``, per
     ``group``, from ``running`` statistics, or not at all (``none``: mean 0, no division).
 
     ``eps`` is 1e-6 (seed 000). Stds are unbiased. GRPO is ``mean_type="group", std_type="group"``.
     With ``running`` the valid scores are merged into the given :class:`RunningMoments` first
     (once, even when both types are ``running``), then its mean and std are used. Returns
-    float32 ``[B]``; invalid samples (``mask`` False) come back 0.
+    float32 ``[B]``; invalid samples (``mask`` False) come back 0. With ``return_scale`` also the
+    map's slope per sample, ``[B]``: ``1 / (std + eps)`` (1 with ``std_type="none"``; 0 for an
+    invalid sample), the factor by which a part of a score is scaled (the mean is a shift).
     """
     for name, value in (("mean_type", mean_type), ("std_type", std_type)):
         if value not in NORM_TYPES:
@@ -150,7 +153,11 @@ def normalize_rewards(
         std = None
 
     out = x - mean if std is None else (x - mean) / (std + eps)
-    return torch.where(keep, out, zero)
+    out = torch.where(keep, out, zero)
+    if not return_scale:
+        return out
+    scale = torch.ones_like(x) if std is None else (1.0 / (std + eps)).expand_as(x)
+    return out, torch.where(keep, scale, zero)
 
 
 def normalize_rewards_by_domain(
@@ -161,7 +168,8 @@ def normalize_rewards_by_domain(
     std_type: NormType = "batch",
     eps: float = NORM_EPS,
     mask: torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_scale: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """:func:`normalize_rewards` applied to each domain's samples on their own.
 
     ``domains [B]`` is an integer id per sample (the same for a whole group). For every id ``d``::
@@ -173,7 +181,8 @@ def normalize_rewards_by_domain(
     normalisation). ``running`` statistics are not kept per domain and are refused. A domain with
     one valid sample has std 0 (its output is 0 with a batch mean), a domain whose rewards are
     all equal gives 0s, a domain with no valid sample contributes nothing: never NaN. Returns
-    float32 ``[B]`` (float64 for float64 input); invalid samples come back 0.
+    float32 ``[B]`` (float64 for float64 input); invalid samples come back 0. ``return_scale``:
+    also each sample's slope ``1 / (std_d + eps)``, as :func:`normalize_rewards` gives it.
     """
     if "running" in (mean_type, std_type):
         raise ValueError("normalize_rewards_by_domain: 'running' statistics are not kept per domain; "
@@ -183,12 +192,13 @@ def normalize_rewards_by_domain(
     _check_groups(scores, group_size)
     keep = _valid(scores, mask)
     x = scores.to(acc_dtype(scores))
-    out = torch.zeros_like(x)
+    out, scale = torch.zeros_like(x), torch.zeros_like(x)
     for d in torch.unique(domains).tolist():
         rows = keep & (domains == d)
         if bool(rows.any()):  # normalize_rewards gives 0 outside ``rows``: the domains' parts add up
-            out = out + normalize_rewards(x, group_size, mean_type, std_type, eps=eps, mask=rows)
-    return out
+            part, slope = normalize_rewards(x, group_size, mean_type, std_type, eps=eps, mask=rows, return_scale=True)
+            out, scale = out + part, scale + slope
+    return (out, scale) if return_scale else out
 
 
 def _group_accuracy(scores: torch.Tensor, group_size: int, mask: torch.Tensor | None) -> torch.Tensor:

@@ -88,6 +88,10 @@ def batches(draw) -> dict:
         "ref_logprobs": -(torch.randn(b, t, generator=g).abs() * logprob_scale),
         "values": torch.randn(b, t, generator=g) * draw(st.sampled_from([0.0, 1.0, 1e6])),
         "kl_coef": draw(st.sampled_from([0.0, 0.001, 1.0])),
+        # multi-turn: earlier turns' environment rewards on some tokens (hostile magnitudes too)
+        "turn_rewards": (torch.where(torch.rand(b, t, generator=g) < 0.3, torch.randn(b, t, generator=g, dtype=torch.float64),
+                                     torch.zeros((), dtype=torch.float64)) * SCALES[draw(st.sampled_from(sorted(SCALES)))]
+                         if draw(st.booleans()) else None),
     }
 
 
@@ -96,7 +100,8 @@ def _process(algo: AlgorithmConfig, x: dict, running: RunningMoments):
     out = process_rewards(
         inputs["scores"], inputs["valid"], inputs["response_mask"], inputs["truncated"], algo, x["group_size"],
         kl_coef=x["kl_coef"], old_logprobs=inputs["old_logprobs"], ref_logprobs=inputs["ref_logprobs"],
-        values=inputs["values"] if algo.advantage_estimator == "gae" else None, running=running)
+        values=inputs["values"] if algo.advantage_estimator == "gae" else None, running=running,
+        turn_rewards=inputs.get("turn_rewards"))
     for key, value in x.items():  # no input is mutated
         if isinstance(value, torch.Tensor):
             assert torch.equal(value, inputs[key]) or (value.isnan() == inputs[key].isnan()).all(), key

@@ -14,6 +14,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from steadyrl.functional import (
+    NORM_TYPES,
+    RunningMoments,
+    clip_rewards,
+    episode_reward_scale,
+    episode_token_rewards,
+    normalize_rewards,
+)
 from steadyrl.functional.importance import rollout_mismatch_metrics, truncated_importance_weights
 
 torch.set_num_threads(1)
@@ -51,3 +59,55 @@ def test_tis_weights_stay_in_zero_cap_and_nan_behaviour_logprobs_weigh_nothing(x
     assert 0.0 <= metrics["rollout/tis_clip_frac"] <= 1.0
     assert rollout_mismatch_metrics(logp, rollout, mask) == {
         k: metrics[k] for k in ("rollout/logprob_diff_mean", "rollout/nan_logprob_tokens")}
+
+
+SCALES = {"huge": 1e6, "extreme": 1e30, "tiny": 1e-30, "unit": 1.0}
+
+
+@st.composite
+def episode_batches(draw):
+    n = draw(st.sampled_from([1, 2, 3, 4]))
+    b, t = n * draw(st.integers(1, 3)), draw(st.integers(1, 6))
+    lengths = draw(st.lists(st.sampled_from([0, 1, t, *range(t + 1)]), min_size=b, max_size=b))
+    mask = torch.arange(t).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    kind = draw(st.sampled_from([*SCALES, "equal", "cancel"]))
+    scale = SCALES.get(kind, 1.0)
+    turns = torch.where(torch.rand(b, t, generator=g) < 0.4, torch.randn(b, t, generator=g, dtype=torch.float64) * scale,
+                        torch.zeros((), dtype=torch.float64))
+    if kind == "equal":
+        raw = torch.full((b,), draw(st.sampled_from([0.0, 1.0, -1e6, 1e30])), dtype=torch.float64)
+    elif kind == "cancel":  # turn rewards that sum to exactly the score: x = 0 with +-5 turns
+        turns[:, :1], raw = 5.0, torch.zeros(b, dtype=torch.float64)
+        turns[:, -1:] = -5.0
+    else:
+        raw = torch.randn(b, generator=g, dtype=torch.float64) * scale
+    valid = torch.tensor(draw(st.lists(st.booleans(), min_size=b, max_size=b))) & mask.any(-1)
+    return n, raw, turns, mask, valid
+
+
+@FAST
+@given(x=episode_batches(), clip=st.sampled_from([None, 1.0, 10.0]),
+       mean_type=st.sampled_from(NORM_TYPES), std_type=st.sampled_from(NORM_TYPES))
+def test_every_episode_row_sums_to_its_processed_score_on_hostile_batches(x, clip, mean_type, std_type):
+    """The score chain (clip, normalise, clip) and its placement, as the trainer runs it: finite,
+    0 on padding and on invalid rows, each row summing to its processed score ``p`` (within
+    float64 rounding of the row's parts), ``|p| <= clip``."""
+    n, raw, turns, mask, valid = x
+    raw = torch.where(valid, raw, torch.zeros((), dtype=torch.float64))
+    clipped = clip_rewards(raw, clip)
+    s, slope = normalize_rewards(clipped, n, mean_type, std_type, running=RunningMoments(), mask=valid,
+                                 return_scale=True)
+    p = clip_rewards(s, clip)
+    earlier = torch.where(valid.unsqueeze(-1), turns, torch.zeros((), dtype=torch.float64))
+    alpha = episode_reward_scale(raw, clipped, slope, s, p)
+    out = episode_token_rewards(p, alpha, earlier, mask)
+    assert torch.isfinite(out).all() and torch.isfinite(alpha).all()
+    assert (out[~mask] == 0).all() and (out[~valid] == 0).all()
+    size = (alpha.abs().unsqueeze(-1) * earlier.abs()).sum(-1) + p.abs()
+    assert ((out.sum(-1) - p).abs() <= 1e-12 * size + 1e-300).all()
+    if clip is not None:
+        assert (p.abs() <= clip).all()
+    shares = torch.where(mask, alpha.unsqueeze(-1) * earlier, torch.zeros((), dtype=torch.float64))
+    last = mask.cumsum(-1) == mask.sum(-1, keepdim=True)
+    assert torch.equal(out[mask & ~last], shares[mask & ~last])  # earlier turns: alpha * r_k exactly
