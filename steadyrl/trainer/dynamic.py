@@ -13,10 +13,13 @@ prompts are drawn until the step has ``prompts_per_step`` informative groups, at
   mean; a group of one is kept).
 
 Kept groups fill the step in the order they were drawn. When the draws run out first, the step is
-filled with filtered groups that stay out of the loss and every statistic (``selected`` False):
-the step trains on what there is, and ``dynamic/short_groups`` says how many were missing. Every
-rank draws the same prompts in the same number of draws (the sampler stays in step on all ranks),
-so the sampler's position and the RNG streams in a checkpoint make a resumed run exact.
+filled with filtered groups of the first draw that stay out of the loss and of reward processing
+(``selected`` False; ``batch/zero_std_group_frac`` counts them as the zero-std groups they are):
+the step trains on what there is, and ``dynamic/short_groups`` says how many were missing. They
+are samples of the step all the same: ``reward/*``, ``response/length_*`` and the episode counts of
+``rollout/*`` include them. Every rank draws the same prompts in the same number of draws (the
+sampler stays in step on all ranks), so the sampler's position and the RNG streams in a
+checkpoint make a resumed run exact.
 
 Metrics: ``dynamic/draws``, ``dynamic/refilled_frac`` (kept groups that came from extra draws),
 ``dynamic/filtered_groups/<filter>``, ``dynamic/short_groups``.
