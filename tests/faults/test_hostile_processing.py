@@ -56,6 +56,15 @@ def algorithms(draw) -> AlgorithmConfig:
     )
 
 
+def _turn_rewards(draw, g: torch.Generator, b: int, t: int) -> torch.Tensor | None:
+    """Multi-turn or not: earlier turns' environment rewards on some tokens, hostile magnitudes too."""
+    if not draw(st.booleans()):
+        return None
+    where = torch.rand(b, t, generator=g) < 0.3
+    rewards = torch.randn(b, t, generator=g, dtype=torch.float64) * SCALES[draw(st.sampled_from(sorted(SCALES)))]
+    return torch.where(where, rewards, torch.zeros((), dtype=torch.float64))
+
+
 @st.composite
 def batches(draw) -> dict:
     """One step's reward-path inputs; the tensors are filled from a drawn seed."""
@@ -88,10 +97,7 @@ def batches(draw) -> dict:
         "ref_logprobs": -(torch.randn(b, t, generator=g).abs() * logprob_scale),
         "values": torch.randn(b, t, generator=g) * draw(st.sampled_from([0.0, 1.0, 1e6])),
         "kl_coef": draw(st.sampled_from([0.0, 0.001, 1.0])),
-        # multi-turn: earlier turns' environment rewards on some tokens (hostile magnitudes too)
-        "turn_rewards": (torch.where(torch.rand(b, t, generator=g) < 0.3, torch.randn(b, t, generator=g, dtype=torch.float64),
-                                     torch.zeros((), dtype=torch.float64)) * SCALES[draw(st.sampled_from(sorted(SCALES)))]
-                         if draw(st.booleans()) else None),
+        "turn_rewards": _turn_rewards(draw, g, b, t),
     }
 
 

@@ -73,7 +73,8 @@ def episode_batches(draw):
     g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
     kind = draw(st.sampled_from([*SCALES, "equal", "cancel"]))
     scale = SCALES.get(kind, 1.0)
-    turns = torch.where(torch.rand(b, t, generator=g) < 0.4, torch.randn(b, t, generator=g, dtype=torch.float64) * scale,
+    where = torch.rand(b, t, generator=g) < 0.4
+    turns = torch.where(where, torch.randn(b, t, generator=g, dtype=torch.float64) * scale,
                         torch.zeros((), dtype=torch.float64))
     if kind == "equal":
         raw = torch.full((b,), draw(st.sampled_from([0.0, 1.0, -1e6, 1e30])), dtype=torch.float64)

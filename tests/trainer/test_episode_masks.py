@@ -171,7 +171,8 @@ def test_reward_clip_keeps_every_episode_row_summing_to_its_processed_score(norm
     kwargs = {"reward_clip": 1.0, "reward_norm_mean": norm, "reward_norm_std": norm, "kl_mode": "none"}
 
     gae = AlgorithmConfig(advantage_estimator="gae", gamma=1.0, lam=1.0, **kwargs)
-    out = process_rewards(scores, *args, gae, 4, values=torch.zeros(batch.response_ids.shape), turn_rewards=turn_rewards)
+    values = torch.zeros(batch.response_ids.shape)
+    out = process_rewards(scores, *args, gae, 4, values=values, turn_rewards=turn_rewards)
     oracle = _oracle_rows(scores.tolist(), earlier, 1.0, norm)
     # gamma = lam = 1, V = 0: a token's return is the sum of the token rewards from it on
     returns = out.returns.double()
