@@ -383,7 +383,8 @@ class AlgorithmConfig(Section):
     policy_loss: PolicyLossName = F("ppo", "Policy loss: ppo (clipped surrogate), gspo, cispo, vanilla_pg.")
     loss_agg_mode: LossAggMode = F("token-mean", "How per-token losses become one scalar.")
     norm_length: int | None = F(None, "Constant length of seq-mean-token-sum-norm; null = "
-                                "rollout.max_new_tokens.", ge=1)
+                                "rollout.max_new_tokens, one turn's budget: in multi-turn runs set it (e.g. to "
+                                "rollout.max_episode_tokens) for a constant per episode.", ge=1)
     pg_clip: float = F(PG_CLIP, "PPO clip range: the ratio is kept in [1 - clip, 1 + clip]; at most 1 "
                        "(a larger clip would make the lower bound negative).", ge=0, le=1)
     pg_clip_low: float | None = F(None, "Lower clip range (asymmetric), at most 1 (1 = no lower bound, as "
@@ -394,7 +395,8 @@ class AlgorithmConfig(Section):
     gamma: float = F(GAMMA, "Discount (GAE, REINFORCE++).", ge=0, le=1)
     lam: float = F(GAE_LAMBDA, "GAE lambda.", ge=0, le=1)
     reward_clip: float | None = F(None, "Clip rewards to [-c, c] at the response and token level "
-                                  "(5-10 typical); null = off.", gt=0)
+                                  "(5-10 typical): the episode's score before and after normalisation, and "
+                                  "each token's KL penalty (kl_mode: reward); null = off.", gt=0)
     reward_norm_mean: NormType = F("none", "Reward normalisation mean: batch, group, running or none.")
     reward_norm_std: NormType = F("none", "Reward normalisation std: batch, group, running or none.")
     reward_norm_by_domain: bool = F(False, "Normalise rewards within each reward domain (data.domain_key): "

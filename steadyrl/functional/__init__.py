@@ -58,11 +58,17 @@ _LAZY = {
     "NORM_TYPES": "rewards",
     "clip_fraction": "rewards",
     "clip_rewards": "rewards",
+    "difficulty_groups": "rewards",
     "difficulty_mask": "rewards",
     "difficulty_weights": "rewards",
     "group_mean_std": "rewards",
+    "group_scores_vary": "rewards",
     "normalize_rewards": "rewards",
     "normalize_rewards_by_domain": "rewards",
+    # .token_rewards
+    "episode_reward_scale": "token_rewards",
+    "episode_token_rewards": "token_rewards",
+    "last_token_rewards": "token_rewards",
     # .stats
     "RunningMoments": "stats",
     "explained_variance": "stats",
@@ -110,8 +116,14 @@ __all__ = [
     "normalize_rewards",
     "normalize_rewards_by_domain",
     "NORM_TYPES",
+    "difficulty_groups",
     "difficulty_mask",
     "difficulty_weights",
+    "group_scores_vary",
+    # token rewards
+    "last_token_rewards",
+    "episode_reward_scale",
+    "episode_token_rewards",
     # advantages
     "ADVANTAGE_ESTIMATORS",
     "AdvantageEstimator",

@@ -8,6 +8,8 @@ function may fail for some): invalid samples enter no statistic and come back as
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Literal
 
 import torch
@@ -29,8 +31,10 @@ __all__ = [
     "group_mean_std",
     "normalize_rewards",
     "normalize_rewards_by_domain",
+    "difficulty_groups",
     "difficulty_mask",
     "difficulty_weights",
+    "group_scores_vary",
 ]
 
 NormType = Literal["batch", "group", "running", "none"]
@@ -103,14 +107,17 @@ def normalize_rewards(
     running: RunningMoments | None = None,
     eps: float = NORM_EPS,
     mask: torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_scale: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``(scores - mean) / (std + eps)`` with the mean and std each taken per ``batch``, per
     ``group``, from ``running`` statistics, or not at all (``none``: mean 0, no division).
 
     ``eps`` is 1e-6 (seed 000). Stds are unbiased. GRPO is ``mean_type="group", std_type="group"``.
     With ``running`` the valid scores are merged into the given :class:`RunningMoments` first
     (once, even when both types are ``running``), then its mean and std are used. Returns
-    float32 ``[B]``; invalid samples (``mask`` False) come back 0.
+    float32 ``[B]``; invalid samples (``mask`` False) come back 0. With ``return_scale`` also the
+    map's slope per sample, ``[B]``: ``1 / (std + eps)`` (1 with ``std_type="none"``; 0 for an
+    invalid sample), the factor by which a part of a score is scaled (the mean is a shift).
     """
     for name, value in (("mean_type", mean_type), ("std_type", std_type)):
         if value not in NORM_TYPES:
@@ -146,7 +153,11 @@ def normalize_rewards(
         std = None
 
     out = x - mean if std is None else (x - mean) / (std + eps)
-    return torch.where(keep, out, zero)
+    out = torch.where(keep, out, zero)
+    if not return_scale:
+        return out
+    scale = torch.ones_like(x) if std is None else (1.0 / (std + eps)).expand_as(x)
+    return out, torch.where(keep, scale, zero)
 
 
 def normalize_rewards_by_domain(
@@ -157,7 +168,8 @@ def normalize_rewards_by_domain(
     std_type: NormType = "batch",
     eps: float = NORM_EPS,
     mask: torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_scale: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """:func:`normalize_rewards` applied to each domain's samples on their own.
 
     ``domains [B]`` is an integer id per sample (the same for a whole group). For every id ``d``::
@@ -169,7 +181,8 @@ def normalize_rewards_by_domain(
     normalisation). ``running`` statistics are not kept per domain and are refused. A domain with
     one valid sample has std 0 (its output is 0 with a batch mean), a domain whose rewards are
     all equal gives 0s, a domain with no valid sample contributes nothing: never NaN. Returns
-    float32 ``[B]`` (float64 for float64 input); invalid samples come back 0.
+    float32 ``[B]`` (float64 for float64 input); invalid samples come back 0. ``return_scale``:
+    also each sample's slope ``1 / (std_d + eps)``, as :func:`normalize_rewards` gives it.
     """
     if "running" in (mean_type, std_type):
         raise ValueError("normalize_rewards_by_domain: 'running' statistics are not kept per domain; "
@@ -179,17 +192,66 @@ def normalize_rewards_by_domain(
     _check_groups(scores, group_size)
     keep = _valid(scores, mask)
     x = scores.to(acc_dtype(scores))
-    out = torch.zeros_like(x)
+    out, scale = torch.zeros_like(x), torch.zeros_like(x)
     for d in torch.unique(domains).tolist():
         rows = keep & (domains == d)
         if bool(rows.any()):  # normalize_rewards gives 0 outside ``rows``: the domains' parts add up
-            out = out + normalize_rewards(x, group_size, mean_type, std_type, eps=eps, mask=rows)
-    return out
+            part, slope = normalize_rewards(x, group_size, mean_type, std_type, eps=eps, mask=rows, return_scale=True)
+            out, scale = out + part, scale + slope
+    return (out, scale) if return_scale else out
 
 
 def _group_accuracy(scores: torch.Tensor, group_size: int, mask: torch.Tensor | None) -> torch.Tensor:
     mean, _ = group_mean_std(scores.to(acc_dtype(scores)), group_size, mask)
     return mean
+
+
+def _mean_minus(values: list[float], threshold: float) -> int:
+    """The sign (-1, 0 or 1) of ``mean(values) - threshold``, exactly: no rounding decides it.
+
+    ``sum(values - threshold)`` is summed exactly by :func:`math.fsum` (whose correctly rounded
+    result is 0 only when the exact sum is), or, when partial sums leave the float range, in
+    rationals. A float mean ``sum / n`` is not exact: three 0.1s have mean 0.10000000000000002.
+    """
+    if math.isinf(threshold):
+        return -1 if threshold > 0 else 1
+    try:
+        total = math.fsum([*values, *([-threshold] * len(values))])
+    except OverflowError:
+        total = sum(map(Fraction, values)) - Fraction(threshold) * len(values)
+    return (total > 0) - (total < 0)
+
+
+def difficulty_groups(
+    scores: torch.Tensor,
+    group_size: int,
+    low: float = DIFFICULTY_LOW,
+    high: float = DIFFICULTY_HIGH,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``[G]`` bool: the groups seed 001's difficulty rule keeps, one rule for the difficulty mask
+    (:func:`difficulty_mask`) and dynamic sampling's ``difficulty`` filter::
+
+        keep_g = group_size == 1  or  (g has a valid sample  and  low < mean_g < high)
+
+    ``mean_g`` is the exact mean of the group's valid scores, as given (float32 scores compare
+    with the thresholds rounded to float32, as a tensor comparison would): a mean on a threshold
+    is out however its float rounding falls. A group of one says nothing about difficulty and is
+    kept (as in ROLL); a larger group with no valid sample has nothing to train on and is not.
+    """
+    if not low < high:
+        raise ValueError(f"difficulty mask needs low < high, got low={low}, high={high}")
+    groups = _check_groups(scores, group_size)
+    if group_size == 1:
+        return torch.ones(groups, dtype=torch.bool, device=scores.device)
+    x = scores.detach().to(acc_dtype(scores))
+    lo, hi = (float(torch.tensor(v, dtype=x.dtype)) for v in (low, high))
+    keep = _valid(scores, mask).reshape(groups, group_size).tolist()
+    kept = []
+    for row, ok in zip(x.reshape(groups, group_size).tolist(), keep):
+        values = [v for v, k in zip(row, ok) if k]
+        kept.append(bool(values) and _mean_minus(values, lo) > 0 and _mean_minus(values, hi) < 0)
+    return torch.tensor(kept, dtype=torch.bool, device=scores.device)
 
 
 def difficulty_mask(
@@ -200,17 +262,27 @@ def difficulty_mask(
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``[B]`` bool: keep a sample when its group is neither too hard nor too easy,
-    ``low < group mean score < high`` (defaults 0.1 and 0.95, seed 001).
+    ``low < group mean score < high`` (defaults 0.1 and 0.95, seed 001), compared exactly
+    (:func:`difficulty_groups`, the rule for each group).
 
     Groups of one are always kept: one sample says nothing about difficulty (as in ROLL).
     """
-    if not low < high:
-        raise ValueError(f"difficulty mask needs low < high, got low={low}, high={high}")
-    _check_groups(scores, group_size)
-    if group_size == 1:
-        return torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
-    acc = _group_accuracy(scores, group_size, mask)
-    return (acc > low) & (acc < high)
+    return difficulty_groups(scores, group_size, low, high, mask).repeat_interleave(group_size)
+
+
+def group_scores_vary(scores: torch.Tensor, group_size: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``[G]`` bool: the group has two valid scores that differ, ``max_g > min_g`` over its valid
+    scores, compared exactly. Otherwise every GRPO-style advantage of the group is exactly 0
+    (no signal). A float mean would not do: three 0.1s have mean 0.10000000000000002, so
+    ``score - mean`` is not 0 although the scores are equal.
+    """
+    groups = _check_groups(scores, group_size)
+    keep = _valid(scores, mask).reshape(groups, group_size)
+    s = scores.detach().reshape(groups, group_size)
+    inf = torch.full((), float("inf"), dtype=s.dtype, device=s.device)
+    high = torch.where(keep, s, -inf).amax(-1)
+    low = torch.where(keep, s, inf).amin(-1)
+    return (keep.sum(-1) >= 2) & (high > low)
 
 
 def difficulty_weights(

@@ -7,15 +7,19 @@ prompts are drawn until the step has ``prompts_per_step`` informative groups, at
 ``algorithm.dynamic_sampling_max_draws`` draws per step:
 
 * ``equal_scores`` (the default filter): a group whose valid scores are all equal (or that has
-  fewer than two valid scores) has every GRPO advantage 0;
+  fewer than two valid scores) has every GRPO advantage 0; equal means ``max == min``, exactly;
 * ``difficulty``: seed 001's thresholds as a filter: a group is kept when
-  ``difficulty_low < mean score < difficulty_high``.
+  ``difficulty_low < mean score < difficulty_high``, the difficulty mask's own rule (the exact
+  mean; a group of one is kept).
 
 Kept groups fill the step in the order they were drawn. When the draws run out first, the step is
-filled with filtered groups that stay out of the loss and every statistic (``selected`` False):
-the step trains on what there is, and ``dynamic/short_groups`` says how many were missing. Every
-rank draws the same prompts in the same number of draws (the sampler stays in step on all ranks),
-so the sampler's position and the RNG streams in a checkpoint make a resumed run exact.
+filled with filtered groups of the first draw that stay out of the loss and of reward processing
+(``selected`` False; ``batch/zero_std_group_frac`` counts them as the zero-std groups they are):
+the step trains on what there is, and ``dynamic/short_groups`` says how many were missing. They
+are samples of the step all the same: ``reward/*``, ``response/length_*`` and the episode counts of
+``rollout/*`` include them. Every rank draws the same prompts in the same number of draws (the
+sampler stays in step on all ranks), so the sampler's position and the RNG streams in a
+checkpoint make a resumed run exact.
 
 Metrics: ``dynamic/draws``, ``dynamic/refilled_frac`` (kept groups that came from extra draws),
 ``dynamic/filtered_groups/<filter>``, ``dynamic/short_groups``.
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import distributed as dist
+from ..functional import difficulty_groups, group_scores_vary
 from ..rollout.base import concat_generations
 from .episodes import episode_seeds, rollout, score_episodes
 from .global_batch import merge_results
@@ -72,15 +77,12 @@ def draw(run, engine, step: int, index: int) -> Draw:
 
 
 def informative_groups(scores: torch.Tensor, valid: torch.Tensor, group_size: int, algo) -> torch.Tensor:
-    """``[G]`` bool: the groups that carry a learning signal under ``algo.dynamic_sampling_filter``."""
-    s = scores.double().reshape(-1, group_size)
-    v = valid.bool().reshape(-1, group_size)
-    count = v.sum(-1)
-    mean = torch.where(v, s, 0.0).sum(-1) / count.clamp(min=1)
+    """``[G]`` bool: the groups that carry a learning signal under ``algo.dynamic_sampling_filter``
+    (scores compared exactly: the rules of :func:`~steadyrl.functional.group_scores_vary` and of
+    the difficulty mask, :func:`~steadyrl.functional.difficulty_groups`)."""
     if algo.dynamic_sampling_filter == "difficulty":
-        return (count > 0) & (mean > algo.difficulty_low) & (mean < algo.difficulty_high)
-    spread = torch.where(v, s, mean.unsqueeze(-1)) - mean.unsqueeze(-1)
-    return (count >= 2) & (spread.abs().amax(-1) > 0)
+        return difficulty_groups(scores, group_size, algo.difficulty_low, algo.difficulty_high, mask=valid.bool())
+    return group_scores_vary(scores, group_size, mask=valid.bool())
 
 
 def step_samples(run, engine, step: int) -> StepSamples:

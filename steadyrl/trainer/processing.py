@@ -3,14 +3,16 @@
 1. response-level clip of the scores to ``[-reward_clip, reward_clip]``;
 2. normalisation (``reward_norm_mean`` / ``reward_norm_std``: batch, group, running or none),
    within each reward domain with ``reward_norm_by_domain`` (``domains``: an id per sample);
-3. token rewards: the score on the last valid token, minus ``kl_coef * KL`` per token when the
-   KL is in the reward (``kl_mode: reward``); in a multi-turn episode an environment's reward for
-   an earlier turn sits on that turn's last token instead (``turn_rewards``), and the last token
-   holds the rest, so every row still sums to its processed score;
-4. token-level clip to ``[-reward_clip, reward_clip]``;
+3. token-level clip of the normalised score to ``[-reward_clip, reward_clip]``: the processed
+   score ``p``, placed on the last valid token; in a multi-turn episode an environment's reward
+   for an earlier turn sits on that turn's last token, scaled as the score was (the clip of the
+   episode's score as a scaling, the normalisation's slope), and the last token holds the rest,
+   so every row sums to ``p`` (:mod:`steadyrl.functional.token_rewards` has the formula);
+4. KL in the reward (``kl_mode: reward``): minus ``kl_coef * KL`` per token, each token's penalty
+   clipped to ``[-reward_clip, reward_clip]``; a row then sums to ``p`` minus its penalties;
 5. sample masks: invalid rewards, the difficulty mask, truncated responses; difficulty weights;
-6. the advantage estimator (outcome estimators read each row's summed token rewards; samples
-   whose reward is invalid stay out of their group's statistics);
+6. the advantage estimator (outcome estimators read each row's sum: ``p`` minus the row's KL
+   penalties; samples whose reward is invalid stay out of their group's statistics);
 7. optional whitening over the valid tokens;
 8. advantage clip to ``[-advantage_clip, advantage_clip]``.
 
@@ -33,8 +35,11 @@ from ..functional import (
     compute_advantages,
     difficulty_mask,
     difficulty_weights,
+    episode_reward_scale,
+    episode_token_rewards,
     group_mean_std,
     kl_penalty,
+    last_token_rewards,
     masked_mean,
     masked_sum,
     masked_var,
@@ -53,15 +58,36 @@ class Processed:
     metrics: dict[str, float]
 
 
-def _last_token_rewards(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``[B, R]`` zeros with each row's score on its last valid token."""
-    out = torch.zeros(mask.shape, dtype=scores.dtype)
-    lengths = mask.sum(-1)
-    rows = torch.nonzero(lengths > 0).squeeze(-1)
-    last = (mask.cumsum(-1) == lengths.unsqueeze(-1)) & mask
-    index = last.float().argmax(-1)
-    out[rows, index[rows]] = scores[rows]
-    return out
+def _token_rewards(raw, valid, mask, algo: AlgorithmConfig, group_size: int, *, kl_coef, old_logprobs,
+                   ref_logprobs, running, turn_rewards, domains, metrics: dict):
+    """Steps 1-4: ``(token_rewards [B, R], row sums [B])``, both float64."""
+    clip = algo.reward_clip
+    metrics["critic/reward_clip_frac"] = float(clip_fraction(raw, -clip, clip, valid)) if clip else 0.0
+    clipped = clip_rewards(raw, clip)
+    if algo.reward_norm_by_domain and domains is not None:
+        s, slope = normalize_rewards_by_domain(clipped, domains, group_size, algo.reward_norm_mean,
+                                               algo.reward_norm_std, mask=valid, return_scale=True)
+    else:
+        s, slope = normalize_rewards(clipped, group_size, algo.reward_norm_mean, algo.reward_norm_std,
+                                     running=running, mask=valid, return_scale=True)
+    p = clip_rewards(s, clip)
+    earlier = None if turn_rewards is None else torch.where(valid.unsqueeze(-1), turn_rewards.double(),
+                                                            torch.zeros((), dtype=torch.float64))
+    token_rewards = episode_token_rewards(p, episode_reward_scale(raw, clipped, slope, s, p), earlier, mask)
+    zero = torch.zeros((), dtype=torch.float64)
+    penalty = torch.zeros_like(token_rewards)
+    if algo.kl_mode == "reward" and ref_logprobs is not None and kl_coef > 0:
+        kl = kl_penalty(old_logprobs.double(), ref_logprobs.double(), algo.kl_estimator)
+        penalty = torch.where(mask, kl_coef * kl, zero)
+    if clip:
+        counted = mask & valid.unsqueeze(-1)  # the valid samples' tokens, as critic/reward_clip_frac
+        last = last_token_rewards(torch.ones_like(p), mask).bool() & (s.abs() > clip).unsqueeze(-1)
+        clipped_tokens = (last | (penalty.abs() > clip)) & counted
+        metrics["critic/token_reward_clip_frac"] = float(clipped_tokens.sum() / counted.sum().clamp(min=1))
+        penalty = clip_rewards(penalty, clip)
+    else:
+        metrics["critic/token_reward_clip_frac"] = 0.0
+    return token_rewards - penalty, p - masked_sum(penalty, mask, dim=-1)
 
 
 def _estimator_options(algo: AlgorithmConfig, valid: torch.Tensor) -> dict:
@@ -132,34 +158,16 @@ def process_rewards(
     valid = valid.bool() & mask.any(-1) & torch.isfinite(scores)
     raw = torch.where(valid, scores.double(), torch.zeros((), dtype=torch.float64))
     metrics: dict[str, float] = {}
-    clip = algo.reward_clip
 
-    # 1-2. response-level clip, normalisation
-    metrics["critic/reward_clip_frac"] = float(clip_fraction(raw, -clip, clip, valid)) if clip else 0.0
-    if algo.reward_norm_by_domain and domains is not None:
-        s = normalize_rewards_by_domain(clip_rewards(raw, clip), domains, group_size, algo.reward_norm_mean,
-                                        algo.reward_norm_std, mask=valid)
-    else:
-        s = normalize_rewards(clip_rewards(raw, clip), group_size, algo.reward_norm_mean,
-                              algo.reward_norm_std, running=running, mask=valid)
-
-    # 3-4. token rewards, KL in the reward, token-level clip
-    token_rewards = _last_token_rewards(s, mask)
-    if turn_rewards is not None:  # earlier turns' rewards where they were earned; the row sum stays s
-        earlier = torch.where(mask & valid.unsqueeze(-1), turn_rewards.double(), torch.zeros((), dtype=torch.float64))
-        token_rewards = token_rewards + earlier - _last_token_rewards(earlier.sum(-1), mask)
-    if algo.kl_mode == "reward" and ref_logprobs is not None and kl_coef > 0:
-        kl = kl_penalty(old_logprobs.double(), ref_logprobs.double(), algo.kl_estimator)
-        token_rewards = token_rewards - kl_coef * torch.where(mask, kl, torch.zeros((), dtype=kl.dtype))
-    metrics["critic/token_reward_clip_frac"] = (
-        float(clip_fraction(token_rewards, -clip, clip, mask)) if clip else 0.0)
-    token_rewards = clip_rewards(token_rewards, clip)
+    # 1-4. clip, normalise, the processed score on the tokens, KL in the reward
+    token_rewards, seq_scores = _token_rewards(
+        raw, valid, mask, algo, group_size, kl_coef=kl_coef, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs,
+        running=running, turn_rewards=turn_rewards, domains=domains, metrics=metrics)
 
     # 5. sample masks and weights
     keep, weights = _sample_masks(raw, valid, truncated, algo, group_size, metrics)
 
     # 6. advantages
-    seq_scores = masked_sum(token_rewards, mask, dim=-1)
     advantages, returns = compute_advantages(
         algo.advantage_estimator, response_mask, scores=seq_scores, token_rewards=token_rewards,
         values=None if values is None else values.double(), group_size=group_size,

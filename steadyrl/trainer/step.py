@@ -17,7 +17,7 @@ import torch
 
 from .. import distributed as dist
 from ..functional import explained_variance, masked_mean
-from ..functional.importance import rollout_mismatch_metrics, truncated_importance_weights
+from ..functional.importance import behaviour_logprob_mask, rollout_mismatch_metrics, truncated_importance_weights
 from ..rewards import reward_metrics
 from ..rollout.episodes import episode_metrics
 from .batch import TrainBatch, batch_from_generation
@@ -104,18 +104,20 @@ def _sample_metrics(whole: GlobalSamples, processed, tis_metrics: dict[str, floa
 
 
 def _importance_correction(run: Run, whole: GlobalSamples, advantages: torch.Tensor,
-                           loss_mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+                           loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """Truncated importance sampling when the engine returned its log-probs (vLLM, or the
     asynchronous rollout worker) and ``rollout.vllm.tis_cap`` (``rollout.asynchronous.tis_cap``)
-    is set: advantages times ``w``; else only the mismatch metric."""
+    is set: advantages times ``w``, and tokens whose behaviour log-prob is NaN out of the loss
+    mask; else only the mismatch metrics. Returns ``(advantages, loss_mask, metrics)``."""
     if whole.rollout_logprobs is None:
-        return advantages, {}
+        return advantages, loss_mask, {}
     ro = run.config.rollout
     cap = ro.asynchronous.tis_cap if ro.asynchronous.max_staleness is not None else ro.vllm.tis_cap
     if cap is None:
-        return advantages, rollout_mismatch_metrics(whole.old_logprobs, whole.rollout_logprobs, loss_mask)
+        return advantages, loss_mask, rollout_mismatch_metrics(whole.old_logprobs, whole.rollout_logprobs, loss_mask)
     weights, metrics = truncated_importance_weights(whole.old_logprobs, whole.rollout_logprobs, loss_mask, cap)
-    return advantages * weights, metrics
+    loss_mask = behaviour_logprob_mask(whole.rollout_logprobs, loss_mask).to(loss_mask.dtype)
+    return advantages * weights, loss_mask, metrics
 
 
 def domain_ids(domains: list | None) -> torch.Tensor | None:
@@ -144,12 +146,12 @@ def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
                                 old_logprobs=whole.old_logprobs, ref_logprobs=whole.ref_logprobs,
                                 values=whole.values, running=run.running, turn_rewards=whole.turn_rewards,
                                 domains=domain_ids(whole.result.domains))
-    advantages, tis_metrics = _importance_correction(run, whole, processed.advantages, processed.loss_mask)
-    batch = replace(batch, loss_mask=whole.mine(processed.loss_mask), advantages=whole.mine(advantages),
+    advantages, loss_mask, tis_metrics = _importance_correction(run, whole, processed.advantages, processed.loss_mask)
+    batch = replace(batch, loss_mask=whole.mine(loss_mask), advantages=whole.mine(advantages),
                     returns=whole.mine(processed.returns), sample_weights=whole.mine(processed.sample_weights))
     lr = run.scheduler.get_last_lr()[0]
     metrics: dict[str, float] = {}
-    if processed.loss_mask.sum() > 0:  # the global mask: every rank takes the same branch
+    if loss_mask.sum() > 0:  # the global mask: every rank takes the same branch
         policy, critic = run.training_models()
         update_metrics, steps, skipped = ppo_update(policy, run.optimizer, batch, cfg,
                                                     kl_coef=run.kl_controller.value, critic=critic,

@@ -64,9 +64,31 @@ def test_an_engine_that_returns_minus_inf_gives_a_capped_finite_weight():
 def test_no_valid_token_gives_zero_metrics_not_nan():
     w, metrics = truncated_importance_weights(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), cap=2.0)
     assert (w == 0).all() and metrics == {"rollout/tis_weight_mean": 0.0, "rollout/tis_clip_frac": 0.0,
-                                          "rollout/logprob_diff_mean": 0.0}
+                                          "rollout/logprob_diff_mean": 0.0, "rollout/nan_logprob_tokens": 0.0}
     assert rollout_mismatch_metrics(torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1, 2)) == {
-        "rollout/logprob_diff_mean": 0.0}
+        "rollout/logprob_diff_mean": 0.0, "rollout/nan_logprob_tokens": 0.0}
+
+
+def test_a_nan_behaviour_logprob_on_a_valid_token_weighs_zero_and_is_counted():
+    """The engine lost a token's probability: that token's weight is 0 (it was 1: NaN became a
+    difference of 0), it enters no metric, and it is counted; a NaN on padding is not counted."""
+    g = torch.Generator().manual_seed(1)
+    logp = -torch.rand(4, 5, generator=g) * 3
+    rollout = logp + 0.3 * torch.randn(4, 5, generator=g)
+    mask = (torch.arange(5) < torch.tensor([5, 3, 4, 2]).unsqueeze(1)).long()
+    rollout[0, 1] = rollout[2, 3] = float("nan")  # valid tokens
+    rollout[3, 4] = float("nan")  # padding
+    w, metrics = truncated_importance_weights(logp, rollout, mask, cap=2.0)
+    usable = mask.bool() & ~rollout.isnan()
+    expected, diff = _oracle(logp, rollout.nan_to_num(0.0), usable, 2.0)
+    torch.testing.assert_close(w.double(), expected, rtol=1e-6, atol=1e-7)
+    assert w[0, 1] == 0 and w[2, 3] == 0
+    assert metrics["rollout/nan_logprob_tokens"] == 2.0
+    assert metrics["rollout/tis_weight_mean"] == pytest.approx(float(expected[usable].mean()), rel=1e-6)
+    assert metrics["rollout/logprob_diff_mean"] == pytest.approx(float(diff[usable].mean()), abs=1e-6)
+    assert metrics["rollout/tis_clip_frac"] == pytest.approx(float((diff.exp()[usable] > 2.0).double().mean()))
+    off = rollout_mismatch_metrics(logp, rollout, mask)
+    assert off == {"rollout/logprob_diff_mean": metrics["rollout/logprob_diff_mean"], "rollout/nan_logprob_tokens": 2.0}
 
 
 @pytest.mark.parametrize("cap", [0.0, -1.0])
@@ -146,6 +168,31 @@ def test_a_training_step_scales_the_advantages_by_the_capped_weight(shift, weigh
     assert metrics["rollout/tis_weight_mean"] == pytest.approx(weight, rel=1e-5)
     assert metrics["rollout/tis_clip_frac"] == (1.0 if shift == -1.0 else 0.0)
     assert metrics["rollout/logprob_diff_mean"] == pytest.approx(-shift, abs=1e-5)
+
+
+class NanEngine(LogprobEngine):
+    """The engine's log-probs, NaN on every response's second token."""
+
+    def generate(self, prompt_ids, n, **kwargs):
+        gen = super().generate(prompt_ids, n, **kwargs)
+        second = gen.response_mask[:, 1].bool()
+        gen.rollout_logprobs[second, 1] = float("nan")
+        return gen
+
+
+def test_a_token_whose_behaviour_logprob_is_nan_leaves_the_loss(tis_run, monkeypatch):
+    run = tis_run("rollout.vllm.tis_cap=2.0")
+    seen = _capture(monkeypatch)
+    engine = NanEngine(run.policy, run.tokenizer, run.config.rollout.temperature, 0.0)
+    metrics, _ = step_module.train_step(run, engine, 1)
+    batch, processed = seen["batch"], seen["processed"]
+    second = processed.loss_mask[:, 1].bool()  # valid tokens for the reward path ...
+    assert second.sum() > 0
+    assert not batch.loss_mask[:, 1].any() and not batch.advantages[:, 1].any()  # ... out of the loss
+    assert torch.equal(batch.loss_mask[:, 2:], processed.loss_mask[:, 2:])
+    assert torch.equal(batch.loss_mask[:, 0], processed.loss_mask[:, 0])
+    assert metrics["rollout/nan_logprob_tokens"] == float(second.sum())
+    assert metrics["rollout/tis_weight_mean"] == pytest.approx(1.0, rel=1e-5)
 
 
 def test_without_a_cap_the_mismatch_is_measured_and_nothing_is_reweighted(tis_run, monkeypatch):

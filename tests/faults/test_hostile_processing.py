@@ -56,6 +56,15 @@ def algorithms(draw) -> AlgorithmConfig:
     )
 
 
+def _turn_rewards(draw, g: torch.Generator, b: int, t: int) -> torch.Tensor | None:
+    """Multi-turn or not: earlier turns' environment rewards on some tokens, hostile magnitudes too."""
+    if not draw(st.booleans()):
+        return None
+    where = torch.rand(b, t, generator=g) < 0.3
+    rewards = torch.randn(b, t, generator=g, dtype=torch.float64) * SCALES[draw(st.sampled_from(sorted(SCALES)))]
+    return torch.where(where, rewards, torch.zeros((), dtype=torch.float64))
+
+
 @st.composite
 def batches(draw) -> dict:
     """One step's reward-path inputs; the tensors are filled from a drawn seed."""
@@ -88,6 +97,7 @@ def batches(draw) -> dict:
         "ref_logprobs": -(torch.randn(b, t, generator=g).abs() * logprob_scale),
         "values": torch.randn(b, t, generator=g) * draw(st.sampled_from([0.0, 1.0, 1e6])),
         "kl_coef": draw(st.sampled_from([0.0, 0.001, 1.0])),
+        "turn_rewards": _turn_rewards(draw, g, b, t),
     }
 
 
@@ -96,7 +106,8 @@ def _process(algo: AlgorithmConfig, x: dict, running: RunningMoments):
     out = process_rewards(
         inputs["scores"], inputs["valid"], inputs["response_mask"], inputs["truncated"], algo, x["group_size"],
         kl_coef=x["kl_coef"], old_logprobs=inputs["old_logprobs"], ref_logprobs=inputs["ref_logprobs"],
-        values=inputs["values"] if algo.advantage_estimator == "gae" else None, running=running)
+        values=inputs["values"] if algo.advantage_estimator == "gae" else None, running=running,
+        turn_rewards=inputs.get("turn_rewards"))
     for key, value in x.items():  # no input is mutated
         if isinstance(value, torch.Tensor):
             assert torch.equal(value, inputs[key]) or (value.isnan() == inputs[key].isnan()).all(), key

@@ -117,3 +117,34 @@ def test_when_the_draws_run_out_the_step_trains_on_what_it_has(write_config, tmp
     assert sum(short) > 0  # the flat groups stayed in the batch, masked out of the loss
     for m in steps:
         assert m["batch/valid_sample_frac"] == pytest.approx(1 - m["dynamic/short_groups"] / 4)
+
+
+@pytest.mark.parametrize("n", [3, 6, 7, 12])
+def test_equal_scores_whose_float_mean_does_not_round_back_are_filtered(n):
+    """Groups of n equal scores k * 0.05: every GRPO advantage is exactly 0, so every group is
+    signal-free; a mean taken as sum / n (three 0.1s: 0.10000000000000002) kept some of them."""
+    from steadyrl.functional import grpo_advantages
+
+    scores = torch.tensor([k * 0.05 for k in range(21) for _ in range(n)], dtype=torch.float64)
+    valid = torch.ones(len(scores), dtype=torch.bool)
+    assert not grpo_advantages(scores, torch.ones(len(scores), 1), n).any()
+    assert not informative_groups(scores, valid, n, AlgorithmConfig(dynamic_sampling=True)).any()
+
+
+def test_difficulty_filter_and_difficulty_mask_agree_at_the_thresholds():
+    """One rule for both, the exact group mean: [0.1] * 3 has mean exactly 0.1 and [0.95] * 3
+    exactly 0.95, both out (their float means, 0.10000000000000002 and 0.9499999999999998, were in);
+    the others are a double's hair off a threshold, decided by the oracle in rationals."""
+    from fractions import Fraction
+
+    from steadyrl.functional import difficulty_mask
+
+    algo = AlgorithmConfig(dynamic_sampling=True, dynamic_sampling_filter="difficulty")
+    groups = [[0.1, 0.1, 0.1], [0.05, 0.15, 0.1], [0.95, 0.95, 0.95], [0.2, 0.3, 0.4], [0.9, 1.0, 0.95]]
+    scores = torch.tensor([s for g in groups for s in g], dtype=torch.float64)
+    valid = torch.ones(len(scores), dtype=torch.bool)
+    exact = [Fraction(algo.difficulty_low) < sum(map(Fraction, g)) / 3 < Fraction(algo.difficulty_high) for g in groups]
+    kept = informative_groups(scores, valid, 3, algo)
+    assert kept.tolist() == exact
+    mask = difficulty_mask(scores, 3, algo.difficulty_low, algo.difficulty_high, mask=valid)
+    assert mask.tolist() == [k for k in exact for _ in range(3)]

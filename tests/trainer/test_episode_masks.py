@@ -134,3 +134,105 @@ def test_every_estimator_works_on_episodes(estimator):
     assert torch.equal(out.advantages[:, obs], torch.zeros_like(out.advantages[:, obs]))
     assert torch.equal(out.loss_mask, batch.policy_mask)
     assert out.advantages[:, ~obs].abs().sum() > 0
+
+
+def _oracle_rows(x: list[float], earlier: list[float], clip: float | None, norm: str) -> list[tuple[float, float]]:
+    """float64 oracle of steps 1-3 for one group of two-turn episodes: ``(turn 1's token reward,
+    last token's)`` per row: clip the episode score, group-normalise, clip again, and scale every
+    part of the score by ``alpha = (c / x) * a * (p / s)``; the rest of ``p`` on the last token."""
+    c = [x_i if clip is None else min(max(x_i, -clip), clip) for x_i in x]
+    if norm == "group":
+        mean = sum(c) / len(c)
+        std = (sum((v - mean) ** 2 for v in c) / (len(c) - 1)) ** 0.5
+        a, b = 1 / (std + 1e-6), -mean / (std + 1e-6)
+    else:
+        a, b = 1.0, 0.0
+    rows = []
+    for x_i, c_i, r in zip(x, c, earlier):
+        s = a * c_i + b
+        p = s if clip is None else min(max(s, -clip), clip)
+        alpha = (c_i / x_i if x_i else 1.0) * a * (p / s if s else 1.0)
+        rows.append((alpha * r, p - alpha * r))
+    return rows
+
+
+@pytest.mark.parametrize("norm", ["none", "group"])
+def test_reward_clip_keeps_every_episode_row_summing_to_its_processed_score(norm):
+    """Clip 1, turn rewards [3, 0]: the row summed to 0 (3 and the remainder -3 were each clipped
+    per token), not 1. In the group [3, 0, 0.5, 0.2] the best episode's GRPO advantage was -0.741;
+    it is +1.322, the advantage of the clipped scores [1, 0, 0.5, 0.2]."""
+    batch = two_turn_batch(rows=4)
+    turn1_end, last = len(TURN1) - 1, len(POLICY) - 1
+    earlier = [3.0, 0.0, 0.5, -0.4]
+    turn_rewards = torch.zeros(batch.response_ids.shape, dtype=torch.float64)
+    turn_rewards[:, turn1_end] = torch.tensor(earlier, dtype=torch.float64)
+    scores = torch.tensor([3.0, 0.0, 0.5, 0.2], dtype=torch.float64)
+    args = (torch.ones(4, dtype=torch.bool), batch.policy_mask, torch.zeros(4, dtype=torch.bool))
+    kwargs = {"reward_clip": 1.0, "reward_norm_mean": norm, "reward_norm_std": norm, "kl_mode": "none"}
+
+    gae = AlgorithmConfig(advantage_estimator="gae", gamma=1.0, lam=1.0, **kwargs)
+    values = torch.zeros(batch.response_ids.shape)
+    out = process_rewards(scores, *args, gae, 4, values=values, turn_rewards=turn_rewards)
+    oracle = _oracle_rows(scores.tolist(), earlier, 1.0, norm)
+    # gamma = lam = 1, V = 0: a token's return is the sum of the token rewards from it on
+    returns = out.returns.double()
+    for i, (first, rest) in enumerate(oracle):
+        assert returns[i, 0].item() == pytest.approx(first + rest, abs=1e-6)  # the whole row: p
+        assert returns[i, last].item() == pytest.approx(rest, abs=1e-6)
+    if norm == "none":
+        assert returns[0, 0].item() == pytest.approx(1.0, abs=1e-6)
+
+    grpo = AlgorithmConfig(advantage_estimator="grpo", **kwargs)
+    adv = process_rewards(scores, *args, grpo, 4, turn_rewards=turn_rewards).advantages
+    c = [1.0, 0.0, 0.5, 0.2]
+    if norm == "group":
+        c = [a + b for a, b in oracle]
+    mean = sum(c) / 4
+    std = (sum((v - mean) ** 2 for v in c) / 3) ** 0.5
+    assert adv[0, 0].item() == pytest.approx((c[0] - mean) / (std + 1e-6), abs=1e-5)
+    if norm == "none":
+        assert adv[0, 0].item() == pytest.approx(1.322, abs=1e-3)
+
+
+def test_normalisation_scales_earlier_turn_rewards_with_the_episode_score():
+    """Group normalisation maps every part of the score by the same slope ``1 / (std + eps)``,
+    the mean (the baseline) on the last token: turn rewards [3, 0] in the group [3, 0, 0.5, 0.2]
+    give the best episode's second turn a return of -mean / std = -0.661; it was s - 3 = -1.52
+    (turn 1's 3 left unnormalised beside a normalised total: -2.29 in the reviewers' batch)."""
+    batch = two_turn_batch(rows=4)
+    turn_rewards = torch.zeros(batch.response_ids.shape, dtype=torch.float64)
+    turn_rewards[0, len(TURN1) - 1] = 3.0
+    scores = torch.tensor([3.0, 0.0, 0.5, 0.2], dtype=torch.float64)
+    algo = AlgorithmConfig(advantage_estimator="gae", gamma=1.0, lam=1.0, kl_mode="none",
+                           reward_norm_mean="group", reward_norm_std="group")
+    out = process_rewards(scores, torch.ones(4, dtype=torch.bool), batch.policy_mask, torch.zeros(4, dtype=torch.bool),
+                          algo, 4, values=torch.zeros(batch.response_ids.shape), turn_rewards=turn_rewards)
+    mean = 0.925
+    std = (sum((v - mean) ** 2 for v in [3.0, 0.0, 0.5, 0.2]) / 3) ** 0.5
+    t2 = len(TURN1) + len(OBS)
+    assert out.returns[0, t2].item() == pytest.approx(-mean / (std + 1e-6), abs=1e-5)
+    assert out.returns[0, t2].item() == pytest.approx(-0.661, abs=1e-3)
+    assert out.returns[0, 0].item() == pytest.approx((3.0 - mean) / (std + 1e-6), abs=1e-5)
+
+
+def test_kl_in_the_reward_is_clipped_per_token_beside_the_clipped_score():
+    """kl_mode reward with reward_clip: each token's penalty kl_coef * KL is clipped on its own,
+    the score as a whole, so a row sums to p - sum(clip(kl_coef * KL)) (float64 oracle, k1)."""
+    batch = two_turn_batch(rows=2)
+    policy = batch.policy_mask.bool()
+    old = torch.zeros(batch.response_ids.shape)
+    ref = torch.zeros(batch.response_ids.shape)
+    ref[0, 0], ref[0, 1] = -3.0, 0.5  # k1 = old - ref: a penalty of 3 clipped to 1, and -0.5
+    algo = AlgorithmConfig(advantage_estimator="gae", gamma=1.0, lam=1.0, kl_mode="reward", kl_estimator="k1",
+                           reward_clip=1.0)
+    scores = torch.tensor([4.0, 0.25], dtype=torch.float64)
+    out = process_rewards(scores, torch.ones(2, dtype=torch.bool), batch.policy_mask, torch.zeros(2, dtype=torch.bool),
+                          algo, 1, kl_coef=1.0, old_logprobs=old, ref_logprobs=ref,
+                          values=torch.zeros(batch.response_ids.shape))
+    penalty = [min(max(k, -1.0), 1.0) for k in (3.0, -0.5)]
+    assert out.returns[0, 0].item() == pytest.approx(1.0 - sum(penalty), abs=1e-6)  # clip(4) = 1, minus 1 - 0.5
+    assert out.returns[1, 0].item() == pytest.approx(0.25, abs=1e-6)
+    # one token changed by the token-level clip (the penalty of 3); the score 4 was clipped at the
+    # response level already (critic/reward_clip_frac), so its normalised value 1 is within the clip
+    assert out.metrics["critic/token_reward_clip_frac"] == pytest.approx(1 / int(policy.sum()))
+    assert out.metrics["critic/reward_clip_frac"] == 0.5
