@@ -67,6 +67,7 @@ def _weights(run_dir):
     return load_file(latest_checkpoint(run_dir / "checkpoints") / "policy" / "model.safetensors")
 
 
+@pytest.mark.slow
 def test_max_staleness_0_equals_the_synchronous_run(write_config, tmp_path):
     train(write_config("sync.yaml"), [], output_dir=str(tmp_path / "sync"))
     train(write_config("async0.yaml", 0), [], output_dir=str(tmp_path / "async0"))
@@ -79,6 +80,7 @@ def test_max_staleness_0_equals_the_synchronous_run(write_config, tmp_path):
     assert ages == [0.0] * 4
 
 
+@pytest.mark.slow
 def test_batches_are_never_more_than_max_staleness_versions_old(write_config, tmp_path):
     train(write_config("async2.yaml", 2, steps=5), [], output_dir=str(tmp_path / "run"))
     steps = [m for m in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "rollout/staleness_max" in m]
@@ -91,6 +93,7 @@ def test_batches_are_never_more_than_max_staleness_versions_old(write_config, tm
     assert any(abs(m["rollout/logprob_diff_mean"]) > 1e-4 for m in steps[2:])
 
 
+@pytest.mark.slow
 def test_a_resumed_run_replays_the_uninterrupted_one(write_config, tmp_path):
     config = write_config("async1.yaml", 1, steps=4)
     train(config, [], output_dir=str(tmp_path / "full"))
@@ -143,6 +146,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_the_worker_ends_with_the_run(write_config, tmp_path, monkeypatch):
     import os
 
@@ -161,6 +165,7 @@ def test_the_worker_ends_with_the_run(write_config, tmp_path, monkeypatch):
     assert _children(os.getpid()) == []
 
 
+@pytest.mark.slow
 def test_the_worker_dies_when_the_trainer_is_killed(write_config, tmp_path):
     import os
     import signal
@@ -188,6 +193,7 @@ def test_the_worker_dies_when_the_trainer_is_killed(write_config, tmp_path):
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_a_clear_error_not_a_hang(write_config, tmp_path, monkeypatch):
     import os
     import signal
@@ -206,6 +212,7 @@ def test_a_killed_worker_is_a_clear_error_not_a_hang(write_config, tmp_path, mon
         train(write_config("a.yaml", 1, steps=4), [], output_dir=str(tmp_path / "run"))
 
 
+@pytest.mark.slow
 def test_an_exception_in_the_worker_comes_back_with_its_traceback(write_config, tmp_path, monkeypatch):
     from steadyrl.trainer import asynchronous
 
