@@ -34,8 +34,8 @@ from .. import distributed as dist
 from ..errors import ConfigError, RolloutWorkerError
 from ..models import unwrap
 from .dynamic import Draw
-from .episodes import score_episodes
-from .prompts import PromptItem
+from ..data.prompts import PromptItem
+from ..rewards.scorer import score_episodes
 from .rollout_worker import decode, encode, generation_from_dict, main
 
 POLL_S = 0.5

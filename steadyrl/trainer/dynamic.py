@@ -30,7 +30,8 @@ import torch
 
 from .. import distributed as dist
 from ..rollout.base import concat_generations
-from .episodes import episode_seeds, rollout, score_episodes
+from ..rewards.scorer import score_episodes
+from ..rollout.driver import episode_seeds, rollout
 from .global_batch import merge_results
 
 

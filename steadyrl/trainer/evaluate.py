@@ -32,7 +32,8 @@ import torch
 
 from .. import distributed as dist
 from ..progress import progress
-from .episodes import ENVIRONMENT_REWARD, episode_seeds, rollout, score_episodes
+from ..rewards.scorer import ENVIRONMENT_REWARD, score_episodes
+from ..rollout.driver import episode_seeds, rollout
 
 __all__ = ["evaluate", "evaluate_sets", "pass_at_k"]
 
@@ -96,7 +97,7 @@ def _summary(tally: dict, n: int) -> dict:
 
 @torch.no_grad()
 def evaluate(engine, scorer, prompts: list, eval_config, rollout_config, agent=None) -> dict:
-    """Evaluate the engine's model on ``prompts`` (:class:`~steadyrl.trainer.prompts.PromptItem`):
+    """Evaluate the engine's model on ``prompts`` (:class:`~steadyrl.data.prompts.PromptItem`):
     whole episodes when there is an ``agent`` (tools or an environment), greedy and sampled."""
     if not prompts:
         return {}

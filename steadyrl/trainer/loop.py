@@ -166,7 +166,7 @@ def _demo_transcript(run: Run, engine, when: str) -> None:
     if not (config.is_demo and config.demo.task == "tool" and run.eval_prompts and dist.is_main()):
         return
     from ..demo.tool_task import format_transcript
-    from .episodes import rollout
+    from ..rollout.driver import rollout
 
     prompt = run.eval_prompts[0]
     with torch.random.fork_rng(devices=[run.device] if run.device.type == "cuda" else []):

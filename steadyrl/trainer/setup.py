@@ -37,9 +37,10 @@ from ..models import (
     resolve_device,
     resolve_dtype,
 )
-from .episodes import build_agent
+from ..agents.build import build_agent
 from .packing import check_padding_free
-from .prompts import PromptItem, Scorer, prepare_prompts
+from ..data.prompts import PromptItem, prepare_prompts
+from ..rewards.scorer import Scorer
 from .sources import Part, make_sampler, tokenize_parts
 from .task import task_inputs
 

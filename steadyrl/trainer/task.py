@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from ..models import resolve_device, resolve_dtype
 from ..rewards import RewardSpec, load_reward
 from ..sandbox import Limits
-from .prompts import Scorer
+from ..rewards.scorer import Scorer
 from .sources import by_domain, check_domains, load_all_data
 
 __all__ = ["task_inputs", "demo_task", "build_rewards", "check_reward_columns"]

@@ -57,7 +57,8 @@ def _evaluate(*fns, num_samples=2):
     from steadyrl.config.schema import RolloutConfig
     from steadyrl.rewards import RewardSpec
     from steadyrl.trainer.evaluate import evaluate
-    from steadyrl.trainer.prompts import PromptItem, Scorer
+    from steadyrl.data.prompts import PromptItem
+    from steadyrl.rewards.scorer import Scorer
 
     prompts = [PromptItem(text=f"p{i}", ids=[1, 2], columns={"answer": "42"}) for i in range(3)]
     scorer = Scorer([RewardSpec(name=fn.__name__, fn=fn, isolation="inline") for fn in fns])
