@@ -9,8 +9,20 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 from .episodes import TurnLimits, run_episodes
+
+
+@dataclass
+class Draw:
+    """One draw of a step: this rank's prompts, their episodes and scores, and how long each took."""
+
+    prompts: list  # this rank's PromptItems
+    gen: object  # Generation, group_size rows per prompt
+    result: object  # ScoreResult
+    generate_s: float
+    score_s: float
 
 
 def turn_limits(rollout_config, max_new_tokens: int | None = None) -> TurnLimits:

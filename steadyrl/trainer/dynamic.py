@@ -31,17 +31,8 @@ import torch
 from .. import distributed as dist
 from ..rollout.base import concat_generations
 from ..rewards.scorer import score_episodes
-from ..rollout.driver import episode_seeds, rollout
+from ..rollout.driver import Draw, episode_seeds, rollout
 from .global_batch import merge_results
-
-
-@dataclass
-class Draw:
-    prompts: list  # this rank's PromptItems
-    gen: object  # Generation, group_size rows per prompt
-    result: object  # ScoreResult
-    generate_s: float
-    score_s: float
 
 
 @dataclass

@@ -5,7 +5,7 @@
 
 The run directory holds ``config.yaml`` (the resolved config), ``metrics.jsonl`` (one object a
 step), ``samples.jsonl``, ``summary.json`` and ``checkpoints/``; how it is named, locked, marked
-and checked is in :mod:`steadyrl.trainer.rundir`. Evaluation draws its samples
+and checked is in :mod:`steadyrl.run.directory`. Evaluation draws its samples
 from its own seeded RNG, so evaluating never changes what training does (a resumed run
 reproduces an uninterrupted one step for step).
 
@@ -37,14 +37,14 @@ from ..rewards.loader import absolute_file_spec
 from ..rollout import build_engine
 from ..secrets import redact_secrets
 from ..tracking import Tracker
-from . import checkpoint as ckpt
-from .asynchronous import start_rollouts
-from .evaluate import evaluate, evaluate_sets
-from .rundir import (LOCK, RunLock, check_output_dir, check_resume_matches, check_saved_config, on_main,
+from ..run import checkpoint as ckpt
+from ..run.asynchronous import start_rollouts
+from ..run.evaluate import evaluate, evaluate_sets
+from ..run.directory import (LOCK, RunLock, check_output_dir, check_resume_matches, check_saved_config, on_main,
                      prepare_output_dir, resolve_output_dir, write_run_config)
 from .setup import Run, RunState, build_run, check_inputs, seed_everything
 from .step import train_step
-from .trust import check_run_code, run_code
+from ..run.trust import check_run_code, run_code
 
 def _checkpoint_state(run: Run, shared: dict) -> dict:
     state = dict(vars(run.state))
@@ -419,7 +419,7 @@ def _summary_line(summary: dict) -> str:
 def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | None = None,
                  model: str | None = None, trust_run_code: bool = False) -> dict:
     """Run ``steadyrl eval``: a run directory's newest checkpoint, or a model, on held-out prompts.
-    The code a run directory's own config names is run only with ``trust_run_code`` (:mod:`.trust`)."""
+    The code a run directory's own config names is run only with ``trust_run_code`` (:mod:`steadyrl.run.trust`)."""
     if output_dir is not None:
         run_dir = Path(output_dir)
         saved = run_dir / "config.yaml"

@@ -62,7 +62,7 @@ def _rows(run_dir, drop=("time/", "throughput/")):
 def _weights(run_dir):
     from safetensors.torch import load_file
 
-    from steadyrl.trainer.checkpoint import latest_checkpoint
+    from steadyrl.run.checkpoint import latest_checkpoint
 
     return load_file(latest_checkpoint(run_dir / "checkpoints") / "policy" / "model.safetensors")
 
@@ -150,7 +150,7 @@ def _alive(pid: int) -> bool:
 def test_the_worker_ends_with_the_run(write_config, tmp_path, monkeypatch):
     import os
 
-    from steadyrl.trainer import asynchronous
+    from steadyrl.run import asynchronous
 
     seen = []
     start = asynchronous.AsyncRollouts._start
@@ -198,7 +198,7 @@ def test_a_killed_worker_is_a_clear_error_not_a_hang(write_config, tmp_path, mon
     import os
     import signal
 
-    from steadyrl.trainer import asynchronous
+    from steadyrl.run import asynchronous
 
     push = asynchronous.AsyncRollouts.push
 
@@ -214,7 +214,7 @@ def test_a_killed_worker_is_a_clear_error_not_a_hang(write_config, tmp_path, mon
 
 @pytest.mark.slow
 def test_an_exception_in_the_worker_comes_back_with_its_traceback(write_config, tmp_path, monkeypatch):
-    from steadyrl.trainer import asynchronous
+    from steadyrl.run import asynchronous
 
     send = asynchronous.AsyncRollouts._send
 
@@ -231,7 +231,7 @@ def test_an_exception_in_the_worker_comes_back_with_its_traceback(write_config, 
 def test_a_trainer_on_a_gpu_is_refused_before_any_worker_starts():
     from types import SimpleNamespace
 
-    from steadyrl.trainer.asynchronous import AsyncRollouts
+    from steadyrl.run.asynchronous import AsyncRollouts
 
     run = SimpleNamespace(device=torch.device("cuda"), config=load_config(None, ["rollout.asynchronous.max_staleness=1"]))
     with pytest.raises(ConfigError, match="trainer.device on cuda"):

@@ -14,7 +14,7 @@ after generation comes back into the trainer: the run is the synchronous run, st
 With ``N >= 1`` the behaviour policy's log-probs come back with the samples and the update
 corrects for the mismatch with truncated importance sampling (``rollout.asynchronous.tis_cap``).
 
-What a draw produces is what :func:`.dynamic.draw` produces (prompts, Generation, ScoreResult);
+What a draw produces is what :func:`steadyrl.trainer.dynamic.draw` produces (prompts, Generation, ScoreResult);
 scoring stays in the trainer. A checkpoint completes the batches in flight and holds them, with
 the worker's RNG state after the last one (:meth:`AsyncRollouts.state_dict`); a resumed run
 trains on them and continues the worker's stream, so it replays the uninterrupted run exactly.
@@ -33,9 +33,9 @@ import torch
 from .. import distributed as dist
 from ..errors import ConfigError, RolloutWorkerError
 from ..models import unwrap
-from .dynamic import Draw
 from ..data.prompts import PromptItem
 from ..rewards.scorer import score_episodes
+from ..rollout.driver import Draw
 from .rollout_worker import decode, encode, generation_from_dict, main
 
 POLL_S = 0.5
@@ -159,7 +159,7 @@ class AsyncRollouts:
         self.last_rng = message["rng"]
 
     def draw(self, step: int) -> tuple[Draw, dict[str, float]]:
-        """Step ``step``'s batch as :func:`.dynamic.draw` returns it, and its age metrics."""
+        """Step ``step``'s batch as :func:`steadyrl.trainer.dynamic.draw` returns it, and its age metrics."""
         t0 = time.perf_counter()
         last = min(step + self.staleness, self.run.total_steps)
         while self.submitted < last:
