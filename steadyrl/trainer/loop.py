@@ -42,7 +42,7 @@ from ..run.asynchronous import start_rollouts
 from ..run.evaluate import evaluate, evaluate_sets
 from ..run.directory import (LOCK, RunLock, check_output_dir, check_resume_matches, check_saved_config, on_main,
                      prepare_output_dir, resolve_output_dir, write_run_config)
-from .setup import Run, RunState, build_run, check_inputs, seed_everything
+from ..build.setup import Run, RunState, build_run, check_inputs, seed_everything
 from .step import train_step
 from ..run.trust import check_run_code, run_code
 
@@ -447,7 +447,7 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
                 f"nothing to evaluate model {model_path!r} on: data.eval_path is not set (without a config, "
                 "held-out prompts would be the built-in string-reversal demo's); give a config with "
                 "data.eval_path, or data.eval_path=FILE; a demo run is evaluated with --output-dir RUN_DIR")
-    from .setup import build_eval
+    from ..build.setup import build_eval
 
     engine, scorer, prompts, device, agent = build_eval(config, model_path)
     try:

@@ -26,7 +26,7 @@ from .forward import critic_values, response_logprobs
 from .global_batch import GlobalSamples, gather_samples
 from .packing import micro_batch_plan, trim
 from .processing import process_rewards
-from .setup import Run
+from ..build.setup import Run
 from .update import ppo_update
 
 

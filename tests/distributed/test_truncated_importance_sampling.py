@@ -17,7 +17,7 @@ from steadyrl.rollout import HFEngine
 from steadyrl.trainer import step as step_module
 from steadyrl.trainer.batch import batch_from_generation
 from steadyrl.trainer.forward import response_logprobs
-from steadyrl.trainer.setup import build_run
+from steadyrl.build.setup import build_run
 
 
 def _oracle(logp, rollout, mask, cap):

@@ -38,7 +38,7 @@ from ..models import (
     resolve_dtype,
 )
 from ..agents.build import build_agent
-from .packing import check_padding_free
+from ..trainer.packing import check_padding_free
 from ..data.prompts import PromptItem, prepare_prompts
 from ..rewards.scorer import Scorer
 from .sources import Part, make_sampler, tokenize_parts
@@ -244,7 +244,7 @@ def parallelize(config: Config, policy, reference, critic, device: torch.device)
     (FSDP) see every parameter the fused path touches. Under FSDP the frozen reference is
     sharded too, and generation goes through :class:`~steadyrl.distributed.FSDPGenerator`.
     """
-    from .forward import PolicyLogprobs
+    from ..trainer.forward import PolicyLogprobs
 
     kind = config.trainer.parallel
     train_policy = dist.wrap_model(PolicyLogprobs(policy), kind, device, layers_of=policy)
