@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import random
-import shutil
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
@@ -44,6 +43,11 @@ from ..rewards.scorer import Scorer
 from .sources import Part, make_sampler, tokenize_parts
 from .task import task_inputs
 
+if TYPE_CHECKING:
+    from ..agents.protocol import Agent
+    from ..rollout.base import Engine, Tokenizer
+    from ..run.asynchronous import AsyncRollouts
+
 
 @dataclass
 class RunState:
@@ -59,12 +63,33 @@ class RunState:
     dropped_prompts: int = 0
 
 
+def _show_nothing(engine, when: str) -> None:
+    """A task that shows nothing before and after RL (every task but the tool demo)."""
+
+
 @dataclass
 class Run:
+    """Everything a run holds, in four parts (built by :func:`build_run`):
+
+    * **where**: ``config``, ``output_dir``, ``device``, ``total_steps``;
+    * **models**: ``tokenizer``; ``policy`` (the trained model), ``reference`` (frozen, None without
+      KL or with LoRA, whose reference is the policy with its adapter off), ``critic`` (GAE only);
+      ``train_policy`` / ``train_critic`` (what the update runs through: the data-parallel wrappers,
+      None in one process) and ``generator`` (what the engine generates with: the policy, or its
+      FSDP view);
+    * **task**: ``scorer`` (the reward functions), ``train_prompts`` / ``eval_prompts`` /
+      ``eval_sets``, ``sampler`` (draws each step's prompts), ``agent`` (multi-turn: answers the
+      policy's turns; None = one turn), ``show`` (what the task prints before and after RL);
+    * **optimisation and state**: ``optimizer``, ``critic_optimizer``, ``scheduler``,
+      ``kl_controller``, ``running`` (reward statistics), ``state`` (counters), ``rollouts`` (the
+      asynchronous rollout worker when ``rollout.asynchronous.max_staleness`` is set) — what a
+      checkpoint carries.
+    """
+
     config: Config
     output_dir: Path
     device: torch.device
-    tokenizer: object
+    tokenizer: Tokenizer
     policy: torch.nn.Module
     reference: torch.nn.Module | None
     critic: torch.nn.Module | None
@@ -80,14 +105,13 @@ class Run:
     state: RunState = field(default_factory=RunState)
     uses_adapter_reference: bool = False
     total_steps: int = 0  # trainer.max_steps, or fewer when trainer.max_epochs ends first
-    # Data parallel: the modules the update runs through (DDP / FSDP wrappers of the log-prob
-    # module and the critic; the plain modules in one process), and what the engine generates with.
     train_policy: torch.nn.Module | None = None
     train_critic: torch.nn.Module | None = None
-    generator: object = None
-    rollouts: object = None  # AsyncRollouts when rollout.asynchronous.max_staleness is set
-    agent: object = None  # multi-turn: answers the policy's turns (tools or an environment); None = one turn
+    generator: torch.nn.Module | None = None  # the policy, or a distributed.FSDPGenerator
+    rollouts: AsyncRollouts | None = None
+    agent: Agent | None = None
     eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources: each set on its own
+    show: Callable[[Engine, str], None] = _show_nothing
 
     def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
         """``(policy, critic)`` to run forward/backward passes through."""
@@ -124,46 +148,6 @@ def lr_lambda(optim_config, max_steps: int):
         return floor + (1.0 - floor) * shape
 
     return factor
-
-
-def _build_demo_model(config: Config, train: list[dict]):
-    """``(model, tokenizer)`` of ``demo.task``, warm-started."""
-    demo, seed = config.demo, config.trainer.seed
-    if demo.task == "tool":
-        from ..demo.tool_demo import build_tool_demo
-
-        model, tokenizer, info = build_tool_demo(demo, train, seed=seed)
-        phases = ", ".join(f"{name} {p['steps']} steps, loss {p['loss_first']:.3f} -> {p['loss_last']:.3f}"
-                           for name, p in info.items() if isinstance(p, dict))
-        print(f"warm-start ({phases or 'none'}) in {info['seconds']:.1f}s", flush=True)
-        return model, tokenizer
-    from ..demo import build_char_tokenizer, build_tiny_model, warm_start
-    from ..demo.task import VOCAB_CHARS
-
-    tokenizer = build_char_tokenizer(VOCAB_CHARS)
-    model = build_tiny_model(tokenizer, n_layers=demo.n_layers, hidden_size=demo.hidden_size,
-                             n_heads=demo.n_heads, seed=seed)
-    if demo.warmstart_steps:
-        info = warm_start(model, tokenizer, train, steps=demo.warmstart_steps, lr=demo.warmstart_lr,
-                          batch_size=demo.warmstart_batch_size, seed=seed)
-        print(f"warm-start: {info['steps']} supervised steps in {info['seconds']:.1f}s, "
-              f"loss {info['losses'][0]:.3f} -> {info['losses'][-1]:.3f}", flush=True)
-    return model, tokenizer
-
-
-def demo_model(config: Config, output_dir: Path, train: list[dict]) -> str:
-    """A tiny model, warm-started on the demo task and saved to ``output_dir/warmstart``
-    (reused when it is already there, e.g. on ``--resume``). Returns its directory."""
-    warm = output_dir / "warmstart"
-    if not (warm / "config.json").is_file() and dist.is_main():
-        model, tokenizer = _build_demo_model(config, train)
-        tmp = output_dir / ".tmp-warmstart"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        os.replace(tmp, warm)
-    dist.barrier()
-    return str(warm)
 
 
 def check_model_paths(config: Config, model_path: str) -> None:
@@ -281,10 +265,11 @@ class Inputs:
     eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources
 
 
-def check_inputs(config: Config) -> Inputs:
+def check_inputs(config: Config, resources: ExitStack) -> Inputs:
     """Every input of a run checked — layout, engine, trackers, data, rewards, model paths,
     prompt lengths against the model's context — before anything in the run directory is
-    touched or any model weights are loaded. The caller closes ``inputs.scorer`` on failure."""
+    touched or any model weights are loaded. ``resources`` owns the reward scorer's workers and
+    the agent's, from the moment they exist (also when a check fails)."""
     from ..rollout import check_engine_available
     from ..tracking import check_backends_available
 
@@ -297,18 +282,16 @@ def check_inputs(config: Config) -> Inputs:
     check_engine_available(config.rollout.engine)
     check_backends_available(trainer.trackers)
     train_records, eval_records, scorer, (train_parts, eval_parts) = task_inputs(config)
+    resources.callback(scorer.close)
     inputs = Inputs(device=device, train_records=train_records, eval_records=eval_records, scorer=scorer,
                     train_parts=train_parts, eval_parts=eval_parts)
+    resources.callback(lambda: inputs.agent is not None and inputs.agent.shutdown())  # built with the prompts
     if config.is_demo:
         return inputs
-    try:
-        inputs.model_path = config.model.name_or_path
-        check_model_paths(config, inputs.model_path)
-        _tokenize_prompts(config, inputs)
-        check_context_length(config, inputs.model_path, inputs.train_prompts, inputs.eval_prompts)
-    except BaseException:
-        scorer.close()
-        raise
+    inputs.model_path = config.model.name_or_path
+    check_model_paths(config, inputs.model_path)
+    _tokenize_prompts(config, inputs)
+    check_context_length(config, inputs.model_path, inputs.train_prompts, inputs.eval_prompts)
     return inputs
 
 
@@ -401,20 +384,19 @@ def check_context_length(config: Config, model_path: str, train_prompts: list[Pr
 
 def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) -> Run:
     """Everything a run needs, from the inputs :func:`check_inputs` checked (checked here when
-    not given). The demo's model is built and warm-started here, in ``output_dir/warmstart``."""
-    inputs = check_inputs(config) if inputs is None else inputs
+    not given: then nothing closes the scorer's workers, which is for tests and notebooks). The
+    demo's model is built and warm-started here, in ``output_dir/warmstart``."""
+    inputs = check_inputs(config, ExitStack()) if inputs is None else inputs
     trainer = config.trainer
     seed_everything(trainer.seed)
     device, scorer = inputs.device, inputs.scorer
-    try:
-        if config.is_demo:
-            inputs.model_path = demo_model(config, output_dir, inputs.train_records)
-            _tokenize_prompts(config, inputs)
-        policy, reference, critic, adapter_ref = build_models(config, inputs.model_path, device)
-        train_policy, train_critic, reference, generator = parallelize(config, policy, reference, critic, device)
-    except BaseException:
-        scorer.close()
-        raise
+    if config.is_demo:
+        from ..demo.builders import demo_model
+
+        inputs.model_path = demo_model(config, output_dir, inputs.train_records)
+        _tokenize_prompts(config, inputs)
+    policy, reference, critic, adapter_ref = build_models(config, inputs.model_path, device)
+    train_policy, train_critic, reference, generator = parallelize(config, policy, reference, critic, device)
     train_prompts = inputs.train_prompts
     optimizer = build_optimizer(policy.parameters(), config.optim, config.optim.lr)
     critic_optimizer = build_optimizer(critic.parameters(), config.optim, config.optim.critic_lr) if critic else None
@@ -430,6 +412,10 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
               sampler=sampler, kl_controller=kl, running=RunningMoments(), uses_adapter_reference=adapter_ref,
               train_policy=train_policy, train_critic=train_critic, generator=generator, total_steps=total,
               agent=inputs.agent, eval_sets=inputs.eval_sets)
+    if config.is_demo:
+        from ..demo.builders import transcript_printer
+
+        run.show = transcript_printer(config, run.eval_prompts, run.tokenizer, run.agent, device)
     run.state.dropped_prompts = inputs.dropped
     if inputs.dropped and dist.is_main():
         print(f"data: dropped {inputs.dropped} of {len(inputs.train_records)} training prompts longer than "
@@ -439,39 +425,44 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     return run
 
 
-def build_eval(config: Config, model_path: str):
-    """``(engine, scorer, held-out prompts, device, agent)`` to evaluate ``model_path`` alone; the
-    prompts are a dict of named sets with ``data.eval_sources``."""
+def build_eval(config: Config, model_path: str, resources: ExitStack, *, of_run_dir: bool = False):
+    """``(engine, scorer, held-out prompts, device, agent)`` to evaluate ``model_path`` alone (a
+    run directory's checkpoint with ``of_run_dir``); the prompts are a dict of named sets with
+    ``data.eval_sources``. ``resources`` owns the scorer's and the agent's workers."""
     from ..rollout import build_engine, check_engine_available
 
+    if config.is_demo and not of_run_dir and not config.data.eval_path:
+        # the demo's held-out strings are meant for the demo's own model, not for this one
+        raise ConfigError(
+            f"nothing to evaluate model {model_path!r} on: data.eval_path is not set (without a config, "
+            "held-out prompts would be the built-in string-reversal demo's); give a config with "
+            "data.eval_path, or data.eval_path=FILE; a demo run is evaluated with --output-dir RUN_DIR")
     check_engine_available(config.rollout.engine)
     _, evals, scorer, (_, eval_parts) = task_inputs(config, for_eval=True)
+    resources.callback(scorer.close)
     if not evals:
-        scorer.close()
         raise ConfigError("nothing to evaluate: set data.eval_path to a file of held-out prompts")
-    try:
-        if config.trainer.num_threads:
-            torch.set_num_threads(config.trainer.num_threads)
-        device = resolve_device(config.trainer.device)
-        m = config.model
-        dtype = resolve_dtype(m.dtype, device)
-        check_model_source("model.name_or_path", model_path)
-        tokenizer = build_tokenizer(config, model_path)
-        with named_template_errors(config):
-            agent = build_agent(config, tokenizer)
-            options = prompt_options(config, agent)
-            if eval_parts is None:
-                prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **options)
-            else:  # data.eval_sources: a dict of held-out sets, each evaluated on its own
-                prompts = {p.name: p.records for p in tokenize_parts(eval_parts, "data.eval_sources", tokenizer,
-                                                                     options)[0]}
-        flat = prompts if eval_parts is None else [q for ps in prompts.values() for q in ps]
-        check_context_length(config, model_path, [], flat)
-        policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
-                             trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
-    except BaseException:
-        scorer.close()
-        raise
+    if config.trainer.num_threads:
+        torch.set_num_threads(config.trainer.num_threads)
+    device = resolve_device(config.trainer.device)
+    m = config.model
+    dtype = resolve_dtype(m.dtype, device)
+    check_model_source("model.name_or_path", model_path)
+    tokenizer = build_tokenizer(config, model_path)
+    with named_template_errors(config):
+        agent = build_agent(config, tokenizer)
+        if agent is not None:
+            resources.callback(agent.shutdown)
+        options = prompt_options(config, agent)
+        if eval_parts is None:
+            prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **options)
+        else:  # data.eval_sources: a dict of held-out sets, each evaluated on its own
+            prompts = {p.name: p.records for p in tokenize_parts(eval_parts, "data.eval_sources", tokenizer,
+                                                                 options)[0]}
+    flat = prompts if eval_parts is None else [q for ps in prompts.values() for q in ps]
+    check_context_length(config, model_path, [], flat)
+    policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
+                         trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
     engine = build_engine(config.rollout.engine, policy, tokenizer, config.rollout,
                           share_prefix=config.trainer.share_prompt_prefix)
     return engine, scorer, prompts, device, agent

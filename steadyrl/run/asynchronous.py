@@ -14,7 +14,7 @@ after generation comes back into the trainer: the run is the synchronous run, st
 With ``N >= 1`` the behaviour policy's log-probs come back with the samples and the update
 corrects for the mismatch with truncated importance sampling (``rollout.asynchronous.tis_cap``).
 
-What a draw produces is what :func:`steadyrl.trainer.dynamic.draw` produces (prompts, Generation, ScoreResult);
+What a draw produces is what :func:`steadyrl.trainer.dynamic.draw_batch` produces (prompts, Generation, ScoreResult);
 scoring stays in the trainer. A checkpoint completes the batches in flight and holds them, with
 the worker's RNG state after the last one (:meth:`AsyncRollouts.state_dict`); a resumed run
 trains on them and continues the worker's stream, so it replays the uninterrupted run exactly.
@@ -158,8 +158,8 @@ class AsyncRollouts:
         self.ready[message["step"]] = message
         self.last_rng = message["rng"]
 
-    def draw(self, step: int) -> tuple[Draw, dict[str, float]]:
-        """Step ``step``'s batch as :func:`steadyrl.trainer.dynamic.draw` returns it, and its age metrics."""
+    def take(self, step: int) -> tuple[Draw, dict[str, float]]:
+        """Step ``step``'s batch as :func:`steadyrl.trainer.dynamic.draw_batch` returns it, and its age metrics."""
         t0 = time.perf_counter()
         last = min(step + self.staleness, self.run.total_steps)
         while self.submitted < last:
@@ -204,13 +204,13 @@ class AsyncRollouts:
         self.conn.close()
 
 
-def start_rollouts(run, saved: dict | None) -> None:
-    """The asynchronous rollout worker, with a checkpoint's batches in flight (``saved``)."""
+def start_rollouts(run, saved: dict | None) -> AsyncRollouts | None:
+    """The asynchronous rollout worker, with a checkpoint's batches in flight (``saved``); None
+    when ``rollout.asynchronous.max_staleness`` is not set. The caller closes it."""
     staleness = run.config.rollout.asynchronous.max_staleness
     if saved and saved["batches"] and saved["max_staleness"] != staleness:
         raise ConfigError(
             f"rollout.asynchronous.max_staleness = {staleness}, but the checkpoint was written with "
             f"{saved['max_staleness']} and holds {len(saved['batches'])} batches generated ahead; resume with "
             f"rollout.asynchronous.max_staleness={saved['max_staleness']}")
-    if staleness is not None:
-        run.rollouts = AsyncRollouts(run, saved)
+    return AsyncRollouts(run, saved) if staleness is not None else None

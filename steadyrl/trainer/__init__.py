@@ -1,5 +1,5 @@
-"""The RL loop: rollout -> score -> process -> update -> log -> checkpoint."""
+"""The RL loop: :mod:`.recipe` (``train``, ``train_step``, ``evaluate_run``) and the pieces of a step."""
 
-from .loop import evaluate_run, train
+from .recipe import evaluate_run, train
 
 __all__ = ["train", "evaluate_run"]

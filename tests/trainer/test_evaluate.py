@@ -87,9 +87,9 @@ def test_accuracy_is_missing_when_only_the_accuracy_reward_fails():
 
 
 def test_the_summary_line_says_n_a_for_a_missing_accuracy():
-    from steadyrl.trainer.loop import _summary_line
+    from steadyrl.run.report import summary_line
 
-    line = _summary_line({"steps": 2, "wall_time_s": 3.0, "output_dir": "runs/x",
+    line = summary_line({"steps": 2, "wall_time_s": 3.0, "output_dir": "runs/x",
                           "eval_before": {"accuracy": None}, "eval_after": {"accuracy": 0.5}})
     assert "held-out accuracy n/a -> 50.0%" in line and "points" not in line
 
