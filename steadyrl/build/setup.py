@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import math
 import random
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -32,7 +32,6 @@ from ..models import (
     apply_lora,
     check_model_source,
     load_policy,
-    load_tokenizer,
     resolve_device,
     resolve_dtype,
 )
@@ -41,6 +40,8 @@ from ..trainer.packing import check_padding_free
 from ..data.prompts import PromptItem, prepare_prompts
 from ..rewards.scorer import Scorer
 from .sources import Part, make_sampler, tokenize_parts
+from .prompts import build_tokenizer, check_context_length, named_template_errors, prompt_options, tokenize_prompts
+from .support import check_parallel
 from .task import task_inputs
 
 if TYPE_CHECKING:
@@ -160,12 +161,6 @@ def check_model_paths(config: Config, model_path: str) -> None:
         check_model_source("model.critic_name_or_path", m.critic_name_or_path)
 
 
-def build_tokenizer(config: Config, model_path: str):
-    m = config.model
-    return load_tokenizer(m.tokenizer or model_path, revision=m.revision, trust_remote_code=m.trust_remote_code,
-                          field="model.tokenizer" if m.tokenizer else "model.name_or_path")
-
-
 def build_models(config: Config, model_path: str, device: torch.device):
     """``(policy, reference, critic, uses_adapter_reference)``."""
     m = config.model
@@ -190,33 +185,6 @@ def build_models(config: Config, model_path: str, device: torch.device):
         critic = ValueModel.from_pretrained(m.critic_name_or_path or model_path, dtype=dtype, device=device,
                                             trust_remote_code=m.trust_remote_code)
     return policy, reference, critic, adapter_reference
-
-
-def check_parallel(config: Config, device: torch.device, world: int) -> None:
-    """The data-parallel layout, refused before any model load when it cannot work."""
-    t, ro = config.trainer, config.rollout
-    if t.parallel == "fsdp":
-        if device.type != "cuda":
-            raise ConfigError(f"trainer.parallel = 'fsdp' needs CUDA GPUs (trainer.device resolves to "
-                              f"{device.type!r}); use trainer.parallel=ddp, which runs on the CPU with gloo")
-        if config.model.lora.enabled:
-            raise ConfigError("trainer.parallel = 'fsdp' with model.lora.enabled is not supported yet; "
-                              "use trainer.parallel=ddp (LoRA weights are small)")
-        if config.algorithm.advantage_estimator == "gae":
-            raise ConfigError("trainer.parallel = 'fsdp' with a critic (algorithm.advantage_estimator = 'gae') "
-                              "is not supported yet; use trainer.parallel=ddp or a critic-free estimator")
-    if ro.engine == "vllm" and config.model.lora.enabled:
-        raise ConfigError("rollout.engine = 'vllm' with model.lora.enabled is not supported yet; "
-                          "use rollout.engine=hf")
-    if world == 1:
-        return
-    if ro.prompts_per_step % world:
-        raise ConfigError(f"rollout.prompts_per_step = {ro.prompts_per_step} cannot be split over {world} "
-                          f"processes: it must be a multiple of the world size (e.g. "
-                          f"{-(-ro.prompts_per_step // world) * world})")
-    if t.mini_batch_size is not None and t.mini_batch_size % world:
-        raise ConfigError(f"trainer.mini_batch_size = {t.mini_batch_size} cannot be split over {world} "
-                          "processes: it counts samples over all ranks and must be a multiple of the world size")
 
 
 def parallelize(config: Config, policy, reference, critic, device: torch.device):
@@ -290,96 +258,9 @@ def check_inputs(config: Config, resources: ExitStack) -> Inputs:
         return inputs
     inputs.model_path = config.model.name_or_path
     check_model_paths(config, inputs.model_path)
-    _tokenize_prompts(config, inputs)
+    tokenize_prompts(config, inputs)
     check_context_length(config, inputs.model_path, inputs.train_prompts, inputs.eval_prompts)
     return inputs
-
-
-def prompt_options(config: Config, agent) -> dict:
-    """How prompts are rendered: a multi-turn episode is a conversation, so its string prompts are
-    user messages of the chat template (``data.chat_template`` null means true there), and the
-    tools' schemas go to the template."""
-    chat_template = config.data.chat_template
-    if config.rollout.multi_turn:
-        if chat_template is False:
-            raise ConfigError("data.chat_template = false, but rollout.tools / rollout.environment make every "
-                              "episode a conversation, which only the chat template can render; set "
-                              "data.chat_template to true or null")
-        chat_template = True
-    return {"max_prompt_tokens": config.data.max_prompt_tokens, "chat_template": chat_template,
-            "tools": getattr(agent, "tool_schemas", None), "template_kwargs": config.data.chat_template_kwargs}
-
-
-@contextmanager
-def named_template_errors(config: Config):
-    """A chat template's failure (raised deep in data.chat or agents.chat) prefixed with the config
-    key behind it: the template variables when set (the usual cause), else ``data.chat_template``."""
-    from ..agents.chat import TemplateError
-    from ..data.chat import ChatTemplateError
-
-    try:
-        yield
-    except (ChatTemplateError, TemplateError) as err:
-        kwargs = config.data.chat_template_kwargs
-        key = f"data.chat_template_kwargs = {kwargs!r}" if kwargs else "data.chat_template"
-        raise type(err)(f"{key}: {err}") from None
-
-
-def _tokenize_prompts(config: Config, inputs: Inputs) -> None:
-    inputs.tokenizer = build_tokenizer(config, inputs.model_path)
-    with named_template_errors(config):
-        _render_prompts(config, inputs)
-
-
-def _render_prompts(config: Config, inputs: Inputs) -> None:
-    inputs.agent = build_agent(config, inputs.tokenizer)
-    options = prompt_options(config, inputs.agent)
-    if inputs.train_parts is None:
-        inputs.train_prompts, inputs.dropped = prepare_prompts(inputs.train_records, inputs.tokenizer,
-                                                               source="data.train_path", **options)
-    else:  # each source on its own: the mixture samples from each source's prompts
-        inputs.train_parts, inputs.dropped = tokenize_parts(inputs.train_parts, "data.train_sources",
-                                                            inputs.tokenizer, options)
-        inputs.train_prompts = [item for part in inputs.train_parts for item in part.records]
-    if inputs.eval_parts is None:
-        inputs.eval_prompts, _ = prepare_prompts(inputs.eval_records, inputs.tokenizer,
-                                                 source="data.eval_path", **options)
-    else:
-        parts, _ = tokenize_parts(inputs.eval_parts, "data.eval_sources", inputs.tokenizer, options)
-        inputs.eval_sets = {p.name: p.records for p in parts}
-        inputs.eval_prompts = [item for p in parts for item in p.records]
-
-
-def check_context_length(config: Config, model_path: str, train_prompts: list[PromptItem],
-                         eval_prompts: list[PromptItem]) -> None:
-    """The longest prompt plus the response length it is generated with (``rollout.max_new_tokens``;
-    for the held-out prompts ``eval.max_new_tokens`` when set) must fit the model's positions (a
-    model with learned positions, GPT-2 for one, otherwise fails with an index error mid-run)."""
-    from transformers import AutoConfig
-
-    m = config.model
-    model_config = AutoConfig.from_pretrained(model_path, revision=m.revision,
-                                              trust_remote_code=m.trust_remote_code)
-    text_config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
-    limit = getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", None)
-    if not limit:
-        return
-    ro, eval_tokens = config.rollout, config.eval.max_new_tokens
-    if ro.multi_turn:  # every episode, held-out ones too, may use its whole token budget
-        checks = [("rollout.max_episode_tokens", ro.episode_token_limit, train_prompts + eval_prompts, "prompt")]
-    else:
-        checks = [("rollout.max_new_tokens", ro.max_new_tokens,
-                   train_prompts + (eval_prompts if eval_tokens is None else []), "prompt")]
-        if eval_tokens is not None:
-            checks.append(("eval.max_new_tokens", eval_tokens, eval_prompts, "held-out prompt"))
-    for key, new_tokens, prompts, what in checks:
-        longest = max((len(p.ids) for p in prompts), default=None)
-        if longest is not None and longest + new_tokens > limit:
-            raise ConfigError(
-                f"{key} = {new_tokens} plus the longest {what} ({longest} tokens, data.max_prompt_tokens = "
-                f"{config.data.max_prompt_tokens}) is {longest + new_tokens} tokens, more than the {limit} "
-                f"positions of model.name_or_path = {model_path!r}; lower {key} or data.max_prompt_tokens "
-                "so that they fit")
 
 
 def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) -> Run:
@@ -394,7 +275,7 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
         from ..demo.builders import demo_model
 
         inputs.model_path = demo_model(config, output_dir, inputs.train_records)
-        _tokenize_prompts(config, inputs)
+        tokenize_prompts(config, inputs)
     policy, reference, critic, adapter_ref = build_models(config, inputs.model_path, device)
     train_policy, train_critic, reference, generator = parallelize(config, policy, reference, critic, device)
     train_prompts = inputs.train_prompts

@@ -30,7 +30,6 @@ import time
 
 import torch
 
-from .. import distributed as dist
 from ..errors import ConfigError, RolloutWorkerError
 from ..models import unwrap
 from ..data.prompts import PromptItem
@@ -50,14 +49,7 @@ class AsyncRollouts:
     """The trainer's side: requests batches ahead, receives them, pushes weights, checkpoints."""
 
     def __init__(self, run, saved: dict | None = None):
-        if dist.world_size() > 1:
-            raise ConfigError("rollout.asynchronous.max_staleness is set under torchrun: asynchronous "
-                              "rollouts run on one process (a rollout worker per rank is not written yet); "
-                              "set rollout.asynchronous.max_staleness=null")
-        if run.device.type != "cpu":
-            raise ConfigError(f"rollout.asynchronous.max_staleness is set with trainer.device on {run.device.type}: "
-                              "the rollout worker is written for the CPU only (on GPUs it would be a separate GPU "
-                              "or a vLLM engine, docs/scaling.md); set rollout.asynchronous.max_staleness=null")
+        # on one CPU process only: refused otherwise before any model loads (steadyrl.build.support)
         cfg = run.config
         self.run, self.staleness = run, cfg.rollout.asynchronous.max_staleness
         self.ready: dict[int, dict] = {}  # step -> the worker's result (decoded), not yet trained on

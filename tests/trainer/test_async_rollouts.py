@@ -229,10 +229,16 @@ def test_an_exception_in_the_worker_comes_back_with_its_traceback(write_config, 
 
 
 def test_a_trainer_on_a_gpu_is_refused_before_any_worker_starts():
-    from types import SimpleNamespace
+    from steadyrl.build.support import check_parallel
 
-    from steadyrl.run.asynchronous import AsyncRollouts
-
-    run = SimpleNamespace(device=torch.device("cuda"), config=load_config(None, ["rollout.asynchronous.max_staleness=1"]))
+    config = load_config(None, ["rollout.asynchronous.max_staleness=1"])
     with pytest.raises(ConfigError, match="trainer.device on cuda"):
-        AsyncRollouts(run)
+        check_parallel(config, torch.device("cuda"), 1)
+
+
+def test_asynchronous_rollouts_under_torchrun_are_refused_before_any_model_loads():
+    from steadyrl.build.support import check_parallel
+
+    config = load_config(None, ["rollout.asynchronous.max_staleness=1"])
+    with pytest.raises(ConfigError, match="under torchrun"):
+        check_parallel(config, torch.device("cpu"), 2)
