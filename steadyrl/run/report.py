@@ -13,14 +13,17 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import distributed as dist
-from ..build.setup import Run
 from ..config.schema import Config
 from ..errors import TrainingHalted
 from ..files import atomic_write_text
 from . import checkpoint as ckpt
 from .state import save
+
+if TYPE_CHECKING:
+    from ..build.setup import Run
 
 
 def sample_rows(extras: dict, limit: int = 8) -> list[dict]:

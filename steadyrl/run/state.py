@@ -10,12 +10,16 @@ rollouts' batches in flight come with them, so a resumed run replays the uninter
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from .. import distributed as dist
-from ..build.setup import Run, RunState, seed_everything
+from ..build.setup import RunState, seed_everything
 from . import checkpoint as ckpt
+
+if TYPE_CHECKING:
+    from ..build.setup import Run
 
 
 def _checkpoint_state(run: Run, shared: dict) -> dict:
