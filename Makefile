@@ -13,7 +13,7 @@ TORCH_SPEC ?= $(if $(HAVE_CUDA),torch>=2.4,torch==2.13.0)
 
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test test-fast bench venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ demo: $(VENV)/.base
 
 test: $(VENV)/.dev
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The inner loop: everything but the tests marked slow (> ~20 s each: end-to-end learning,
+# asynchronous rollout workers, kill-and-resume, torchrun); `make test` still runs them all.
+test-fast: $(VENV)/.dev
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: $(VENV)/.bench
 	$(PY) -m benchmarks.run_all

@@ -8,7 +8,7 @@ temporary file, removed here on error): a ``config.yaml`` cut short still parses
 setting silently back at its default, so nothing a run reads back is written in place.
 The directory fsync makes the rename itself survive a power cut. Used for ``config.yaml``,
 ``summary.json``, ``tracking.json``, the run marker and the ``*.jsonl`` rewrites; checkpoints
-are whole directories renamed the same way (``steadyrl.trainer.checkpoint``).
+are whole directories renamed the same way (``steadyrl.run.checkpoint``).
 """
 
 from __future__ import annotations

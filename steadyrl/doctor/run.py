@@ -16,7 +16,7 @@ from ..errors import DataError
 from ..tracking.tracker import METRICS_FILE, SAMPLES_FILE, read_metrics, read_samples
 
 MARKER = ".steadyrl-run"
-"""The file ``steadyrl train`` writes first in its run directory (trainer/rundir.py)."""
+"""The file ``steadyrl train`` writes first in its run directory (run/directory.py)."""
 
 Series = list[tuple[float, float]]
 """``[(step, value), ...]`` in step order, finite values only."""

@@ -8,6 +8,7 @@ up to and including its first EOS token; one with no EOS in ``max_new_tokens`` i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -44,6 +45,32 @@ class Generation:
         """``[B, R]`` the tokens the policy sampled: the only ones a loss, KL, entropy or length
         metric may count (observations are attended to, never trained on)."""
         return self.response_mask if self.policy_mask is None else self.policy_mask
+
+
+class Engine(Protocol):
+    """What the trainer needs of a generation engine (:class:`~steadyrl.rollout.hf.HFEngine`,
+    :class:`~steadyrl.rollout.vllm.VLLMEngine`): ``n`` samples of each prompt, and the trained
+    weights before the next generation."""
+
+    def generate(self, prompt_ids: list[list[int]], n: int, *, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, top_k: int = 0, do_sample: bool = True) -> Generation:
+        """``n`` responses to each of ``prompt_ids`` (rows grouped by prompt)."""
+        ...
+
+    def update_weights(self, model) -> None:
+        """Generate from ``model``'s current weights from now on."""
+        ...
+
+
+class Tokenizer(Protocol):
+    """The part of a Hugging Face tokenizer a run uses: encode, decode, pad and end tokens, templates."""
+
+    pad_token_id: int | None
+    eos_token_id: int | None
+
+    def __call__(self, text, **kwargs) -> dict: ...
+
+    def decode(self, ids, **kwargs) -> str: ...
 
 
 @dataclass

@@ -35,17 +35,9 @@ import torch
 from .. import distributed as dist
 from ..functional import difficulty_groups, group_scores_vary
 from ..rollout.base import concat_generations
-from .episodes import episode_seeds, rollout, score_episodes
+from ..rewards.scorer import score_episodes
+from ..rollout.driver import Draw, episode_seeds, rollout
 from .global_batch import merge_results
-
-
-@dataclass
-class Draw:
-    prompts: list  # this rank's PromptItems
-    gen: object  # Generation, group_size rows per prompt
-    result: object  # ScoreResult
-    generate_s: float
-    score_s: float
 
 
 @dataclass
@@ -60,7 +52,7 @@ class StepSamples:
     metrics: dict
 
 
-def draw(run, engine, step: int, index: int) -> Draw:
+def draw_batch(run, engine, step: int, index: int) -> Draw:
     """Draw ``index`` of step ``step``: prompts, episodes and scores."""
     ro = run.config.rollout
     prompts = dist.shard(run.sampler.next_batch())  # whole prompts: a group never spans two ranks
@@ -88,9 +80,9 @@ def informative_groups(scores: torch.Tensor, valid: torch.Tensor, group_size: in
 def step_samples(run, engine, step: int) -> StepSamples:
     """This rank's samples of step ``step`` (one draw, or a dynamically filled step)."""
     if run.rollouts is not None:  # asynchronous rollouts (never with dynamic sampling: refused at load)
-        first, metrics = run.rollouts.draw(step)
+        first, metrics = run.rollouts.take(step)
     else:
-        first, metrics = draw(run, engine, step, 0), {}
+        first, metrics = draw_batch(run, engine, step, 0), {}
     algo, n = run.config.algorithm, run.config.rollout.group_size
     samples = [p for p in first.prompts for _ in range(n)]
     if not algo.dynamic_sampling:
@@ -108,14 +100,14 @@ def step_samples(run, engine, step: int) -> StepSamples:
         if len(draws) >= algo.dynamic_sampling_max_draws or dist.all_reduce_max(short) == 0:
             break
         if short:
-            draws.append(draw(run, engine, step, len(draws)))
+            draws.append(draw_batch(run, engine, step, len(draws)))
         else:  # this rank is full: only keep its sampler in step with the others'
             run.sampler.next_batch()
             draws.append(Draw([], None, None, 0.0, 0.0))
-    return _assemble(run, draws, kept[:quota], quota, filtered)
+    return _fill_step(run, draws, kept[:quota], quota, filtered)
 
 
-def _assemble(run, draws: list[Draw], kept: list[tuple[int, int]], quota: int, filtered: int) -> StepSamples:
+def _fill_step(run, draws: list[Draw], kept: list[tuple[int, int]], quota: int, filtered: int) -> StepSamples:
     n = run.config.rollout.group_size
     real = [d for d in draws if d.gen is not None]
     fill = [(0, g) for g in range(quota) if (0, g) not in kept][: quota - len(kept)]  # signal-free, masked out

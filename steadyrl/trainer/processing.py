@@ -22,6 +22,7 @@ hostile inputs (rewards of ±1e6, equal rewards, groups of one, empty responses)
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -91,16 +92,11 @@ def _token_rewards(raw, valid, mask, algo: AlgorithmConfig, group_size: int, *, 
 
 
 def _estimator_options(algo: AlgorithmConfig, valid: torch.Tensor) -> dict:
-    name = algo.advantage_estimator
-    if name in ("grpo", "grpo_passk"):
-        return {"norm_by_std": algo.norm_by_std, "sample_mask": valid}
-    if ADVANTAGE_ESTIMATORS[name].grouped:
-        return {"sample_mask": valid}
-    if name == "gae":
-        return {"gamma": algo.gamma, "lam": algo.lam}
-    if name == "reinforce_plus_plus":
-        return {"gamma": algo.gamma, "sample_mask": valid}
-    return {}
+    """The options the estimator takes, by the names of its parameters: a new estimator is one
+    decorated function in :mod:`steadyrl.functional.advantages`, nothing to add here."""
+    offered = {"norm_by_std": algo.norm_by_std, "gamma": algo.gamma, "lam": algo.lam, "sample_mask": valid}
+    accepted = inspect.signature(ADVANTAGE_ESTIMATORS[algo.advantage_estimator].fn).parameters
+    return {name: value for name, value in offered.items() if name in accepted}
 
 
 def _sample_masks(raw, valid, truncated, algo: AlgorithmConfig, group_size: int, metrics: dict):

@@ -1,4 +1,5 @@
-"""One training step: rollout -> score -> process -> update, and the metrics it produces.
+"""The pieces of a training step that :func:`steadyrl.trainer.recipe.train_step` calls: log-probs and
+values of a batch (:func:`prepare`), the importance correction, and the step's metrics.
 
 With several data-parallel ranks each rank takes its contiguous share of the step's prompts
 (every rank draws the same global batch from the sampler; whole groups per rank), generates
@@ -9,9 +10,8 @@ samples of all ranks (:mod:`.global_batch`), and each rank updates on its own ro
 from __future__ import annotations
 
 import contextlib
-import time
-import warnings
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,14 +20,13 @@ from ..functional import explained_variance, masked_mean
 from ..functional.importance import behaviour_logprob_mask, rollout_mismatch_metrics, truncated_importance_weights
 from ..rewards import reward_metrics
 from ..rollout.episodes import episode_metrics
-from .batch import TrainBatch, batch_from_generation
-from .dynamic import step_samples
+from .batch import TrainBatch
 from .forward import critic_values, response_logprobs
-from .global_batch import GlobalSamples, gather_samples
+from .global_batch import GlobalSamples
 from .packing import micro_batch_plan, trim
-from .processing import process_rewards
-from .setup import Run
-from .update import ppo_update
+
+if TYPE_CHECKING:
+    from ..build.setup import Run
 
 
 def _reference_context(run: Run):
@@ -103,8 +102,8 @@ def _sample_metrics(whole: GlobalSamples, processed, tis_metrics: dict[str, floa
     return metrics
 
 
-def _importance_correction(run: Run, whole: GlobalSamples, advantages: torch.Tensor,
-                           loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+def importance_correction(run: Run, whole: GlobalSamples, advantages: torch.Tensor,
+                          loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """Truncated importance sampling when the engine returned its log-probs (vLLM, or the
     asynchronous rollout worker) and ``rollout.vllm.tis_cap`` (``rollout.asynchronous.tis_cap``)
     is set: advantages times ``w``, and tokens whose behaviour log-prob is NaN out of the loss
@@ -128,70 +127,25 @@ def domain_ids(domains: list | None) -> torch.Tensor | None:
     return torch.tensor([ids.setdefault(str(d), len(ids)) for d in domains], dtype=torch.long)
 
 
-def train_step(run: Run, engine, step: int) -> tuple[dict[str, float], dict]:
-    """Run step ``step``; returns ``(metrics, extras)`` where extras carry samples and tracebacks."""
-    cfg = run.config
-    ro, algo = cfg.rollout, cfg.algorithm
-    start = time.perf_counter()
-    drawn = step_samples(run, engine, step)  # one draw, or several with algorithm.dynamic_sampling
-    prompts, samples, gen, result = drawn.prompts, drawn.samples, drawn.gen, drawn.result
-    t_score = time.perf_counter()
-
-    batch = prepare(run, batch_from_generation(gen))
-    whole = gather_samples(result, gen, batch, [len(p.ids) for p in prompts], ro.turn_reward,
-                           drawn.selected)  # all ranks' samples
-    trainable = whole.result.valid if whole.selected is None else whole.result.valid & whole.selected
-    processed = process_rewards(whole.result.scores, trainable, whole.policy_mask, whole.truncated,
-                                algo, ro.group_size, kl_coef=run.kl_controller.value,
-                                old_logprobs=whole.old_logprobs, ref_logprobs=whole.ref_logprobs,
-                                values=whole.values, running=run.running, turn_rewards=whole.turn_rewards,
-                                domains=domain_ids(whole.result.domains))
-    advantages, loss_mask, tis_metrics = _importance_correction(run, whole, processed.advantages, processed.loss_mask)
-    batch = replace(batch, loss_mask=whole.mine(loss_mask), advantages=whole.mine(advantages),
-                    returns=whole.mine(processed.returns), sample_weights=whole.mine(processed.sample_weights))
-    lr = run.scheduler.get_last_lr()[0]
-    metrics: dict[str, float] = {}
-    if loss_mask.sum() > 0:  # the global mask: every rank takes the same branch
-        policy, critic = run.training_models()
-        update_metrics, steps, skipped = ppo_update(policy, run.optimizer, batch, cfg,
-                                                    kl_coef=run.kl_controller.value, critic=critic,
-                                                    critic_optimizer=run.critic_optimizer, device=run.device)
-        metrics.update(update_metrics)
-        engine.update_weights(run.generator)  # vLLM: pushed before the next generation
-    else:  # no sample may enter the loss: nothing to learn from, nothing is touched
-        steps = skipped = 0
-        metrics["batch/no_valid_sample"] = 1.0
-    with warnings.catch_warnings():  # the schedule counts training steps, skipped ones included
-        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
-        run.scheduler.step()
-    if run.rollouts is not None:  # the next requests are generated from this step's weights
-        run.rollouts.push(step)
-    kl_now = metrics.get(f"kl/{algo.kl_estimator}")
-    if kl_now is not None:
-        run.kl_controller.update(kl_now, n_steps=len(batch) * dist.world_size(), step=step)
-    t_update = time.perf_counter()
-
-    run.state.skipped_steps += skipped
-    # skipped optimizer steps in a row (trainer.max_consecutive_skips); one that went through resets it
-    run.state.consecutive_skips = run.state.consecutive_skips + skipped if skipped == steps else 0
-    metrics.update(_sample_metrics(whole, processed, tis_metrics))
+def step_metrics(run: Run, drawn, whole: GlobalSamples, processed, tis_metrics: dict[str, float], lr: float,
+                 times: dict[str, float]) -> dict[str, float]:
+    """A step's metrics besides the update's: rewards, processing, lengths, critic, episodes,
+    dynamic sampling, KL coefficient, schedule, epochs, timings and throughput."""
+    metrics = _sample_metrics(whole, processed, tis_metrics)
     metrics.update(episode_metrics(whole.episodes, list(getattr(run.agent, "tools", {}))))
     metrics.update(drawn.metrics)
-    tokens = whole.tokens
-    if algo.kl_mode != "none":
+    if run.config.algorithm.kl_mode != "none":
         metrics["kl/coef"] = run.kl_controller.value
+    step_s = times["updated"] - times["start"]
     metrics.update({
         "actor/lr": lr,
         "epoch": run.sampler.epoch,
         **{f"data/source/{name}/epoch": e for name, e in getattr(run.sampler, "source_epochs", dict)().items()},
         "time/generate_s": drawn.generate_s,
         "time/score_s": drawn.score_s,
-        "time/update_s": t_update - t_score,
-        "time/step_s": t_update - start,
-        "throughput/tokens_per_s": tokens / max(t_update - start, 1e-9),
+        "time/update_s": times["updated"] - times["scored"],
+        "time/step_s": step_s,
+        "throughput/tokens_per_s": whole.tokens / max(step_s, 1e-9),
         "health/skipped_steps": run.state.skipped_steps,
     })
-    # samples: this rank's own; result: all ranks' (rank 0's rows first, so they line up on rank 0)
-    extras = {"prompts": samples, "completions": gen.completions, "result": whole.result,
-              "episodes": gen.episodes}
-    return metrics, extras
+    return metrics

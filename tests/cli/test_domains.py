@@ -101,6 +101,7 @@ def test_metrics_per_domain_and_per_held_out_set(trained):
         assert row["eval/accuracy"] == row["eval/rev_eval/accuracy"] and row["eval/num_prompts"] == 8
 
 
+@pytest.mark.slow
 def test_resume_continues_the_mixture_exactly(trained, domains_run, steadyrl_cli, tmp_path):
     whole = tmp_path / "whole"
     proc = steadyrl_cli("train", str(domains_run / "cfg.yaml"), "--output-dir", str(whole))

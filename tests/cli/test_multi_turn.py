@@ -113,6 +113,7 @@ def _metrics(out_dir):
     return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_environment_episodes_train_with_exact_tokens(agent_run, steadyrl_cli, tmp_path):
     root, base = agent_run
     cfg = _write(root, base, "env.yaml", rollout={"environment": f"{root / 'env.py'}:TwoSteps"},
@@ -138,6 +139,7 @@ def test_environment_episodes_train_with_exact_tokens(agent_run, steadyrl_cli, t
     assert "eval_after" in summary or any(k.startswith("eval") for k in summary)
 
 
+@pytest.mark.slow
 def test_tool_episodes_train(agent_run, steadyrl_cli, tmp_path):
     root, base = agent_run
     # the template wraps a tool result in 53 tokens: the observation limit leaves room for content

@@ -117,7 +117,7 @@ def hold_lock():
     held = []
 
     def hold(run_dir) -> int:
-        code = ("import sys, time; from pathlib import Path; from steadyrl.trainer.rundir import RunLock; "
+        code = ("import sys, time; from pathlib import Path; from steadyrl.run.directory import RunLock; "
                 "RunLock().acquire(Path(sys.argv[1])); print('held', flush=True); time.sleep(600)")
         proc = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True)
         held.append(proc)
@@ -142,7 +142,7 @@ def test_a_run_on_a_directory_another_run_holds_stops_naming_the_pid(run_copy, t
 def test_a_finished_run_leaves_its_directory_unlocked_and_marked(run_copy, tiny_run):
     import json
 
-    from steadyrl.trainer.rundir import LOCK, MARKER
+    from steadyrl.run.directory import LOCK, MARKER
 
     assert (run_copy / LOCK).read_bytes() == b""  # no PID left behind
     assert json.loads((run_copy / MARKER).read_text()) == {"steadyrl_run": 1}
@@ -151,7 +151,7 @@ def test_a_finished_run_leaves_its_directory_unlocked_and_marked(run_copy, tiny_
 
 
 def test_runs_started_in_the_same_second_get_a_directory_each(tiny_run, tmp_path, monkeypatch):
-    from steadyrl.trainer import rundir
+    from steadyrl.run import directory as rundir
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(rundir.time, "strftime", lambda fmt: "20260101-120000")
@@ -177,7 +177,7 @@ def test_overwrite_of_a_directory_that_is_not_a_run_removes_nothing(tiny_run, tm
 
 
 def test_overwrite_replaces_a_run_of_a_version_before_the_marker(run_copy, tiny_run):
-    from steadyrl.trainer.rundir import MARKER
+    from steadyrl.run.directory import MARKER
 
     (run_copy / MARKER).unlink()  # config.yaml + metrics.jsonl: a run all the same
     assert cli.main(["train", str(tiny_run.config), "--output-dir", str(run_copy), "--overwrite",
@@ -261,7 +261,7 @@ def test_resume_with_changed_settings_then_resume_again_is_allowed(run_copy, tin
 
 
 def test_resume_accepts_the_config_yaml_of_a_version_before_the_hash(run_copy):
-    from steadyrl.trainer.rundir import MARKER
+    from steadyrl.run.directory import MARKER
 
     path = run_copy / "config.yaml"
     path.write_text(path.read_text().split("# steadyrl-sha256")[0])

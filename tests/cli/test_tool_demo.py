@@ -26,7 +26,7 @@ def test_demo_task_tool_on_the_command_line_starts_from_the_tool_demo_config():
 
 
 def test_tool_demo_without_the_calculator_is_refused(tmp_path):
-    from steadyrl.trainer.task import demo_task
+    from steadyrl.demo.builders import demo_task
 
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"demo": {"task": "tool"}}))
@@ -51,7 +51,7 @@ def test_tool_demo_trains_a_few_steps_and_shows_transcripts(steadyrl_cli, tmp_pa
 
 
 def test_built_in_tools_are_the_tool_demos_and_need_no_trust_flag(steadyrl_cli, tmp_path):
-    from steadyrl.trainer.trust import BUILTIN_TOOLS
+    from steadyrl.run.trust import BUILTIN_TOOLS
 
     assert BUILTIN_TOOLS == set(DEMO_TOOL_CONFIG["rollout"]["tools"])
     out = tmp_path / "run"

@@ -166,7 +166,7 @@ def _run_dir_naming(finished_run, tmp_path, rewards, **model):
     saved = yaml.safe_load((run / "config.yaml").read_text())
     saved["rewards"] = rewards
     saved["model"].update(model)
-    from steadyrl.trainer.rundir import with_hash_line
+    from steadyrl.run.directory import with_hash_line
 
     # written as steadyrl writes it (a hand edit would be refused as damaged before the trust check)
     (run / "config.yaml").write_text(with_hash_line(yaml.safe_dump(saved, sort_keys=False)))

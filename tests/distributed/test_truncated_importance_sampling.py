@@ -14,10 +14,10 @@ import yaml
 from steadyrl.config import load_config
 from steadyrl.functional.importance import rollout_mismatch_metrics, truncated_importance_weights
 from steadyrl.rollout import HFEngine
-from steadyrl.trainer import step as step_module
+from steadyrl.trainer import recipe as step_module
 from steadyrl.trainer.batch import batch_from_generation
 from steadyrl.trainer.forward import response_logprobs
-from steadyrl.trainer.setup import build_run
+from steadyrl.build.setup import build_run
 
 
 def _oracle(logp, rollout, mask, cap):

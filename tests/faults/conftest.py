@@ -170,7 +170,7 @@ def _weights(checkpoint: Path | None) -> dict[str, torch.Tensor]:
 
 
 def latest(run_dir: Path) -> Path | None:
-    from steadyrl.trainer.checkpoint import latest_checkpoint
+    from steadyrl.run.checkpoint import latest_checkpoint
 
     return latest_checkpoint(run_dir / "checkpoints")
 

@@ -81,7 +81,7 @@ def test_tracking_json_is_the_old_one_after_a_full_disk(tmp_path):
     assert not [n for n in _files(tmp_path) if ".tmp" in n]
 
 
-@pytest.mark.parametrize("module", ["steadyrl/trainer/loop.py", "steadyrl/trainer/rundir.py",
+@pytest.mark.parametrize("module", ["steadyrl/run/report.py", "steadyrl/run/directory.py",
                                     "steadyrl/config/loading.py", "steadyrl/tracking/tracker.py"])
 def test_no_run_file_is_written_in_place(module):
     """summary.json, config.yaml, tracking.json and the marker all go through the atomic helper."""

@@ -1,4 +1,4 @@
-"""``steadyrl.trainer.checkpoint`` on its own: atomic writes, pruning, and what an interrupted
+"""``steadyrl.run.checkpoint`` on its own: atomic writes, pruning, and what an interrupted
 save leaves behind. The models are stand-ins whose ``save_pretrained`` writes one file (and can
 be made to die half-way), so every crash point is reached on purpose, not by timing."""
 
@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from steadyrl.trainer import checkpoint as ckpt
+from steadyrl.run import checkpoint as ckpt
 
 
 class Saver:

@@ -9,7 +9,7 @@ import signal
 import time
 
 from steadyrl import cli
-from steadyrl.trainer.rundir import LOCK
+from steadyrl.run.directory import LOCK
 
 
 def _wait_for_lock(path, pid: int, proc, deadline_s: float = 120) -> None:

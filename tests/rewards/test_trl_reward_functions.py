@@ -177,7 +177,8 @@ def test_a_call_the_signature_cannot_take_is_told_apart_from_a_type_error_in_the
 
 
 def test_the_trainer_scorer_stops_on_a_first_batch_the_function_cannot_be_called_with():
-    from steadyrl.trainer.prompts import PromptItem, Scorer
+    from steadyrl.data.prompts import PromptItem
+    from steadyrl.rewards.scorer import Scorer
 
     def needs_solution(completions, solution, **kwargs):
         return [1.0] * len(completions)
@@ -193,7 +194,8 @@ def test_the_trainer_scorer_stops_on_a_first_batch_the_function_cannot_be_called
 
 
 def test_the_trainer_scorer_passes_chat_prompts_and_token_ids():
-    from steadyrl.trainer.prompts import PromptItem, Scorer
+    from steadyrl.data.prompts import PromptItem
+    from steadyrl.rewards.scorer import Scorer
 
     items = [PromptItem(text="rendered", ids=[1], columns={"solution": "red"}, messages=CHAT[0]),
              PromptItem(text="rendered", ids=[1], columns={"solution": "blue"}, messages=CHAT[0])]

@@ -15,7 +15,7 @@ from steadyrl.agents.toolagent import ToolAgent
 from steadyrl.agents.tools import Tool
 from steadyrl.rollout.base import Generation, response_mask_from_ids
 from steadyrl.rollout.episodes import TurnLimits, episode_metrics, run_episodes
-from steadyrl.trainer.prompts import prepare_prompts
+from steadyrl.data.prompts import prepare_prompts
 from agents.templates import llama31, llama32_dated, qwen25
 
 QWEN_HEADER, LLAMA_HEADER = "<|im_start|>assistant", "<|start_header_id|>assistant"

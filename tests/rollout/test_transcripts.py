@@ -1,6 +1,6 @@
 """The transcript (``turns``) reward functions read: every sampled turn in it exactly once, as sampled.
 
-Checked through :func:`steadyrl.trainer.episodes.score_episodes`, the path a training step takes:
+Checked through :func:`steadyrl.rewards.scorer.score_episodes`, the path a training step takes:
 a reward function receives ``turns`` and the test compares its assistant messages with the runs
 of policy tokens in the episode's own tensors, whatever ended the episode (an answer, a turn cut
 by ``max_new_tokens`` or ``max_episode_tokens``, the turn limit, an environment that failed).
@@ -11,8 +11,7 @@ import pytest
 from steadyrl.agents.environment import EnvironmentAgent
 from steadyrl.rewards import RewardSpec
 from steadyrl.rollout.episodes import TurnLimits, run_episodes
-from steadyrl.trainer.episodes import score_episodes
-from steadyrl.trainer.prompts import Scorer
+from steadyrl.rewards.scorer import Scorer, score_episodes
 from agents.templates import qwen25
 from rollout.test_episodes import CALL, LIMITS, CrashingEnv, ScriptedEngine, prompts_for, tool_agent
 

@@ -62,11 +62,12 @@ def _rows(run_dir, drop=("time/", "throughput/")):
 def _weights(run_dir):
     from safetensors.torch import load_file
 
-    from steadyrl.trainer.checkpoint import latest_checkpoint
+    from steadyrl.run.checkpoint import latest_checkpoint
 
     return load_file(latest_checkpoint(run_dir / "checkpoints") / "policy" / "model.safetensors")
 
 
+@pytest.mark.slow
 def test_max_staleness_0_equals_the_synchronous_run(write_config, tmp_path):
     train(write_config("sync.yaml"), [], output_dir=str(tmp_path / "sync"))
     train(write_config("async0.yaml", 0), [], output_dir=str(tmp_path / "async0"))
@@ -79,6 +80,7 @@ def test_max_staleness_0_equals_the_synchronous_run(write_config, tmp_path):
     assert ages == [0.0] * 4
 
 
+@pytest.mark.slow
 def test_batches_are_never_more_than_max_staleness_versions_old(write_config, tmp_path):
     train(write_config("async2.yaml", 2, steps=5), [], output_dir=str(tmp_path / "run"))
     steps = [m for m in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "rollout/staleness_max" in m]
@@ -91,6 +93,7 @@ def test_batches_are_never_more_than_max_staleness_versions_old(write_config, tm
     assert any(abs(m["rollout/logprob_diff_mean"]) > 1e-4 for m in steps[2:])
 
 
+@pytest.mark.slow
 def test_a_resumed_run_replays_the_uninterrupted_one(write_config, tmp_path):
     config = write_config("async1.yaml", 1, steps=4)
     train(config, [], output_dir=str(tmp_path / "full"))
@@ -143,10 +146,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_the_worker_ends_with_the_run(write_config, tmp_path, monkeypatch):
     import os
 
-    from steadyrl.trainer import asynchronous
+    from steadyrl.run import asynchronous
 
     seen = []
     start = asynchronous.AsyncRollouts._start
@@ -161,6 +165,7 @@ def test_the_worker_ends_with_the_run(write_config, tmp_path, monkeypatch):
     assert _children(os.getpid()) == []
 
 
+@pytest.mark.slow
 def test_the_worker_dies_when_the_trainer_is_killed(write_config, tmp_path):
     import os
     import signal
@@ -188,11 +193,12 @@ def test_the_worker_dies_when_the_trainer_is_killed(write_config, tmp_path):
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_a_clear_error_not_a_hang(write_config, tmp_path, monkeypatch):
     import os
     import signal
 
-    from steadyrl.trainer import asynchronous
+    from steadyrl.run import asynchronous
 
     push = asynchronous.AsyncRollouts.push
 
@@ -206,8 +212,9 @@ def test_a_killed_worker_is_a_clear_error_not_a_hang(write_config, tmp_path, mon
         train(write_config("a.yaml", 1, steps=4), [], output_dir=str(tmp_path / "run"))
 
 
+@pytest.mark.slow
 def test_an_exception_in_the_worker_comes_back_with_its_traceback(write_config, tmp_path, monkeypatch):
-    from steadyrl.trainer import asynchronous
+    from steadyrl.run import asynchronous
 
     send = asynchronous.AsyncRollouts._send
 
@@ -222,10 +229,16 @@ def test_an_exception_in_the_worker_comes_back_with_its_traceback(write_config, 
 
 
 def test_a_trainer_on_a_gpu_is_refused_before_any_worker_starts():
-    from types import SimpleNamespace
+    from steadyrl.build.support import check_parallel
 
-    from steadyrl.trainer.asynchronous import AsyncRollouts
-
-    run = SimpleNamespace(device=torch.device("cuda"), config=load_config(None, ["rollout.asynchronous.max_staleness=1"]))
+    config = load_config(None, ["rollout.asynchronous.max_staleness=1"])
     with pytest.raises(ConfigError, match="trainer.device on cuda"):
-        AsyncRollouts(run)
+        check_parallel(config, torch.device("cuda"), 1)
+
+
+def test_asynchronous_rollouts_under_torchrun_are_refused_before_any_model_loads():
+    from steadyrl.build.support import check_parallel
+
+    config = load_config(None, ["rollout.asynchronous.max_staleness=1"])
+    with pytest.raises(ConfigError, match="under torchrun"):
+        check_parallel(config, torch.device("cpu"), 2)

@@ -77,7 +77,7 @@ def _rows(run_dir, drop=("time/", "throughput/", "dynamic/")):
 def _weights(run_dir):
     from safetensors.torch import load_file
 
-    from steadyrl.trainer.checkpoint import latest_checkpoint
+    from steadyrl.run.checkpoint import latest_checkpoint
 
     return load_file(latest_checkpoint(run_dir / "checkpoints") / "policy" / "model.safetensors")
 

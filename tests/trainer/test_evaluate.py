@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from steadyrl.trainer.evaluate import _correct, pass_at_k
+from steadyrl.run.evaluate import _correct, pass_at_k
 
 
 @pytest.mark.parametrize("n,c,k,expected", [(4, 0, 1, 0.0), (4, 4, 2, 1.0), (4, 1, 1, 0.25), (4, 1, 2, 0.5),
@@ -56,8 +56,9 @@ def _matches(prompts, completions, answer, **columns):
 def _evaluate(*fns, num_samples=2):
     from steadyrl.config.schema import RolloutConfig
     from steadyrl.rewards import RewardSpec
-    from steadyrl.trainer.evaluate import evaluate
-    from steadyrl.trainer.prompts import PromptItem, Scorer
+    from steadyrl.run.evaluate import evaluate
+    from steadyrl.data.prompts import PromptItem
+    from steadyrl.rewards.scorer import Scorer
 
     prompts = [PromptItem(text=f"p{i}", ids=[1, 2], columns={"answer": "42"}) for i in range(3)]
     scorer = Scorer([RewardSpec(name=fn.__name__, fn=fn, isolation="inline") for fn in fns])
@@ -86,9 +87,9 @@ def test_accuracy_is_missing_when_only_the_accuracy_reward_fails():
 
 
 def test_the_summary_line_says_n_a_for_a_missing_accuracy():
-    from steadyrl.trainer.loop import _summary_line
+    from steadyrl.run.report import summary_line
 
-    line = _summary_line({"steps": 2, "wall_time_s": 3.0, "output_dir": "runs/x",
+    line = summary_line({"steps": 2, "wall_time_s": 3.0, "output_dir": "runs/x",
                           "eval_before": {"accuracy": None}, "eval_after": {"accuracy": 0.5}})
     assert "held-out accuracy n/a -> 50.0%" in line and "points" not in line
 
@@ -101,7 +102,7 @@ def test_evaluation_shows_its_progress(capsys, monkeypatch):
 
 
 def test_several_sets_are_reported_each_and_over_all_their_prompts(monkeypatch):
-    from steadyrl.trainer import evaluate as ev
+    from steadyrl.run import evaluate as ev
 
     tallies = {  # set a: 1 of 1 right; set b: 1 of 3 right, one prompt outside the accuracy reward's domain
         "a": {"correct": [True], "judged": 1, "scored": 1, "rewards": 1.0, "counts": [2], "judged_samples": 2},
@@ -120,7 +121,7 @@ def test_several_sets_are_reported_each_and_over_all_their_prompts(monkeypatch):
 
 
 def test_a_set_the_accuracy_reward_never_applies_to_has_no_accuracy():
-    from steadyrl.trainer.evaluate import _summary
+    from steadyrl.run.evaluate import _summary
 
     out = _summary({"correct": [None, None], "judged": 0, "scored": 2, "rewards": 1.0, "counts": [],
                     "judged_samples": 0}, 0)

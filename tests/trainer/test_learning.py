@@ -3,6 +3,8 @@ steps, not one noisy step), and held-out accuracy after RL beats accuracy before
 
 import json
 
+import pytest
+
 from steadyrl.tracking import read_metrics
 from steadyrl.trainer import train
 
@@ -12,6 +14,7 @@ SMALL_DEMO = [
 ]
 
 
+@pytest.mark.slow
 def test_demo_reward_rises_over_sixty_grpo_steps(tmp_path):
     summary = train(None, SMALL_DEMO, output_dir=str(tmp_path / "run"))
     rewards = [m["reward/mean"] for m in read_metrics(tmp_path / "run") if m["step"] > 0]

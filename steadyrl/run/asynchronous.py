@@ -14,7 +14,7 @@ after generation comes back into the trainer: the run is the synchronous run, st
 With ``N >= 1`` the behaviour policy's log-probs come back with the samples and the update
 corrects for the mismatch with truncated importance sampling (``rollout.asynchronous.tis_cap``).
 
-What a draw produces is what :func:`.dynamic.draw` produces (prompts, Generation, ScoreResult);
+What a draw produces is what :func:`steadyrl.trainer.dynamic.draw_batch` produces (prompts, Generation, ScoreResult);
 scoring stays in the trainer. A checkpoint completes the batches in flight and holds them, with
 the worker's RNG state after the last one (:meth:`AsyncRollouts.state_dict`); a resumed run
 trains on them and continues the worker's stream, so it replays the uninterrupted run exactly.
@@ -30,12 +30,11 @@ import time
 
 import torch
 
-from .. import distributed as dist
 from ..errors import ConfigError, RolloutWorkerError
 from ..models import unwrap
-from .dynamic import Draw
-from .episodes import score_episodes
-from .prompts import PromptItem
+from ..data.prompts import PromptItem
+from ..rewards.scorer import score_episodes
+from ..rollout.driver import Draw
 from .rollout_worker import decode, encode, generation_from_dict, main
 
 POLL_S = 0.5
@@ -50,14 +49,7 @@ class AsyncRollouts:
     """The trainer's side: requests batches ahead, receives them, pushes weights, checkpoints."""
 
     def __init__(self, run, saved: dict | None = None):
-        if dist.world_size() > 1:
-            raise ConfigError("rollout.asynchronous.max_staleness is set under torchrun: asynchronous "
-                              "rollouts run on one process (a rollout worker per rank is not written yet); "
-                              "set rollout.asynchronous.max_staleness=null")
-        if run.device.type != "cpu":
-            raise ConfigError(f"rollout.asynchronous.max_staleness is set with trainer.device on {run.device.type}: "
-                              "the rollout worker is written for the CPU only (on GPUs it would be a separate GPU "
-                              "or a vLLM engine, docs/scaling.md); set rollout.asynchronous.max_staleness=null")
+        # on one CPU process only: refused otherwise before any model loads (steadyrl.build.support)
         cfg = run.config
         self.run, self.staleness = run, cfg.rollout.asynchronous.max_staleness
         self.ready: dict[int, dict] = {}  # step -> the worker's result (decoded), not yet trained on
@@ -158,8 +150,8 @@ class AsyncRollouts:
         self.ready[message["step"]] = message
         self.last_rng = message["rng"]
 
-    def draw(self, step: int) -> tuple[Draw, dict[str, float]]:
-        """Step ``step``'s batch as :func:`.dynamic.draw` returns it, and its age metrics."""
+    def take(self, step: int) -> tuple[Draw, dict[str, float]]:
+        """Step ``step``'s batch as :func:`steadyrl.trainer.dynamic.draw_batch` returns it, and its age metrics."""
         t0 = time.perf_counter()
         last = min(step + self.staleness, self.run.total_steps)
         while self.submitted < last:
@@ -204,13 +196,13 @@ class AsyncRollouts:
         self.conn.close()
 
 
-def start_rollouts(run, saved: dict | None) -> None:
-    """The asynchronous rollout worker, with a checkpoint's batches in flight (``saved``)."""
+def start_rollouts(run, saved: dict | None) -> AsyncRollouts | None:
+    """The asynchronous rollout worker, with a checkpoint's batches in flight (``saved``); None
+    when ``rollout.asynchronous.max_staleness`` is not set. The caller closes it."""
     staleness = run.config.rollout.asynchronous.max_staleness
     if saved and saved["batches"] and saved["max_staleness"] != staleness:
         raise ConfigError(
             f"rollout.asynchronous.max_staleness = {staleness}, but the checkpoint was written with "
             f"{saved['max_staleness']} and holds {len(saved['batches'])} batches generated ahead; resume with "
             f"rollout.asynchronous.max_staleness={saved['max_staleness']}")
-    if staleness is not None:
-        run.rollouts = AsyncRollouts(run, saved)
+    return AsyncRollouts(run, saved) if staleness is not None else None

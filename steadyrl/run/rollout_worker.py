@@ -84,8 +84,8 @@ def _build(init: dict):
 
 @torch.no_grad()
 def _behaviour_logprobs(model, gen, init: dict) -> torch.Tensor:
-    from .batch import batch_from_generation, micro_batches
-    from .forward import response_logprobs
+    from ..trainer.batch import batch_from_generation, micro_batches
+    from ..trainer.forward import response_logprobs
 
     batch = batch_from_generation(gen)
     kwargs = init["logprob_kwargs"]

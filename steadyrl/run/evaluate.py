@@ -8,7 +8,7 @@
   estimator ``1 - C(n - c, k) / C(n, k)`` over ``n = num_samples`` sampled completions per prompt,
   ``c`` of them correct (Chen et al., 2021).
 
-With tools or an environment every completion is a whole episode (:mod:`.episodes`): greedy
+With tools or an environment every completion is a whole episode (:mod:`steadyrl.rollout.driver`): greedy
 success and pass@k are over episodes, and the environment's reward can decide correctness
 (``eval.accuracy_reward: environment``).
 
@@ -32,7 +32,8 @@ import torch
 
 from .. import distributed as dist
 from ..progress import progress
-from .episodes import ENVIRONMENT_REWARD, episode_seeds, rollout, score_episodes
+from ..rewards.scorer import ENVIRONMENT_REWARD, score_episodes
+from ..rollout.driver import episode_seeds, rollout
 
 __all__ = ["evaluate", "evaluate_sets", "pass_at_k"]
 
@@ -95,8 +96,22 @@ def _summary(tally: dict, n: int) -> dict:
 
 
 @torch.no_grad()
+def run_eval(config, engine, scorer, prompts: list | dict, device: torch.device, agent=None) -> dict:
+    """Evaluate on held-out ``prompts`` with an RNG of its own (training's RNG is untouched, so a
+    resumed run reproduces an uninterrupted one); a dict of named sets (``data.eval_sources``) is
+    evaluated set by set and overall."""
+    if not prompts:
+        return {}
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(config.trainer.seed + 1)
+        if isinstance(prompts, dict):
+            return evaluate_sets(engine, scorer, prompts, config.eval, config.rollout, agent)
+        return evaluate(engine, scorer, prompts, config.eval, config.rollout, agent)
+
+
 def evaluate(engine, scorer, prompts: list, eval_config, rollout_config, agent=None) -> dict:
-    """Evaluate the engine's model on ``prompts`` (:class:`~steadyrl.trainer.prompts.PromptItem`):
+    """Evaluate the engine's model on ``prompts`` (:class:`~steadyrl.data.prompts.PromptItem`):
     whole episodes when there is an ``agent`` (tools or an environment), greedy and sampled."""
     if not prompts:
         return {}

@@ -14,10 +14,10 @@ from ..errors import ConfigError
 from ..models import resolve_device, resolve_dtype
 from ..rewards import RewardSpec, load_reward
 from ..sandbox import Limits
-from .prompts import Scorer
+from ..rewards.scorer import Scorer
 from .sources import by_domain, check_domains, load_all_data
 
-__all__ = ["task_inputs", "demo_task", "build_rewards", "check_reward_columns"]
+__all__ = ["task_inputs", "build_rewards", "check_reward_columns"]
 
 
 def task_inputs(config: Config, *, for_eval: bool = False):
@@ -27,7 +27,9 @@ def task_inputs(config: Config, *, for_eval: bool = False):
 
     Held-out prompts come from ``data.eval_path`` when it is set, else from the demo's split.
     """
-    demo = demo_task(config) if config.is_demo else None
+    from ..demo.builders import demo_task
+
+    demo = demo_task(config) if config.is_demo else None  # the built-in task's records and reward
     train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval,
                                                           demo=demo[:2] if demo else None)
     if demo:
@@ -107,34 +109,3 @@ def place_reward_model(config: Config, index: int, spec: RewardSpec) -> None:
         raise ConfigError(f"rewards[{index}].isolation = 'process': reward {spec.name!r} runs a model on "
                           f"{spec.fn.device}, and a forked worker process cannot use CUDA; use 'inline' (its "
                           "default) or 'thread'")
-
-
-def demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]:
-    """The built-in demo's records (train, held-out) and its reward."""
-    from ..demo import make_splits, reverse_reward
-
-    demo = config.demo
-    if demo.task == "tool":
-        return _tool_demo_task(config)
-    try:
-        train, evals = make_splits(demo.num_train, demo.num_eval, min_len=demo.min_len,
-                                   max_len=demo.max_len, seed=config.trainer.seed)
-    except ValueError as exc:
-        raise ConfigError(f"demo.num_train / demo.num_eval with demo.min_len..demo.max_len: {exc}") from None
-    return train, evals, [RewardSpec(name="reverse", fn=reverse_reward, weight=1.0, timeout_s=60.0)]
-
-
-def _tool_demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]:
-    from ..demo.tool_task import make_tool_splits, tool_answer_reward
-
-    demo = config.demo
-    if not config.rollout.tools:
-        from ..demo.tool_demo import TOOL_SPEC
-
-        raise ConfigError(f"demo.task = 'tool' needs the calculator in rollout.tools (rollout.tools=[{TOOL_SPEC}]); "
-                          "'steadyrl train demo.task=tool' without a config file sets it")
-    try:
-        train, evals = make_tool_splits(demo.num_train, demo.num_eval, seed=config.trainer.seed)
-    except ValueError as exc:
-        raise ConfigError(f"demo.num_train / demo.num_eval: {exc}") from None
-    return train, evals, [RewardSpec(name="answer", fn=tool_answer_reward, weight=1.0, timeout_s=60.0)]

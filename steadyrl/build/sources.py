@@ -20,7 +20,7 @@ from .. import distributed as dist
 from ..data import EVAL_SPLITS, MixtureSampler, PromptSampler, eval_split_of, load_records
 from ..errors import ConfigError, DataError
 from ..rewards import RewardSpec
-from .prompts import prepare_prompts
+from ..data.prompts import prepare_prompts
 
 
 @dataclass
@@ -116,7 +116,7 @@ def load_all_data(config: Config, *, for_eval: bool = False, demo: tuple[list, l
 
 def tokenize_parts(parts: list[Part], key: str, tokenizer, options: dict) -> tuple[list[Part], int]:
     """Each source's records rendered and tokenized on its own (:func:`prepare_prompts`); returns
-    the parts holding :class:`~steadyrl.trainer.prompts.PromptItem` s and the prompts dropped."""
+    the parts holding :class:`~steadyrl.data.prompts.PromptItem` s and the prompts dropped."""
     out, dropped = [], 0
     for part in parts:
         items, n = prepare_prompts(part.records, tokenizer, source=f"{key} {part.name!r}", **options)

@@ -1,0 +1,42 @@
+"""Building a run's agent from its config: ``rollout.tools`` (with ``rollout.tool_parser``) or
+``rollout.environment``, with the chat template checked to carry them, before any model loads."""
+
+from __future__ import annotations
+
+
+def build_agent(config, tokenizer):
+    """The agent of ``config.rollout`` (None for single-turn runs), its tools and template checked."""
+    ro = config.rollout
+    if not ro.multi_turn:
+        return None
+    from .chat import check_observation_room, check_template
+
+    isolation = ro.tool_isolation or _default_isolation()
+    if ro.tools:
+        from .parsers import load_parser
+        from .toolagent import ToolAgent
+        from .tools import load_tools
+
+        agent = ToolAgent(load_tools(list(ro.tools)), load_parser(ro.tool_parser), timeout_s=ro.tool_timeout_s,
+                          isolation=isolation, limits=ro.tool_limits, workers=ro.tool_workers)
+    else:
+        from .environment import EnvironmentAgent, load_environment
+
+        agent = EnvironmentAgent(load_environment(ro.environment), observation_role=ro.observation_role,
+                                 timeout_s=ro.tool_timeout_s, isolation=isolation, limits=ro.tool_limits)
+    agent.template_kwargs = dict(config.data.chat_template_kwargs)
+    from ..rollout.base import eos_token_ids  # the engine's end tokens: what ends a turn
+
+    end_texts = [tokenizer.decode([i]) for i in eos_token_ids(tokenizer)]
+    check_template(tokenizer, tools=agent.tool_schemas, observation_role=agent.observation_role,
+                   end_texts=end_texts, template_kwargs=agent.template_kwargs)
+    check_observation_room(tokenizer, ro.max_observation_tokens, tools=agent.tool_schemas,
+                           observation_role=agent.observation_role, end_texts=end_texts,
+                           template_kwargs=agent.template_kwargs)
+    return agent
+
+
+def _default_isolation() -> str:
+    from ..rewards.runners import default_isolation
+
+    return default_isolation()

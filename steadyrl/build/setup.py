@@ -1,0 +1,349 @@
+"""Builders that turn a validated config into the pieces of a run.
+
+Order matters for the user: everything that can be wrong with their input — data files,
+columns, reward functions, model paths, the data-parallel layout — is checked before any model
+weights are loaded, so a typo costs seconds, not a model load.
+
+Under ``torchrun`` every rank builds the same run (same seed, same models; DDP broadcasts rank
+0's parameters once), wraps the models for data parallelism (:func:`parallelize`), and then
+re-seeds its RNGs with ``seed + rank`` so that the ranks sample different responses.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+import torch
+
+from .. import distributed as dist
+from ..config.schema import Config
+from ..data import PromptSampler
+from ..errors import ConfigError
+from ..functional import AdaptiveKLController, FixedKLController, RunningMoments
+from ..models import (
+    ValueModel,
+    apply_lora,
+    check_model_source,
+    load_policy,
+    resolve_device,
+    resolve_dtype,
+)
+from ..agents.build import build_agent
+from ..trainer.packing import check_padding_free
+from ..data.prompts import PromptItem, prepare_prompts
+from ..rewards.scorer import Scorer
+from .sources import Part, make_sampler, tokenize_parts
+from .prompts import build_tokenizer, check_context_length, named_template_errors, prompt_options, tokenize_prompts
+from .support import check_parallel
+from .task import task_inputs
+
+if TYPE_CHECKING:
+    from ..agents.protocol import Agent
+    from ..rollout.base import Engine, Tokenizer
+    from ..run.asynchronous import AsyncRollouts
+
+
+@dataclass
+class RunState:
+    """Counters that a checkpoint carries."""
+
+    step: int = 0
+    skipped_steps: int = 0
+    consecutive_skips: int = 0
+    consecutive_empty: int = 0  # steps in a row where no sample had a valid reward
+    warnings: int = 0
+    wall_time_s: float = 0.0
+    eval_before: dict | None = None
+    dropped_prompts: int = 0
+
+
+def _show_nothing(engine, when: str) -> None:
+    """A task that shows nothing before and after RL (every task but the tool demo)."""
+
+
+@dataclass
+class Run:
+    """Everything a run holds, in four parts (built by :func:`build_run`):
+
+    * **where**: ``config``, ``output_dir``, ``device``, ``total_steps``;
+    * **models**: ``tokenizer``; ``policy`` (the trained model), ``reference`` (frozen, None without
+      KL or with LoRA, whose reference is the policy with its adapter off), ``critic`` (GAE only);
+      ``train_policy`` / ``train_critic`` (what the update runs through: the data-parallel wrappers,
+      None in one process) and ``generator`` (what the engine generates with: the policy, or its
+      FSDP view);
+    * **task**: ``scorer`` (the reward functions), ``train_prompts`` / ``eval_prompts`` /
+      ``eval_sets``, ``sampler`` (draws each step's prompts), ``agent`` (multi-turn: answers the
+      policy's turns; None = one turn), ``show`` (what the task prints before and after RL);
+    * **optimisation and state**: ``optimizer``, ``critic_optimizer``, ``scheduler``,
+      ``kl_controller``, ``running`` (reward statistics), ``state`` (counters), ``rollouts`` (the
+      asynchronous rollout worker when ``rollout.asynchronous.max_staleness`` is set) — what a
+      checkpoint carries.
+    """
+
+    config: Config
+    output_dir: Path
+    device: torch.device
+    tokenizer: Tokenizer
+    policy: torch.nn.Module
+    reference: torch.nn.Module | None
+    critic: torch.nn.Module | None
+    optimizer: torch.optim.Optimizer
+    critic_optimizer: torch.optim.Optimizer | None
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scorer: Scorer
+    train_prompts: list[PromptItem]
+    eval_prompts: list[PromptItem]
+    sampler: PromptSampler  # a MixtureSampler with data.train_sources
+    kl_controller: FixedKLController | AdaptiveKLController
+    running: RunningMoments
+    state: RunState = field(default_factory=RunState)
+    uses_adapter_reference: bool = False
+    total_steps: int = 0  # trainer.max_steps, or fewer when trainer.max_epochs ends first
+    train_policy: torch.nn.Module | None = None
+    train_critic: torch.nn.Module | None = None
+    generator: torch.nn.Module | None = None  # the policy, or a distributed.FSDPGenerator
+    rollouts: AsyncRollouts | None = None
+    agent: Agent | None = None
+    eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources: each set on its own
+    show: Callable[[Engine, str], None] = _show_nothing
+
+    def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
+        """``(policy, critic)`` to run forward/backward passes through."""
+        policy = self.policy if self.train_policy is None else self.train_policy
+        critic = self.critic if self.train_critic is None else self.train_critic
+        return policy, critic
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def total_steps(trainer_config, num_prompts: int, prompts_per_step: int) -> int:
+    """``trainer.max_steps``, or fewer when ``trainer.max_epochs`` passes over the prompts end first."""
+    if trainer_config.max_epochs is None:
+        return trainer_config.max_steps
+    by_epochs = math.ceil(trainer_config.max_epochs * num_prompts / prompts_per_step)
+    return max(1, min(trainer_config.max_steps, by_epochs))
+
+
+def lr_lambda(optim_config, max_steps: int):
+    """Linear warm-up, then constant / linear / cosine decay to ``min_lr_ratio``."""
+    warmup, floor, kind = optim_config.warmup_steps, optim_config.min_lr_ratio, optim_config.schedule
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if kind == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, max_steps - warmup))
+        shape = 1.0 - progress if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return floor + (1.0 - floor) * shape
+
+    return factor
+
+
+def check_model_paths(config: Config, model_path: str) -> None:
+    """Every model path the run will load, checked before any is loaded."""
+    m = config.model
+    check_model_source("model.name_or_path", model_path)
+    if m.tokenizer:
+        check_model_source("model.tokenizer", m.tokenizer)
+    if config.algorithm.advantage_estimator == "gae" and m.critic_name_or_path:
+        check_model_source("model.critic_name_or_path", m.critic_name_or_path)
+
+
+def build_models(config: Config, model_path: str, device: torch.device):
+    """``(policy, reference, critic, uses_adapter_reference)``."""
+    m = config.model
+    dtype = resolve_dtype(m.dtype, device)
+    policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
+                         trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
+    if m.gradient_checkpointing:
+        # non-reentrant: the reentrant variant (transformers 4's default) breaks DDP's gradient hooks
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy.config.use_cache = False
+    needs_reference = config.algorithm.kl_mode != "none" and config.algorithm.kl_coef > 0
+    reference, adapter_reference = None, False
+    if m.lora.enabled:
+        policy = apply_lora(policy, m.lora)
+        adapter_reference = needs_reference
+    elif needs_reference:
+        reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    if config.trainer.padding_free:
+        check_padding_free(policy)
+    critic = None
+    if config.algorithm.advantage_estimator == "gae":
+        critic = ValueModel.from_pretrained(m.critic_name_or_path or model_path, dtype=dtype, device=device,
+                                            trust_remote_code=m.trust_remote_code)
+    return policy, reference, critic, adapter_reference
+
+
+def parallelize(config: Config, policy, reference, critic, device: torch.device):
+    """``(train_policy, train_critic, reference, generator)``: the models wrapped for data
+    parallelism (``trainer.parallel``), or as they are in a single process.
+
+    What is wrapped is :class:`~steadyrl.trainer.forward.PolicyLogprobs` — the whole log-prob
+    computation as one forward — so gradient synchronisation (DDP) and parameter gathering
+    (FSDP) see every parameter the fused path touches. Under FSDP the frozen reference is
+    sharded too, and generation goes through :class:`~steadyrl.distributed.FSDPGenerator`.
+    """
+    from ..trainer.forward import PolicyLogprobs
+
+    kind = config.trainer.parallel
+    train_policy = dist.wrap_model(PolicyLogprobs(policy), kind, device, layers_of=policy)
+    train_critic = dist.wrap_model(critic, kind, device, layers_of=critic) if critic is not None else None
+    generator = policy
+    if kind == "fsdp" and dist.world_size() > 1:
+        if reference is not None:
+            reference = dist.wrap_model(PolicyLogprobs(reference), kind, device, layers_of=reference)
+        generator = dist.FSDPGenerator(train_policy, policy)
+    return train_policy, train_critic, reference, generator
+
+
+def build_optimizer(params, optim_config, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr, betas=optim_config.betas,
+                             eps=optim_config.eps, weight_decay=optim_config.weight_decay)
+
+
+@dataclass
+class Inputs:
+    """What :func:`check_inputs` read and checked, before anything is written or loaded."""
+
+    device: torch.device
+    train_records: list[dict]
+    eval_records: list[dict]
+    scorer: Scorer
+    model_path: str | None = None  # None for the demo: its model is built in the run directory
+    tokenizer: object = None
+    train_prompts: list[PromptItem] | None = None
+    eval_prompts: list[PromptItem] | None = None
+    dropped: int = 0
+    agent: object = None
+    train_parts: list[Part] | None = None  # data.train_sources, tokenized by _tokenize_prompts
+    eval_parts: list[Part] | None = None  # data.eval_sources, records
+    eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources
+
+
+def check_inputs(config: Config, resources: ExitStack) -> Inputs:
+    """Every input of a run checked — layout, engine, trackers, data, rewards, model paths,
+    prompt lengths against the model's context — before anything in the run directory is
+    touched or any model weights are loaded. ``resources`` owns the reward scorer's workers and
+    the agent's, from the moment they exist (also when a check fails)."""
+    from ..rollout import check_engine_available
+    from ..tracking import check_backends_available
+
+    trainer = config.trainer
+    if trainer.num_threads:
+        torch.set_num_threads(trainer.num_threads)
+    device = dist.device_for_rank(resolve_device(trainer.device))
+    resolve_dtype(config.model.dtype, device)
+    check_parallel(config, device, dist.world_size())
+    check_engine_available(config.rollout.engine)
+    check_backends_available(trainer.trackers)
+    train_records, eval_records, scorer, (train_parts, eval_parts) = task_inputs(config)
+    resources.callback(scorer.close)
+    inputs = Inputs(device=device, train_records=train_records, eval_records=eval_records, scorer=scorer,
+                    train_parts=train_parts, eval_parts=eval_parts)
+    resources.callback(lambda: inputs.agent is not None and inputs.agent.shutdown())  # built with the prompts
+    if config.is_demo:
+        return inputs
+    inputs.model_path = config.model.name_or_path
+    check_model_paths(config, inputs.model_path)
+    tokenize_prompts(config, inputs)
+    check_context_length(config, inputs.model_path, inputs.train_prompts, inputs.eval_prompts)
+    return inputs
+
+
+def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) -> Run:
+    """Everything a run needs, from the inputs :func:`check_inputs` checked (checked here when
+    not given: then nothing closes the scorer's workers, which is for tests and notebooks). The
+    demo's model is built and warm-started here, in ``output_dir/warmstart``."""
+    inputs = check_inputs(config, ExitStack()) if inputs is None else inputs
+    trainer = config.trainer
+    seed_everything(trainer.seed)
+    device, scorer = inputs.device, inputs.scorer
+    if config.is_demo:
+        from ..demo.builders import demo_model
+
+        inputs.model_path = demo_model(config, output_dir, inputs.train_records)
+        tokenize_prompts(config, inputs)
+    policy, reference, critic, adapter_ref = build_models(config, inputs.model_path, device)
+    train_policy, train_critic, reference, generator = parallelize(config, policy, reference, critic, device)
+    train_prompts = inputs.train_prompts
+    optimizer = build_optimizer(policy.parameters(), config.optim, config.optim.lr)
+    critic_optimizer = build_optimizer(critic.parameters(), config.optim, config.optim.critic_lr) if critic else None
+    total = total_steps(trainer, len(train_prompts), config.rollout.prompts_per_step)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config.optim, total))
+    algo = config.algorithm
+    kl = (AdaptiveKLController(algo.kl_coef, algo.kl_target, algo.kl_horizon) if algo.kl_target
+          else FixedKLController(algo.kl_coef))
+    sampler = make_sampler(config, train_prompts, inputs.train_parts)
+    run = Run(config=config, output_dir=output_dir, device=device, tokenizer=inputs.tokenizer, policy=policy,
+              reference=reference, critic=critic, optimizer=optimizer, critic_optimizer=critic_optimizer,
+              scheduler=scheduler, scorer=scorer, train_prompts=train_prompts, eval_prompts=inputs.eval_prompts,
+              sampler=sampler, kl_controller=kl, running=RunningMoments(), uses_adapter_reference=adapter_ref,
+              train_policy=train_policy, train_critic=train_critic, generator=generator, total_steps=total,
+              agent=inputs.agent, eval_sets=inputs.eval_sets)
+    if config.is_demo:
+        from ..demo.builders import transcript_printer
+
+        run.show = transcript_printer(config, run.eval_prompts, run.tokenizer, run.agent, device)
+    run.state.dropped_prompts = inputs.dropped
+    if inputs.dropped and dist.is_main():
+        print(f"data: dropped {inputs.dropped} of {len(inputs.train_records)} training prompts longer than "
+              f"data.max_prompt_tokens = {config.data.max_prompt_tokens} tokens", flush=True)
+    if dist.world_size() > 1:  # the ranks sample different responses (resume restores each rank's RNG)
+        seed_everything(trainer.seed + dist.rank())
+    return run
+
+
+def build_eval(config: Config, model_path: str, resources: ExitStack, *, of_run_dir: bool = False):
+    """``(engine, scorer, held-out prompts, device, agent)`` to evaluate ``model_path`` alone (a
+    run directory's checkpoint with ``of_run_dir``); the prompts are a dict of named sets with
+    ``data.eval_sources``. ``resources`` owns the scorer's and the agent's workers."""
+    from ..rollout import build_engine, check_engine_available
+
+    if config.is_demo and not of_run_dir and not config.data.eval_path:
+        # the demo's held-out strings are meant for the demo's own model, not for this one
+        raise ConfigError(
+            f"nothing to evaluate model {model_path!r} on: data.eval_path is not set (without a config, "
+            "held-out prompts would be the built-in string-reversal demo's); give a config with "
+            "data.eval_path, or data.eval_path=FILE; a demo run is evaluated with --output-dir RUN_DIR")
+    check_engine_available(config.rollout.engine)
+    _, evals, scorer, (_, eval_parts) = task_inputs(config, for_eval=True)
+    resources.callback(scorer.close)
+    if not evals:
+        raise ConfigError("nothing to evaluate: set data.eval_path to a file of held-out prompts")
+    if config.trainer.num_threads:
+        torch.set_num_threads(config.trainer.num_threads)
+    device = resolve_device(config.trainer.device)
+    m = config.model
+    dtype = resolve_dtype(m.dtype, device)
+    check_model_source("model.name_or_path", model_path)
+    tokenizer = build_tokenizer(config, model_path)
+    with named_template_errors(config):
+        agent = build_agent(config, tokenizer)
+        if agent is not None:
+            resources.callback(agent.shutdown)
+        options = prompt_options(config, agent)
+        if eval_parts is None:
+            prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **options)
+        else:  # data.eval_sources: a dict of held-out sets, each evaluated on its own
+            prompts = {p.name: p.records for p in tokenize_parts(eval_parts, "data.eval_sources", tokenizer,
+                                                                 options)[0]}
+    flat = prompts if eval_parts is None else [q for ps in prompts.values() for q in ps]
+    check_context_length(config, model_path, [], flat)
+    policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
+                         trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
+    engine = build_engine(config.rollout.engine, policy, tokenizer, config.rollout,
+                          share_prefix=config.trainer.share_prompt_prefix)
+    return engine, scorer, prompts, device, agent

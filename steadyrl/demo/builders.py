@@ -1,0 +1,118 @@
+"""The built-in demo as a task like any user's: the builders that the build step calls.
+
+* :func:`demo_task` — its records (train, held-out) and its reward, in place of data files and
+  ``rewards`` (``demo.task``: string reversal, or the calculator tool);
+* :func:`demo_model` — its model, built and warm-started in the run directory (in place of
+  ``model.name_or_path``);
+* :func:`transcript_printer` — what it shows before and after RL: the tool demo's greedy
+  episode on its first held-out prompt (nothing for the reversal demo).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from .. import distributed as dist
+from ..config.schema import Config
+from ..errors import ConfigError
+from ..rewards import RewardSpec
+
+
+def demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]:
+    """The built-in demo's records (train, held-out) and its reward."""
+    from . import make_splits, reverse_reward
+
+    demo = config.demo
+    if demo.task == "tool":
+        return _tool_demo_task(config)
+    try:
+        train, evals = make_splits(demo.num_train, demo.num_eval, min_len=demo.min_len,
+                                   max_len=demo.max_len, seed=config.trainer.seed)
+    except ValueError as exc:
+        raise ConfigError(f"demo.num_train / demo.num_eval with demo.min_len..demo.max_len: {exc}") from None
+    return train, evals, [RewardSpec(name="reverse", fn=reverse_reward, weight=1.0, timeout_s=60.0)]
+
+
+def _tool_demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]:
+    from .tool_task import make_tool_splits, tool_answer_reward
+
+    demo = config.demo
+    if not config.rollout.tools:
+        from .tool_demo import TOOL_SPEC
+
+        raise ConfigError(f"demo.task = 'tool' needs the calculator in rollout.tools (rollout.tools=[{TOOL_SPEC}]); "
+                          "'steadyrl train demo.task=tool' without a config file sets it")
+    try:
+        train, evals = make_tool_splits(demo.num_train, demo.num_eval, seed=config.trainer.seed)
+    except ValueError as exc:
+        raise ConfigError(f"demo.num_train / demo.num_eval: {exc}") from None
+    return train, evals, [RewardSpec(name="answer", fn=tool_answer_reward, weight=1.0, timeout_s=60.0)]
+
+
+def _build_demo_model(config: Config, train: list[dict]):
+    """``(model, tokenizer)`` of ``demo.task``, warm-started."""
+    demo, seed = config.demo, config.trainer.seed
+    if demo.task == "tool":
+        from .tool_demo import build_tool_demo
+
+        model, tokenizer, info = build_tool_demo(demo, train, seed=seed)
+        phases = ", ".join(f"{name} {p['steps']} steps, loss {p['loss_first']:.3f} -> {p['loss_last']:.3f}"
+                           for name, p in info.items() if isinstance(p, dict))
+        print(f"warm-start ({phases or 'none'}) in {info['seconds']:.1f}s", flush=True)
+        return model, tokenizer
+    from . import build_char_tokenizer, build_tiny_model, warm_start
+    from .task import VOCAB_CHARS
+
+    tokenizer = build_char_tokenizer(VOCAB_CHARS)
+    model = build_tiny_model(tokenizer, n_layers=demo.n_layers, hidden_size=demo.hidden_size,
+                             n_heads=demo.n_heads, seed=seed)
+    if demo.warmstart_steps:
+        info = warm_start(model, tokenizer, train, steps=demo.warmstart_steps, lr=demo.warmstart_lr,
+                          batch_size=demo.warmstart_batch_size, seed=seed)
+        print(f"warm-start: {info['steps']} supervised steps in {info['seconds']:.1f}s, "
+              f"loss {info['losses'][0]:.3f} -> {info['losses'][-1]:.3f}", flush=True)
+    return model, tokenizer
+
+
+def demo_model(config: Config, output_dir: Path, train: list[dict]) -> str:
+    """A tiny model, warm-started on the demo task and saved to ``output_dir/warmstart``
+    (reused when it is already there, e.g. on ``--resume``). Returns its directory."""
+    warm = output_dir / "warmstart"
+    if not (warm / "config.json").is_file() and dist.is_main():
+        model, tokenizer = _build_demo_model(config, train)
+        tmp = output_dir / ".tmp-warmstart"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, warm)
+    dist.barrier()
+    return str(warm)
+
+
+def transcript_printer(config: Config, eval_prompts: list, tokenizer, agent, device: torch.device):
+    """``show(engine, when)``: prints the tool demo's greedy episode on its first held-out prompt
+    (``when``: before / after RL); does nothing for other tasks."""
+    if not (config.demo.task == "tool" and eval_prompts):
+        return lambda engine, when: None
+
+    def show(engine, when: str) -> None:
+        if not dist.is_main():
+            return
+        from ..rollout.driver import rollout
+        from .tool_task import format_transcript
+
+        prompt = eval_prompts[0]
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            gen = rollout(engine, tokenizer, agent, [prompt], 1, config.rollout, do_sample=False)
+        episode = gen.episodes[0]
+        turns = list(episode.messages) or [{"role": "assistant", "content": gen.completions[0]}]
+        text = format_transcript(prompt.messages or prompt.text, turns)
+        if episode.truncation:  # its last turn, in the list as sampled, is where it was cut
+            text += f"\n  [episode cut by rollout.{episode.truncation}]"
+        print(f"held-out transcript {when} RL:\n{text}", flush=True)
+
+    return show

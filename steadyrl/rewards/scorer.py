@@ -1,0 +1,119 @@
+"""The scorer a run calls: the reward functions on completions of prompts, and on whole episodes.
+
+* :class:`Scorer` wraps :class:`~steadyrl.rewards.scoring.RewardScorer` for
+  :class:`~steadyrl.data.prompts.PromptItem` s (their text, their columns as keyword lists, their
+  chat messages), keeping the reward functions' worker processes for the whole run;
+* :func:`score_episodes` calls it on a :class:`~steadyrl.rollout.base.Generation`'s transcripts
+  (the reward functions also receive the turn list as the keyword ``turns``) and adds the
+  environment's episode reward, logged as the reward ``environment``; an episode whose
+  environment failed is an invalid sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from ..errors import DataError, RewardCallError
+from .scoring import FAILURE_KINDS, RewardScorer, RewardSpec, ScoreResult
+
+ENVIRONMENT_REWARD = "environment"
+"""The name the environment's episode reward is logged (``reward/environment/mean``) and chosen by."""
+
+
+def completion_token_ids(response_ids, response_mask) -> list[list[int]]:
+    """Each row's valid response token ids (EOS included) as a list of ints: ``completion_ids``."""
+    return [row[mask.bool()].tolist() for row, mask in zip(response_ids, response_mask)]
+
+
+class Scorer:
+    """Calls the reward functions on completions of :class:`PromptItem` s, keeping their worker
+    processes for the whole run (:meth:`close` stops them). With ``allow_empty`` (an environment
+    gives the rewards) there may be no reward function: every sample then scores 0, valid.
+
+    The first batch it scores is also a check of how the functions are called: a function whose
+    signature cannot take the call (every sample failed with a binding ``TypeError``) stops the
+    run there with a :class:`~steadyrl.errors.RewardCallError` (exit status 2), instead of
+    failing every sample of every step. With ``domain_key`` each reward scores only the rows of its
+    domains (``RewardSpec.domains``)."""
+
+    def __init__(self, specs: list[RewardSpec], *, allow_empty: bool = False, domain_key: str | None = None):
+        if not specs and not allow_empty:
+            raise DataError("no reward function configured (rewards: [])")
+        self._scorer = RewardScorer(specs, domain_key=domain_key) if specs else None
+        self.names = [s.name for s in specs]
+        self._first = True
+
+    def __call__(self, prompts: list[PromptItem], completions: list[str],
+                 completion_ids: list[list[int]] | None = None, extra_columns: dict | None = None) -> ScoreResult:
+        if self._scorer is None:
+            n = len(completions)
+            return ScoreResult(names=[], weights={}, raw={}, scores=torch.zeros(n, dtype=torch.float64),
+                               valid=torch.ones(n, dtype=torch.bool), failures={})
+        keys = sorted({k for p in prompts for k in p.columns})
+        columns = {k: [p.columns.get(k) for p in prompts] for k in keys}
+        columns.update(extra_columns or {})
+        chat = [p.messages for p in prompts]
+        result = self._scorer.score([p.text for p in prompts], completions, columns, completion_ids=completion_ids,
+                                    chat_prompts=chat if any(m is not None for m in chat) else None)
+        first, self._first = self._first, False
+        if first and result.call_errors:
+            name, text = next(iter(result.call_errors.items()))
+            raise RewardCallError(
+                f"rewards: {name!r} cannot be called as {text}; every sample of the first batch failed "
+                f"with it (the columns passed: {keys}). Fix the function's signature or the data "
+                "(docs/rewards.md, 'How a function is called')")
+        return result
+
+    def close(self) -> None:
+        if self._scorer is not None:
+            self._scorer.close()
+
+
+def score_episodes(scorer, samples: list, gen, *, environment: bool) -> ScoreResult:
+    """Reward functions on the transcripts, plus the environment's reward when there is one."""
+    extra = {"turns": [e.messages for e in gen.episodes]} if gen.episodes else None
+    ids = completion_token_ids(gen.response_ids, gen.response_mask)  # the whole transcript's tokens
+    result = scorer(samples, gen.completions, ids, extra_columns=extra)
+    if not gen.episodes:
+        return result
+    if environment:
+        return _with_environment(result, gen.episodes)
+    return _without_failed(result, gen.episodes)
+
+
+def _without_failed(result: ScoreResult, episodes) -> ScoreResult:
+    """Episodes that could not be completed (a chat template that failed mid-episode) are invalid."""
+    failed = torch.tensor([e.failed for e in episodes], dtype=torch.bool)
+    if not bool(failed.any()):
+        return result
+    errors = {**result.errors, "episode": next(e.error for e in episodes if e.failed)}
+    valid = result.valid & ~failed
+    return replace(result, valid=valid, scores=torch.where(valid, result.scores, torch.zeros_like(result.scores)),
+                   errors=errors)
+
+
+def _with_environment(result: ScoreResult, episodes) -> ScoreResult:
+    failed = [e.failed for e in episodes]
+    raw = [None if f else (e.env_reward if e.env_reward is not None else 0.0) for e, f in zip(episodes, failed)]
+    env = torch.tensor([0.0 if x is None else x for x in raw], dtype=torch.float64)
+    valid = result.valid & ~torch.tensor(failed, dtype=torch.bool)
+    failures = dict.fromkeys(FAILURE_KINDS, 0)
+    failures["exception"] = sum(failed)
+    errors = dict(result.errors)
+    first_error = next((e.error for e in episodes if e.failed and e.error), None)
+    if first_error:
+        errors[ENVIRONMENT_REWARD] = first_error
+    return ScoreResult(
+        names=[*result.names, ENVIRONMENT_REWARD],
+        weights={**result.weights, ENVIRONMENT_REWARD: 1.0},
+        raw={**result.raw, ENVIRONMENT_REWARD: raw},
+        scores=torch.where(valid, result.scores + env, torch.zeros_like(env)),
+        valid=valid,
+        failures={**result.failures, ENVIRONMENT_REWARD: failures},
+        errors=errors,
+        elapsed_s={**result.elapsed_s, ENVIRONMENT_REWARD: sum(e.env_time_s for e in episodes)},
+        domains=result.domains,  # the environment's reward applies to every domain
+        routes=result.routes,
+    )
