@@ -65,10 +65,18 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def list_checkpoints(root: Path) -> list[Path]:
-    """Complete checkpoints under ``root``, oldest first."""
+    """Complete checkpoints under ``root``, oldest first. A checkpoint that is a symbolic link (or
+    holds one) is refused (:class:`ConfigError`): resuming would load another directory's files,
+    and pruning would delete them."""
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := CHECKPOINT_RE.match(p.name)) and p.is_dir()]
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := CHECKPOINT_RE.match(p.name))
+             and (p.is_dir() or p.is_symlink())]
+    for _, p in found:
+        links = [p] if p.is_symlink() else [c for c in p.iterdir() if c.is_symlink()]
+        if links:
+            raise ConfigError(f"checkpoint {str(links[0])!r} is a symbolic link (to {os.readlink(links[0])!r}); a run "
+                              "reads and removes its own checkpoints only: replace the link by a copy, or remove it")
     return [p for _, p in sorted(found)]
 
 
