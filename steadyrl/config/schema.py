@@ -344,6 +344,15 @@ class RolloutConfig(Section):
                                        "max_observation_tokens.", ge=1)
     tool_timeout_s: float = F(30.0, "Time limit of one tool or environment call; a tool that exceeds it "
                               "returns an error to the model, an environment that does fails the episode.", gt=0)
+    max_tool_calls_per_turn: int | None = F(8, "Most tool calls of one turn that are run (verl's "
+                                            "multi_turn.max_parallel_calls); each further call is answered "
+                                            "with an error the model reads, counted in "
+                                            "rollout/tool_errors/max_calls. null = no cap.", ge=1)
+    tool_time_budget_s: float | None = F(60.0, "Time budget of all the tool calls of one turn, counted from "
+                                         "when they are sent: a call still running when it is spent is cut, "
+                                         "one not started is not run; both answer with an error, counted in "
+                                         "rollout/tool_errors/time_budget. null = each call only under "
+                                         "rollout.tool_timeout_s.", gt=0)
     tool_isolation: Literal["process", "thread", "inline"] | None = F(
         None, "Where tool and environment calls run, as rewards[].isolation: process (a contained sandbox "
         "worker, killed with all it started on time-out; default on Linux), thread (a time-out abandons "
