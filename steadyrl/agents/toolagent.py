@@ -40,7 +40,8 @@ class ToolAgent:
     observation_role = "tool"
 
     def __init__(self, tools: list, parser, *, timeout_s: float, isolation: str, limits=None, workers: int = 8,
-                 max_calls_per_turn: int | None = DEFAULT_MAX_CALLS, time_budget_s: float | None = DEFAULT_TIME_BUDGET_S):
+                 max_calls_per_turn: int | None = DEFAULT_MAX_CALLS,
+                 time_budget_s: float | None = DEFAULT_TIME_BUDGET_S):
         from .tools import tools_by_name
 
         self.tools = tools_by_name(tools)

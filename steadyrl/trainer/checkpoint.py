@@ -32,6 +32,7 @@ import torch
 
 from ..files import fsync_dir as _fsync_dir
 from ..errors import ConfigError
+from ..models import safetensors_problem
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
 OLD_RE = re.compile(r"^\.old-(step_\d+)-\d+$")  # a checkpoint moved aside while its step is re-saved
@@ -165,6 +166,10 @@ def read_model_weights(directory: Path) -> dict[str, torch.Tensor]:
     index = directory / "model.safetensors.index.json"
     files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
     for name in files:
+        problem = safetensors_problem(directory / name) if (directory / name).is_file() else "it is missing"
+        if problem:  # a damaged file is named, not a traceback from the reader
+            raise ConfigError(f"checkpoint weight file {str(directory / name)!r}: {problem}; resume from another "
+                              "checkpoint (delete this one) or start a new run")
         state.update(load_file(directory / name))
     return state
 

@@ -358,3 +358,14 @@ def test_resume_and_eval_refuse_a_checkpoint_that_is_a_symbolic_link(run_copy, t
                 str(target), "symbolic link")
     _fails_with(capsys, ["eval", "--output-dir", str(run_copy), "eval.num_samples=0"], str(target), "symbolic link")
     assert _snapshot(run_copy) == before and (tmp_path / "someone_elses").is_dir()
+
+
+def test_resume_and_eval_of_a_checkpoint_with_a_cut_weight_file_exit_2_naming_it(run_copy, capsys):
+    latest = sorted((run_copy / "checkpoints").iterdir())[-1]
+    weights = latest / "policy" / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])  # a copy that stopped half-way
+    _fails_with(capsys, ["train", "--resume", "--output-dir", str(run_copy), "trainer.max_steps=3"],
+                str(weights), "cut short")
+    _fails_with(capsys, ["eval", "--output-dir", str(run_copy), "--trust-run-code", "eval.num_samples=0"],
+                str(weights), "cut short")
