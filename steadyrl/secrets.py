@@ -33,7 +33,7 @@ import threading
 from typing import Any
 
 __all__ = ["REDACTED", "Secret", "is_env_reference", "is_secret_name", "redact_secrets", "redact_text",
-           "resolve_env_options", "reveal"]
+           "resolve_env_options", "reveal", "secret_values"]
 
 REDACTED = "<redacted>"
 MIN_SECRET_CHARS = 8
@@ -106,7 +106,7 @@ def is_env_reference(value: Any) -> bool:
 
 
 def _named_values(data: Any, out: set[str]) -> set[str]:
-    """The text values of the secret-looking keys in ``data``, at any depth."""
+    """The text values of the secret-looking keys in ``data``, at any depth (:func:`secret_values`)."""
     if isinstance(data, dict):
         for k, v in data.items():
             if is_secret_name(k) and isinstance(v, (str, int)) and not isinstance(v, bool) \
@@ -143,11 +143,18 @@ def _redact(data: Any, values: set[str]) -> Any:
     return data
 
 
-def redact_secrets(data: Any) -> Any:
+def secret_values(data: Any) -> set[str]:
+    """The values of the secret-looking keys in ``data`` (plain config data), at any depth: what
+    :func:`redact_secrets` also looks for by value."""
+    return _named_values(data, set())
+
+
+def redact_secrets(data: Any, also: set[str] = frozenset()) -> Any:
     """A copy of ``data`` (plain config data) with every secret replaced by :data:`REDACTED`, by
-    key name and by value (see the module docstring); ``{env: NAME}`` references and nulls are
+    key name and by value (see the module docstring; ``also``: more values to look for, those of
+    the whole config when ``data`` is a part of it); ``{env: NAME}`` references and nulls are
     kept (they hold no secret)."""
-    return _redact(data, _named_values(data, set()))
+    return _redact(data, _named_values(data, set(also)))
 
 
 def _resolve(value: Any, path: str, where: str, credential: bool) -> Any:
