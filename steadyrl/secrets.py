@@ -137,7 +137,7 @@ def _redact(data: Any, values: set[str]) -> Any:
         return {k: REDACTED if is_secret_name(k) and v is not None and not is_env_reference(v)
                 else _redact(v, values) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        return [_redact(v, values) for v in data]
+        return type(data)(_redact(v, values) for v in data)
     if isinstance(data, str):
         return redact_text(data, values)
     return data
