@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import ConfigError, TrainingHalted
+from .secrets import redact_text
 
 DOCS_DIR = Path(__file__).resolve().parents[1] / "docs"
 
@@ -148,7 +149,8 @@ def _config_source(args: argparse.Namespace, path: str | None) -> str | None:
 def _one_line(exc: BaseException) -> str:
     """The message on one line: an input error is one line on stderr, even when it quotes a
     multi-line message (a user's reward module raising on import, a library's error)."""
-    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return redact_text(text)  # a library's message may quote a key it was given (steadyrl.secrets)
 
 
 def _quiet_libraries() -> None:

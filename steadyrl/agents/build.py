@@ -18,7 +18,8 @@ def build_agent(config, tokenizer):
         from .tools import load_tools
 
         agent = ToolAgent(load_tools(list(ro.tools)), load_parser(ro.tool_parser), timeout_s=ro.tool_timeout_s,
-                          isolation=isolation, limits=ro.tool_limits, workers=ro.tool_workers)
+                          isolation=isolation, limits=ro.tool_limits, workers=ro.tool_workers,
+                          max_calls_per_turn=ro.max_tool_calls_per_turn, time_budget_s=ro.tool_time_budget_s)
     else:
         from .environment import EnvironmentAgent, load_environment
 

@@ -1,8 +1,10 @@
 """Running a turn's tool and environment calls: all at once, each under a time limit.
 
 A :class:`CallRunner` runs ``target(request)`` for a list of requests and returns, for each, a
-:class:`CallResult`: ``("ok", value)``, ``("error", text)`` or ``("timeout", text)``. Nothing a
-call does propagates to the caller. Isolations, as for reward functions (``rollout.tool_isolation``):
+:class:`CallResult`: ``("ok", value)``, ``("error", text)``, ``("timeout", text)`` or, when the
+requests share a time budget (``budget_s``: all of them are over that long after they were
+sent, whatever each one's own limit), ``("budget", text)`` for a call cut by it or never started.
+Nothing a call does propagates to the caller. Isolations, as for reward functions (``rollout.tool_isolation``):
 
 * ``process`` (the default on Linux): each call runs in a :class:`~steadyrl.sandbox.Sandbox` worker
   (its own session, resource limits ``rollout.tool_limits``, credentials removed from its
@@ -27,7 +29,7 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class CallResult:
-    status: str  # ok | error | timeout
+    status: str  # ok | error | timeout | budget (| max_calls, made by the tool agent)
     value: object
     elapsed_s: float
 
@@ -73,6 +75,32 @@ def make_sandbox(target, limits):
     return Sandbox(target, limits=Limits(**limits.model_dump()) if limits is not None else None)
 
 
+class _Budget:
+    """The time left to a batch of calls sent together (``budget_s`` None: no budget)."""
+
+    def __init__(self, budget_s: float | None):
+        self.budget_s = budget_s
+        self.deadline = None if budget_s is None else time.perf_counter() + budget_s
+
+    def limit(self, timeout_s: float) -> float:
+        """A call's time limit now: its own, or less when the budget ends first."""
+        return timeout_s if self.deadline is None else max(0.0, min(timeout_s, self.deadline - time.perf_counter()))
+
+    def spent(self) -> CallResult | None:
+        """The result of a call not started because the budget is spent; None while time is left."""
+        if self.deadline is None or time.perf_counter() < self.deadline:
+            return None
+        return CallResult("budget", f"not run: the turn's tool calls used their whole time budget of "
+                          f"{self.budget_s:g} s (rollout.tool_time_budget_s)", 0.0)
+
+    def cut(self, limit: float, timeout_s: float) -> CallResult:
+        """The result of a call stopped at ``limit``: by the budget when that was below its own limit."""
+        if limit < timeout_s:
+            return CallResult("budget", f"stopped after {limit:.3g} s: the turn's tool calls used their whole "
+                              f"time budget of {self.budget_s:g} s (rollout.tool_time_budget_s)", limit)
+        return CallResult("timeout", f"timed out after {timeout_s:g} s", timeout_s)
+
+
 class CallRunner:
     """``target(request)`` for many requests at once, under ``isolation`` (module docstring)."""
 
@@ -80,34 +108,42 @@ class CallRunner:
         self.target, self.isolation, self.workers, self.limits = target, isolation, workers, limits
         self._boxes: list = []
 
-    def map(self, requests: list, timeout_s: float) -> list[CallResult]:
+    def map(self, requests: list, timeout_s: float, budget_s: float | None = None) -> list[CallResult]:
+        """One result per request, each call under ``timeout_s``, all of them within ``budget_s``."""
         if not requests:
             return []
-        if self.isolation == "inline":
-            return [_guarded(self.target, r) for r in requests]
+        budget = _Budget(budget_s)
+        if self.isolation == "inline":  # no time limit: the budget only stops calls from starting
+            return [budget.spent() or _guarded(self.target, r) for r in requests]
         if self.isolation == "process":
-            return self._in_sandboxes(requests, timeout_s)
+            return self._in_sandboxes(requests, timeout_s, budget)
         pool = futures.ThreadPoolExecutor(max_workers=min(32, len(requests)), thread_name_prefix="steadyrl-call")
         try:
             pending = [pool.submit(_guarded, self.target, r) for r in requests]
-            deadline = time.perf_counter() + timeout_s
+            limit = budget.limit(timeout_s)
+            deadline = time.perf_counter() + limit
             results = []
             for future in pending:
                 try:
                     results.append(future.result(timeout=max(0.0, deadline - time.perf_counter())))
                 except futures.TimeoutError:
-                    results.append(CallResult("timeout", f"timed out after {timeout_s:g} s", timeout_s))
+                    results.append(budget.cut(limit, timeout_s))
             return results
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def _in_sandboxes(self, requests: list, timeout_s: float) -> list[CallResult]:
+    def _in_sandboxes(self, requests: list, timeout_s: float, budget: "_Budget") -> list[CallResult]:
         while len(self._boxes) < min(self.workers, len(requests)):
             self._boxes.append(make_sandbox(self.target, self.limits))
         results: list[CallResult] = []
         for start in range(0, len(requests), len(self._boxes)):  # waves of one call per worker
             wave = requests[start : start + len(self._boxes)]
-            results += wait_all([box.submit(r) for box, r in zip(self._boxes, wave)], timeout_s)
+            if budget.spent():
+                results += [budget.spent()] * len(wave)
+                continue
+            limit = budget.limit(timeout_s)
+            replies = wait_all([box.submit(r) for box, r in zip(self._boxes, wave)], limit)
+            results += [budget.cut(limit, timeout_s) if r.status == "timeout" else r for r in replies]
         return results
 
     def close(self) -> None:

@@ -8,13 +8,28 @@ out, names an unknown tool or passes bad arguments returns its error text to the
 recover) and is counted by tool name; a malformed call is counted as ``parse``, a call to a tool
 that does not exist as ``unknown`` (not under the name the model made up: the metric keys stay
 bounded).
+
+Two bounds keep a turn that calls tools in a loop (a repetition, or a policy that learnt that
+calls cost nothing) from holding the step: only the first ``rollout.max_tool_calls_per_turn``
+calls of a turn are run, each further one is answered ``Error: ...`` and counted as
+``max_calls``; and all the calls of a turn share ``rollout.tool_time_budget_s``, counted from when
+they are sent: a call still running when it is spent is cut, one not started yet is not run,
+both answered with an error and counted as ``time_budget``. The turns of all episodes are sent
+together, first calls first (every episode's first call, then every second call ...), so that
+one episode's many calls do not keep another's first one waiting.
 """
 
 from __future__ import annotations
 
 from .calls import CallResult, CallRunner, error_text
 from .protocol import Reply, Start
-from .tools import PARSE_ERROR, UNKNOWN_TOOL
+from .tools import MAX_CALLS, PARSE_ERROR, TIME_BUDGET, UNKNOWN_TOOL
+
+
+DEFAULT_MAX_CALLS = 8
+"""``rollout.max_tool_calls_per_turn``'s default: one wave of the default 8 tool workers."""
+DEFAULT_TIME_BUDGET_S = 60.0
+"""``rollout.tool_time_budget_s``'s default: two calls' worth of the default 30 s time limit."""
 
 
 def tool_message(name: str, content: str) -> dict:
@@ -24,13 +39,16 @@ def tool_message(name: str, content: str) -> dict:
 class ToolAgent:
     observation_role = "tool"
 
-    def __init__(self, tools: list, parser, *, timeout_s: float, isolation: str, limits=None, workers: int = 8):
+    def __init__(self, tools: list, parser, *, timeout_s: float, isolation: str, limits=None, workers: int = 8,
+                 max_calls_per_turn: int | None = DEFAULT_MAX_CALLS,
+                 time_budget_s: float | None = DEFAULT_TIME_BUDGET_S):
         from .tools import tools_by_name
 
         self.tools = tools_by_name(tools)
         self.tool_schemas = [t.schema for t in tools]
         self.parser = parser
         self.timeout_s = timeout_s
+        self.max_calls_per_turn, self.time_budget_s = max_calls_per_turn, time_budget_s
         self.template_kwargs: dict = {}
         self.isolation = isolation
         self.runner = CallRunner(self._run, isolation, workers=workers, limits=limits)
@@ -62,13 +80,27 @@ class ToolAgent:
         return [Reply(done=not turn.calls and not turn.errors) if reply is None else reply
                 for turn, reply in zip(parsed, replies)]
 
+    def _results(self, parsed: list) -> dict[tuple[int, int], CallResult]:
+        """Run the calls to be run, first calls of every turn first; ``(turn, call) -> result``."""
+        cap = self.max_calls_per_turn
+        keys = sorted(((i, k) for i, turn in enumerate(parsed) if turn is not None
+                       for k, call in enumerate(turn.calls[:cap]) if call.name in self.tools),
+                      key=lambda ik: (ik[1], ik[0]))
+        requests = [(parsed[i].calls[k].name, parsed[i].calls[k].arguments) for i, k in keys]
+        return dict(zip(keys, self.runner.map(requests, self.timeout_s, budget_s=self.time_budget_s)))
+
+    def _result(self, results: dict, i: int, k: int, call) -> CallResult:
+        if self.max_calls_per_turn is None or k < self.max_calls_per_turn:
+            return results.get((i, k)) or CallResult(
+                "error", f"unknown tool {call.name!r}; tools: {sorted(self.tools)}", 0.0)
+        return CallResult("max_calls", f"not run: a turn may make at most {self.max_calls_per_turn} tool calls "
+                          f"(rollout.max_tool_calls_per_turn), this is call {k + 1}", 0.0)
+
     def _run_turns(self, parsed: list) -> list[Reply]:
         """Run the calls of every parsed turn (None: nothing to run) and build the replies."""
-        requests = [(call.name, call.arguments) for turn in parsed if turn is not None
-                    for call in turn.calls if call.name in self.tools]
-        results = iter(self.runner.map(requests, self.timeout_s))
+        results = self._results(parsed)
         replies = []
-        for turn in parsed:
+        for i, turn in enumerate(parsed):
             if turn is None:
                 replies.append(None)
                 continue
@@ -76,16 +108,16 @@ class ToolAgent:
             for message in turn.errors:
                 reply.messages.append(tool_message(PARSE_ERROR, f"Error: {message}"))
                 reply.tool_errors[PARSE_ERROR] = reply.tool_errors.get(PARSE_ERROR, 0) + 1
-            for call in turn.calls:
-                result = (next(results) if call.name in self.tools else
-                          CallResult("error", f"unknown tool {call.name!r}; tools: {sorted(self.tools)}", 0.0))
+            for k, call in enumerate(turn.calls):
+                result = self._result(results, i, k, call)
                 reply.elapsed_s = max(reply.elapsed_s, result.elapsed_s)
                 if result.ok:
                     reply.messages.append(tool_message(call.name, str(result.value)))
-                else:
-                    reply.messages.append(tool_message(call.name, f"Error: {result.value}"))
-                    counted = call.name if call.name in self.tools else UNKNOWN_TOOL
-                    reply.tool_errors[counted] = reply.tool_errors.get(counted, 0) + 1
+                    continue
+                reply.messages.append(tool_message(call.name, f"Error: {result.value}"))
+                counted = {"max_calls": MAX_CALLS, "budget": TIME_BUDGET}.get(result.status) or \
+                    (call.name if call.name in self.tools else UNKNOWN_TOOL)
+                reply.tool_errors[counted] = reply.tool_errors.get(counted, 0) + 1
             replies.append(reply)
         return replies
 

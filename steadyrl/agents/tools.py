@@ -30,7 +30,7 @@ from ..errors import ConfigError, SteadyRLError
 from ..userfn import SPEC_FORMS, resolve_spec
 
 __all__ = ["Tool", "ToolArgumentError", "load_tools", "run_tool", "tools_by_name", "tool_schemas",
-           "PARSE_ERROR", "UNKNOWN_TOOL"]
+           "PARSE_ERROR", "UNKNOWN_TOOL", "MAX_CALLS", "TIME_BUDGET"]
 
 PARSE_ERROR = "parse"
 """The name malformed tool calls are counted under (``rollout/tool_errors/parse``)."""
@@ -39,7 +39,16 @@ UNKNOWN_TOOL = "unknown"
 """The name calls to a tool that does not exist are counted under (``rollout/tool_errors/unknown``),
 whatever name the model wrote: the metric keys stay the tools' names and these two."""
 
-_RESERVED = {PARSE_ERROR: "malformed tool calls", UNKNOWN_TOOL: "calls to tools that do not exist"}
+MAX_CALLS = "max_calls"
+"""The name calls past ``rollout.max_tool_calls_per_turn`` are counted under (not run)."""
+
+TIME_BUDGET = "time_budget"
+"""The name calls cut or not run because their turn's ``rollout.tool_time_budget_s`` was spent are
+counted under."""
+
+_RESERVED = {PARSE_ERROR: "malformed tool calls", UNKNOWN_TOOL: "calls to tools that do not exist",
+             MAX_CALLS: "calls past rollout.max_tool_calls_per_turn",
+             TIME_BUDGET: "calls past their turn's rollout.tool_time_budget_s"}
 
 
 class ToolArgumentError(SteadyRLError, ValueError):

@@ -116,6 +116,8 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "max_user_turns": (_VERL, "rollout.max_turns (policy turns; an episode has one observation fewer)"),
     "tool_config_path": (_VERL, "rollout.tools (Python functions, file.py:fn, not a YAML of tool classes)"),
     "multi_turn.format": (_VERL, "rollout.tool_parser (hermes in both)"),
+    "max_parallel_calls": (_VERL, "rollout.max_tool_calls_per_turn (calls past it are answered with an error, "
+                                  "not dropped)"),
     "max_tool_response_length": (_VERL, "rollout.max_observation_tokens (tokens; verl counts characters)"),
     "tool_response_truncate_side": (_VERL, "rollout.observation_truncation (verl's left, keep the start, is right "
                                            "here; verl's right is left; no middle)"),

@@ -26,7 +26,7 @@ from ..secrets import redact_secrets
 from .foreign import foreign_name
 from .presets import DEMO_CONFIG, DEMO_CONFIGS, apply_preset
 from .schema import Config
-from .yaml_limits import AliasBombError, check_expansion
+from .yaml_limits import AliasBombError, NumberTooLongError, check_expansion, check_int_text
 
 
 class DuplicateKeyError(yaml.constructor.ConstructorError):
@@ -50,6 +50,10 @@ class _Loader(yaml.SafeLoader):
             check_expansion(node)
         return node
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        check_int_text(node)  # int() of more than 4,300 digits raises a ValueError, not a YAML error
+        return super().construct_yaml_int(node)
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         # before merge keys (``<<: *base``) are flattened in: a key may override a merged one
         seen: dict[Any, yaml.Mark] = {}
@@ -61,6 +65,9 @@ class _Loader(yaml.SafeLoader):
                 raise DuplicateKeyError(key, seen[key], key_node.start_mark)
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -106,6 +113,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         where = f"line {first}" if first == again else f"lines {first} and {again}"
         raise ConfigError(f"config file {str(path)!r} sets the key {exc.key!r} twice in one mapping ({where}); "
                           f"the second would silently replace the first: keep one") from None
+    except NumberTooLongError as exc:
+        raise ConfigError(f"config file {str(path)!r} refused{_yaml_problem(exc)}") from None
     except AliasBombError as exc:
         raise ConfigError(f"config file {str(path)!r} refused{_yaml_problem(exc)}; write the values out "
                           "instead of nesting aliases (*name)") from None
@@ -136,6 +145,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         parsed = yaml_load(value) if value.strip() else ""
     except DuplicateKeyError as exc:
         raise ConfigError(f"override {text!r} sets the key {exc.key!r} twice; keep one") from None
+    except NumberTooLongError as exc:
+        raise ConfigError(f"override {key.strip()}=...: {exc.problem}") from None
     except yaml.YAMLError:
         parsed = value
     if _is_text_field(keys) and not isinstance(parsed, (str, list, dict)) and parsed is not None:

@@ -39,6 +39,22 @@ KLEstimator = Literal["k1", "k2", "k3", "abs"]
 PresetName = Literal["grpo", "dr_grpo", "ppo", "rloo", "reinforce_plus_plus", "gspo", "cispo"]
 
 
+MAX_TOKENS = 2**24
+"""Most tokens a length setting may name (16,777,216: past any model's context): a typo such as
+``max_new_tokens: 1000000000000`` is refused when the config is read, not by the OOM killer."""
+MAX_SAMPLES = 2**20
+"""Most samples, prompts or passes a batch setting may name (1,048,576; also prompts_per_step x
+group_size)."""
+MAX_WIDTH = 2**16
+"""Most of a model size (LoRA rank, the demo model's layers, width and heads, the demo's string length)."""
+MAX_MIB = 2**30
+"""Most MiB (KiB for output_kib) of a worker limit: 1 PiB, as far as the kernel's limits go."""
+MAX_SECONDS = 2**31 - 1
+"""Most CPU seconds of a worker limit (what RLIMIT_CPU holds everywhere)."""
+MAX_PROCESSES = 2**22
+"""Most processes (the kernel's largest pid_max), and tool workers."""
+
+
 def F(default: Any, help: str, **constraints: Any) -> Any:
     """A field with its help text (shown by ``steadyrl config show``)."""
     return Field(default, description=help, **constraints)
@@ -122,7 +138,7 @@ Beta = Annotated[float, Field(ge=0, lt=1)]
 class LoraConfig(Section):
     enabled: bool = F(False, "Train LoRA adapters (PEFT) instead of all weights; the reference "
                       "policy is the base model with the adapter disabled (no second copy).")
-    r: int = F(16, "LoRA rank.", ge=1)
+    r: int = F(16, "LoRA rank.", ge=1, le=MAX_WIDTH)
     alpha: float = F(32.0, "LoRA alpha (scaling = alpha / r).", gt=0)
     dropout: float = F(0.0, "LoRA dropout.", ge=0, lt=1)
     target_modules: str | list[str] = F("all-linear", "Modules to adapt: 'all-linear' or a list of names.")
@@ -203,7 +219,7 @@ class DataConfig(Section):
                                              "{enable_thinking: false} (Qwen3) or {date_string: ...}; used for "
                                              "prompts and for every multi-turn observation.")
     max_prompt_tokens: int = F(1024, "Prompts longer than this (in tokens) are dropped, with a count "
-                               "in the log.", ge=1)
+                               "in the log.", ge=1, le=MAX_TOKENS)
     shuffle: bool = F(True, "Shuffle the prompts every epoch (seeded by trainer.seed).")
     max_eval_prompts: int | None = F(None, "Evaluate on at most this many held-out prompts.", ge=1)
 
@@ -213,16 +229,17 @@ class RewardLimitsConfig(Section):
 
     memory_mb: int | None = F(4096, "Address space (MiB) the worker may add to what it holds when it starts "
                               "(RLIMIT_AS = its virtual size at fork, which includes the trainer's model "
-                              "mappings, + this); past it the function gets MemoryError.", ge=1)
+                              "mappings, + this); past it the function gets MemoryError.", ge=1, le=MAX_MIB)
     cpu_s: int | None = F(600, "CPU seconds one batch may use in the worker (RLIMIT_CPU, re-armed per batch); "
-                          "past it the worker is killed (SIGXCPU). Processes it starts inherit the limit.", ge=1)
+                          "past it the worker is killed (SIGXCPU). Processes it starts inherit the limit.",
+                          ge=1, le=MAX_SECONDS)
     processes: int | None = F(64, "Processes the function may have at once, the worker included; more and the "
                               "worker and all of them are killed. Also sets RLIMIT_NPROC to the user's current "
                               "process count + this (the kernel ignores RLIMIT_NPROC for root: then only the "
-                              "worker's own count, every 0.1 s, applies).", ge=1)
-    file_size_mb: int | None = F(1024, "Largest file (MiB) the function may write (RLIMIT_FSIZE).", ge=1)
+                              "worker's own count, every 0.1 s, applies).", ge=1, le=MAX_PROCESSES)
+    file_size_mb: int | None = F(1024, "Largest file (MiB) the function may write (RLIMIT_FSIZE).", ge=1, le=MAX_MIB)
     output_kib: int = F(64, "The worker's stdout/stderr are captured, not printed: the last this many KiB "
-                        "are kept and quoted in failure messages.", ge=1)
+                        "are kept and quoted in failure messages.", ge=1, le=MAX_MIB)
 
 
 class RewardConfig(Section):
@@ -304,16 +321,16 @@ class AsynchronousConfig(Section):
 class RolloutConfig(Section):
     engine: Literal["hf", "vllm"] = F("hf", "Generation engine: hf (transformers generate, CPU or "
                                       "GPU) or vllm (GPU, optional extra).")
-    prompts_per_step: int = F(8, "Prompts sampled per training step.", ge=1)
-    group_size: int = F(8, "Responses generated per prompt (the GRPO group).", ge=1)
+    prompts_per_step: int = F(8, "Prompts sampled per training step.", ge=1, le=MAX_SAMPLES)
+    group_size: int = F(8, "Responses generated per prompt (the GRPO group).", ge=1, le=MAX_SAMPLES)
     max_new_tokens: int = F(512, "Longest response; a response that reaches it without EOS is "
-                            "'truncated'.", ge=1)
+                            "'truncated'.", ge=1, le=MAX_TOKENS)
     temperature: float = F(1.0, "Sampling temperature (log-probs are recomputed with the same). Only "
                               "rollout.temperature/top_p/top_k shape the sampling: the model's "
                               "generation_config.json (top-k, repetition penalty, ...) is ignored.", gt=0)
     top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     top_k: int = F(0, "Top-k sampling; 0 = off.", ge=0)
-    generation_batch_size: int | None = F(None, "Prompts per generate call; null = all at once.", ge=1)
+    generation_batch_size: int | None = F(None, "Prompts per generate call; null = all at once.", ge=1, le=MAX_SAMPLES)
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     asynchronous: AsynchronousConfig = Field(default_factory=AsynchronousConfig)
     # --- multi-turn episodes (docs/agents.md); with neither tools nor an environment an episode
@@ -330,26 +347,35 @@ class RolloutConfig(Section):
     turn_reward: Literal["sum", "last"] = F("sum", "How an environment's per-turn rewards combine into the "
                                            "episode's, which is added to the reward functions' score.")
     max_turns: int = F(8, "Most policy turns in an episode; an episode still calling tools then is "
-                       "truncated.", ge=1)
+                       "truncated.", ge=1, le=MAX_TOKENS)
     max_observation_tokens: int = F(512, "Longest observation (tool result or environment message) in "
                                     "tokens, the chat template's own tokens included; longer ones have "
                                     "their contents shortened (the template's tokens are never cut, so "
                                     "start-up refuses a limit not above what the template needs for one "
-                                    "empty observation).", ge=1)
+                                    "empty observation).", ge=1, le=MAX_TOKENS)
     observation_truncation: Literal["right", "left"] = F("right", "Which end of a long observation is cut: "
                                                          "right keeps its start, left keeps its end.")
     max_episode_tokens: int | None = F(None, "Most tokens after the prompt (turns and observations); an "
                                        "episode that reaches it is truncated (so algorithm.mask_truncated "
                                        "applies). null = max_turns * max_new_tokens + (max_turns - 1) * "
-                                       "max_observation_tokens.", ge=1)
+                                       "max_observation_tokens.", ge=1, le=MAX_TOKENS)
     tool_timeout_s: float = F(30.0, "Time limit of one tool or environment call; a tool that exceeds it "
                               "returns an error to the model, an environment that does fails the episode.", gt=0)
+    max_tool_calls_per_turn: int | None = F(8, "Most tool calls of one turn that are run (verl's "
+                                            "multi_turn.max_parallel_calls); each further call is answered "
+                                            "with an error the model reads, counted in "
+                                            "rollout/tool_errors/max_calls. null = no cap.", ge=1)
+    tool_time_budget_s: float | None = F(60.0, "Time budget of all the tool calls of one turn, counted from "
+                                         "when they are sent: a call still running when it is spent is cut, "
+                                         "one not started is not run; both answer with an error, counted in "
+                                         "rollout/tool_errors/time_budget. null = each call only under "
+                                         "rollout.tool_timeout_s.", gt=0)
     tool_isolation: Literal["process", "thread", "inline"] | None = F(
         None, "Where tool and environment calls run, as rewards[].isolation: process (a contained sandbox "
         "worker, killed with all it started on time-out; default on Linux), thread (a time-out abandons "
         "the call; C code cannot be stopped), inline (no time limit, for debugging).")
     tool_workers: int = F(8, "Sandbox workers for tool calls (process isolation): up to this many calls run "
-                          "at once. An environment gets a worker per running episode.", ge=1)
+                          "at once. An environment gets a worker per running episode.", ge=1, le=MAX_PROCESSES)
     tool_limits: RewardLimitsConfig = Field(default_factory=RewardLimitsConfig,
                                             description="Resource limits of the tool and environment workers "
                                                         "(process isolation), as rewards[].limits.")
@@ -366,6 +392,10 @@ class RolloutConfig(Section):
 
     @model_validator(mode="after")
     def _check_turns(self) -> "RolloutConfig":
+        if self.prompts_per_step * self.group_size > MAX_SAMPLES:
+            raise ValueError(f"rollout.prompts_per_step x rollout.group_size = {self.prompts_per_step} x "
+                             f"{self.group_size} = {self.prompts_per_step * self.group_size:,} samples per step; "
+                             f"valid: at most {MAX_SAMPLES:,}")
         if self.tools and self.environment is not None:
             raise ValueError("rollout.tools and rollout.environment are both set: an episode is driven by "
                              "either tools or an environment; an environment can call functions itself")
@@ -384,7 +414,7 @@ class AlgorithmConfig(Section):
     loss_agg_mode: LossAggMode = F("token-mean", "How per-token losses become one scalar.")
     norm_length: int | None = F(None, "Constant length of seq-mean-token-sum-norm; null = "
                                 "rollout.max_new_tokens, one turn's budget: in multi-turn runs set it (e.g. to "
-                                "rollout.max_episode_tokens) for a constant per episode.", ge=1)
+                                "rollout.max_episode_tokens) for a constant per episode.", ge=1, le=MAX_TOKENS)
     pg_clip: float = F(PG_CLIP, "PPO clip range: the ratio is kept in [1 - clip, 1 + clip]; at most 1 "
                        "(a larger clip would make the lower bound negative).", ge=0, le=1)
     pg_clip_low: float | None = F(None, "Lower clip range (asymmetric), at most 1 (1 = no lower bound, as "
@@ -469,15 +499,15 @@ class TrainerConfig(Section):
                                  "comes before max_steps (the schedule decays over the shorter); "
                                  "null = max_steps only.", gt=0)
     seed: int = F(42, "Seed of data order, sampling and initialisation.")
-    ppo_epochs: int = F(1, "Passes over each rollout batch.", ge=1)
+    ppo_epochs: int = F(1, "Passes over each rollout batch.", ge=1, le=MAX_SAMPLES)
     mini_batch_size: int | None = F(None, "Samples per optimizer step; null = the whole batch "
-                                    "(one optimizer step per epoch).", ge=1)
-    micro_batch_size: int = F(8, "Samples per forward/backward (gradient accumulation).", ge=1)
+                                    "(one optimizer step per epoch).", ge=1, le=MAX_SAMPLES)
+    micro_batch_size: int = F(8, "Samples per forward/backward (gradient accumulation).", ge=1, le=MAX_SAMPLES)
     max_tokens_per_micro_batch: int | None = F(
         None, "Token budget per forward/backward instead of micro_batch_size: rows sorted by length and "
         "packed so that rows x padded length (prompt + response) <= budget, a longer row alone; each "
         "micro-batch trimmed to its longest row. Same gradient (global loss denominators), less padding "
-        "on mixed lengths. null = micro_batch_size rows each.", ge=1)
+        "on mixed lengths. null = micro_batch_size rows each.", ge=1, le=MAX_TOKENS)
     padding_free: bool = F(
         False, "Run each micro-batch's forward passes as one packed row without padding: the sequences' "
         "real tokens back to back, position ids restarting per sequence, no attention mask; transformers "
@@ -495,7 +525,7 @@ class TrainerConfig(Section):
                                   "and repeats its KV cache; log-prob passes run each distinct prompt once "
                                   "(same numbers, less work). Skipped automatically for models without a "
                                   "plain KV cache or with gradient checkpointing.")
-    logprob_chunk_size: int | None = F(None, "Tokens per log-prob chunk; null = automatic.", ge=1)
+    logprob_chunk_size: int | None = F(None, "Tokens per log-prob chunk; null = automatic.", ge=1, le=MAX_TOKENS)
     device: Literal["auto", "cpu", "cuda"] = F("auto", "auto = cuda when available.")
     parallel: Literal["ddp", "fsdp"] = F(
         "ddp", "Data parallelism when launched with torchrun (ignored in one process): ddp = every "
@@ -520,12 +550,12 @@ class TrainerConfig(Section):
 
 
 class EvalConfig(Section):
-    num_samples: int = F(4, "Sampled completions per prompt for pass@k (0 = greedy only).", ge=0)
+    num_samples: int = F(4, "Sampled completions per prompt for pass@k (0 = greedy only).", ge=0, le=MAX_SAMPLES)
     temperature: float = F(1.0, "Sampling temperature of the pass@k samples.", gt=0)
-    max_new_tokens: int | None = F(None, "null = rollout.max_new_tokens.", ge=1)
+    max_new_tokens: int | None = F(None, "null = rollout.max_new_tokens.", ge=1, le=MAX_TOKENS)
     accuracy_reward: str | None = F(None, "Reward whose score decides correctness; null = the first.")
     correct_threshold: float = F(1.0, "A completion is correct when that reward is >= this.")
-    batch_size: int = F(64, "Prompts per generate call during evaluation.", ge=1)
+    batch_size: int = F(64, "Prompts per generate call during evaluation.", ge=1, le=MAX_SAMPLES)
 
 
 class DemoConfig(Section):
@@ -540,18 +570,18 @@ class DemoConfig(Section):
                                          "turn) or tool (multiply two numbers with a calculator tool, "
                                          "multi-turn; on the command line without a config it starts "
                                          "from the tool demo's own settings).")
-    n_layers: int = F(2, "Transformer layers of the demo model.", ge=1)
-    hidden_size: int = F(128, "Hidden size of the demo model.", ge=8)
-    n_heads: int = F(4, "Attention heads of the demo model.", ge=1)
+    n_layers: int = F(2, "Transformer layers of the demo model.", ge=1, le=MAX_WIDTH)
+    hidden_size: int = F(128, "Hidden size of the demo model.", ge=8, le=MAX_WIDTH)
+    n_heads: int = F(4, "Attention heads of the demo model.", ge=1, le=MAX_WIDTH)
     min_len: int = F(3, "Shortest string to reverse.", ge=1)
     max_len: int = F(6, "Longest string to reverse (longer strings leave RL too few right samples "
-                     "to climb from).", ge=1)
-    num_train: int = F(4000, "Training prompts.", ge=1)
-    num_eval: int = F(500, "Held-out prompts.", ge=1)
+                     "to climb from).", ge=1, le=MAX_WIDTH)
+    num_train: int = F(4000, "Training prompts.", ge=1, le=MAX_SAMPLES)
+    num_eval: int = F(500, "Held-out prompts.", ge=1, le=MAX_SAMPLES)
     warmstart_steps: int = F(125, "Supervised warm-start steps before RL (0 = none); stops on purpose "
                              "before the supervised curve's sharp rise, at ~30% held-out accuracy.", ge=0)
     warmstart_lr: float = F(1e-3, "Warm-start learning rate.", gt=0)
-    warmstart_batch_size: int = F(32, "Warm-start batch size.", ge=1)
+    warmstart_batch_size: int = F(32, "Warm-start batch size.", ge=1, le=MAX_SAMPLES)
     tool_skill_steps: int = F(400, "Tool task only: supervised steps on tool transcripts alone, before "
                               "demo.warmstart_steps (the format and copying the numbers in and out).", ge=0)
     tool_skill_lr: float = F(2e-3, "Tool task only: learning rate of the demo.tool_skill_steps.", gt=0)

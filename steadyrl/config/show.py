@@ -1,7 +1,7 @@
 """Render a resolved config as commented YAML: every key, its value, and its help text.
 
 Values a preset filled are marked ``[preset]``, so nothing the preset chose is hidden. Secrets
-in a reward's options are shown as ``<redacted>`` (:mod:`steadyrl.secrets`).
+in a reward's options, and any text holding one, are shown as ``<redacted>`` (:mod:`steadyrl.secrets`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..secrets import redact_secrets
+from ..secrets import redact_secrets, secret_values
 from .loading import yaml_dump
 from .schema import Config
 
@@ -22,7 +22,8 @@ def _scalar(value: Any) -> str:
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
-def _render(model: BaseModel, indent: int, prefix: str, preset_keys: set[str], out: list[str]) -> None:
+def _render(model: BaseModel, indent: int, prefix: str, preset_keys: set[str], out: list[str],
+            secrets: set[str]) -> None:
     pad = "  " * indent
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
@@ -31,16 +32,16 @@ def _render(model: BaseModel, indent: int, prefix: str, preset_keys: set[str], o
         if isinstance(value, BaseModel):
             doc = (type(value).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
             out.append(f"{pad}{name}:" + (f"  # {doc}" if doc and "Field" not in doc else ""))
-            _render(value, indent + 1, path + ".", preset_keys, out)
+            _render(value, indent + 1, path + ".", preset_keys, out, secrets)
             continue
         if isinstance(value, list) and value and isinstance(value[0], BaseModel):
             out.append(f"{pad}{name}:  # {help_text}")
             for item in value:
                 out.append(f"{pad}  -")
-                _render(item, indent + 2, path + "[].", preset_keys, out)
+                _render(item, indent + 2, path + "[].", preset_keys, out, secrets)
             continue
-        if isinstance(value, dict):
-            value = redact_secrets(value)  # a reward's options may hold an api_key
+        if isinstance(value, (dict, list, str)):  # a reward's options may hold an api_key, another text its value
+            value = redact_secrets(value, secrets)
         tag = " [preset]" if path in preset_keys else ""
         comment = f"  # {help_text}{tag}" if help_text or tag else ""
         out.append(f"{pad}{name}: {_scalar(value)}{comment}")
@@ -49,5 +50,5 @@ def _render(model: BaseModel, indent: int, prefix: str, preset_keys: set[str], o
 def render_config(config: Config, preset_keys: set[str] | None = None) -> str:
     """The whole config as YAML with a help comment on every key (loadable back with YAML)."""
     out: list[str] = []
-    _render(config, 0, "", preset_keys or set(), out)
+    _render(config, 0, "", preset_keys or set(), out, secret_values(config.model_dump()))
     return "\n".join(out) + "\n"

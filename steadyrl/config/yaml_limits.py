@@ -8,6 +8,10 @@ how many values the document expands to, counting each distinct node once (memoi
 refuses past :data:`MAX_YAML_NODES`; it also refuses an alias used inside its own anchor (a
 cycle, which nothing downstream could walk). Anchors, aliases and merge keys (``<<: *base``)
 of an ordinary size load as before.
+
+An integer of thousands of digits is refused too (:func:`check_int_text`): Python will not even
+read one of more than 4,300 decimal digits (``int()`` raises), nor print one, and no setting needs
+more than :data:`MAX_INT_CHARS`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,27 @@ import yaml
 MAX_YAML_NODES = 100_000
 """Most values a document may expand to, an alias counted each time it is used. A config holds
 a few hundred."""
+
+
+MAX_INT_CHARS = 100
+"""Most characters an integer in a config may have (10**99 is more than any count or size)."""
+
+
+class NumberTooLongError(yaml.constructor.ConstructorError):
+    """An integer written with more than :data:`MAX_INT_CHARS` characters; ``digits`` counts them."""
+
+    def __init__(self, digits: int, mark):
+        super().__init__(None, None, f"an integer of {digits} digits; a config value has at most "
+                                     f"{MAX_INT_CHARS}", mark)
+        self.digits = digits
+
+
+def check_int_text(node: yaml.ScalarNode) -> None:
+    """Raise :class:`NumberTooLongError` for an integer scalar of more than :data:`MAX_INT_CHARS`
+    characters (before ``int()`` sees it)."""
+    digits = sum(ch.isalnum() for ch in str(node.value))
+    if digits > MAX_INT_CHARS:
+        raise NumberTooLongError(digits, node.start_mark)
 
 
 class AliasBombError(yaml.constructor.ConstructorError):

@@ -32,6 +32,7 @@ import urllib.request
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
+from ..secrets import Secret, reveal
 
 __all__ = ["REASONS", "RequestFailed", "post_json", "url_problem", "checked_url", "check_reachable", "api_key_from_env",
            "MAX_BACKOFF_S", "VALID_URL"]
@@ -88,7 +89,8 @@ def post_json(url: str, body, *, headers: dict | None = None, timeout_s: float =
     """POST ``body`` as JSON to ``url`` and return the decoded JSON reply; raises
     :class:`RequestFailed` once the tries are spent (see the module docstring)."""
     data = json.dumps(body, default=str).encode()
-    headers = {"Content-Type": "application/json", **(headers or {})}
+    # the one place a header's secret is revealed: the request that sends it
+    headers = {"Content-Type": "application/json", **reveal(headers or {})}
     for attempt in range(retries + 1):
         try:
             return _try_once(url, data, headers, timeout_s)
@@ -150,8 +152,9 @@ def check_reachable(field: str, url: str, timeout_s: float = 3.0) -> None:
                           "to skip this start-up check)") from None
 
 
-def api_key_from_env(reward: str, env) -> str:
-    """The API key held by the environment variable *named* ``env`` (option ``api_key_env``)."""
+def api_key_from_env(reward: str, env) -> Secret:
+    """The API key held by the environment variable *named* ``env`` (option ``api_key_env``), as a
+    :class:`~steadyrl.secrets.Secret` (never shown; revealed by :func:`post_json` when sent)."""
     if not isinstance(env, str) or not _ENV_NAME.fullmatch(env):
         # it may be the key itself, pasted by mistake: never echo it
         raise ConfigError(f"{reward} reward: option api_key_env must be the NAME of an environment variable that "
@@ -160,4 +163,4 @@ def api_key_from_env(reward: str, env) -> str:
     if not key:
         raise ConfigError(f"{reward} reward: option api_key_env={env!r} names an environment variable that is not "
                           "set (or is empty); export it before starting the run")
-    return key
+    return Secret(key)

@@ -11,8 +11,10 @@ A spec is one of:
 For a user function the options are bound as keyword arguments (``functools.partial``), so
 ``load_reward("my.py:fn", threshold=0.5)`` calls ``fn(prompts, completions, threshold=0.5,
 **columns)``. ``function`` may be dotted (``module:Class.method``). An option written
-``{env: NAME}`` is the environment variable ``NAME``'s value (a secret kept out of every file:
-:mod:`steadyrl.secrets`). Whether it is called the steadyrl way (positionally) or the TRL way
+``{env: NAME}`` (at any depth) is the environment variable ``NAME``'s value, held as a
+:class:`~steadyrl.secrets.Secret` (redacted in every ``repr``) and revealed only when the function
+is called (:class:`BoundReward`); a built-in gets it revealed, except the options it sends as
+they are (:data:`SENDS_SECRETS`). Whether it is called the steadyrl way (positionally) or the TRL way
 (by keyword) is read from its signature (:mod:`steadyrl.rewards.calling`); the call is checked
 here with placeholders, and the columns it cannot run without become its ``reads_columns``.
 
@@ -28,7 +30,7 @@ import functools
 import inspect
 from pathlib import Path
 
-from ..secrets import is_env_reference, resolve_env_options
+from ..secrets import is_env_reference, resolve_env_options, reveal
 from ..errors import RewardLoadError
 from ..userfn import SPEC_FORMS, is_file_target, resolve_spec
 from . import code, judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
@@ -36,11 +38,25 @@ from .calling import call_error, describe_call, plan_call
 from .http_client import VALID_URL, url_problem
 from .registry import BUILTIN_REWARDS, RewardFn
 
-__all__ = ["load_reward", "reward_name", "url_option_problems", "URL_OPTIONS"]
+__all__ = ["BoundReward", "load_reward", "reward_name", "url_option_problems", "URL_OPTIONS", "SENDS_SECRETS"]
 
 URL_OPTIONS = {"http": ("url",), "llm_judge": ("base_url",), "code": ("url",)}
 """The options of built-in rewards that name a server: each must be an http(s) URL with a host
 (:func:`~steadyrl.rewards.http_client.url_problem`), whether or not ``check_url`` is on."""
+
+
+SENDS_SECRETS = {"http": ("headers",)}
+"""Options of built-ins that keep :class:`~steadyrl.secrets.Secret` values and reveal them only in
+the request they send (:func:`~steadyrl.rewards.http_client.post_json`)."""
+
+
+class BoundReward(functools.partial):
+    """A user function with its options: ``functools.partial`` whose options' secrets are
+    revealed at each call only (its ``repr``, like a :class:`~steadyrl.secrets.Secret`'s, shows
+    ``<redacted>``)."""
+
+    def __call__(self, /, *args, **kwargs):
+        return self.func(*self.args, *args, **{**reveal(self.keywords), **kwargs})
 
 
 def _err(spec: str, what: str) -> RewardLoadError:
@@ -73,7 +89,8 @@ def _builtin(name: str, options: dict) -> RewardFn:
     missing = [p.name for p in params.values() if p.default is p.empty and p.name not in options]
     if missing:
         raise _err(name, f"missing required option(s) {missing}; valid options: {sorted(params)}")
-    return factory(**options)
+    keep = SENDS_SECRETS.get(name, ())
+    return factory(**{k: v if k in keep else reveal(v) for k, v in options.items()})
 
 
 def _unknown_name(spec: str) -> RewardLoadError:
@@ -127,7 +144,7 @@ def load_reward(spec: str, **options) -> RewardFn:
     if not callable(fn):
         attr = spec.rsplit(":", 1)[1]
         raise _err(spec, f"{attr!r} is a {type(fn).__name__}, not a callable")
-    bound = functools.partial(fn, **options)
+    bound = BoundReward(fn, **options)
     columns = _check_signature(spec, bound)
     # the columns it cannot run without, checked against the data before the run starts
     bound.reads_columns = tuple(getattr(fn, "reads_columns", columns))

@@ -11,7 +11,9 @@ A request is retried with back-off on HTTP 429 / 5xx and connection errors and b
 reply is not ``{"scores": [...]}`` of the right length with numbers or nulls, scores its own
 samples ``None`` (counted under ``reward/http/failures/<reason>``); the other requests' samples
 keep their scores. The URL must be http:// or https:// with a host (checked when the config is read), and the
-server is checked at start-up (a TCP connect) unless ``check_url: false``.
+server is checked at start-up (a TCP connect) unless ``check_url: false``. A header value may be
+``{env: NAME}`` (``headers: {Authorization: {env: SCORER_AUTH}}``): it is read when the reward is
+built and sent as it is, never shown (:mod:`steadyrl.secrets`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ConfigError
+from ..secrets import Secret
 from .cached import DEFAULT_CACHE_SIZE, CachedReward, check_int, check_number
 from .http_client import RequestFailed, api_key_from_env, check_reachable, checked_url, post_json
 from .registry import register_reward
@@ -59,7 +62,8 @@ class HttpReward(CachedReward):
         self.reads_columns = tuple(columns or ())
         if headers is not None and not isinstance(headers, dict):
             raise ConfigError("http reward: option headers must be a mapping of header names to values")
-        self.headers = {str(k): str(v) for k, v in (headers or {}).items()}
+        # a header given as {env: NAME} stays a Secret until the request is sent (post_json reveals it)
+        self.headers = {str(k): v if isinstance(v, Secret) else str(v) for k, v in (headers or {}).items()}
         if api_key_env is not None:
             self.headers["Authorization"] = "Bearer " + api_key_from_env("http", api_key_env)
         self.retries = check_int("http", "retries", retries)

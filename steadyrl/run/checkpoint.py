@@ -32,6 +32,7 @@ import torch
 
 from ..files import fsync_dir as _fsync_dir
 from ..errors import ConfigError
+from ..models import safetensors_problem
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
 OLD_RE = re.compile(r"^\.old-(step_\d+)-\d+$")  # a checkpoint moved aside while its step is re-saved
@@ -65,10 +66,18 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def list_checkpoints(root: Path) -> list[Path]:
-    """Complete checkpoints under ``root``, oldest first."""
+    """Complete checkpoints under ``root``, oldest first. A checkpoint that is a symbolic link (or
+    holds one) is refused (:class:`ConfigError`): resuming would load another directory's files,
+    and pruning would delete them."""
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := CHECKPOINT_RE.match(p.name)) and p.is_dir()]
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := CHECKPOINT_RE.match(p.name))
+             and (p.is_dir() or p.is_symlink())]
+    for _, p in found:
+        links = [p] if p.is_symlink() else [c for c in p.iterdir() if c.is_symlink()]
+        if links:
+            raise ConfigError(f"checkpoint {str(links[0])!r} is a symbolic link (to {os.readlink(links[0])!r}); a run "
+                              "reads and removes its own checkpoints only: replace the link by a copy, or remove it")
     return [p for _, p in sorted(found)]
 
 
@@ -157,6 +166,10 @@ def read_model_weights(directory: Path) -> dict[str, torch.Tensor]:
     index = directory / "model.safetensors.index.json"
     files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
     for name in files:
+        problem = safetensors_problem(directory / name) if (directory / name).is_file() else "it is missing"
+        if problem:  # a damaged file is named, not a traceback from the reader
+            raise ConfigError(f"checkpoint weight file {str(directory / name)!r}: {problem}; resume from another "
+                              "checkpoint (delete this one) or start a new run")
         state.update(load_file(directory / name))
     return state
 

@@ -3,15 +3,18 @@
 * **Default name** ``runs/<preset>-<YYYYmmdd-HHMMSS>``, created with an exclusive ``mkdir``: a
   second run started in the same second gets ``...-2`` (then ``-3`` ...), never the first's.
 * **Marker** ``.steadyrl-run`` (JSON, ``{"steadyrl_run": 1}``), written when a run starts in the
-  directory. ``--overwrite`` removes the run files only of a directory that carries it, or that
-  holds both ``config.yaml`` and ``metrics.jsonl`` (a run of a version from before the marker).
+  directory. ``--overwrite`` removes the run files only of a directory that carries it: a folder
+  that merely holds a ``config.yaml`` and a ``metrics.jsonl`` (another tool's, or a run of a
+  version from before the marker) is not removed; the user deletes it, knowing what it is.
 * **Lock** ``.steadyrl-lock``: rank 0 holds an exclusive lock on it for the whole run, with its
   PID written inside; a second ``steadyrl train`` on the directory stops at once (exit 2) naming
   the PID. A POSIX record lock (``fcntl.lockf``), not ``flock``: it belongs to the process, so
   the reward workers forked from the trainer do not inherit it, and the kernel drops it when
   the trainer dies, however it dies (``kill -9`` included, while an orphaned worker lingers).
 * **Symlinks**: a run file or folder that is a symbolic link (``checkpoints -> ../other/...``)
-  is refused: writing through it would change another run's files.
+  is refused: writing through it would change another run's files; so is a checkpoint
+  ``checkpoints/step_N`` that is one (:func:`steadyrl.run.checkpoint.list_checkpoints`):
+  resuming from it would load another directory's weights and state.
 * **config.yaml** ends with a line ``# steadyrl-sha256: <hash of the text above>``, and the
   file is written atomically. ``--resume`` checks the saved file against it before using it or
   writing the new one: a cut or damaged file is refused, where it used to load with settings
@@ -47,8 +50,6 @@ RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints")
 """Any of these means the directory already holds a run."""
 OWNED = (*RUN_FILES, "samples.jsonl", "config.yaml", "warmstart", "tensorboard", "tracking.json", "dashboard.png")
 """What ``--overwrite`` removes (and nothing else)."""
-LEGACY_RUN = ("config.yaml", "metrics.jsonl")
-"""What a run directory of a version before the marker holds."""
 _HASH_LINE = re.compile(rb"\n# steadyrl-sha256: ([0-9a-f]{64})\b[^\n]*\n?\Z")
 
 
@@ -73,8 +74,8 @@ def claim_new_dir(base: Path) -> Path:
 
 
 def is_run_dir(path: Path) -> bool:
-    """A steadyrl run directory: it carries the marker, or (older versions) config.yaml and metrics.jsonl."""
-    return (path / MARKER).is_file() or all((path / name).is_file() for name in LEGACY_RUN)
+    """A steadyrl run directory: it carries steadyrl's marker (a plain file, not a link)."""
+    return (path / MARKER).is_file() and not (path / MARKER).is_symlink()
 
 
 def _symlinks(output_dir: Path) -> list[str]:
@@ -99,9 +100,9 @@ def check_output_dir(output_dir: Path, resume: bool, overwrite: bool) -> None:
                           "continue it, --overwrite to replace it, or choose another directory")
     owned = [name for name in OWNED if (output_dir / name).exists()]
     if overwrite and owned and not is_run_dir(output_dir):
-        raise ConfigError(f"--overwrite: {str(output_dir)!r} is not a steadyrl run directory (no {MARKER}, "
-                          f"nor config.yaml with metrics.jsonl), so its {', '.join(owned)} are not removed; "
-                          "choose another --output-dir")
+        raise ConfigError(f"--overwrite: {str(output_dir)!r} is not a steadyrl run directory (no {MARKER} file, "
+                          f"which steadyrl writes in every run it starts), so its {', '.join(owned)} are not "
+                          "removed; choose another --output-dir, or delete them yourself if they are an old run")
 
 
 class RunLock:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..files import atomic_write_text
+from ..secrets import redact_secrets
 from .backends import check_backend_names, make_backend
 from .jsonl import JsonlWriter, jsonable, read_jsonl, truncate_jsonl
 
@@ -90,7 +91,9 @@ class Tracker:
         self._metrics = JsonlWriter(self.run_dir / METRICS_FILE, merge_same_step=True)
         if resume_step is not None:
             self._metrics.truncate_after(resume_step)
-        self._start_backends(jsonable(dict(config or {})), run_name, project, resume=resume_step is not None)
+        # secrets by name and by value (steadyrl.secrets), whoever built the config dict
+        self._start_backends(jsonable(redact_secrets(dict(config or {}))), run_name, project,
+                             resume=resume_step is not None)
 
     def _start_backends(self, config: dict, run_name: str | None, project: str | None, resume: bool) -> None:
         state_path = self.run_dir / STATE_FILE

@@ -152,7 +152,9 @@ def test_two_tools_with_one_name_are_refused(tools_file, tmp_path):
 
 
 @pytest.mark.parametrize("name, counts", [("parse", "malformed tool calls"),
-                                          ("unknown", "calls to tools that do not exist")])
+                                          ("unknown", "calls to tools that do not exist"),
+                                          ("max_calls", "calls past rollout.max_tool_calls_per_turn"),
+                                          ("time_budget", "calls past their turn's rollout.tool_time_budget_s")])
 def test_a_tool_named_like_an_error_counter_is_refused(tmp_path, name, counts):
     path = tmp_path / "clash.py"
     path.write_text(textwrap.dedent(f'''
@@ -223,3 +225,95 @@ def test_a_file_holding_a_reward_and_a_tool_is_executed_once(tmp_path):
     reward = load_reward(f"{path}:reward")
     assert reward(["p"], ["c"]) == [1.0]
     assert tool.fn.__globals__ is reward.func.__globals__  # one module: state is shared
+
+
+# --- how many calls a turn may make, and how long they may take together (issue 25 item 4) -----------------
+
+def _call(tool: str, **arguments) -> str:
+    import json
+
+    return f"<tool_call>\n{json.dumps({'name': tool, 'arguments': arguments})}\n</tool_call>"
+
+
+def _agent(fn, **kwargs):
+    from transformers.utils import get_json_schema
+
+    from steadyrl.agents.parsers import load_parser
+    from steadyrl.agents.toolagent import ToolAgent
+
+    return ToolAgent([Tool(fn.__name__, fn, get_json_schema(fn))], load_parser("hermes"), **kwargs)
+
+
+def test_calls_past_max_tool_calls_per_turn_are_answered_with_an_error_and_counted():
+    ran = []
+
+    def note(x: int) -> int:
+        """Note a number.
+
+        Args:
+            x: the number
+        """
+        ran.append(x)
+        return x
+
+    agent = _agent(note, timeout_s=5, isolation="inline", max_calls_per_turn=3)
+    [reply] = agent.respond([None], ["".join(_call("note", x=i) for i in range(12))])
+    assert ran == [0, 1, 2]
+    assert reply.tool_calls == 12 and reply.tool_errors == {"max_calls": 9} and not reply.done
+    contents = [m["content"] for m in reply.messages]
+    assert contents[:3] == ["0", "1", "2"] and len(contents) == 12
+    assert all("at most 3 tool calls" in c and "rollout.max_tool_calls_per_turn" in c for c in contents[3:])
+
+
+def test_every_episodes_first_call_runs_before_any_episodes_second():
+    order = []
+
+    def note(x: str) -> str:
+        """Note a name.
+
+        Args:
+            x: the name
+        """
+        order.append(x)
+        return x
+
+    agent = _agent(note, timeout_s=5, isolation="inline")
+    agent.respond([None, None], ["".join(_call("note", x=f"a{i}") for i in range(3)), _call("note", x="b0")])
+    assert order == ["a0", "b0", "a1", "a2"]
+
+
+@pytest.mark.parametrize("isolation", ["process", "thread"])
+def test_forty_calls_to_a_hanging_tool_end_within_the_turns_time_budget(isolation):
+    import time
+
+    def hang(seconds: float) -> str:
+        """Sleep.
+
+        Args:
+            seconds: how long
+        """
+        time.sleep(seconds)
+        return "woke"
+
+    agent = _agent(hang, timeout_s=2.0, isolation=isolation, workers=4, max_calls_per_turn=None, time_budget_s=3.0)
+    try:
+        t0 = time.perf_counter()
+        [reply] = agent.respond([None], ["".join(_call("hang", seconds=30) for _ in range(40))])
+        took = time.perf_counter() - t0
+    finally:
+        agent.shutdown()
+    assert took < 6.0, took  # 3 s of budget (and the workers' restart), not 40 calls / 4 workers * 2 s = 20 s
+    assert len(reply.messages) == 40 and sum(reply.tool_errors.values()) == 40
+    if isolation == "process":  # waves of 4 workers: the first is cut at 2 s, the second at 3 s, the rest never run
+        assert reply.tool_errors.get("time_budget", 0) >= 36
+        assert "rollout.tool_time_budget_s" in reply.messages[-1]["content"]
+    else:  # a thread each, all at once: each one's own 2 s limit comes first
+        assert reply.tool_errors == {"hang": 40}
+
+
+def test_the_defaults_cap_a_turn_at_eight_calls_and_sixty_seconds():
+    from steadyrl.config.schema import RolloutConfig
+
+    ro = RolloutConfig()
+    assert (ro.max_tool_calls_per_turn, ro.tool_time_budget_s) == (8, 60.0)
+    assert RolloutConfig(max_tool_calls_per_turn=None, tool_time_budget_s=None).tool_time_budget_s is None

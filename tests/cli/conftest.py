@@ -38,6 +38,7 @@ class TinyRun:
 
 
 BAD_FILES = {
+    "big_int.yaml": "rollout:\n  max_new_tokens: " + "9" * 5000 + "\n",
     "empty.jsonl": "",
     "malformed.jsonl": '{"prompt": "abc=", "answer": "cba"}\n{"prompt": "abd=", "answer": \n',
     "no_prompt_column.jsonl": '{"question": "abc=", "answer": "cba"}\n{"question": "ab=", "answer": "ba"}\n',

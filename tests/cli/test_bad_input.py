@@ -58,6 +58,20 @@ CASES = {
     "a section given a scalar": Case(("algorithm=ppo",), ("algorithm", "algorithm.preset=ppo")),
     "optimizer betas out of range": Case(("optim.betas=[1.5, 0.999]",), ("optim.betas[0]", "1.5", "less than 1")),
     "argument that is neither a file nor key=value": Case(("trainer.max_steps",), ("'trainer.max_steps'", "key=value")),
+    "integer longer than Python reads (4,300 digits)": Case((f"rollout.max_new_tokens={'9' * 5000}",),
+                                                           ("rollout.max_new_tokens", "5000 digits")),
+    "integer of 5,000 digits in the config file": Case(
+        (), ("big_int.yaml", "line 2", "5000 digits"), command=("train", "{root}/big_int.yaml", "--output-dir", "{out}")),
+    "absurd max_new_tokens": Case(("rollout.max_new_tokens=1000000000000",), ("rollout.max_new_tokens", "1000000000000")),
+    "absurd eval max_new_tokens": Case(("eval.max_new_tokens=1000000000000",), ("eval.max_new_tokens", "1000000000000")),
+    "absurd prompts per step": Case(("rollout.prompts_per_step=1000000000000",),
+                                    ("rollout.prompts_per_step", "1000000000000")),
+    "absurd group size": Case(("rollout.group_size=1000000000000",), ("rollout.group_size", "1000000000000")),
+    "absurd micro batch": Case(("trainer.micro_batch_size=1000000000000",),
+                               ("trainer.micro_batch_size", "1000000000000")),
+    "absurd generation batch": Case(("rollout.generation_batch_size=1000000000000",),
+                                    ("rollout.generation_batch_size", "1000000000000")),
+    "absurd eval samples": Case(("eval.num_samples=1000000000000",), ("eval.num_samples", "1000000000000")),
     "missing config file": Case((), ("no_such_config.yaml", "does not exist"),
                                 command=("train", "{root}/no_such_config.yaml", "--output-dir", "{out}")),
     # --- data ----------------------------------------------------------------------------------
@@ -248,3 +262,49 @@ def test_command_line_mistakes_exit_2_with_usage_and_no_traceback(argv, capsys):
     err = capsys.readouterr().err
     assert info.value.code == 2
     assert "usage: steadyrl" in err and "error:" in err and "Traceback" not in err
+
+
+# --- damaged weight files: named, before any weight is loaded (issue 25 item 6) --------------------------
+
+def _damaged_model(tiny_run, tmp_path, how: str):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_run.root / "model", model)
+    weights = model / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    if how == "header":
+        data[:8] = (2**40).to_bytes(8, "little")  # a header longer than the file
+    elif how == "json":
+        length = int.from_bytes(data[:8], "little")
+        data[8:8 + length] = b"{" * length
+    elif how == "truncated":  # a shard cut short: half the file
+        del data[len(data) // 2:]
+    weights.write_bytes(bytes(data))
+    return model, weights
+
+
+@pytest.mark.parametrize("how, says", [("header", "header is damaged"), ("json", "not valid JSON"),
+                                       ("truncated", "cut short")])
+def test_a_model_with_a_damaged_weight_file_exits_2_naming_the_file(tiny_run, tmp_path, capsys, monkeypatch,
+                                                                     model_loads, how, says):
+    _offline(monkeypatch)
+    model, weights = _damaged_model(tiny_run, tmp_path, how)
+    model_loads.forbid = True
+    code = cli.main(["train", str(tiny_run.config), "--output-dir", str(tmp_path / "run"),
+                     f"model.name_or_path={model}"])
+    _check_error_line(code, capsys.readouterr().err, ("model.name_or_path", str(weights), says))
+    assert model_loads == []
+
+
+def test_a_shard_the_index_names_but_that_is_missing_exits_2(tiny_run, tmp_path, capsys, monkeypatch, model_loads):
+    import json
+
+    _offline(monkeypatch)
+    model, weights = _damaged_model(tiny_run, tmp_path, "none")
+    weights.unlink()
+    (model / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {"lm_head.weight": "model-00002-of-00002.safetensors"}}))
+    model_loads.forbid = True
+    code = cli.main(["eval", str(tiny_run.config), "--model", str(model)])
+    _check_error_line(code, capsys.readouterr().err, ("model-00002-of-00002.safetensors", "missing"))

@@ -176,13 +176,22 @@ def test_overwrite_of_a_directory_that_is_not_a_run_removes_nothing(tiny_run, tm
     assert _snapshot(project) == before
 
 
-def test_overwrite_replaces_a_run_of_a_version_before_the_marker(run_copy, tiny_run):
+def test_overwrite_needs_steadyrls_marker_not_just_a_config_and_metrics(run_copy, tiny_run, capsys):
     from steadyrl.run.directory import MARKER
 
-    (run_copy / MARKER).unlink()  # config.yaml + metrics.jsonl: a run all the same
-    assert cli.main(["train", str(tiny_run.config), "--output-dir", str(run_copy), "--overwrite",
-                     "trainer.max_steps=1"]) == 0
-    assert [p.name for p in (run_copy / "checkpoints").iterdir()] == ["step_000001"]
+    (run_copy / MARKER).unlink()  # config.yaml + metrics.jsonl: any tool's folder may hold those
+    before = _snapshot(run_copy)
+    _fails_with(capsys, ["train", str(tiny_run.config), "--output-dir", str(run_copy), "--overwrite",
+                         "trainer.max_steps=1"], "not a steadyrl run directory", MARKER, "checkpoints")
+    assert _snapshot(run_copy) == before
+
+
+def test_a_marker_that_is_a_symbolic_link_does_not_make_a_run(run_copy, tiny_run, tmp_path, capsys):
+    from steadyrl.run.directory import MARKER, is_run_dir
+
+    (run_copy / MARKER).rename(tmp_path / "elsewhere")
+    (run_copy / MARKER).symlink_to(tmp_path / "elsewhere")
+    assert not is_run_dir(run_copy)
 
 
 def test_overwrite_that_cannot_remove_a_file_stops_and_says_which(run_copy, tiny_run, capsys, monkeypatch):
@@ -334,3 +343,29 @@ def test_resume_refuses_a_state_pt_whose_loading_would_run_code(run_copy, tiny_r
     _fails_with(capsys, ["train", str(tiny_run.config), "--output-dir", str(run_copy), "--resume",
                          "trainer.max_steps=3"], "state.pt", "refused")
     assert not marker.exists()
+
+
+# --- a checkpoint that is a symbolic link is not followed ---------------------------------------------------
+
+@pytest.mark.parametrize("what", ["step", "policy"])
+def test_resume_and_eval_refuse_a_checkpoint_that_is_a_symbolic_link(run_copy, tiny_run, tmp_path, capsys, what):
+    latest = sorted((run_copy / "checkpoints").iterdir())[-1]
+    target = latest if what == "step" else latest / "policy"
+    shutil.move(target, tmp_path / "someone_elses")
+    target.symlink_to(tmp_path / "someone_elses")
+    before = _snapshot(run_copy)
+    _fails_with(capsys, ["train", "--resume", "--output-dir", str(run_copy), "trainer.max_steps=3"],
+                str(target), "symbolic link")
+    _fails_with(capsys, ["eval", "--output-dir", str(run_copy), "eval.num_samples=0"], str(target), "symbolic link")
+    assert _snapshot(run_copy) == before and (tmp_path / "someone_elses").is_dir()
+
+
+def test_resume_and_eval_of_a_checkpoint_with_a_cut_weight_file_exit_2_naming_it(run_copy, capsys):
+    latest = sorted((run_copy / "checkpoints").iterdir())[-1]
+    weights = latest / "policy" / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])  # a copy that stopped half-way
+    _fails_with(capsys, ["train", "--resume", "--output-dir", str(run_copy), "trainer.max_steps=3"],
+                str(weights), "cut short")
+    _fails_with(capsys, ["eval", "--output-dir", str(run_copy), "--trust-run-code", "eval.num_samples=0"],
+                str(weights), "cut short")

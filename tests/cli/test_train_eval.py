@@ -201,3 +201,55 @@ def test_eval_of_a_run_directory_with_builtin_rewards_or_ones_own_config_needs_n
     # a config of one's own (the user reward file is the user's): no flag either
     out, _ = finished_run
     assert cli.main(["eval", str(tiny_run.config), "--output-dir", str(out), "eval.num_samples=0"]) == 0
+
+
+def _refused(run, capsys) -> str:
+    """eval of ``run`` without the flag: exit 2 and one line naming the flag; that line."""
+    assert cli.main(["eval", "--output-dir", str(run), "eval.num_samples=0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and "--trust-run-code" in err
+    return err
+
+
+def test_eval_of_a_run_directory_whose_reward_model_trusts_remote_code_needs_the_flag(finished_run, tmp_path,
+                                                                                       capsys):
+    rewards = [{"name": "reward_model", "options": {"model": str(tmp_path / "rm"), "trust_remote_code": True}}]
+    err = _refused(_run_dir_naming(finished_run, tmp_path, rewards), capsys)
+    assert "rewards[0] (reward_model).options.trust_remote_code = True" in err
+
+
+def test_eval_of_a_run_directory_whose_code_reward_names_an_interpreter_runs_nothing(finished_run, tmp_path, capsys):
+    marker = tmp_path / "their-interpreter-ran"
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\ntouch {marker}\nexec python3 \"$@\"\n")
+    python.chmod(0o755)
+    rewards = [{"name": "code", "options": {"python": str(python)}}]
+    err = _refused(_run_dir_naming(finished_run, tmp_path, rewards), capsys)
+    assert "options.python" in err and "runs that interpreter" in err
+    assert not marker.exists()  # not even probed: the code reward runs its interpreter when it is built
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"url": "http://127.0.0.1:9/score", "api_key_env": "HF_TOKEN", "check_url": False}, "api_key_env = 'HF_TOKEN'"),
+    ({"url": "http://127.0.0.1:9/score", "check_url": False, "headers": {"X-Key": {"env": "AWS_SECRET_ACCESS_KEY"}}},
+     "{env: AWS_SECRET_ACCESS_KEY}"),
+    ({"url": "http://127.0.0.1:9/score", "check_url": False}, "options.url = 'http://127.0.0.1:9/score'"),
+])
+def test_eval_of_a_run_directory_may_not_name_the_evaluators_secrets_or_servers_without_the_flag(
+        finished_run, tmp_path, capsys, monkeypatch, options, named):
+    monkeypatch.setenv("HF_TOKEN", "hf_evaluators_own")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws_evaluators_own")
+    err = _refused(_run_dir_naming(finished_run, tmp_path, [{"name": "http", "options": options}]), capsys)
+    assert named in err and "evaluators_own" not in err
+
+
+def test_a_judge_server_set_on_the_command_line_is_the_evaluators_own_choice(finished_run, tmp_path, capsys):
+    rewards = [{"name": "http", "options": {"url": "http://127.0.0.1:9/score", "check_url": False}}]
+    run = _run_dir_naming(finished_run, tmp_path, rewards)
+    err = _refused(run, capsys)
+    from steadyrl.config import load_config as load
+    from steadyrl.run.trust import run_code
+
+    mine = load(run / "config.yaml", ["rewards=[{name: http, options: {url: 'http://127.0.0.1:8/mine', check_url: false}}]"])
+    assert run_code(mine, yaml.safe_load((run / "config.yaml").read_text())) == []
+    assert "127.0.0.1:9" in err

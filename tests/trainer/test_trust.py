@@ -1,0 +1,46 @@
+"""Which built-in reward options make a foreign run directory's config run code or reach the
+evaluator's secrets and servers (steadyrl.run.trust): every option of every built-in is
+classified, so a new option cannot slip past ``steadyrl eval --output-dir`` unnoticed."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from steadyrl.rewards import BUILTIN_REWARDS
+from steadyrl.run.trust import CODE_OPTIONS, ENDPOINT_OPTIONS, SANDBOX_OPTIONS, SECRET_OPTIONS, option_findings
+
+HARMLESS = {
+    # what to score and how: text, numbers, columns, choices among steadyrl's own code
+    "answer_key", "marker", "last_line", "strip", "pattern", "flags", "mode", "target_length", "max_length",
+    "unit", "gold_marker", "tests_key", "test_format", "extract", "score", "threshold", "tolerance",
+    "on_timeout", "language", "backend", "template", "system_prompt", "min_score", "max_score", "scale",
+    "normalize", "mean", "std", "label_index", "chat_template", "columns",
+    # sizes, time limits and retries (bounded by the reward itself)
+    "workers", "test_timeout_s", "sample_timeout_s", "max_tests", "memory_mb", "processes", "file_size_mb",
+    "open_files", "max_output_kib", "batch_size", "concurrency", "retries", "backoff_s", "request_timeout_s",
+    "max_new_tokens", "cache_size", "check_url",
+    # models by hub name or directory, loaded without their own code (trust_remote_code is separate)
+    "model", "revision", "tokenizer", "device", "dtype",
+    # values only: a {env: NAME} or an http(s):// value among them is caught wherever it is
+    "headers",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_REWARDS))
+def test_every_option_of_every_built_in_reward_is_classified(name):
+    flagged = set(CODE_OPTIONS) | set(ENDPOINT_OPTIONS) | set(SECRET_OPTIONS) | set(SANDBOX_OPTIONS)
+    options = set(inspect.signature(BUILTIN_REWARDS[name]).parameters)
+    assert not options - flagged - HARMLESS, f"classify these options of {name!r} in steadyrl/run/trust.py"
+
+
+def test_findings_reach_any_depth_and_leave_harmless_options_alone():
+    found = option_findings({"model": "org/rm", "batch_size": 8, "extra": [{"deep": {"trust_remote_code": True}}],
+                             "headers": {"X-Key": {"env": "HF_TOKEN"}, "X-Trace": "abc"},
+                             "note": "see the docs", "scorer": ["https://example.org/score"]}, "rewards[0].options")
+    assert found == ["rewards[0].options.extra[0].deep.trust_remote_code = True (imports the model's own Python files)",
+                     "rewards[0].options.headers.X-Key = {env: HF_TOKEN} (reads the environment variable HF_TOKEN)",
+                     "rewards[0].options.scorer[0] = 'https://example.org/score' (a server the samples are sent to)"]
+    assert option_findings({"model": "org/rm", "trust_remote_code": False, "python": None, "no_network": True,
+                            "url": None}, "o") == []
