@@ -45,6 +45,7 @@ class ToolCall:
 
     name: str
     arguments: dict
+    id: str | None = None  # the call id the model wrote, in formats that have one (Mistral, Kimi-K2)
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,9 @@ bounded).
 from __future__ import annotations
 
 from .calls import CallResult, CallRunner, error_text
+from .messages import assistant_message, tool_message
 from .protocol import Reply, Start
 from .tools import PARSE_ERROR, UNKNOWN_TOOL
-
-
-def tool_message(name: str, content: str) -> dict:
-    return {"role": "tool", "name": name, "content": content}
 
 
 class ToolAgent:
@@ -32,6 +29,7 @@ class ToolAgent:
         self.parser = parser
         self.timeout_s = timeout_s
         self.template_kwargs: dict = {}
+        self.id_style = "alnum9"  # call ids the parser does not read from the turn (see .messages)
         self.isolation = isolation
         self.runner = CallRunner(self._run, isolation, workers=workers, limits=limits)
 
@@ -43,7 +41,7 @@ class ToolAgent:
         return run_tool(self.tools[name], arguments)
 
     def start(self, rows: list[dict], seeds: list[int]) -> list[Start]:
-        return [Start() for _ in rows]
+        return [Start(state={"calls": 0}) for _ in rows]  # the episode's call count numbers its call ids
 
     def _parse(self, text: str):
         from .parsers import ParsedTurn
@@ -59,8 +57,18 @@ class ToolAgent:
         parsed = [self._parse(t) for t in texts]
         last = last or [False] * len(texts)
         replies = self._run_turns([None if end else turn for turn, end in zip(parsed, last)])
-        return [Reply(done=not turn.calls and not turn.errors) if reply is None else reply
-                for turn, reply in zip(parsed, replies)]
+        replies = [Reply(done=not turn.calls and not turn.errors) if reply is None else reply
+                   for turn, reply in zip(parsed, replies)]
+        for state, text, turn, reply in zip(states, texts, parsed, replies):
+            first = state["calls"] if isinstance(state, dict) else 0
+            reply.assistant = assistant_message(text, turn, first_index=first, style=self.id_style)
+            ids = [c["id"] for c in reply.assistant.get("tool_calls", [])]
+            for message in reply.messages:  # results answer the calls in order
+                if message["name"] != PARSE_ERROR and ids:
+                    message["tool_call_id"] = ids.pop(0)
+            if isinstance(state, dict):
+                state["calls"] = first + len(turn.calls)
+        return replies
 
     def _run_turns(self, parsed: list) -> list[Reply]:
         """Run the calls of every parsed turn (None: nothing to run) and build the replies."""

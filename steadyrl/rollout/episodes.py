@@ -64,6 +64,7 @@ class _Episode:
     info: EpisodeInfo = field(default_factory=lambda: EpisodeInfo(turns=0))
     running: bool = True
     text: str = ""
+    end: str | None = None  # the end-of-turn token the latest turn was closed with, as text
 
 
 def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits: TurnLimits,
@@ -147,6 +148,7 @@ def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: 
         e.info.turns += 1
         ended = bool(ids) and ids[-1] in eos
         e.text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
+        e.end = tokenizer.decode(ids[-1:], skip_special_tokens=False) if ended else None
         if not ended:  # the episode's budget was the turn's limit when it used all of it
             e.info.truncation = "max_episode_tokens" if len(ids) >= left else "max_new_tokens"
             e.running = False
@@ -168,7 +170,8 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
             info.tool_errors[name] = info.tool_errors.get(name, 0) + count
         info.turn_rewards.append(reply.reward)
         assistant = {"role": "assistant", "content": e.text}
-        info.messages.append(assistant)
+        info.messages.append(assistant)  # the transcript: the text sampled; the conversation: the parsed turn
+        kept = reply.assistant or assistant
         if reply.failed:
             info.failed, info.error, e.running = True, reply.error, False
             continue
@@ -182,7 +185,7 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
             e.running = False
             continue
         try:
-            obs = _observation(tokenizer, e, reply.messages, agent, limits, end_texts)
+            obs = _observation(tokenizer, e, kept, reply.messages, agent, limits, end_texts)
         except TemplateError as err:  # a template behaviour the start-up probe did not see: this episode only
             info.failed, info.error, e.running = True, str(err), False
             continue
@@ -194,22 +197,22 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
             continue
         info.messages.extend(reply.messages)  # the transcript holds what the policy saw
         if e.history is not None:
-            e.history += [assistant, *reply.messages]
+            e.history += [kept, *reply.messages]
         e.ids += obs
         e.policy += [0] * len(obs)
         e.logprobs += [0.0] * len(obs)
         info.observation_tokens += len(obs)
 
 
-def _observation(tokenizer, e: _Episode, messages: list[dict], agent, limits: TurnLimits,
+def _observation(tokenizer, e: _Episode, assistant: dict, messages: list[dict], agent, limits: TurnLimits,
                  end_texts: list[str]) -> list[int] | None:
     """The observation's token ids, its messages' contents shortened until it fits the limit; None
     when even empty contents do not fit (the template's tokens are never cut)."""
     from ..agents.chat import observation_ids
 
     def ids_of(msgs):
-        return observation_ids(tokenizer, e.history or [], e.text, msgs, tools=agent.tool_schemas,
-                               end_texts=end_texts, template_kwargs=agent.template_kwargs)
+        return observation_ids(tokenizer, e.history or [], assistant, msgs, tools=agent.tool_schemas,
+                               end_texts=end_texts, template_kwargs=agent.template_kwargs, end=e.end)
 
     ids = ids_of(messages)
     limit = limits.max_observation_tokens
