@@ -115,13 +115,18 @@ HARMONY_FORMAT = "<|channel|>commentary to=functions.NAME <|constrain|>json<|mes
 _HARMONY = re.compile(r"(?:<\|start\|>assistant)?\s*(?:<\|channel\|>\w+\s*)?to=functions\.([\w.\-]+)[^<]*"
                       r"(?:<\|channel\|>[^<]*)?(?:<\|constrain\|>[^<]*)?<\|message\|>(.*?)(?:<\|call\|>|$)", re.S)
 _HARMONY_FINAL = re.compile(r"<\|channel\|>final<\|message\|>(.*?)(?:<\|end\|>|<\|return\|>|$)", re.S)
+_HARMONY_ANALYSIS = re.compile(r"<\|channel\|>analysis<\|message\|>(.*?)(?:<\|end\|>|$)", re.S)
 
 
 @register_parser("harmony")
 def parse_harmony(text: str) -> ParsedTurn:
+    """Calls on the commentary channel; ``content`` the final channel's text (else the text outside
+    calls and analysis), ``reasoning`` the analysis channel's."""
     turn = _blocks(text, _HARMONY, lambda m, i: _json_args(m.group(1), m.group(2), f"tool call {i}", HARMONY_FORMAT))
     final = _HARMONY_FINAL.search(turn.content)
-    return ParsedTurn(final.group(1).strip() if final else turn.content, turn.calls, turn.errors)
+    reasoning = "".join(_HARMONY_ANALYSIS.findall(turn.content)).strip()
+    rest = _HARMONY_ANALYSIS.sub("", turn.content).replace("<|start|>assistant", "").strip()
+    return ParsedTurn(final.group(1).strip() if final else rest, turn.calls, turn.errors, reasoning)
 
 
 DEEPSEEK_FORMAT = "<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{json}<｜tool▁call▁end｜>"

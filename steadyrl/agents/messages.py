@@ -33,13 +33,18 @@ def call_id(style: str, name: str, index: int) -> str:
 
 def assistant_message(text: str, parsed, *, first_index: int, style: str) -> dict:
     """The assistant message of a turn whose text was ``text`` and whose parse is ``parsed``
-    (a :class:`~steadyrl.agents.parsers.ParsedTurn`): plain ``content`` when it made no call."""
+    (a :class:`~steadyrl.agents.parsers.ParsedTurn`): plain ``content`` when it made no call; the
+    answer as ``content`` and the reasoning as ``thinking`` in formats that separate them (Harmony)."""
+    reasoning = getattr(parsed, "reasoning", None)
+    message = {"role": "assistant", "content": text}
+    if reasoning is not None:  # a format with a reasoning channel (Harmony): the template's "thinking"
+        message = {"role": "assistant", "content": parsed.content, **({"thinking": reasoning} if reasoning else {})}
     if parsed is None or not parsed.calls:
-        return {"role": "assistant", "content": text}
+        return message
     calls = [{"id": call.id or call_id(style, call.name, first_index + i), "type": "function",
               "function": {"name": call.name, "arguments": call.arguments}}
              for i, call in enumerate(parsed.calls)]
-    return {"role": "assistant", "content": parsed.content, "tool_calls": calls}
+    return {**message, "content": parsed.content, "tool_calls": calls}
 
 
 def tool_message(name: str, content: str, call_id: str | None = None) -> dict:

@@ -58,6 +58,7 @@ class ParsedTurn:
     content: str
     calls: list[ToolCall] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    reasoning: str | None = None  # formats with a reasoning channel (Harmony): it, and content is the answer alone
 
 
 Parser = Callable[[str], ParsedTurn]

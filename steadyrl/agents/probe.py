@@ -33,9 +33,14 @@ def _arguments(tool: dict) -> dict:
     return {k: values.get((v or {}).get("type"), "x") for k, v in list(props.items())[:2]}
 
 
+def _harmony(tokenizer) -> bool:
+    return "<|channel|>analysis" in (tokenizer.chat_template or "")
+
+
 def _thinks(tokenizer, prompt_tail: str) -> bool:
-    """The model writes reasoning: a thinking template whose generation prompt does not close it."""
-    return "</think>" in (tokenizer.chat_template or "") and "</think>" not in prompt_tail
+    """The model writes reasoning: a thinking template whose generation prompt does not close it
+    (or a Harmony template: gpt-oss writes its analysis channel first)."""
+    return _harmony(tokenizer) or "</think>" in (tokenizer.chat_template or "") and "</think>" not in prompt_tail
 
 
 def _script(tokenizer, tools, observation_role: str, style: str) -> list[tuple[dict, list[dict]]]:
@@ -54,7 +59,9 @@ def _script(tokenizer, tools, observation_role: str, style: str) -> list[tuple[d
     return turns + [({"role": "assistant", "content": "The answer is 9."}, [])]
 
 
-def _with_reasoning(message: dict, i: int) -> dict:
+def _with_reasoning(message: dict, i: int, harmony: bool = False) -> dict:
+    if harmony:
+        return {**message, "thinking": f"r{i}"}
     return {**message, "content": f"<think>\nr{i}\n</think>\n\n" + (message.get("content") or "")}
 
 
@@ -64,15 +71,18 @@ def sampled_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, 
     template that writes no closer), with its reasoning first when it thinks (``think``), whether or
     not the template shows it."""
     if think:
-        message = _with_reasoning(message, i)
+        message = _with_reasoning(message, i, _harmony(tokenizer))
     head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
     base = render(tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
     if not base.startswith(head):
         diff = _first_difference(head, base)
         hidden = think and f"r{i}" not in base[len(head) - CONTEXT_CHARS:]
-        what = ("drops the reasoning the model writes after its generation prompt's <think> (the turn renders "
-                "without it)" if hidden else "renders the conversation so far differently once an assistant turn "
-                "follows it")
+        in_prompt = diff >= len(render(tokenizer, history, tools=tools, add_generation_prompt=False,
+                                       template_kwargs=kwargs))
+        what = ("drops the reasoning the model writes (its <think> block or analysis channel: the turn renders "
+                "without it)" if hidden else "starts an assistant turn in its generation prompt differently from "
+                "how it renders the turn (an empty reasoning block it drops ...)" if in_prompt else
+                "renders the conversation so far differently once an assistant turn follows it")
         raise TemplateDriftError(
             f"the chat template of {_name(tokenizer)!r} {what}: at character {diff} the prompt the model continues "
             f"holds {head[diff:diff + CONTEXT_CHARS]!r}, the conversation with the turn "
@@ -88,7 +98,8 @@ def sampled_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, 
     text = base[len(head): stop - len(end)]
     if think and f"r{i}" not in text:  # the template hides it, the model still writes it
         opened = head.rstrip().endswith("<think>")
-        text = (f"\nr{i}\n</think>\n\n" if opened else f"<think>\nr{i}\n</think>\n\n") + text
+        text = (f"<|channel|>analysis<|message|>r{i}<|end|><|start|>assistant" if _harmony(tokenizer) else
+                f"\nr{i}\n</think>\n\n" if opened else f"<think>\nr{i}\n</think>\n\n") + text
     return text, end
 
 
@@ -106,22 +117,19 @@ def _role_closer(tokenizer, history, message, new, tools, end_texts, kwargs):
                                        + len(found[1]), found[1])
 
 
-def _kept(message: dict, sampled: str, think: bool, parser, style: str, index: int) -> dict:
+def _kept(message: dict, sampled: str, parser, style: str, index: int) -> dict:
     """The assistant message the rollout keeps for a sampled turn: the parser's reading of the text
-    (with a parser), else the scripted calls beside the reasoning the model wrote."""
-    if not message.get("tool_calls"):
+    (tool use), else the text itself (an environment's episode)."""
+    if parser is None:
         return {**message, "content": sampled}
-    if parser is not None:
-        parsed = parser(sampled)
-        expected = [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
-        if [(c.name, c.arguments) for c in parsed.calls] != expected or parsed.errors:
-            raise TemplateError(
-                f"the tool parser does not read back the call the chat template teaches: {sampled!r} parses "
-                f"as {[(c.name, c.arguments) for c in parsed.calls]} (errors {parsed.errors}), expected {expected}; "
-                f"set rollout.tool_parser to the template's format (tool_parser: auto picks it)")
-        return assistant_message(sampled, parsed, first_index=index, style=style)
-    reasoning = sampled.split("</think>")[0] + "</think>" if think and "</think>" in sampled else ""
-    return {**message, "content": reasoning}
+    parsed = parser(sampled)
+    expected = [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]
+    if [(c.name, c.arguments) for c in parsed.calls] != expected or parsed.errors:
+        raise TemplateError(
+            f"the tool parser does not read back the call the chat template teaches: {sampled!r} parses "
+            f"as {[(c.name, c.arguments) for c in parsed.calls]} (errors {parsed.errors}), expected {expected}; "
+            f"set rollout.tool_parser to the template's format (tool_parser: auto picks it)")
+    return assistant_message(sampled, parsed, first_index=index, style=style)
 
 
 def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwargs=None, parser=None):
@@ -136,7 +144,7 @@ def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwarg
     for i, (message, new) in enumerate(_script(tokenizer, tools, observation_role, style)):
         sampled, end = sampled_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
                                     think=think, i=i)
-        assistant = _kept(message, sampled, think, parser, style, calls)
+        assistant = _kept(message, sampled, parser if observation_role == "tool" and tools else None, style, calls)
         calls += len(message.get("tool_calls") or [])
         text, before_end = text + sampled + end, text + sampled
         if new:
@@ -230,6 +238,11 @@ def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str
     and the settings that would handle it."""
     _require_template(tokenizer)
     kwargs = template_kwargs
+    if parser is None:  # the parser of the template's own format (what tool_parser: auto reads)
+        from .formats import parser_for_template
+        from .parsers import TOOL_PARSERS
+
+        parser = TOOL_PARSERS[parser_for_template(tokenizer.chat_template)]
     _check_renders(tokenizer, tools=tools, observation_role=observation_role, kwargs=kwargs)
     try:
         text, whole = play(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
