@@ -106,7 +106,27 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
                 _record(episodes, running, gen, limits, eos, tokenizer)
     finally:
         agent.close([e.state for e in episodes])
+    for e in episodes:
+        e.info.drift_tokens += _template_drift(tokenizer, e, agent)
     return _assemble(first, episodes, tokenizer, limits)
+
+
+def _template_drift(tokenizer, e: _Episode, agent) -> int:
+    """Tokens of the episode that differ from the tokenized ``apply_chat_template`` of its whole
+    conversation (as the rollout keeps it, the last turn as sampled); the last end token is the
+    policy's and not compared. 0 when there is no template or it cannot render the conversation."""
+    from ..agents.chat import render
+
+    if e.history is None or e.info.failed:
+        return 0
+    try:
+        text = render(tokenizer, e.history + [{"role": "assistant", "content": e.text}], tools=agent.tool_schemas,
+                      add_generation_prompt=False, template_kwargs=agent.template_kwargs)
+    except TemplateError:
+        return 0
+    reference = tokenizer(text, add_special_tokens=False)["input_ids"]
+    sequence = e.prompt_ids + (e.ids[:-1] if e.end is not None else e.ids)
+    return sum(a != b for a, b in zip(sequence, reference)) + max(len(sequence) - len(reference), 0)
 
 
 def _left(e: _Episode, limits: TurnLimits) -> int:
@@ -270,7 +290,7 @@ def _assemble(first: Generation, episodes: list[_Episode], tokenizer, limits: Tu
         if logprobs is not None:
             logprobs[i, :r] = torch.tensor(e.logprobs)
         sequence = e.prompt_ids + e.ids
-        e.info.drift_tokens = sum(sum(a != b for a, b in zip(c, sequence)) + max(len(c) - len(sequence), 0)
+        e.info.drift_tokens += sum(sum(a != b for a, b in zip(c, sequence)) + max(len(c) - len(sequence), 0)
                                   for c in e.contexts)
         e.info.env_reward = _combine(e.info.turn_rewards, limits.turn_reward)
     return Generation(
