@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import torch
 
-from steadyrl.agents.chat import TemplateError, check_template, render
+from steadyrl.agents.chat import TemplateError, check_template, observation_overhead, render
 from steadyrl.agents.formats import parser_for_template
 from steadyrl.agents.messages import assistant_message, tool_message
 from steadyrl.agents.parsers import TOOL_PARSERS
@@ -160,6 +160,7 @@ class Case:
     verdict: str  # "exact" or the probe's refusal
     episode: str  # "exact", "differs at ..." or "failed: ..."
     round_trip: bool | None  # None: no call to read back (user mode, or no turn to render)
+    overhead: int | None = None  # an empty observation's tokens (start-up's max_observation_tokens check), if exact
 
 
 def evaluate(family, mode: str, templates) -> Case:
@@ -175,8 +176,10 @@ def evaluate(family, mode: str, templates) -> Case:
         verdict = "exact"
     except TemplateError as err:
         verdict = str(err)
+    overhead = (observation_overhead(tok, tools=schemas, observation_role="tool" if mode == "tools" else "user",
+                                     end_texts=ends, template_kwargs=kwargs) if verdict == "exact" else None)
     return Case(family.name, mode, parser_name, verdict, episode(tok, mode, ends, kwargs, parser_name),
-                _round_trip(tok, schemas, ends, kwargs, parser_name) if mode == "tools" else None)
+                _round_trip(tok, schemas, ends, kwargs, parser_name) if mode == "tools" else None, overhead)
 
 
 def _round_trip(tok, schemas, ends, kwargs, parser_name) -> bool | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 
 from ..errors import ConfigError
+from .messages import call_id, id_style, tool_message
 
 __all__ = ["TemplateError", "TemplateDriftError", "render", "observation_ids", "observation_overhead",
            "check_observation_room", "check_template"]
@@ -173,8 +174,13 @@ def observation_overhead(tokenizer, *, tools: list[dict] | None, observation_rol
     names = (_tool_names(tools) if tools and observation_role == "tool" else []) or [None]
 
     def one(name: str | None) -> int:
-        message = {"role": observation_role, "content": "", **({"name": name} if name else {})}
-        return len(observation_ids(tokenizer, history, turn, [message], tools=tools,
+        message, assistant = {"role": observation_role, "content": ""}, turn
+        if name is not None:  # a result answers a call (Mistral's templates insist)
+            cid = call_id(id_style(tokenizer.chat_template), name, 0)
+            assistant = {"role": "assistant", "content": turn[:-len("a1")], "tool_calls": [
+                {"id": cid, "type": "function", "function": {"name": name, "arguments": {}}}]}
+            message = tool_message(name, "", cid)
+        return len(observation_ids(tokenizer, history, assistant, [message], tools=tools,
                                    end_texts=end_texts, template_kwargs=template_kwargs))
 
     return max(one(name) for name in names)

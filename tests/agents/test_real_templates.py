@@ -41,6 +41,7 @@ def test_no_template_is_accepted_unless_its_episode_is_exact(templates, name, mo
     c = case(templates, name, mode)
     if c.verdict == "exact":
         assert c.episode == "exact", f"{name}/{mode}: the probe accepts an episode that {c.episode}"
+        assert c.overhead > 0  # the start-up check of max_observation_tokens works with it too
     if c.episode != "exact":
         assert c.verdict != "exact"
     if c.verdict != "exact":  # a refusal says what the template does
