@@ -214,3 +214,13 @@ def test_the_observation_overhead_is_what_an_empty_message_takes(make, role, end
     five = observation_ids(tok, PROMPT, "ok", [{"role": role, "name": "add", "content": "12345"}], tools=TOOLS,
                            end_texts=ends)
     assert overhead == len(empty) > 0 and len(five) == overhead + len(encode(tok, "12345"))
+
+
+def test_a_template_that_re_renders_tool_results_once_a_turn_follows_is_refused():
+    from agents.templates import HERMES_TOOL_USE
+
+    tok = chat_tokenizer(HERMES_TOOL_USE)
+    with pytest.raises(TemplateDriftError, match="renders the conversation so far differently once an assistant "
+                                                 "turn follows it.*per-turn samples") as err:
+        check_template(tok, tools=None, observation_role="tool", end_texts=[QWEN_END])
+    assert "the conversation with the turn '\\n<|im_end|>" in str(err.value)  # the "\n" it adds
