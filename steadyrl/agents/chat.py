@@ -3,18 +3,23 @@
 Token in, token out: the policy's sampled tokens are kept as sampled, never decoded and
 re-encoded. Only what comes *after* a turn (tool results, environment feedback, the next
 generation prompt) is rendered by the chat template and tokenised. For a conversation
-``history`` whose next assistant turn was sampled as ``assistant_text`` + an end token::
+``history`` whose next assistant turn (a message: its text, or its parsed ``tool_calls``) was
+sampled ending with the stop token ``end``::
 
-    base = render(history + [assistant], add_generation_prompt=False)
+    head = render(history, add_generation_prompt=True)       # what the turn was sampled after
+    base = render(history + [assistant])                     # must start with head
     full = render(history + [assistant] + new_messages, add_generation_prompt=True)
-    observation = base[after the last end-of-turn text] + full[len(base):]
+    closer = the first stop text in base after head (a template with none, like GLM: the stop
+             text full writes right after base, the next message's role token); it must be ``end``
+    observation = full[after closer]                         # full must start with base up to it
 
-``base[after the last end text]`` is what the template writes after the end token (Qwen's ``\\n``
-after ``<|im_end|>``; nothing for Llama's ``<|eot_id|>``). This is exact only when the template
-renders earlier turns the same way once a turn is added (``full`` starts with ``base``, the prefix
-property); a template that re-renders earlier turns (Qwen3 drops earlier turns' ``<think>``
-blocks before the last *user* message) raises ``TemplateDriftError``. ``check_template`` probes
-all of it once, before training, so a run fails at start-up rather than at its first tool call.
+The part of ``base`` after its closer (Qwen's ``\\n``, Phi-3.5's trailing eos) is what the template
+writes when nothing follows, so it is not compared. A template that re-renders the turn before
+(``base`` does not start with ``head``: Hermes' tool results) or the sampled turn once messages
+follow (Qwen3 drops ``<think>`` blocks before the last *user* message) raises
+``TemplateDriftError``. ``check_template`` (:mod:`.probe`) plays a whole scripted episode once,
+before training, and compares it with the template's rendering of the whole conversation, so a
+run fails at start-up rather than at its first tool call.
 """
 
 from __future__ import annotations

@@ -28,8 +28,7 @@ import ast
 import json
 import re
 
-from .parsers import PYTHON_TAG, ParsedTurn, ToolCall, _parsed, _short, _to_call, parse_hermes, parse_llama3_json, \
-    register_parser
+from .parsers import PYTHON_TAG, ParsedTurn, ToolCall, _parsed, _short, _to_call, parse_llama3_json, register_parser
 
 _DECODER = json.JSONDecoder()
 
@@ -257,4 +256,4 @@ def parser_for_template(template: str | None) -> str:
     return found or "hermes"
 
 
-__all__ = ["parse_hermes", "detect", "parser_for_template"]
+__all__ = ["detect", "parser_for_template"]
