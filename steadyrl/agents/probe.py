@@ -117,22 +117,28 @@ def _role_closer(tokenizer, history, message, new, tools, end_texts, kwargs):
                                        + len(found[1]), found[1])
 
 
-def _kept(message: dict, sampled: str, parser, style: str, index: int) -> dict:
+def _kept(message: dict, sampled: str, parser, style: str, index: int, strict: bool) -> dict:
     """The assistant message the rollout keeps for a sampled turn: the parser's reading of the text
-    (tool use), else the text itself (an environment's episode)."""
+    (tool use), else the text itself (an environment's episode). A parser that does not read the
+    call back is an error when it is the run's (``strict``); the template's own is only a guess, and
+    then the scripted call stands, beside the reasoning the model wrote."""
     if parser is None:
         return {**message, "content": sampled}
     parsed = parser(sampled)
     expected = [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]
-    if [(c.name, c.arguments) for c in parsed.calls] != expected or parsed.errors:
-        raise TemplateError(
-            f"the tool parser does not read back the call the chat template teaches: {sampled!r} parses "
-            f"as {[(c.name, c.arguments) for c in parsed.calls]} (errors {parsed.errors}), expected {expected}; "
-            f"set rollout.tool_parser to the template's format (tool_parser: auto picks it)")
-    return assistant_message(sampled, parsed, first_index=index, style=style)
+    if [(c.name, c.arguments) for c in parsed.calls] == expected and not parsed.errors:
+        return assistant_message(sampled, parsed, first_index=index, style=style)
+    if not strict:
+        reasoning = sampled.split("</think>")[0] + "</think>" if "</think>" in sampled else ""
+        return {**message, "content": reasoning} if expected else {**message, "content": sampled}
+    raise TemplateError(
+        f"the tool parser does not read back the call the chat template teaches: {sampled!r} parses "
+        f"as {[(c.name, c.arguments) for c in parsed.calls]} (errors {parsed.errors}), expected {expected}; "
+        f"set rollout.tool_parser to the template's format (tool_parser: auto picks it)")
 
 
-def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwargs=None, parser=None):
+def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwargs=None, parser=None,
+         strict: bool = True):
     """The scripted episode: ``(episode text as the rollout builds it, the template's rendering of
     the whole conversation)``. Raises ``TemplateError`` where the rollout would."""
     history = [{"role": "user", "content": "What is 2 + 3 + 4?"}]
@@ -144,7 +150,8 @@ def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwarg
     for i, (message, new) in enumerate(_script(tokenizer, tools, observation_role, style)):
         sampled, end = sampled_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
                                     think=think, i=i)
-        assistant = _kept(message, sampled, parser if observation_role == "tool" and tools else None, style, calls)
+        assistant = _kept(message, sampled, parser if observation_role == "tool" and tools else None, style, calls,
+                          strict)
         calls += len(message.get("tool_calls") or [])
         text, before_end = text + sampled + end, text + sampled
         if new:
@@ -238,6 +245,7 @@ def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str
     and the settings that would handle it."""
     _require_template(tokenizer)
     kwargs = template_kwargs
+    strict = parser is not None
     if parser is None:  # the parser of the template's own format (what tool_parser: auto reads)
         from .formats import parser_for_template
         from .parsers import TOOL_PARSERS
@@ -246,7 +254,7 @@ def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str
     _check_renders(tokenizer, tools=tools, observation_role=observation_role, kwargs=kwargs)
     try:
         text, whole = play(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
-                           kwargs=kwargs, parser=parser)
+                           kwargs=kwargs, parser=parser, strict=strict)
         problem = None if whole.startswith(text) else _diagnose(text, whole)
     except TemplateDriftError as err:
         problem = str(err)

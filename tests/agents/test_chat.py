@@ -224,3 +224,12 @@ def test_a_template_that_re_renders_tool_results_once_a_turn_follows_is_refused(
                                                  "turn follows it.*per-turn samples") as err:
         check_template(tok, tools=None, observation_role="tool", end_texts=[QWEN_END])
     assert "the conversation with the turn '\\n<|im_end|>" in str(err.value)  # the "\n" it adds
+
+
+def test_a_parser_that_cannot_read_the_templates_calls_fails_the_probe():
+    from steadyrl.agents.parsers import TOOL_PARSERS
+
+    with pytest.raises(TemplateError, match="tool parser does not read back the call the chat template teaches"):
+        check_template(qwen25(), tools=TOOLS, observation_role="tool", end_texts=[QWEN_END],
+                       parser=TOOL_PARSERS["mistral"])
+    check_template(qwen25(), tools=TOOLS, observation_role="tool", end_texts=[QWEN_END], parser=TOOL_PARSERS["hermes"])
