@@ -10,7 +10,7 @@ sampled ending with the stop token ``end``::
     base = render(history + [assistant])                     # must start with head
     full = render(history + [assistant] + new_messages, add_generation_prompt=True)
     closer = the first stop text in base after head (a template with none, like GLM: the stop
-             text full writes right after base, the next message's role token); it must be ``end``
+             text full writes right after base, the next message's role token, which must be ``end``)
     observation = full[after closer]                         # full must start with base up to it
 
 The part of ``base`` after its closer (Qwen's ``\\n``, Phi-3.5's trailing eos) is what the template
@@ -142,10 +142,10 @@ def _suffix(tokenizer, history, assistant, new_messages, tools, end_texts, what,
                 f"end-of-turn texts {end_texts} (the tokens that stop generation); rendered turn ends with "
                 f"{base[-CONTEXT_CHARS:]!r}")
         stop, text = closer
-        if end is not None and text != end:
+        if end is not None and text != end and stop > len(base):  # the stop is the next message's role token
             raise TemplateError(
                 f"the policy ended its turn with {end!r} where the chat template of {_name(tokenizer)!r} writes "
-                f"{text!r}: the next message cannot follow the token the policy sampled")
+                f"{text!r}, the role of the next message: that message cannot follow the token the policy sampled")
         turn = base[:stop] if stop <= len(base) else base + text
         if full.startswith(turn):
             return full[stop:]

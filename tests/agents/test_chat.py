@@ -233,3 +233,11 @@ def test_a_parser_that_cannot_read_the_templates_calls_fails_the_probe():
         check_template(qwen25(), tools=TOOLS, observation_role="tool", end_texts=[QWEN_END],
                        parser=TOOL_PARSERS["mistral"])
     check_template(qwen25(), tools=TOOLS, observation_role="tool", end_texts=[QWEN_END], parser=TOOL_PARSERS["hermes"])
+
+
+def test_a_turn_ended_by_another_stop_token_than_the_templates_closer_still_continues():
+    # Llama-3.1 may end a call with <|eom_id|> where the template writes <|eot_id|>: the sampled token
+    # stays as sampled and the observation follows it
+    obs = observation_ids(llama31(), PROMPT, LLAMA_CALL, [tool("5")], tools=TOOLS, end_texts=LLAMA_ENDS,
+                          end="<|eom_id|>")
+    assert llama31().decode(obs, skip_special_tokens=False).startswith("<|start_header_id|>ipython")
