@@ -24,7 +24,7 @@ START, END = "<!-- template-table:start -->", "<!-- template-table:end -->"
 _BEHAVIOURS = (  # (a phrase of the probe's message, what the table says)
     ("ignores tools=", "the template does not show the tools"),
     ("cannot render", "the template drops the observation role"),
-    ("drops the <think> blocks", "drops the reasoning of earlier turns"),
+    ("drops their <think> blocks", "drops the reasoning of earlier turns"),
     ("drops the reasoning", "drops the reasoning the model writes"),
     ("once an assistant turn follows", "re-renders the turn before once a turn follows"),
     ("in its generation prompt differently", "its generation prompt starts a turn unlike the rendered turn"),

@@ -88,7 +88,7 @@ def _drift_error(tokenizer, base: str, full: str, what: str) -> TemplateDriftErr
                or any(b.strip() and b not in full for b in re.findall(r"<think>(.*?)</think>", base, re.S)))
     return TemplateDriftError(
         f"the chat template of {_name(tokenizer)!r} renders the conversation differently once {what} is "
-        f"added{' (it drops the <think> blocks of earlier turns)' if dropped else ''} "
+        f"added{' (it re-renders earlier assistant turns: it drops their <think> blocks)' if dropped else ''} "
         f"(it is not a prefix of the longer rendering), so the observation tokens cannot be appended "
         f"to the sampled ones; first difference at character {i}: before {base[lo:hi]!r}, "
         f"after {full[lo:hi]!r}")

@@ -145,7 +145,7 @@ def test_qwen3_with_user_observations_fails_the_probe_naming_the_behaviour_and_t
     with pytest.raises(TemplateDriftError) as err:
         check_template(qwen3(), tools=None, observation_role="user", end_texts=[QWEN_END])
     message = str(err.value)
-    assert "(it drops the <think> blocks of earlier turns)" in message
+    assert "(it re-renders earlier assistant turns: it drops their <think> blocks)" in message
     assert "'tool' role" in message
 
 
@@ -192,7 +192,7 @@ def test_qwen3_without_thinking_fails_the_probe_even_with_tool_observations():
     # tool result follows: the turn is re-rendered, which the probe must catch before training.
     kwargs = {"enable_thinking": False}
     tok = qwen3()
-    with pytest.raises(TemplateDriftError, match="drops the <think> blocks"):
+    with pytest.raises(TemplateDriftError, match="drops their <think> blocks"):
         check_template(tok, tools=TOOLS, observation_role="tool", end_texts=[QWEN_END], template_kwargs=kwargs)
     with pytest.raises(TemplateDriftError):
         observation_ids(tok, PROMPT, HERMES_CALL, [tool("5")], tools=TOOLS, end_texts=[QWEN_END],

@@ -61,7 +61,7 @@ def test_hermes_tool_use_templates_are_refused_for_re_rendering_tool_results(tem
 def test_thinking_templates_with_user_observations_are_refused_naming_the_dropped_reasoning(templates):
     for name in ("Qwen3", "Qwen3.5", "GLM-4.6"):
         verdict = case(templates, name, "user").verdict
-        assert "drops the <think> blocks" in verdict and "rollout.observation_role: tool" in verdict, name
+        assert "drops their <think> blocks" in verdict and "rollout.observation_role: tool" in verdict, name
     assert "drops the reasoning the model writes" in case(templates, "DeepSeek-R1-Distill-Llama", "user").verdict
     assert "drops the reasoning the model writes" in case(templates, "gpt-oss", "tools").verdict
 
