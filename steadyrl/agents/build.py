@@ -20,6 +20,9 @@ def build_agent(config, tokenizer):
         agent = ToolAgent(load_tools(list(ro.tools)), load_parser(ro.tool_parser), timeout_s=ro.tool_timeout_s,
                           isolation=isolation, limits=ro.tool_limits, workers=ro.tool_workers,
                           max_calls_per_turn=ro.max_tool_calls_per_turn, time_budget_s=ro.tool_time_budget_s)
+        from .messages import id_style
+
+        agent.id_style = id_style(getattr(tokenizer, "chat_template", None))  # call ids as the template wants them
     else:
         from .environment import EnvironmentAgent, load_environment
 
@@ -30,7 +33,7 @@ def build_agent(config, tokenizer):
 
     end_texts = [tokenizer.decode([i]) for i in eos_token_ids(tokenizer)]
     check_template(tokenizer, tools=agent.tool_schemas, observation_role=agent.observation_role,
-                   end_texts=end_texts, template_kwargs=agent.template_kwargs)
+                   end_texts=end_texts, template_kwargs=agent.template_kwargs, parser=getattr(agent, "parser", None))
     check_observation_room(tokenizer, ro.max_observation_tokens, tools=agent.tool_schemas,
                            observation_role=agent.observation_role, end_texts=end_texts,
                            template_kwargs=agent.template_kwargs)

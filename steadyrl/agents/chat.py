@@ -3,23 +3,31 @@
 Token in, token out: the policy's sampled tokens are kept as sampled, never decoded and
 re-encoded. Only what comes *after* a turn (tool results, environment feedback, the next
 generation prompt) is rendered by the chat template and tokenised. For a conversation
-``history`` whose next assistant turn was sampled as ``assistant_text`` + an end token::
+``history`` whose next assistant turn (a message: its text, or its parsed ``tool_calls``) was
+sampled ending with the stop token ``end``::
 
-    base = render(history + [assistant], add_generation_prompt=False)
+    head = render(history, add_generation_prompt=True)       # what the turn was sampled after
+    base = render(history + [assistant])                     # must start with head
     full = render(history + [assistant] + new_messages, add_generation_prompt=True)
-    observation = base[after the last end-of-turn text] + full[len(base):]
+    closer = the first stop text in base after head (a template with none, like GLM: the stop
+             text full writes right after base, the next message's role token, which must be ``end``)
+    observation = full[after closer]                         # full must start with base up to it
 
-``base[after the last end text]`` is what the template writes after the end token (Qwen's ``\\n``
-after ``<|im_end|>``; nothing for Llama's ``<|eot_id|>``). This is exact only when the template
-renders earlier turns the same way once a turn is added (``full`` starts with ``base``, the prefix
-property); a template that re-renders earlier turns (Qwen3 drops earlier turns' ``<think>``
-blocks before the last *user* message) raises ``TemplateDriftError``. ``check_template`` probes
-all of it once, before training, so a run fails at start-up rather than at its first tool call.
+The part of ``base`` after its closer (Qwen's ``\\n``, Phi-3.5's trailing eos) is what the template
+writes when nothing follows, so it is not compared. A template that re-renders the turn before
+(``base`` does not start with ``head``: Hermes' tool results) or the sampled turn once messages
+follow (Qwen3 drops ``<think>`` blocks before the last *user* message) raises
+``TemplateDriftError``. ``check_template`` (:mod:`.probe`) plays a whole scripted episode once,
+before training, and compares it with the template's rendering of the whole conversation, so a
+run fails at start-up rather than at its first tool call.
 """
 
 from __future__ import annotations
 
+import re
+
 from ..errors import ConfigError
+from .messages import call_id, id_style, tool_message
 
 __all__ = ["TemplateError", "TemplateDriftError", "render", "observation_ids", "observation_overhead",
            "check_observation_room", "check_template"]
@@ -76,34 +84,72 @@ def _first_difference(a: str, b: str) -> int:
 def _drift_error(tokenizer, base: str, full: str, what: str) -> TemplateDriftError:
     i = _first_difference(base, full)
     lo, hi = max(0, i - CONTEXT_CHARS), i + CONTEXT_CHARS
+    dropped = (base.count("</think>") > full[:len(base)].count("</think>")
+               or any(b.strip() and b not in full for b in re.findall(r"<think>(.*?)</think>", base, re.S)))
     return TemplateDriftError(
         f"the chat template of {_name(tokenizer)!r} renders the conversation differently once {what} is "
-        f"added (it is not a prefix of the longer rendering), so the observation tokens cannot be appended "
+        f"added{' (it re-renders earlier assistant turns: it drops their <think> blocks)' if dropped else ''} "
+        f"(it is not a prefix of the longer rendering), so the observation tokens cannot be appended "
         f"to the sampled ones; first difference at character {i}: before {base[lo:hi]!r}, "
         f"after {full[lo:hi]!r}")
 
 
-def _after_end(tokenizer, base: str, end_texts: list[str]) -> str:
-    """The part of ``base`` after the last occurrence of any of ``end_texts``."""
-    ends = [base.rfind(t) + len(t) for t in end_texts if t and base.rfind(t) != -1]
-    if not ends:
-        raise TemplateError(
-            f"the chat template of {_name(tokenizer)!r} does not close an assistant turn with any of the "
-            f"end-of-turn texts {end_texts} (the tokens that stop generation); rendered turn ends with "
-            f"{base[-CONTEXT_CHARS:]!r}")
-    return base[max(ends):]
+def _closer(base: str, start: int, end_texts: list[str]) -> tuple[int, str] | None:
+    """The first end-of-turn text in ``base`` at or after ``start``: (its end position, the text)."""
+    found = [(base.find(t, start), t) for t in end_texts if t and base.find(t, start) != -1]
+    if not found:
+        return None
+    pos, text = min(found, key=lambda x: (x[0], -len(x[1])))
+    return pos + len(text), text
 
 
-def _suffix(tokenizer, history, assistant_text, new_messages, tools, end_texts, what, kwargs) -> str:
-    turns = list(history) + [{"role": "assistant", "content": assistant_text}]
-    for _ in range(2):  # a second try: a date header may change between the two renders
+def _next_role_token(base: str, full: str, end_texts: list[str]) -> tuple[int, str] | None:
+    """For templates that write no closer, the turn ends where the next message's role token starts
+    (GLM's ``<|observation|>`` / ``<|user|>``, which stop its generation): ``full`` extends ``base`` with it."""
+    if not full.startswith(base):
+        return None
+    found = [t for t in end_texts if t and full.startswith(t, len(base))]
+    return (len(base) + len(max(found, key=len)), max(found, key=len)) if found else None
+
+
+def _as_message(assistant) -> dict:
+    return assistant if isinstance(assistant, dict) else {"role": "assistant", "content": assistant}
+
+
+def _suffix(tokenizer, history, assistant, new_messages, tools, end_texts, what, kwargs, end=None) -> str:
+    """The text after the sampled turn's end token in the template's rendering with ``new_messages``
+    and a generation prompt (see the module docstring)."""
+    turns = list(history) + [_as_message(assistant)]
+    for attempt in range(2):  # a second try: a date header may change between the renders
+        head = render(tokenizer, list(history), tools=tools, add_generation_prompt=True,
+                      purpose="the conversation before the sampled turn", template_kwargs=kwargs)
         base = render(tokenizer, turns, tools=tools, add_generation_prompt=False,
                       purpose="the conversation up to the sampled turn", template_kwargs=kwargs)
         full = render(tokenizer, turns + list(new_messages), tools=tools, add_generation_prompt=True,
                       purpose=f"the conversation with {what}", template_kwargs=kwargs)
-        if full.startswith(base):
-            return _after_end(tokenizer, base, end_texts) + full[len(base):]
-    raise _drift_error(tokenizer, base, full, what)
+        if not base.startswith(head):
+            if attempt:
+                raise _drift_error(tokenizer, head, base, "the sampled turn")
+            continue
+        closer = _closer(base, len(head), end_texts) or _next_role_token(base, full, end_texts)
+        if closer is None and not full.startswith(base) and attempt:
+            raise _drift_error(tokenizer, base, full, what)
+        if closer is None and not full.startswith(base):
+            continue
+        if closer is None:
+            raise TemplateError(
+                f"the chat template of {_name(tokenizer)!r} does not close an assistant turn with any of the "
+                f"end-of-turn texts {end_texts} (the tokens that stop generation); rendered turn ends with "
+                f"{base[-CONTEXT_CHARS:]!r}")
+        stop, text = closer
+        if end is not None and text != end and stop > len(base):  # the stop is the next message's role token
+            raise TemplateError(
+                f"the policy ended its turn with {end!r} where the chat template of {_name(tokenizer)!r} writes "
+                f"{text!r}, the role of the next message: that message cannot follow the token the policy sampled")
+        turn = base[:stop] if stop <= len(base) else base + text
+        if full.startswith(turn):
+            return full[stop:]
+    raise _drift_error(tokenizer, turn, full, what)
 
 
 def _describe(new_messages: list[dict]) -> str:
@@ -111,13 +157,15 @@ def _describe(new_messages: list[dict]) -> str:
     return f"the next {'/'.join(roles) or 'generation prompt'} message(s)"
 
 
-def observation_ids(tokenizer, history: list[dict], assistant_text: str, new_messages: list[dict], *,
-                    tools: list[dict] | None, end_texts: list[str],
-                    template_kwargs: dict | None = None) -> list[int]:
-    """The token ids to append after a sampled turn (ended by one of ``end_texts``) so that the
-    conversation goes on with ``new_messages`` and a fresh generation prompt (see the module docstring)."""
-    text = _suffix(tokenizer, history, assistant_text, new_messages, tools, end_texts,
-                   _describe(new_messages), template_kwargs)
+def observation_ids(tokenizer, history: list[dict], assistant, new_messages: list[dict], *,
+                    tools: list[dict] | None, end_texts: list[str], template_kwargs: dict | None = None,
+                    end: str | None = None) -> list[int]:
+    """The token ids to append after a sampled turn so that the conversation goes on with
+    ``new_messages`` and a fresh generation prompt (see the module docstring). ``assistant`` is the
+    turn as a message (with ``tool_calls`` when it called tools) or its text; ``end`` the end-of-turn
+    text the policy sampled (None: the first of ``end_texts`` the template writes)."""
+    text = _suffix(tokenizer, history, assistant, new_messages, tools, end_texts, _describe(new_messages),
+                   template_kwargs, end)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -127,12 +175,17 @@ def observation_overhead(tokenizer, *, tools: list[dict] | None, observation_rol
     turn (its header, its end, the next generation prompt; for ``tool`` messages, the most over the
     tools' names): what ``rollout.max_observation_tokens`` must exceed for any content to fit."""
     history = [{"role": "user", "content": "What is 2 + 3?"}]
-    turn = _probe_turns(tokenizer, history, tools, template_kwargs)[0]
+    turn = "<think>\nr1\n</think>\n\na1" if "<think>" in (tokenizer.chat_template or "") else "a1"
     names = (_tool_names(tools) if tools and observation_role == "tool" else []) or [None]
 
     def one(name: str | None) -> int:
-        message = {"role": observation_role, "content": "", **({"name": name} if name else {})}
-        return len(observation_ids(tokenizer, history, turn, [message], tools=tools,
+        message, assistant = {"role": observation_role, "content": ""}, turn
+        if name is not None:  # a result answers a call (Mistral's templates insist)
+            cid = call_id(id_style(tokenizer.chat_template), name, 0)
+            assistant = {"role": "assistant", "content": turn[:-len("a1")], "tool_calls": [
+                {"id": cid, "type": "function", "function": {"name": name, "arguments": {}}}]}
+            message = tool_message(name, "", cid)
+        return len(observation_ids(tokenizer, history, assistant, [message], tools=tools,
                                    end_texts=end_texts, template_kwargs=template_kwargs))
 
     return max(one(name) for name in names)
@@ -179,55 +232,11 @@ def _check_renders(tokenizer, *, tools, observation_role: str, kwargs) -> None:
             f"use a template that renders role {observation_role!r}")
 
 
-def _drift_probe(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwargs) -> None:
-    """The prefix property over two turns whose assistant messages hold reasoning."""
-    obs = [{"role": observation_role, "content": f"{PROBE_MARKER}-1"}]
-    history = [{"role": "user", "content": "What is 2 + 3?"}]
-    for turn in _probe_turns(tokenizer, history, tools, kwargs):
-        try:
-            _suffix(tokenizer, history, turn, obs, tools, end_texts, f"a {observation_role!r} observation", kwargs)
-        except TemplateDriftError as err:
-            dropped = " (drops their <think> blocks)" if _drops_think(tokenizer, history, turn, obs, tools,
-                                                                      kwargs) else ""
-            fix = ("give observations the 'tool' role, or use a template that keeps earlier turns"
-                   if observation_role != "tool" else
-                   "use a template that keeps earlier turns (with Qwen3: keep thinking on)")
-            raise TemplateDriftError(
-                f"the chat template of {_name(tokenizer)!r} re-renders earlier assistant turns once a turn is "
-                f"added{dropped} when observations have role {observation_role!r}; token-in/token-out "
-                f"training needs each turn rendered once and kept: {fix}. {err}") from None
-        history = history + [{"role": "assistant", "content": turn}] + obs
-
-
-def _probe_turns(tokenizer, history, tools, kwargs) -> list[str]:
-    """Two assistant turns as the model would write them: with reasoning, unless the generation
-    prompt already closes an empty ``<think>`` block (thinking switched off)."""
-    if "</think>" in _generation_prompt(tokenizer, history, tools, kwargs):
-        return ["a1", "a2"]
-    return ["<think>\nr1\n</think>\n\na1", "<think>\nr2\n</think>\n\na2"]
-
-
-def _generation_prompt(tokenizer, history, tools, kwargs) -> str:
-    """What ``add_generation_prompt=True`` adds after ``history`` (Qwen3 with ``enable_thinking=False``:
-    an empty ``<think>`` block)."""
-    with_prompt = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
-    without = render(tokenizer, history, tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
-    return with_prompt[len(without):] if with_prompt.startswith(without) else with_prompt
-
-
-def _drops_think(tokenizer, history, turn, obs, tools, kwargs) -> bool:
-    turns = history + [{"role": "assistant", "content": turn}]
-    full = render(tokenizer, turns + obs, tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
-    before = render(tokenizer, turns, tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
-    return before.count("<think>") > full.count("<think>")
-
-
 def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str, end_texts: list[str],
-                   template_kwargs: dict | None = None) -> None:
-    """Probe, before training, that the chat template supports a multi-turn rollout: it exists, shows
-    the tools, renders ``observation_role`` messages, and keeps earlier turns as rendered (the prefix
-    property ``observation_ids`` relies on). Raises ``TemplateError`` / ``TemplateDriftError``."""
-    _require_template(tokenizer)
-    _check_renders(tokenizer, tools=tools, observation_role=observation_role, kwargs=template_kwargs)
-    _drift_probe(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
-                 kwargs=template_kwargs)
+                   template_kwargs: dict | None = None, parser=None) -> None:
+    """Probe, before training, that the chat template supports a multi-turn rollout exactly
+    (:func:`steadyrl.agents.probe.check_template`). Raises ``TemplateError`` / ``TemplateDriftError``."""
+    from .probe import check_template as probe
+
+    probe(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
+          template_kwargs=template_kwargs, parser=parser)

@@ -14,6 +14,9 @@ Built-in formats:
 
   Any number of blocks per turn. ``content`` is the text outside the blocks. A block left open at
   the end (the turn was cut by the token limit) is an error, and so is a stray ``</tool_call>``.
+The other formats the published templates teach (``qwen3_coder``, ``mistral``, ``glm45``, ``kimi_k2``,
+``harmony``, ``deepseek``, ``pythonic``, ``command_r``) and ``auto`` are in :mod:`.formats`.
+
 * ``llama3_json`` (Llama-3.1 / 3.2 custom tools): the whole message, optionally after
   ``<|python_tag|>``, is ``{"name": ..., "parameters": {...}}`` (``"arguments"`` is accepted too),
   or several such objects separated by ``;``. A message that starts neither with
@@ -45,6 +48,7 @@ class ToolCall:
 
     name: str
     arguments: dict
+    id: str | None = None  # the call id the model wrote, in formats that have one (Mistral, Kimi-K2)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class ParsedTurn:
     content: str
     calls: list[ToolCall] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    reasoning: str | None = None  # formats with a reasoning channel (Harmony): it, and content is the answer alone
 
 
 Parser = Callable[[str], ParsedTurn]
@@ -228,3 +233,6 @@ def load_parser(spec: str) -> Parser:
 
     parse.__name__ = getattr(fn, "__name__", "parse")
     return parse
+
+
+from . import formats as _formats  # noqa: E402,F401 - registers the other formats and ``auto``

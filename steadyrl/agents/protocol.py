@@ -33,6 +33,7 @@ class Reply:
     the turn (None = none), whether the episode is over, and what went wrong."""
 
     messages: list[dict] = field(default_factory=list)
+    assistant: dict | None = None  # the turn as the conversation keeps it (with tool_calls); None: its text
     reward: float | None = None
     done: bool = False
     failed: bool = False  # the episode cannot go on and is left out of the update (an environment crash)

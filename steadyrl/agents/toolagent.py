@@ -22,6 +22,7 @@ one episode's many calls do not keep another's first one waiting.
 from __future__ import annotations
 
 from .calls import CallResult, CallRunner, error_text
+from .messages import assistant_message, tool_message
 from .protocol import Reply, Start
 from .tools import MAX_CALLS, PARSE_ERROR, TIME_BUDGET, UNKNOWN_TOOL
 
@@ -30,10 +31,6 @@ DEFAULT_MAX_CALLS = 8
 """``rollout.max_tool_calls_per_turn``'s default: one wave of the default 8 tool workers."""
 DEFAULT_TIME_BUDGET_S = 60.0
 """``rollout.tool_time_budget_s``'s default: two calls' worth of the default 30 s time limit."""
-
-
-def tool_message(name: str, content: str) -> dict:
-    return {"role": "tool", "name": name, "content": content}
 
 
 class ToolAgent:
@@ -50,6 +47,7 @@ class ToolAgent:
         self.timeout_s = timeout_s
         self.max_calls_per_turn, self.time_budget_s = max_calls_per_turn, time_budget_s
         self.template_kwargs: dict = {}
+        self.id_style = "alnum9"  # call ids the parser does not read from the turn (see .messages)
         self.isolation = isolation
         self.runner = CallRunner(self._run, isolation, workers=workers, limits=limits)
 
@@ -61,7 +59,7 @@ class ToolAgent:
         return run_tool(self.tools[name], arguments)
 
     def start(self, rows: list[dict], seeds: list[int]) -> list[Start]:
-        return [Start() for _ in rows]
+        return [Start(state={"calls": 0}) for _ in rows]  # the episode's call count numbers its call ids
 
     def _parse(self, text: str):
         from .parsers import ParsedTurn
@@ -77,8 +75,18 @@ class ToolAgent:
         parsed = [self._parse(t) for t in texts]
         last = last or [False] * len(texts)
         replies = self._run_turns([None if end else turn for turn, end in zip(parsed, last)])
-        return [Reply(done=not turn.calls and not turn.errors) if reply is None else reply
-                for turn, reply in zip(parsed, replies)]
+        replies = [Reply(done=not turn.calls and not turn.errors) if reply is None else reply
+                   for turn, reply in zip(parsed, replies)]
+        for state, text, turn, reply in zip(states, texts, parsed, replies):
+            first = state["calls"] if isinstance(state, dict) else 0
+            reply.assistant = assistant_message(text, turn, first_index=first, style=self.id_style)
+            ids = [c["id"] for c in reply.assistant.get("tool_calls", [])]
+            for message in reply.messages:  # results answer the calls in order
+                if message["name"] != PARSE_ERROR and ids:
+                    message["tool_call_id"] = ids.pop(0)
+            if isinstance(state, dict):
+                state["calls"] = first + len(turn.calls)
+        return replies
 
     def _results(self, parsed: list) -> dict[tuple[int, int], CallResult]:
         """Run the calls to be run, first calls of every turn first; ``(turn, call) -> result``."""

@@ -338,7 +338,9 @@ class RolloutConfig(Section):
     tools: list[str] = F([], "Tool functions the policy may call (file.py:fn or package.module:fn), with "
                          "type hints and a docstring; their JSON schemas go to the chat template's tools=.")
     tool_parser: str = F("hermes", "How tool calls are read from a turn: hermes (<tool_call>{json}</tool_call>, "
-                         "Qwen2.5/Qwen3/Hermes), llama3_json (Llama-3.1 JSON calls) or a file.py:fn.")
+                         "Qwen2.5/Qwen3/Hermes), llama3_json (Llama-3.1 JSON calls), qwen3_coder, mistral, "
+                         "glm45, kimi_k2, harmony, deepseek, pythonic, command_r, auto (the format a turn is "
+                         "written in) or a file.py:fn.")
     environment: str | None = F(None, "An environment class (file.py:Class): one instance per episode, "
                                 "reset(**row) -> first observation or None, step(text) -> "
                                 "(observation, reward, done).")

@@ -113,17 +113,33 @@ def response_mask_from_ids(
 
 
 def eos_token_ids(tokenizer, model=None) -> list[int]:
-    """Every id that ends a response: the tokenizer's EOS and the model's generation EOS ids."""
+    """Every id that ends a response: the tokenizer's EOS and the model's generation EOS ids.
+    Without ``model`` (at start-up, before it loads), the generation config saved beside the
+    tokenizer (``generation_config.json`` in its folder or local cache), so the start-up checks
+    see the stop tokens generation will use (Gemma's ``<end_of_turn>``, GLM's role tokens)."""
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
-    gen = getattr(model, "generation_config", None)
+    gen = getattr(model, "generation_config", None) if model is not None else _saved_generation_config(tokenizer)
     extra = getattr(gen, "eos_token_id", None)
     if isinstance(extra, int):
         ids.add(extra)
     elif isinstance(extra, (list, tuple)):
         ids.update(int(i) for i in extra)
     return sorted(ids)
+
+
+def _saved_generation_config(tokenizer):
+    """The ``GenerationConfig`` saved with the tokenizer's model, if one is on disk (never downloaded)."""
+    name = getattr(tokenizer, "name_or_path", "") or ""
+    if not name:
+        return None
+    try:
+        from transformers import GenerationConfig
+
+        return GenerationConfig.from_pretrained(name, local_files_only=True)
+    except Exception:  # noqa: BLE001 - no saved config (or an unreadable one): the tokenizer's EOS alone
+        return None
 
 
 def _pad_to(x: torch.Tensor | None, length: int, value, left: bool) -> torch.Tensor | None:

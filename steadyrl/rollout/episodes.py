@@ -64,6 +64,7 @@ class _Episode:
     info: EpisodeInfo = field(default_factory=lambda: EpisodeInfo(turns=0))
     running: bool = True
     text: str = ""
+    end: str | None = None  # the end-of-turn token the latest turn was closed with, as text
 
 
 def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits: TurnLimits,
@@ -105,7 +106,27 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
                 _record(episodes, running, gen, limits, eos, tokenizer)
     finally:
         agent.close([e.state for e in episodes])
+    for e in episodes:
+        e.info.drift_tokens += _template_drift(tokenizer, e, agent)
     return _assemble(first, episodes, tokenizer, limits)
+
+
+def _template_drift(tokenizer, e: _Episode, agent) -> int:
+    """Tokens of the episode that differ from the tokenized ``apply_chat_template`` of its whole
+    conversation (as the rollout keeps it, the last turn as sampled); the last end token is the
+    policy's and not compared. 0 when there is no template or it cannot render the conversation."""
+    from ..agents.chat import render
+
+    if e.history is None or e.info.failed:
+        return 0
+    try:
+        text = render(tokenizer, e.history + [{"role": "assistant", "content": e.text}], tools=agent.tool_schemas,
+                      add_generation_prompt=False, template_kwargs=agent.template_kwargs)
+    except TemplateError:
+        return 0
+    reference = tokenizer(text, add_special_tokens=False)["input_ids"]
+    sequence = e.prompt_ids + (e.ids[:-1] if e.end is not None else e.ids)
+    return sum(a != b for a, b in zip(sequence, reference)) + max(len(sequence) - len(reference), 0)
 
 
 def _left(e: _Episode, limits: TurnLimits) -> int:
@@ -147,6 +168,7 @@ def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: 
         e.info.turns += 1
         ended = bool(ids) and ids[-1] in eos
         e.text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
+        e.end = tokenizer.decode(ids[-1:], skip_special_tokens=False) if ended else None
         if not ended:  # the episode's budget was the turn's limit when it used all of it
             e.info.truncation = "max_episode_tokens" if len(ids) >= left else "max_new_tokens"
             e.running = False
@@ -168,7 +190,8 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
             info.tool_errors[name] = info.tool_errors.get(name, 0) + count
         info.turn_rewards.append(reply.reward)
         assistant = {"role": "assistant", "content": e.text}
-        info.messages.append(assistant)
+        info.messages.append(assistant)  # the transcript: the text sampled; the conversation: the parsed turn
+        kept = reply.assistant or assistant
         if reply.failed:
             info.failed, info.error, e.running = True, reply.error, False
             continue
@@ -182,7 +205,7 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
             e.running = False
             continue
         try:
-            obs = _observation(tokenizer, e, reply.messages, agent, limits, end_texts)
+            obs = _observation(tokenizer, e, kept, reply.messages, agent, limits, end_texts)
         except TemplateError as err:  # a template behaviour the start-up probe did not see: this episode only
             info.failed, info.error, e.running = True, str(err), False
             continue
@@ -194,22 +217,22 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
             continue
         info.messages.extend(reply.messages)  # the transcript holds what the policy saw
         if e.history is not None:
-            e.history += [assistant, *reply.messages]
+            e.history += [kept, *reply.messages]
         e.ids += obs
         e.policy += [0] * len(obs)
         e.logprobs += [0.0] * len(obs)
         info.observation_tokens += len(obs)
 
 
-def _observation(tokenizer, e: _Episode, messages: list[dict], agent, limits: TurnLimits,
+def _observation(tokenizer, e: _Episode, assistant: dict, messages: list[dict], agent, limits: TurnLimits,
                  end_texts: list[str]) -> list[int] | None:
     """The observation's token ids, its messages' contents shortened until it fits the limit; None
     when even empty contents do not fit (the template's tokens are never cut)."""
     from ..agents.chat import observation_ids
 
     def ids_of(msgs):
-        return observation_ids(tokenizer, e.history or [], e.text, msgs, tools=agent.tool_schemas,
-                               end_texts=end_texts, template_kwargs=agent.template_kwargs)
+        return observation_ids(tokenizer, e.history or [], assistant, msgs, tools=agent.tool_schemas,
+                               end_texts=end_texts, template_kwargs=agent.template_kwargs, end=e.end)
 
     ids = ids_of(messages)
     limit = limits.max_observation_tokens
@@ -267,7 +290,7 @@ def _assemble(first: Generation, episodes: list[_Episode], tokenizer, limits: Tu
         if logprobs is not None:
             logprobs[i, :r] = torch.tensor(e.logprobs)
         sequence = e.prompt_ids + e.ids
-        e.info.drift_tokens = sum(sum(a != b for a, b in zip(c, sequence)) + max(len(c) - len(sequence), 0)
+        e.info.drift_tokens += sum(sum(a != b for a, b in zip(c, sequence)) + max(len(c) - len(sequence), 0)
                                   for c in e.contexts)
         e.info.env_reward = _combine(e.info.turn_rewards, limits.turn_reward)
     return Generation(

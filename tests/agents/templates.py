@@ -228,3 +228,16 @@ def llama31():
 
 def llama32_dated():
     return chat_tokenizer(LLAMA32_DATED, bos="<|begin_of_text|>", eos="<|eot_id|>")
+
+
+# Hermes-3 / Hermes-2-Pro tool use (written here): a tool result ends "\n</tool_response>" when it is
+# the last message and "\n</tool_response>\n" once anything follows, so a turn re-renders the one before
+HERMES_TOOL_USE = (
+    "{%- for m in messages %}{%- if m.role == 'tool' %}"
+    "{%- if loop.previtem and loop.previtem.role != 'tool' %}{{- '<|im_start|>tool\\n' }}{%- endif %}"
+    "{{- '<tool_response>\\n' + m.content }}"
+    "{%- if not loop.last %}{{- '\\n</tool_response>\\n' }}{%- else %}{{- '\\n</tool_response>' }}{%- endif %}"
+    "{%- if loop.last or loop.nextitem.role != 'tool' %}{{- '<|im_end|>' }}{%- endif %}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)

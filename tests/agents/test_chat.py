@@ -145,7 +145,7 @@ def test_qwen3_with_user_observations_fails_the_probe_naming_the_behaviour_and_t
     with pytest.raises(TemplateDriftError) as err:
         check_template(qwen3(), tools=None, observation_role="user", end_texts=[QWEN_END])
     message = str(err.value)
-    assert "re-renders earlier assistant turns once a turn is added (drops their <think> blocks)" in message
+    assert "(it re-renders earlier assistant turns: it drops their <think> blocks)" in message
     assert "'tool' role" in message
 
 
@@ -214,3 +214,30 @@ def test_the_observation_overhead_is_what_an_empty_message_takes(make, role, end
     five = observation_ids(tok, PROMPT, "ok", [{"role": role, "name": "add", "content": "12345"}], tools=TOOLS,
                            end_texts=ends)
     assert overhead == len(empty) > 0 and len(five) == overhead + len(encode(tok, "12345"))
+
+
+def test_a_template_that_re_renders_tool_results_once_a_turn_follows_is_refused():
+    from agents.templates import HERMES_TOOL_USE
+
+    tok = chat_tokenizer(HERMES_TOOL_USE)
+    with pytest.raises(TemplateDriftError, match="renders the conversation so far differently once an assistant "
+                                                 "turn follows it.*per-turn samples") as err:
+        check_template(tok, tools=None, observation_role="tool", end_texts=[QWEN_END])
+    assert "the conversation with the turn '\\n<|im_end|>" in str(err.value)  # the "\n" it adds
+
+
+def test_a_parser_that_cannot_read_the_templates_calls_fails_the_probe():
+    from steadyrl.agents.parsers import TOOL_PARSERS
+
+    with pytest.raises(TemplateError, match="tool parser does not read back the call the chat template teaches"):
+        check_template(qwen25(), tools=TOOLS, observation_role="tool", end_texts=[QWEN_END],
+                       parser=TOOL_PARSERS["mistral"])
+    check_template(qwen25(), tools=TOOLS, observation_role="tool", end_texts=[QWEN_END], parser=TOOL_PARSERS["hermes"])
+
+
+def test_a_turn_ended_by_another_stop_token_than_the_templates_closer_still_continues():
+    # Llama-3.1 may end a call with <|eom_id|> where the template writes <|eot_id|>: the sampled token
+    # stays as sampled and the observation follows it
+    obs = observation_ids(llama31(), PROMPT, LLAMA_CALL, [tool("5")], tools=TOOLS, end_texts=LLAMA_ENDS,
+                          end="<|eom_id|>")
+    assert llama31().decode(obs, skip_special_tokens=False).startswith("<|start_header_id|>ipython")

@@ -106,7 +106,7 @@ def test_tool_episode_is_sampled_ids_plus_the_templates_observation(make, parser
     assert observation > 0 and policy == [1] * first + [0] * observation + [1] * last
     info = gen.episodes[0]
     assert (info.turns, info.tool_calls, info.drift_tokens, info.truncation) == (2, 1, 0, None)
-    assert info.messages[1] == {"role": "tool", "name": "add", "content": "3"}
+    assert info.messages[1] == {"role": "tool", "name": "add", "content": "3", "tool_call_id": "call00000"}
     metrics = episode_metrics(gen.episodes, ["add"])
     assert metrics["rollout/retokenize_drift"] == 0.0 and metrics["rollout/turns_mean"] == 2.0
     assert metrics["rollout/tool_errors"] == 0.0

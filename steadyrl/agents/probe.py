@@ -1,0 +1,269 @@
+"""The start-up probe: play a scripted episode as the rollout would and compare it with the template.
+
+The rollout keeps the policy's tokens as sampled and appends the template's rendering of what
+follows each turn (:func:`steadyrl.agents.chat.observation_ids`). That is exact only when the
+resulting sequence is what the template renders for the whole conversation. The probe checks it
+directly, before training: it scripts three turns (two tool calls or two user-role observations,
+then an answer), takes as each sampled turn what the model would write (the template's own
+rendering of that assistant message, with its reasoning when the template is a thinking one and
+its generation prompt leaves thinking on), builds the episode text exactly as the rollout does,
+and compares it with ``apply_chat_template`` of the whole conversation. Any difference refuses the
+run with what the template does (drops reasoning, re-renders tool results, closes turns with a
+token that does not stop generation ...) and the setting that would handle it.
+
+It also checks that the template shows the tools, renders the observation role, closes an
+assistant turn with a token that stops generation, and (given a parser) that the parser reads
+back the calls the template writes.
+"""
+
+from __future__ import annotations
+
+from .chat import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, TemplateError, _closer, _first_difference,
+                   _name, _next_role_token, _require_template, _suffix, _tool_names, render)
+from .messages import assistant_message, call_id, id_style, tool_message
+
+STEP_WISE = ("per-turn samples (each turn trained on the template's rendering of its history, as at "
+             "inference), a mode steadyrl does not have yet")
+
+
+def _arguments(tool: dict) -> dict:
+    """Arguments that fit ``tool``'s JSON schema (one per property: 1, "x", true, [], {})."""
+    props = tool.get("function", tool).get("parameters", {}).get("properties", {}) or {}
+    values = {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
+    return {k: values.get((v or {}).get("type"), "x") for k, v in list(props.items())[:2]}
+
+
+def _harmony(tokenizer) -> bool:
+    return "<|channel|>analysis" in (tokenizer.chat_template or "")
+
+
+def _thinks(tokenizer, prompt_tail: str) -> bool:
+    """The model writes reasoning: a thinking template whose generation prompt does not close it
+    (or a Harmony template: gpt-oss writes its analysis channel first)."""
+    return _harmony(tokenizer) or "</think>" in (tokenizer.chat_template or "") and "</think>" not in prompt_tail
+
+
+def _script(tokenizer, tools, observation_role: str, style: str) -> list[tuple[dict, list[dict]]]:
+    """Three turns: (assistant message, the messages that follow it)."""
+    if observation_role == "tool" and tools:
+        name, args = _tool_names(tools)[0], _arguments(tools[0])
+        turns = []
+        for i in range(2):
+            cid = call_id(style, name, i)
+            message = {"role": "assistant", "content": "", "tool_calls": [
+                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}
+            turns.append((message, [tool_message(name, f"{PROBE_MARKER}-{i}", cid)]))
+    else:
+        turns = [({"role": "assistant", "content": f"a{i}"},
+                  [{"role": observation_role, "content": f"{PROBE_MARKER}-{i}"}]) for i in range(2)]
+    return turns + [({"role": "assistant", "content": "The answer is 9."}, [])]
+
+
+def _with_reasoning(message: dict, i: int, harmony: bool = False) -> dict:
+    if harmony:
+        return {**message, "thinking": f"r{i}"}
+    return {**message, "content": f"<think>\nr{i}\n</think>\n\n" + (message.get("content") or "")}
+
+
+def sampled_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, think: bool, i: int = 0):
+    """``(text, end)``: what the model writes for ``message`` after ``history``'s generation prompt
+    (the template's rendering of it, up to the end-of-turn text; the next message's role token for a
+    template that writes no closer), with its reasoning first when it thinks (``think``), whether or
+    not the template shows it."""
+    if think:
+        message = _with_reasoning(message, i, _harmony(tokenizer))
+    head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
+    base = render(tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
+    if not base.startswith(head):
+        diff = _first_difference(head, base)
+        hidden = think and f"r{i}" not in base[len(head) - CONTEXT_CHARS:]
+        in_prompt = diff >= len(render(tokenizer, history, tools=tools, add_generation_prompt=False,
+                                       template_kwargs=kwargs))
+        what = ("drops the reasoning the model writes (its <think> block or analysis channel: the turn renders "
+                "without it)" if hidden else "starts an assistant turn in its generation prompt differently from "
+                "how it renders the turn (an empty reasoning block it drops ...)" if in_prompt else
+                "renders the conversation so far differently once an assistant turn follows it")
+        raise TemplateDriftError(
+            f"the chat template of {_name(tokenizer)!r} {what}: at character {diff} the prompt the model continues "
+            f"holds {head[diff:diff + CONTEXT_CHARS]!r}, the conversation with the turn "
+            f"{base[diff:diff + CONTEXT_CHARS]!r}")
+    closer = _closer(base, len(head), end_texts) or _role_closer(tokenizer, history, message, new, tools, end_texts,
+                                                                  kwargs)
+    if closer is None:
+        raise TemplateError(
+            f"the chat template of {_name(tokenizer)!r} does not close an assistant turn with any of the tokens "
+            f"that stop generation {end_texts} (a turn renders as {base[len(head):][-CONTEXT_CHARS:]!r}); add the "
+            f"closing token's id to eos_token_id in the model's generation_config.json")
+    stop, end = closer
+    text = base[len(head): stop - len(end)]
+    if think and f"r{i}" not in text:  # the template hides it, the model still writes it
+        opened = head.rstrip().endswith("<think>")
+        text = (f"<|channel|>analysis<|message|>r{i}<|end|><|start|>assistant" if _harmony(tokenizer) else
+                f"\nr{i}\n</think>\n\n" if opened else f"<think>\nr{i}\n</think>\n\n") + text
+    return text, end
+
+
+def _role_closer(tokenizer, history, message, new, tools, end_texts, kwargs):
+    """The next message's role token that ends ``message`` in a template that writes no closer (GLM),
+    looked up after the first message alone and without the turn's reasoning (a template may drop
+    reasoning once a message follows: that is found elsewhere, not here)."""
+    plain = {**message, "content": (message.get("content") or "").split("</think>")[-1].lstrip("\n")}
+    base = render(tokenizer, history[:1] + [plain], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
+    full = render(tokenizer, history[:1] + [plain] + (new or [{"role": "user", "content": "ok"}]), tools=tools,
+                  add_generation_prompt=False, template_kwargs=kwargs)
+    found = _next_role_token(base, full, end_texts)
+    return None if found is None else (len(render(tokenizer, history + [message], tools=tools,
+                                                  add_generation_prompt=False, template_kwargs=kwargs))
+                                       + len(found[1]), found[1])
+
+
+def _kept(message: dict, sampled: str, parser, style: str, index: int, strict: bool) -> dict:
+    """The assistant message the rollout keeps for a sampled turn: the parser's reading of the text
+    (tool use), else the text itself (an environment's episode). A parser that does not read the
+    call back is an error when it is the run's (``strict``); the template's own is only a guess, and
+    then the scripted call stands, beside the reasoning the model wrote."""
+    if parser is None:
+        return {**message, "content": sampled}
+    parsed = parser(sampled)
+    expected = [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]
+    if [(c.name, c.arguments) for c in parsed.calls] == expected and not parsed.errors:
+        return assistant_message(sampled, parsed, first_index=index, style=style)
+    if not strict:
+        reasoning = sampled.split("</think>")[0] + "</think>" if "</think>" in sampled else ""
+        return {**message, "content": reasoning} if expected else {**message, "content": sampled}
+    raise TemplateError(
+        f"the tool parser does not read back the call the chat template teaches: {sampled!r} parses "
+        f"as {[(c.name, c.arguments) for c in parsed.calls]} (errors {parsed.errors}), expected {expected}; "
+        f"set rollout.tool_parser to the template's format (tool_parser: auto picks it)")
+
+
+def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwargs=None, parser=None,
+         strict: bool = True):
+    """The scripted episode: ``(episode text as the rollout builds it, the template's rendering of
+    the whole conversation)``. Raises ``TemplateError`` where the rollout would."""
+    history = [{"role": "user", "content": "What is 2 + 3 + 4?"}]
+    head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
+    think = _thinks(tokenizer, head[-CONTEXT_CHARS:])
+    style = id_style(tokenizer.chat_template)
+    text, calls = head, 0
+    before_end = text
+    for i, (message, new) in enumerate(_script(tokenizer, tools, observation_role, style)):
+        sampled, end = sampled_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
+                                    think=think, i=i)
+        assistant = _kept(message, sampled, parser if observation_role == "tool" and tools else None, style, calls,
+                          strict)
+        calls += len(message.get("tool_calls") or [])
+        text, before_end = text + sampled + end, text + sampled
+        if new:
+            text += _suffix(tokenizer, history, assistant, new, tools, end_texts, f"a {observation_role!r} message",
+                            kwargs, end)
+        history = history + [assistant] + new
+    whole = render(tokenizer, history, tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
+    if whole == before_end:  # a template with no closer (GLM): the last stop token is the model's alone
+        whole += text[len(before_end):]
+    return text, whole
+
+
+def _diagnose(text: str, whole: str) -> str:
+    i = _first_difference(text, whole)
+    lo, hi = max(0, i - CONTEXT_CHARS), i + CONTEXT_CHARS
+    seen, shown = text[lo:hi], whole[lo:hi]
+    if "</think>" in seen and "</think>" not in shown or text.count("</think>") > whole.count("</think>"):
+        what = "drops the reasoning (<think> blocks) of assistant turns the model wrote it in"
+    else:
+        what = "renders earlier turns differently once the conversation goes on"
+    return (f"{what}: the episode's tokens would not be the template's rendering of the conversation; first "
+            f"difference at character {i}: episode {seen!r}, template {shown!r}")
+
+
+def _exact(tokenizer, *, tools, observation_role, end_texts, kwargs) -> str | None:
+    """None when the scripted episode is the template's rendering, else what differs."""
+    try:
+        text, whole = play(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
+                           kwargs=kwargs)
+    except TemplateDriftError as err:
+        return str(err)
+    return None if whole.startswith(text) else _diagnose(text, whole)
+
+
+def _check_renders(tokenizer, *, tools, observation_role: str, kwargs) -> None:
+    """The template shows the tools (when given) and renders ``observation_role`` messages."""
+    user = [{"role": "user", "content": "What is 2 + 3?"}]
+    if tools:
+        prompt = render(tokenizer, user, tools=tools, add_generation_prompt=True, purpose="a prompt with tools",
+                        template_kwargs=kwargs)
+        hidden = [n for n in _tool_names(tools) if n not in prompt]
+        if hidden:
+            raise TemplateError(
+                f"the chat template of {_name(tokenizer)!r} ignores tools=: the rendered prompt does not "
+                f"mention tool(s) {hidden}, so the model would never see them; use a model whose template "
+                "supports tools (Qwen2.5, Qwen3, Llama-3.1, Hermes ...) or set tokenizer.chat_template")
+    if observation_role == "tool" and tools:
+        name, cid = _tool_names(tools)[0], call_id(id_style(tokenizer.chat_template), _tool_names(tools)[0], 0)
+        turn = [{"role": "assistant", "content": "", "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": _arguments(tools[0])}}]},
+            tool_message(name, PROBE_MARKER, cid)]
+    else:
+        turn = [{"role": "assistant", "content": "Let me check."}, {"role": observation_role, "content": PROBE_MARKER}]
+    text = render(tokenizer, user + turn, tools=tools, add_generation_prompt=True,
+                  purpose=f"a {observation_role!r} message", template_kwargs=kwargs)
+    if PROBE_MARKER not in text:
+        raise TemplateError(
+            f"the chat template of {_name(tokenizer)!r} cannot render {observation_role} messages (their "
+            f"content does not appear in the rendering), so the model would never see the observations; "
+            f"use a template that renders role {observation_role!r}")
+
+
+def _alternatives(tokenizer, *, tools, observation_role, end_texts, kwargs) -> list[str]:
+    """The settings under which the scripted episode is exact (to name in a refusal)."""
+    found = []
+    if observation_role != "tool" and tools is None and _works(
+            tokenizer, tools=None, observation_role="tool", end_texts=end_texts, kwargs=kwargs):
+        found.append("observations with the 'tool' role (rollout.observation_role: tool)")
+    if "enable_thinking" in (tokenizer.chat_template or ""):
+        for value in (True, False):
+            if (kwargs or {}).get("enable_thinking") is value:
+                continue
+            flipped = {**(kwargs or {}), "enable_thinking": value}
+            if _works(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts, kwargs=flipped):
+                found.append(f"data.chat_template_kwargs.enable_thinking: {str(value).lower()}")
+    return found
+
+
+def _works(tokenizer, **kw) -> bool:
+    try:
+        _check_renders(tokenizer, tools=kw["tools"], observation_role=kw["observation_role"], kwargs=kw["kwargs"])
+        return _exact(tokenizer, **kw) is None
+    except TemplateError:
+        return False
+
+
+def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str, end_texts: list[str],
+                   template_kwargs: dict | None = None, parser=None) -> None:
+    """Probe, before training, that a multi-turn rollout with this template is exact (module
+    docstring). Raises ``TemplateError``, or ``TemplateDriftError`` naming what the template does
+    and the settings that would handle it."""
+    _require_template(tokenizer)
+    kwargs = template_kwargs
+    strict = parser is not None
+    if parser is None:  # the parser of the template's own format (what tool_parser: auto reads)
+        from .formats import parser_for_template
+        from .parsers import TOOL_PARSERS
+
+        parser = TOOL_PARSERS[parser_for_template(tokenizer.chat_template)]
+    _check_renders(tokenizer, tools=tools, observation_role=observation_role, kwargs=kwargs)
+    try:
+        text, whole = play(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
+                           kwargs=kwargs, parser=parser, strict=strict)
+        problem = None if whole.startswith(text) else _diagnose(text, whole)
+    except TemplateDriftError as err:
+        problem = str(err)
+    if problem is None:
+        return
+    fixes = _alternatives(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
+                          kwargs=kwargs)
+    fix = "; ".join(fixes) + ("; or " if fixes else "") + STEP_WISE
+    raise TemplateDriftError(
+        f"the chat template of {_name(tokenizer)!r}, with observations of role {observation_role!r}"
+        f"{' and tools' if tools else ''}{f' and {kwargs}' if kwargs else ''}, cannot be trained token in / "
+        f"token out: {problem}. What would handle it: {fix}")

@@ -1,0 +1,202 @@
+"""One conformance case: a real chat template in one mode, judged three ways (shared by the test
+and tools/template_table.py, which prints the table in docs/agents.md).
+
+* ``verdict``: what the start-up probe says (``check_template`` with the family's stop tokens and
+  the parser ``tool_parser: auto`` picks for the template): ``exact`` or the refusal's message;
+* ``episode``: a scripted episode run through the real rollout (``run_episodes``, a scripted
+  engine that samples what the template shows the model writing, the real ``ToolAgent``), its
+  token ids compared with the tokenized ``apply_chat_template`` of the whole conversation:
+  ``exact``, ``differs at token N`` or ``failed: why``;
+* ``round_trip``: the call text the template renders parses back to the call (tools mode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import torch
+
+from steadyrl.agents.chat import TemplateError, check_template, observation_overhead, render
+from steadyrl.agents.formats import parser_for_template
+from steadyrl.agents.messages import assistant_message, tool_message
+from steadyrl.agents.parsers import TOOL_PARSERS
+from steadyrl.agents.probe import _thinks, sampled_turn
+from steadyrl.agents.protocol import Reply, Start
+from steadyrl.agents.toolagent import ToolAgent
+from steadyrl.agents.tools import Tool
+from steadyrl.rollout.base import Generation
+from steadyrl.rollout.episodes import TurnLimits, run_episodes
+
+MODES = ("tools", "user")
+PROMPT = [{"role": "user", "content": "What is 1 + 2 + 4?"}]
+LIMITS = TurnLimits(max_turns=4, max_new_tokens=4000, max_observation_tokens=4000, observation_truncation="right",
+                    episode_tokens=100000)
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: the first integer
+        b: the second integer
+    """
+    return a + b
+
+
+def add_tool() -> Tool:
+    from transformers.utils import get_json_schema
+
+    return Tool(name="add", fn=add, schema=get_json_schema(add))
+
+
+def _plan(mode: str) -> list[tuple[dict, list[dict]]]:
+    """(assistant message, what follows) per turn; tool results are filled in by the real tool."""
+    if mode == "user":
+        return [({"role": "assistant", "content": "8"}, [{"role": "user", "content": "Wrong, try again."}]),
+                ({"role": "assistant", "content": "7"}, [{"role": "user", "content": "Correct."}]),
+                ({"role": "assistant", "content": "Done."}, [])]
+
+    def call(a, b):
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "", "type": "function", "function": {"name": "add", "arguments": {"a": a, "b": b}}}]}
+    return [(call(1, 2), [tool_message("add", "3")]), (call(3, 4), [tool_message("add", "7")]),
+            ({"role": "assistant", "content": "The answer is 7."}, [])]
+
+
+def script(tok, mode: str, tools, ends, kwargs, parser):
+    """``(turn texts with their end text, the whole conversation)`` as the model and steadyrl would
+    hold them: each turn is what the template renders for it; calls get the ids steadyrl gives them."""
+    conv, turns, calls = list(PROMPT), [], 0
+    think = _thinks(tok, render(tok, conv, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)[-40:])
+    for i, (message, new) in enumerate(_plan(mode)):
+        if message.get("tool_calls"):
+            message = {**message, "tool_calls": [{**message["tool_calls"][0], "id": f"call{calls:05d}"}]}
+            new = [{**new[0], "tool_call_id": f"call{calls:05d}"}]
+        text, end = sampled_turn(tok, conv, message, new, tools=tools, end_texts=ends, kwargs=kwargs, think=think, i=i)
+        turns.append((text, end))
+        kept = (assistant_message(text, parser(text), first_index=calls, style="alnum9") if message.get("tool_calls")
+                else {"role": "assistant", "content": text})
+        if kept.get("tool_calls"):  # the ids the model wrote (Kimi-K2) are the ones its results answer
+            new = [{**m, "tool_call_id": c["id"]} for m, c in zip(new, kept["tool_calls"])]
+        calls += len(kept.get("tool_calls", []))
+        conv += [kept, *new]
+    return turns, conv
+
+
+class TurnEngine:
+    """Samples the scripted turns in order (one episode), each closed by its end token."""
+
+    def __init__(self, tok, turns):
+        self.tok, self.turns, self.k = tok, turns, 0
+        self.eos_ids = sorted({tok.convert_tokens_to_ids(end) for _, end in turns} | {tok.eos_token_id})
+
+    def generate(self, prompt_ids, n, *, max_new_tokens, **sampling):
+        text, end = self.turns[min(self.k, len(self.turns) - 1)]
+        self.k += 1
+        ids = self.tok(text, add_special_tokens=False)["input_ids"] + [self.tok.convert_tokens_to_ids(end)]
+        return Generation(prompt_ids=torch.tensor(prompt_ids), prompt_mask=torch.ones(1, len(prompt_ids[0]),
+                          dtype=torch.long), response_ids=torch.tensor([ids]), response_mask=torch.ones(1, len(ids),
+                          dtype=torch.long), truncated=torch.tensor([False]), completions=[text])
+
+
+class UserAgent:
+    """An environment in the user's role: answers turn k with the plan's messages."""
+
+    observation_role, tool_schemas = "user", None
+
+    def __init__(self, kwargs):
+        self.template_kwargs, self.k = kwargs or {}, 0
+
+    def start(self, rows, seeds):
+        return [Start() for _ in rows]
+
+    def respond(self, states, texts, last=None):
+        plan = _plan("user")
+        new = plan[min(self.k, len(plan) - 1)][1]
+        self.k += 1
+        return [Reply(messages=[dict(m) for m in new], done=not new)]
+
+    def close(self, states):
+        pass
+
+
+def episode(tok, mode: str, ends, kwargs, parser_name: str) -> str:
+    """The rollout's ids for the scripted episode against the whole conversation's rendering."""
+    parser = TOOL_PARSERS[parser_name]
+    tools = [add_tool()] if mode == "tools" else None
+    schemas = [t.schema for t in tools] if tools else None
+    try:
+        turns, conv = script(tok, mode, schemas, ends, kwargs, parser)
+    except TemplateError as err:
+        return f"failed: {err}"
+    if tools:
+        agent = ToolAgent(tools, parser, timeout_s=5.0, isolation="inline")
+        agent.template_kwargs = kwargs or {}
+    else:
+        agent = UserAgent(kwargs)
+    prompt_text = render(tok, PROMPT, tools=schemas, add_generation_prompt=True, template_kwargs=kwargs)
+    prompt = SimpleNamespace(ids=tok(prompt_text, add_special_tokens=False)["input_ids"], columns={},
+                             text=prompt_text, messages=PROMPT, conversation=PROMPT)
+    gen = run_episodes(TurnEngine(tok, turns), tok, [prompt], 1, agent=agent, limits=LIMITS)
+    info = gen.episodes[0]
+    if info.failed:
+        return f"failed: {info.error}"
+    ids = prompt.ids + gen.response_ids[0][gen.response_mask[0].bool()].tolist()
+    whole = tok(render(tok, conv, tools=schemas, add_generation_prompt=False, template_kwargs=kwargs),
+                add_special_tokens=False)["input_ids"]
+    if whole[:len(ids)] == ids or whole == ids[:-1]:  # a template with no closer: the last stop is the model's
+        return "exact"
+    i = next((i for i, (a, b) in enumerate(zip(ids, whole)) if a != b), min(len(ids), len(whole)))
+    return (f"differs at token {i}: episode {tok.decode(ids[max(0, i - 8):i + 12])!r}, "
+            f"template {tok.decode(whole[max(0, i - 8):i + 12])!r}")
+
+
+@dataclass(frozen=True)
+class Case:
+    family: str
+    mode: str
+    parser: str
+    verdict: str  # "exact" or the probe's refusal
+    episode: str  # "exact", "differs at ..." or "failed: ..."
+    round_trip: bool | None  # None: no call to read back (user mode, or no turn to render)
+    overhead: int | None = None  # an empty observation's tokens (start-up's max_observation_tokens check), if exact
+
+
+def evaluate(family, mode: str, templates, tok=None) -> Case:
+    """The case of ``family`` in ``mode``, on ``tok`` (a real tokenizer given the family's template)
+    or on the byte-level ``family_tokenizer``."""
+    from support_realtemplates import family_tokenizer
+
+    if tok is None:
+        tok = family_tokenizer(family, templates)
+    else:
+        tok.chat_template = (templates / family.template).read_text()
+        if tok.pad_token is None:  # as the trainer does for a tokenizer without one
+            tok.pad_token = tok.eos_token
+    ends, kwargs = list(family.stops), family.kwargs or None
+    parser_name = parser_for_template(tok.chat_template)
+    schemas = [add_tool().schema] if mode == "tools" else None
+    try:
+        check_template(tok, tools=schemas, observation_role="tool" if mode == "tools" else "user", end_texts=ends,
+                       template_kwargs=kwargs, parser=TOOL_PARSERS[parser_name])
+        verdict = "exact"
+    except TemplateError as err:
+        verdict = str(err)
+    overhead = (observation_overhead(tok, tools=schemas, observation_role="tool" if mode == "tools" else "user",
+                                     end_texts=ends, template_kwargs=kwargs) if verdict == "exact" else None)
+    return Case(family.name, mode, parser_name, verdict, episode(tok, mode, ends, kwargs, parser_name),
+                _round_trip(tok, schemas, ends, kwargs, parser_name) if mode == "tools" else None, overhead)
+
+
+def _round_trip(tok, schemas, ends, kwargs, parser_name) -> bool | None:
+    message = _plan("tools")[0][0]
+    message = {**message, "tool_calls": [{**message["tool_calls"][0], "id": "call00000"}]}
+    try:
+        text, _ = sampled_turn(tok, PROMPT, message, [], tools=schemas, end_texts=ends, kwargs=kwargs, think=False)
+    except TemplateError:
+        return None
+    if "add" not in text:  # the template does not render calls at all
+        return None
+    turn = TOOL_PARSERS[parser_name](text)
+    return [(c.name, c.arguments) for c in turn.calls] == [("add", {"a": 1, "b": 2})] and not turn.errors
