@@ -13,6 +13,7 @@ import signal
 import time
 
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID = 0x10000000, 0x40000000, 0x00020000, 0x20000000
+CLONE_NEWIPC = 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 NOBODY = 65534
@@ -34,16 +35,17 @@ def _map_ids(uid, gid):
 
 
 def _namespaces(job):
-    """The harness's own user and pid namespaces (its later children are in the new pid namespace:
+    """The harness's own user, pid and System V IPC namespaces (its shared memory, semaphores and
+    message queues are its own, and die with the sample) (its later children are in the new pid namespace:
     they see no other process and can signal none), and, as asked, a network namespace with no
     interface up and a mount namespace where everything but the work directory is read-only - as
     far as the kernel lets an unprivileged process. Created once per sample, shared by its tests."""
     want = (CLONE_NEWNET if job["network"] else 0) | (CLONE_NEWNS if job["readonly_fs"] else 0)
     uid, gid = os.getuid(), os.getgid()
-    if LIBC.unshare(CLONE_NEWUSER | CLONE_NEWPID | want) != 0:
-        return {"network": False, "readonly_fs": False, "pid": False}
+    if LIBC.unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC | want) != 0:
+        return {"network": False, "readonly_fs": False, "pid": False, "ipc": False}
     _map_ids(uid, gid)
-    return {"network": bool(want & CLONE_NEWNET), "pid": True,
+    return {"network": bool(want & CLONE_NEWNET), "pid": True, "ipc": True,
             "readonly_fs": bool(want & CLONE_NEWNS) and _readonly(job["workdir"])}
 
 
@@ -119,6 +121,16 @@ def _become_nobody():
     namespace can be mapped."""
     os.setgroups([]), os.setgid(NOBODY), os.setuid(NOBODY)
     LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+
+def _enter_view(job):
+    """In bubblewrap's view (:mod:`steadyrl.sandbox.view`): ``nobody`` at once when started as root
+    (bwrap left only the rights to do so), then the work directory in the view's own tmpfs."""
+    if not job.get("view"):
+        return
+    if os.getuid() == 0:
+        _become_nobody()
+    os.makedirs(job["workdir"], exist_ok=True)
 
 
 def _as_nobody():
@@ -201,9 +213,10 @@ def _probe(job):
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        got = {"network": False, "readonly_fs": False, "pid": False}
+        got = {"network": False, "readonly_fs": False, "pid": False, "ipc": False}
         try:
-            user = "nobody" if _as_nobody() else "same"
+            user = "nobody" if _as_nobody() or (job.get("view") and os.getuid() == 0) else "same"
+            _enter_view(job)
             if _as_nobody():
                 os.chmod(os.path.dirname(job["workdir"]), 0o711)
                 os.chown(job["workdir"], NOBODY, NOBODY)
@@ -219,7 +232,7 @@ def _probe(job):
                     except BaseException:  # noqa: BLE001
                         os._exit(1)
                 if os.waitstatus_to_exitcode(os.waitpid(kid, 0)[1]) != 0:
-                    got = {"network": False, "readonly_fs": False, "pid": False}
+                    got = {"network": False, "readonly_fs": False, "pid": False, "ipc": False}
                 # killed here: its parent-death signal can come too early (before its prctl) or
                 # never, and a reaper left behind would outlive the trainer
                 os.kill(init, signal.SIGKILL)
@@ -240,4 +253,4 @@ def _probe(job):
     try:
         return json.loads(data)
     except ValueError:
-        return {"network": False, "readonly_fs": False, "pid": False, "user": "unknown"}
+        return {"network": False, "readonly_fs": False, "pid": False, "ipc": False, "user": "unknown"}
