@@ -146,7 +146,7 @@ class CodeReward:
                                   "Ubuntu: apt-get install bubblewrap); use sandbox: auto or namespaces")
             if bwrap_path() is not None:
                 probe = probe_isolation(python=self.python, network=network, readonly_fs=readonly_fs, view=True)
-                self.view = bool(probe.get("pid"))
+                self.view = bool(probe.get("view"))  # it answered from inside the view
                 if not self.view and sandbox == "bwrap":
                     raise ConfigError(f"code reward: option sandbox='bwrap' but bubblewrap cannot start "
                                       f"{self.python!r} here (no user namespaces for it?); use sandbox: auto")

@@ -1,36 +1,43 @@
 """The per-sample harness of the ``code`` reward: a script run as ``python -I harness.py`` (standard
-library only, never imported by steadyrl) that runs one program against its test cases.
+library only, never imported by steadyrl), inside bubblewrap's view (:mod:`steadyrl.sandbox.view`)
+where there is one, that runs one program against its test cases.
 
 It reads one JSON job on stdin and writes one JSON reply on stdout::
 
-    job   = {"source": str, "mode": "stdio" | "call" | "assert", "cases": [...], "setup": str,
-             "fn_name": str, "workdir": str, "test_time_s": float, "sample_time_s": float,
+    job   = {"source": str, "mode": "stdio" | "calls", "cases": [...], "setup": str,
+             "workdir": str, "view": bool, "test_time_s": float, "sample_time_s": float,
              "memory_mb": int, "processes": int, "file_size_mb": int, "open_files": int,
              "output_bytes": int, "network": bool, "readonly_fs": bool}
     reply = {"results": [{"status": "ok" | <reason>, "stdout": str, "value": ..., "error": str}, ...]}
 
-Once per sample the harness writes the inputs, then (as root, when the interpreter's files are
-readable by others) becomes ``nobody`` - so ``RLIMIT_NPROC`` holds and the trainer's files are out
-of reach - and enters new user, pid and, as asked, network (no interface up) and mount namespaces
-(every mount read-only except the work directory), where the kernel lets an unprivileged process;
-the first process of the pid namespace is a small reaper (``_start_init``).
+``stdio`` cases are stdin texts; ``calls`` cases are calls of the program's functions or
+``assert`` statements (:mod:`harness_calls`). Once per sample the harness (in the view: first
+becomes ``nobody`` when started as root, and makes its work directory in the view's tmpfs) writes
+the inputs, then (outside a view, as root, when the interpreter's files are readable by others)
+becomes ``nobody`` - so ``RLIMIT_NPROC`` holds and the trainer's files are out of reach - and enters
+new user, pid, IPC and, as asked, network (no interface up) and mount namespaces (every mount
+read-only except the work directory), where the kernel lets an unprivileged process; the first
+process of the pid namespace is a small reaper (``_start_init``).
 
-The program runs in a child forked per test (``stdio``: stdin is the case's input; one child for
-all cases of ``call`` / ``assert``, which report each case on a private pipe, fd 3). The child,
-before a line of the program runs: its own process group; in the pid namespace (it sees no process
-outside, ``getppid()`` is 0, it can signal none); ``/proc`` covered by an empty read-only tmpfs in a
-mount namespace of its own; a nested user namespace (no capability over the namespaces above: it
-cannot remount the file system writable or bring the network up); ``RLIMIT_AS`` / ``CPU`` /
-``NPROC`` / ``FSIZE`` / ``NOFILE``; cwd the work directory; descriptors above 2 (3) closed.
+The program runs in a child forked per test (``stdio``: stdin is the case's input) or in one child
+for all ``calls`` cases, which answers one request at a time (a case written on its fd 4, the reply
+read from its fd 3): the harness keeps each case's clock from its request, so nothing the program
+writes can reset it. The child, before a line of the program runs: its own process group; in the
+pid namespace (it sees no process outside, ``getppid()`` is 0, it can signal none); ``/proc``
+covered by an empty read-only tmpfs in a mount namespace of its own; a nested user namespace (no
+capability over the namespaces above: it cannot remount the file system writable or bring the
+network up); ``RLIMIT_AS`` / ``CPU`` / ``NPROC`` / ``FSIZE`` / ``NOFILE``; cwd the work directory;
+descriptors above 2 (4 for ``calls``) closed.
 
 The harness is a child subreaper and counts the processes below it every 50 ms: at a test's time
 limit, past its process or output limit, and when the test's child ends, the child's group and
 every process below the harness (but the reaper) are killed; at the end the reaper too, and with
-it the whole pid namespace. The expected outputs of ``stdio`` and ``call`` cases never reach this
-process; they are compared by the reward.
+it the whole pid namespace. The expected outputs never reach this process: the program's stdout
+and returned values are compared by the reward.
 
-``{"probe": true, "workdir": ..., "network": true, "readonly_fs": true}`` instead answers what a
-program would get: ``{"network": bool, "readonly_fs": bool, "pid": bool, "user": "nobody" | "same"}``.
+``{"probe": true, "workdir": ..., "network": true, "readonly_fs": true, "view": bool}`` instead
+answers what a program would get: ``{"network": bool, "readonly_fs": bool, "pid": bool, "ipc":
+bool, "user": "nobody" | "same"}``.
 """
 
 import json
@@ -144,6 +151,8 @@ class _Child:
                     self.fds[fd] = self.fds[fd][-STDERR_KEEP:]
                 if fd == self.out and len(self.fds[fd]) > self.cap:
                     self.over = True
+                if fd == self.rep and len(self.fds[fd]) - self.parsed > self.cap + (1 << 16):
+                    self.over = True  # replies (returned values) count like printed output
         elif wait_s > 0:
             time.sleep(min(wait_s, 0.001))
         if self.status is None:
@@ -155,11 +164,15 @@ class _Child:
         return (self.fds.get(fd) or self.fds.get(-1 - fd) or b"").decode("utf-8", "replace")
 
     def reply(self):
-        """The next complete reply line (a dict), or ``None``; lines that are not JSON objects are skipped."""
-        data = self.fds.get(self.rep, self.fds.get(-1 - self.rep, b""))
+        """The next complete reply line (a dict), or ``None``; lines that are not JSON objects are
+        skipped, and those read are dropped from the buffer."""
+        key = self.rep if self.rep in self.fds else -1 - self.rep
+        data = self.fds.get(key, b"")
         while True:
             end = data.find(b"\n", self.parsed)
             if end < 0:
+                if self.parsed:
+                    self.fds[key], self.parsed = data[self.parsed:], 0
                 return None
             line, self.parsed = data[self.parsed:end], end + 1
             try:

@@ -1,16 +1,19 @@
 """Running one untrusted program against its test cases in a fresh, contained process.
 
-``run_program(job, python=...)`` starts ``python -I steadyrl/sandbox/harness.py`` (a fresh
-interpreter that imports nothing of the trainer) in a new session, in a fresh temporary directory,
-with an environment of ``PATH``, ``LANG`` and a tag only, sends it the job as JSON and reads its
-JSON reply with a deadline (the job's ``sample_time_s`` plus a grace). What the harness does to
-contain the program - a child per test in its own process group, ``nobody`` when run as root,
-network / mount namespaces, resource limits - is in :mod:`steadyrl.sandbox.harness`.
+``run_program(job, python=..., view=..., cgroup=...)`` starts ``python -I harness.py`` (a fresh
+interpreter that imports nothing of the trainer) - with ``view``, inside bubblewrap's file-system
+view (:mod:`.view`); with ``cgroup``, in a cgroup of the sample's own (:mod:`.cgroups`), joined by a
+``sh`` before bwrap starts - in a new session, with an environment of ``PATH``, ``LANG`` and a tag
+only, sends it the job as JSON and reads its JSON reply with a deadline (the job's
+``sample_time_s`` plus a grace). What the harness does to contain the program - a child per test in
+its own process group, ``nobody`` when run as root, namespaces, resource limits - is in
+:mod:`steadyrl.sandbox.harness`.
 
 Whatever happens, when ``run_program`` returns nothing it started is alive: the harness's session,
-every process below it and every process carrying its tag are killed, and the directory removed.
-A harness that dies (a program that killed its parent), sends no or a broken reply, or runs past
-the deadline gives ``{"error": reason, "results": []}``.
+every process below it, every process carrying its tag and every process of its cgroup are killed,
+and the cgroup and the directory removed. A harness that dies (a program that killed its parent),
+sends no or a broken reply, or runs past the deadline gives ``{"error": reason, "results": []}``;
+a sample whose cgroup ran out of memory fails every test with ``memory``.
 """
 
 from __future__ import annotations

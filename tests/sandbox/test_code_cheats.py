@@ -109,3 +109,11 @@ def test_asserts_that_do_not_convert_still_run_confined(reward):
     tests = "class Helper:\n    k = 2\nassert Solution().f(2) == 4\nassert f(Helper.k) == 4"
     program = "class Solution:\n    def f(self, x):\n        return x * 2\ndef f(x):\n    return x * 2"
     assert scores(reward, [program, "def f(x):\n    return 7"], tests) == [1.0, 0.0]
+
+
+def test_flooding_the_reply_pipe_ends_at_the_output_cap(reward):
+    """The harness keeps what the program writes on fd 3 no longer than stdout: past the cap, the test ends."""
+    flood = "import os\nwhile True:\n    os.write(3, b'x' * 65536)"
+    with RewardScorer([RewardSpec("code", reward, timeout_s=60)]) as scorer:
+        result = scorer.score(["p"], [block(flood)], {"tests": [ASSERTS]})
+    assert result.raw["code"] == [0.0] and result.metrics["reward/code/failures/output_limit"] == 1.0
