@@ -18,7 +18,7 @@ from steadyrl.sandbox.programs import CODE_TAG_VAR
 
 ADD = "a, b = map(int, open(0).read().split())\nprint(a + b)"
 TESTS = {"inputs": ["1 2\n"], "outputs": ["3\n"]}
-OPTIONS = {"test_timeout_s": 1.0, "sample_timeout_s": 2.0, "workers": 3, "memory_mb": 256, "processes": 8,
+OPTIONS = {"test_timeout_s": 2.0, "sample_timeout_s": 4.0, "workers": 3, "memory_mb": 256, "processes": 8,
            "max_output_kib": 64}
 
 
