@@ -10,6 +10,7 @@ import json
 import os
 import resource
 import signal
+import sys
 import time
 
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID = 0x10000000, 0x40000000, 0x00020000, 0x20000000
@@ -46,7 +47,7 @@ def _namespaces(job):
         return {"network": False, "readonly_fs": False, "pid": False, "ipc": False}
     _map_ids(uid, gid)
     return {"network": bool(want & CLONE_NEWNET), "pid": True, "ipc": True,
-            "readonly_fs": bool(want & CLONE_NEWNS) and _readonly(job["workdir"])}
+            "readonly_fs": bool(want & CLONE_NEWNS) and _readonly(job["workdir"], hide=not job.get("view"))}
 
 
 def _seal(isolation):
@@ -80,9 +81,40 @@ def _start_init():
             time.sleep(0.05)
 
 
-def _readonly(workdir):
-    """Every mount read-only except ``workdir`` (bound onto itself); ``False`` if any remount failed."""
+HIDDEN = ("/tmp", "/var/tmp", "/run", "/home", "/root", "/dev/shm", "/mnt", "/media", "/srv")
+"""Covered by an empty tmpfs in the fallback's mount namespace (sockets, other users' files, data),
+but for a folder holding the interpreter, which stays visible (read-only)."""
+
+
+def _hide(keep):
+    """Cover each of :data:`HIDDEN` with an empty tmpfs, binding ``keep`` (the sample's folder) back
+    at its own path; a folder that holds the interpreter's files is left as it is."""
+    needed = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.__file__),
+                                            sys.executable)]
+    fd = os.open(keep, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for path in HIDDEN:
+            inside = path + "/"
+            if os.path.islink(path) or not os.path.isdir(path) or any(n.startswith(inside) for n in needed):
+                continue
+            if LIBC.mount(b"none", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=64k,mode=755") != 0:
+                return False
+            if keep.startswith(inside):
+                os.makedirs(keep, exist_ok=True)
+                if LIBC.mount(f"/proc/self/fd/{fd}".encode(), keep.encode(), None, MS_BIND | MS_REC, None) != 0:
+                    return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _readonly(workdir, hide=True):
+    """Every mount read-only except ``workdir`` (bound onto itself), and, with ``hide`` (outside
+    bubblewrap's view, which has nothing to hide), :data:`HIDDEN` covered; ``False`` if any step
+    failed."""
     if LIBC.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    if hide and not _hide(os.path.dirname(workdir)):
         return False
     if LIBC.mount(workdir.encode(), workdir.encode(), None, MS_BIND | MS_REC, None) != 0:
         return False
@@ -90,7 +122,7 @@ def _readonly(workdir):
     with open("/proc/self/mountinfo") as f:
         mounts = [(line.split()[4], line.split()[5]) for line in f]
     for point, opts in mounts:
-        if point == workdir:
+        if point == workdir or not os.path.exists(point):  # not there any more: under a covered folder
             continue
         flags = MS_BIND | MS_REMOUNT | MS_RDONLY
         for name, bit in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC)):

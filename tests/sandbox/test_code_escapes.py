@@ -5,7 +5,8 @@ per sample. Each attack sits between two correct programs (:func:`run_attack`), 
 ones still score 1; the attack itself would score 1 where it got through, and scores 0 here.
 
 Where bubblewrap is not installed (or cannot start) the reward falls back to its hand-written
-namespaces, which do not build a file-system view: the view tests are skipped there, and
+namespaces, which do not build a file-system view but cover /tmp, /run, /home and the like: the
+socket and data tests run on both, the other view tests are skipped there, and
 ``reward/code/isolation_level`` says what the machine gave (docs/rewards.md)."""
 
 from __future__ import annotations
@@ -52,6 +53,20 @@ def reward():
     return load_reward("code", **OPTIONS)
 
 
+@pytest.fixture(scope="module", params=["auto", "namespaces"])
+def hiding(request, reward):
+    """bubblewrap's view, and the fallback's namespaces, which cover /tmp (but the sample's own
+    folder), /run, /home and the like with an empty tmpfs."""
+    if request.param == "auto":
+        if not getattr(reward, "view", True):
+            pytest.skip("bubblewrap is not installed or cannot start here: no file-system view")
+        return reward
+    fallback = load_reward("code", **OPTIONS, sandbox="namespaces")
+    if not fallback.isolation.get("readonly_fs"):
+        pytest.skip("no mount namespace here")
+    return fallback
+
+
 @pytest.fixture
 def in_view(reward):
     if not getattr(reward, "view", True):
@@ -80,7 +95,7 @@ def _serve_answer(path: str) -> socket.socket:
 
 
 @pytest.mark.parametrize("where", ["a 0755 folder", "/tmp itself"])
-def test_a_host_unix_socket_cannot_be_reached(in_view, where):
+def test_a_host_unix_socket_cannot_be_reached(hiding, where):
     folder = tempfile.mkdtemp()
     os.chmod(folder, 0o755)
     path = os.path.join(folder if where == "a 0755 folder" else "/tmp", f"steadyrl-{secrets.token_hex(4)}.sock")
@@ -88,7 +103,7 @@ def test_a_host_unix_socket_cannot_be_reached(in_view, where):
     try:
         source = (f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({path!r})\n"
                   "print(s.recv(100).decode().strip())")
-        assert run_attack(in_view, source) == 0.0
+        assert run_attack(hiding, source) == 0.0
     finally:
         server.close()
         os.unlink(path)
@@ -131,7 +146,7 @@ def test_a_program_cannot_read_roots_files_even_with_an_interpreter_under_root(i
     assert uid == [1.0]
 
 
-def test_a_program_cannot_read_the_training_data_to_find_its_answer(in_view):
+def test_a_program_cannot_read_the_training_data_to_find_its_answer(hiding):
     folder = tempfile.mkdtemp()
     os.chmod(folder, 0o755)
     data = os.path.join(folder, "train.jsonl")
@@ -143,7 +158,7 @@ def test_a_program_cannot_read_the_training_data_to_find_its_answer(in_view):
     cheat = (f"import json\nq = open(0).read()\nfor line in open({data!r}):\n    row = json.loads(line)\n"
              "    if row['tests']['inputs'][0] == q:\n        print(row['tests']['outputs'][0], end='')")
     try:
-        assert score(in_view, [cheat], tests) == [0.0]
+        assert score(hiding, [cheat], tests) == [0.0]
     finally:
         os.unlink(data)
         os.rmdir(folder)
