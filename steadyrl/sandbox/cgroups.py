@@ -8,6 +8,8 @@ its ``cgroup.subtree_control``), else cgroup v1's ``memory`` (``memory.limit_in_
 ``memory.memsw.limit_in_bytes`` where swap is accounted) and ``pids`` hierarchies. Where neither
 can be written (cgroups not delegated to this user: most rootless setups), :func:`create` returns
 ``None`` and the rlimits per process are all there is (``reward/code/isolation_level`` says so).
+A sample's cgroup is removed with the sample; one left by a reward worker killed mid-sample is
+removed by a later sample's :func:`create` once it is a minute old and empty.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ import time
 __all__ = ["SampleCgroup", "create", "available"]
 
 ROOT = "/sys/fs/cgroup"
+PREFIX = "steadyrl-"
+STALE_S = 60.0
+"""A sample cgroup this old with no process left is a leftover (its reward worker was killed
+before it could remove it): :func:`create` removes such ones next to the one it makes."""
+_last_sweep: dict[str, float] = {}
 
 
 def _own(controller: str) -> str | None:
@@ -112,6 +119,27 @@ class SampleCgroup:
                     time.sleep(0.005)
 
 
+def _sweep(parent: str) -> None:
+    """Remove the leftover sample cgroups in ``parent`` (at most once a minute per parent): an
+    ``rmdir`` fails on a cgroup that still has a process, and a young one is left alone (made, not
+    yet joined)."""
+    now = time.time()
+    if now - _last_sweep.get(parent, 0.0) < STALE_S:
+        return
+    _last_sweep[parent] = now
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            if now - os.stat(path).st_mtime > STALE_S:
+                os.rmdir(path)
+        except OSError:
+            pass
+
+
 def create(name: str, *, memory_bytes: int, pids: int) -> SampleCgroup | None:
     """A new cgroup ``name`` below this process's own with the two limits, or ``None`` where
     none can be made here."""
@@ -119,6 +147,7 @@ def create(name: str, *, memory_bytes: int, pids: int) -> SampleCgroup | None:
     try:
         parent = _v2_parent()
         if parent is not None:
+            _sweep(parent)
             made.append(os.path.join(parent, name))
             os.mkdir(made[-1])
             _write(os.path.join(made[-1], "memory.max"), memory_bytes)
@@ -130,6 +159,7 @@ def create(name: str, *, memory_bytes: int, pids: int) -> SampleCgroup | None:
         if memory is None or pid_root is None:
             return None
         made.append(os.path.join(ROOT, "memory", memory.lstrip("/"), name))
+        _sweep(os.path.dirname(made[-1]))
         os.mkdir(made[-1])
         _write(os.path.join(made[-1], "memory.limit_in_bytes"), memory_bytes)
         try:
@@ -137,6 +167,7 @@ def create(name: str, *, memory_bytes: int, pids: int) -> SampleCgroup | None:
         except OSError:
             pass  # swap not accounted
         made.append(os.path.join(ROOT, "pids", pid_root.lstrip("/"), name))
+        _sweep(os.path.dirname(made[-1]))
         os.mkdir(made[-1])
         _write(os.path.join(made[-1], "pids.max"), pids)
         return SampleCgroup(made, 1)
@@ -147,7 +178,7 @@ def create(name: str, *, memory_bytes: int, pids: int) -> SampleCgroup | None:
 
 def available() -> bool:
     """Whether a sample cgroup can be made here (made and removed at once)."""
-    group = create(f"steadyrl-probe-{os.getpid()}", memory_bytes=64 << 20, pids=8)
+    group = create(f"{PREFIX}probe-{os.getpid()}", memory_bytes=64 << 20, pids=8)
     if group is None:
         return False
     group.remove()

@@ -70,7 +70,7 @@ def _command(job: dict, python: str, view: bool, group) -> list[str]:
 def _cgroup(job: dict, tag: str, cgroup: bool):
     if not cgroup:
         return None
-    return cgroups.create(f"steadyrl-{tag}", memory_bytes=(job["memory_mb"] + job["file_size_mb"] + HARNESS_MEMORY_MB) << 20,
+    return cgroups.create(f"{cgroups.PREFIX}{tag}", memory_bytes=(job["memory_mb"] + job["file_size_mb"] + HARNESS_MEMORY_MB) << 20,
                           pids=job["processes"] + HARNESS_PROCESSES)
 
 

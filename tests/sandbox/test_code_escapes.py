@@ -219,3 +219,23 @@ def test_a_samples_files_share_one_disk_budget(in_view):
     source = "for i in range(12):\n    open(f'f{i}', 'wb').write(b'x' * (1 << 20))\n" + ADD
     assert score(capped, [source]) == [0.0]
     assert score(capped, ["open('f', 'wb').write(b'x' * (1 << 20))\n" + ADD]) == [1.0]  # one file under the cap
+
+
+def test_a_leftover_sample_cgroup_is_removed_by_a_later_sample():
+    """A reward worker killed mid-sample (the scorer's time limit) cannot remove its samples'
+    cgroups; the next sample's removes those that are old and empty."""
+    from steadyrl.sandbox import cgroups
+
+    if not cgroups.available():
+        pytest.skip("cgroups are not delegated to this user")
+    leftover = cgroups.create(f"{cgroups.PREFIX}leftover-{secrets.token_hex(4)}", memory_bytes=64 << 20, pids=8)
+    for d in leftover.dirs:
+        os.utime(d, (0, 0))
+    cgroups._last_sweep.clear()
+    fresh = cgroups.create(f"{cgroups.PREFIX}fresh-{secrets.token_hex(4)}", memory_bytes=64 << 20, pids=8)
+    try:
+        assert not any(os.path.exists(d) for d in leftover.dirs)
+        assert all(os.path.isdir(d) for d in fresh.dirs)  # a young one is left alone
+    finally:
+        fresh.remove()
+        leftover.remove()
