@@ -10,7 +10,8 @@ four printing a wrong answer), against ``--tests`` stdin/stdout cases of an APPS
 
 * **steadyrl code, workers W**: ``RewardScorer([RewardSpec("code", load_reward("code", workers=W))])``
   as the trainer runs it - in a sandbox worker process, the whole batch per call, each sample a
-  fresh ``python -I`` harness with a contained child per test (namespaces, limits, kills);
+  fresh ``python -I`` harness with a contained child per test (bubblewrap's view where installed,
+  namespaces, a cgroup per sample where one can be made, limits, kills);
 * **loop, subprocess per sample**: the plain way - for each sample in turn, one
   ``subprocess.run([python, "-c", driver])`` that ``exec``\\ s the program once per test with
   ``sys.stdin`` / ``sys.stdout`` swapped for strings; no limits, no isolation, no time limit per test;

@@ -20,7 +20,10 @@ A sample that does not pass every test is counted by the reason of its first fai
 ``crashed`` (killed by a signal), ``killed`` (the program killed its harness), ``sandbox_error``.
 Other metrics: ``time_s``, ``tests`` (tests run), ``pass_rate``, and - what the local sandbox
 could do here, asked once when the reward is built - ``network_isolated``, ``readonly_fs``,
-``separate_user`` (1 or 0).
+``separate_user`` (1 or 0) and ``isolation_level`` (:data:`ISOLATION_LEVELS`).
+
+``assert`` tests are turned into calls where they can be (:mod:`.code_asserts`): the program's
+values come back as plain data and the check runs here, out of the program's reach.
 """
 
 from __future__ import annotations
@@ -33,8 +36,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ConfigError
+from ..sandbox import cgroups
 from ..sandbox.programs import probe_isolation, run_program
+from ..sandbox.view import bwrap_path
 from .cached import check_int, check_number
+from .code_asserts import Opaque, decode
+from .code_jobs import as_json, failure, job_cases, judge_assert
 from .code_tests import EXTRACTIONS, TEST_FORMATS, TestsError, extract_program, parse_tests, stdout_matches, \
     value_matches
 from .registry import register_reward
@@ -45,6 +52,13 @@ __all__ = ["CodeReward", "code_reward", "SCORES", "BACKENDS"]
 SCORES = ("pass_rate", "all_pass")
 BACKENDS = ("local", "http")
 ON_TIMEOUT = ("zero", "none")
+SANDBOXES = ("auto", "bwrap", "namespaces")
+ISOLATION_LEVELS = {0: "no namespaces: the limits per process, the scrubbed environment and the kill only",
+                    1: "hand-written namespaces (pid, IPC, network, host file system read-only)",
+                    2: "hand-written namespaces and a cgroup per sample",
+                    3: "bubblewrap's view (a fresh minimal file system, a capped tmpfs) and its namespaces",
+                    4: "bubblewrap's view and a cgroup per sample"}
+"""``reward/code/isolation_level``: what the local sandbox got on this machine (docs/rewards.md)."""
 
 
 def _choice(option: str, value, valid) -> str:
@@ -62,7 +76,7 @@ class CodeReward:
     def __init__(self, *, tests_key, test_format, extract, pattern, score, threshold, tolerance, on_timeout,
                  workers, test_timeout_s, sample_timeout_s, max_tests, memory_mb, processes, file_size_mb,
                  open_files, max_output_kib, no_network, readonly_fs, python, backend, url, check_url,
-                 request_timeout_s, language):
+                 request_timeout_s, language, sandbox="auto"):
         self.__name__ = "code"
         if not isinstance(tests_key, str) or not tests_key:
             raise ConfigError(f"code reward: option tests_key={tests_key!r} must be a column name")
@@ -99,6 +113,7 @@ class CodeReward:
                               "null for the trainer's own")
         self.python = python or sys.executable
         self.backend = _choice("backend", backend, BACKENDS)
+        self.sandbox = _choice("sandbox", sandbox, SANDBOXES)
         self.language = language
         self._counts_lock = threading.Lock()
         self._reset_counts()
@@ -109,7 +124,7 @@ class CodeReward:
 
             self.remote = SandboxFusion(url, request_timeout_s=request_timeout_s, check_url=check_url,
                                         language=language)
-            self.isolation = {}
+            self.isolation, self.view, self.cgroup, self.level = {}, False, False, 0
         else:
             if not sys.platform.startswith("linux"):
                 raise ConfigError("code reward: backend: local needs Linux (namespaces, /proc, prctl); use "
@@ -118,7 +133,28 @@ class CodeReward:
                 raise ConfigError("code reward: option url goes with backend: http")
             if not os.path.exists(self.python):
                 raise ConfigError(f"code reward: option python={python!r} does not exist")
-            self.isolation = probe_isolation(python=self.python, network=bool(no_network), readonly_fs=bool(readonly_fs))
+            self._probe(self.sandbox, bool(no_network), bool(readonly_fs))
+
+    def _probe(self, sandbox: str, network: bool, readonly_fs: bool) -> None:
+        """What the local sandbox gets on this machine (asked once): bubblewrap's view where it is
+        installed and works (``sandbox: auto``) or always (``bwrap``), a cgroup per sample where one
+        can be made; ``self.isolation`` and ``self.level`` (:data:`ISOLATION_LEVELS`)."""
+        self.view, probe = False, {}
+        if sandbox != "namespaces":
+            if bwrap_path() is None and sandbox == "bwrap":
+                raise ConfigError("code reward: option sandbox='bwrap' but bubblewrap is not installed (Debian / "
+                                  "Ubuntu: apt-get install bubblewrap); use sandbox: auto or namespaces")
+            if bwrap_path() is not None:
+                probe = probe_isolation(python=self.python, network=network, readonly_fs=readonly_fs, view=True)
+                self.view = bool(probe.get("view"))  # it answered from inside the view
+                if not self.view and sandbox == "bwrap":
+                    raise ConfigError(f"code reward: option sandbox='bwrap' but bubblewrap cannot start "
+                                      f"{self.python!r} here (no user namespaces for it?); use sandbox: auto")
+        self.isolation = probe if self.view else probe_isolation(python=self.python, network=network,
+                                                                 readonly_fs=readonly_fs)
+        self.cgroup = cgroups.available()
+        namespaces = bool(self.isolation.get("pid"))
+        self.level = (3 if self.view else 1 if namespaces else 0) + (1 if self.cgroup and (self.view or namespaces) else 0)
 
     def __repr__(self) -> str:
         return f"CodeReward(backend={self.backend!r}, tests_key={self.tests_key!r})"
@@ -138,7 +174,7 @@ class CodeReward:
         if self.backend == "local":
             out.update(network_isolated=float(bool(self.isolation.get("network"))),
                        readonly_fs=float(bool(self.isolation.get("readonly_fs"))),
-                       separate_user=float(self.isolation.get("user") == "nobody"))
+                       separate_user=float(self.isolation.get("user") == "nobody"), isolation_level=float(self.level))
         return out
 
     # --- scoring ------------------------------------------------------------------------------
@@ -185,31 +221,34 @@ class CodeReward:
         """Per test: ``None`` (passed) or the reason it failed."""
         if self.backend == "http":
             results = self.remote.run(program, tests, self.test_timeout_s)
-        else:
-            job = {"source": program, "mode": tests.mode, "cases": tests.cases, "fn_name": tests.fn_name,
-                   "setup": tests.setup, "test_time_s": self.test_timeout_s, "sample_time_s": self.sample_timeout_s,
-                   **self.limits}
-            reply = run_program(job, python=self.python)
-            results = reply.get("results") or []
-            if len(results) != len(tests.cases):
-                error = str(reply.get("error", "no result"))
-                why = "timeout" if error == "timeout" else "killed" if "(killed)" in error else "sandbox_error"
-                return [why] * len(tests.cases)
-        return [self._judge(tests, i, r) for i, r in enumerate(results)]
+            return [self._judge(tests, i, r) for i, r in enumerate(results)]
+        cases, checks = job_cases(program, tests)
+        job = {"source": program, "mode": "stdio" if tests.mode == "stdio" else "calls", "cases": cases,
+               "setup": tests.setup, "test_time_s": self.test_timeout_s, "sample_time_s": self.sample_timeout_s,
+               **self.limits}
+        reply = run_program(job, python=self.python, view=self.view, cgroup=self.cgroup)
+        results = reply.get("results") or []
+        if len(results) != len(cases):
+            error = str(reply.get("error", "no result"))
+            why = error if error in ("timeout", "memory") else "killed" if "(killed)" in error else "sandbox_error"
+            return [why] * len(tests.cases)
+        if tests.mode != "assert":
+            return [self._judge(tests, i, r) for i, r in enumerate(results)]
+        return [judge_assert(check, [results[j] for j in indices]) for check, indices in checks]
 
     def _judge(self, tests, i: int, result) -> str | None:
         status = result.get("status") if isinstance(result, dict) else None
         if status != "ok":
-            error = str(result.get("error", "")) if isinstance(result, dict) else ""
-            if status == "runtime_error" and "SyntaxError" in error:
-                return "syntax_error"
-            return status if isinstance(status, str) and status else "sandbox_error"
-        if tests.mode == "assert":
+            return failure(result)
+        if tests.mode == "assert":  # the http backend's: the server ran the statement
             return None
         if tests.mode == "stdio":
             return None if stdout_matches(str(result.get("stdout", "")), tests.expected[i], self.tolerance) \
                 else "wrong_answer"
-        return None if value_matches(result.get("value"), tests.expected[i], self.tolerance) else "wrong_answer"
+        value = result.get("value")
+        if self.backend == "local":
+            value = as_json(decode(value)) if value is not None else Opaque("no value")
+        return None if value_matches(value, tests.expected[i], self.tolerance) else "wrong_answer"
 
 
 def _message_text(item) -> str:
@@ -226,7 +265,7 @@ def code_reward(*, tests_key: str = "tests", test_format: str = "auto", extract:
                 processes: int = 8, file_size_mb: int = 16, open_files: int = 64, max_output_kib: int = 1024,
                 no_network: bool = True, readonly_fs: bool = True, python: str | None = None, backend: str = "local",
                 url: str | None = None, check_url: bool = True, request_timeout_s: float = 30.0,
-                language: str = "python") -> CodeReward:
+                language: str = "python", sandbox: str = "auto") -> CodeReward:
     """Pass rate of the completion's program on the row's tests (module docstring; docs/rewards.md)."""
     return CodeReward(tests_key=tests_key, test_format=test_format, extract=extract, pattern=pattern, score=score,
                       threshold=threshold, tolerance=tolerance, on_timeout=on_timeout, workers=workers,
@@ -234,4 +273,4 @@ def code_reward(*, tests_key: str = "tests", test_format: str = "auto", extract:
                       memory_mb=memory_mb, processes=processes, file_size_mb=file_size_mb, open_files=open_files,
                       max_output_kib=max_output_kib, no_network=no_network, readonly_fs=readonly_fs, python=python,
                       backend=backend, url=url, check_url=check_url, request_timeout_s=request_timeout_s,
-                      language=language)
+                      language=language, sandbox=sandbox)

@@ -17,9 +17,11 @@ Tests (option ``test_format``, ``auto`` by default: told apart by their shape):
   run first.
 
 Comparison (``stdio``): lines with trailing whitespace removed and trailing blank lines dropped
-must match; failing that, the whitespace-separated tokens must, where two tokens that both parse as
-numbers match within ``tolerance`` (``math.isclose`` with ``rel_tol = abs_tol = tolerance``).
-``call``: equal as JSON values (a tuple is a list), numbers within ``tolerance``; an expected value
+must match; failing that, the whitespace-separated tokens must, where an expected integer (digits
+with an optional sign) matches only a token of exactly that value (``7`` or ``7.0``, never
+``7.0000001``), and two other tokens that both parse as numbers match within ``tolerance``
+(``math.isclose`` with ``rel_tol = abs_tol = tolerance``). ``call``: equal as JSON values (a tuple
+is a list), an expected integer exactly, other numbers within ``tolerance``; an expected value
 ``[x]`` also accepts ``x`` (APPS wraps some).
 """
 
@@ -30,6 +32,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 __all__ = ["Tests", "TestsError", "TEST_FORMATS", "EXTRACTIONS", "extract_program", "parse_tests",
            "stdout_matches", "value_matches"]
@@ -133,6 +136,19 @@ def _number(token: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def _exactly(token: str, integer: str) -> bool:
+    """Whether ``token`` is a number of exactly the value of the integer text ``integer``."""
+    if _INTEGER.fullmatch(token):
+        return int(token) == int(integer)
+    try:
+        return Decimal(token) == int(integer)  # exact, and cheap for any exponent
+    except (ArithmeticError, ValueError):
+        return False
+
+
 def _close(a: float, b: float, tolerance: float) -> bool:
     return a == b or (tolerance > 0 and math.isclose(a, b, rel_tol=tolerance, abs_tol=tolerance))
 
@@ -153,6 +169,10 @@ def stdout_matches(got: str, expected: str, tolerance: float = 0.0) -> bool:
     for x, y in zip(a, b):
         if x == y:
             continue
+        if _INTEGER.fullmatch(y) and len(y) <= 4300 and len(x) <= 4300:
+            if not _exactly(x, y):
+                return False
+            continue
         nx, ny = _number(x), _number(y)
         if nx is None or ny is None or not _close(nx, ny, tolerance):
             return False
@@ -170,6 +190,8 @@ def _equal(a, b, tolerance: float) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b if isinstance(a, bool) and isinstance(b, bool) else False
     if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if isinstance(b, int) and isinstance(a, float):  # an expected integer: exactly
         return a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         try:

@@ -40,8 +40,9 @@ CODE_OPTIONS = {
 }
 """Built-in reward options that name code to run (any value but null / false), at any depth."""
 
-SANDBOX_OPTIONS = ("no_network", "readonly_fs")
-"""Options of the ``code`` reward whose ``false`` loosens the sandbox the programs run in."""
+SANDBOX_OPTIONS = {"no_network": (False,), "readonly_fs": (False,), "sandbox": ("namespaces",)}
+"""Options of the ``code`` reward, and the values of each that loosen the sandbox the programs run
+in (``sandbox: namespaces`` gives up bubblewrap's file-system view where it is installed)."""
 
 ENDPOINT_OPTIONS = ("url", "base_url")
 """Options that name a server the reward sends samples (and any key) to."""
@@ -71,8 +72,9 @@ def option_findings(options: dict, where: str) -> list[str]:
             found.append(f"{path} = {{env: {value['env']}}} (reads the environment variable {value['env']})")
         elif key in CODE_OPTIONS and value not in (None, False):
             found.append(f"{path} = {value!r} ({CODE_OPTIONS[key]})")
-        elif key in SANDBOX_OPTIONS and value is False:
-            found.append(f"{path} = false (loosens the sandbox of the programs it runs)")
+        elif key in SANDBOX_OPTIONS and any(value is v or value == v for v in SANDBOX_OPTIONS[key]
+                                            if not isinstance(v, bool) or isinstance(value, bool)):
+            found.append(f"{path} = {value!r} (loosens the sandbox of the programs it runs)")
         elif key in SECRET_OPTIONS and value is not None:
             found.append(f"{path} = {value!r} (sends the environment variable {value} as a key)")
         elif key in ENDPOINT_OPTIONS and value is not None or \

@@ -1,36 +1,43 @@
 """The per-sample harness of the ``code`` reward: a script run as ``python -I harness.py`` (standard
-library only, never imported by steadyrl) that runs one program against its test cases.
+library only, never imported by steadyrl), inside bubblewrap's view (:mod:`steadyrl.sandbox.view`)
+where there is one, that runs one program against its test cases.
 
 It reads one JSON job on stdin and writes one JSON reply on stdout::
 
-    job   = {"source": str, "mode": "stdio" | "call" | "assert", "cases": [...], "setup": str,
-             "fn_name": str, "workdir": str, "test_time_s": float, "sample_time_s": float,
+    job   = {"source": str, "mode": "stdio" | "calls", "cases": [...], "setup": str,
+             "workdir": str, "view": bool, "test_time_s": float, "sample_time_s": float,
              "memory_mb": int, "processes": int, "file_size_mb": int, "open_files": int,
              "output_bytes": int, "network": bool, "readonly_fs": bool}
     reply = {"results": [{"status": "ok" | <reason>, "stdout": str, "value": ..., "error": str}, ...]}
 
-Once per sample the harness writes the inputs, then (as root, when the interpreter's files are
-readable by others) becomes ``nobody`` - so ``RLIMIT_NPROC`` holds and the trainer's files are out
-of reach - and enters new user, pid and, as asked, network (no interface up) and mount namespaces
-(every mount read-only except the work directory), where the kernel lets an unprivileged process;
-the first process of the pid namespace is a small reaper (``_start_init``).
+``stdio`` cases are stdin texts; ``calls`` cases are calls of the program's functions or
+``assert`` statements (:mod:`harness_calls`). Once per sample the harness (in the view: first
+becomes ``nobody`` when started as root, and makes its work directory in the view's tmpfs) writes
+the inputs, then (outside a view, as root, when the interpreter's files are readable by others)
+becomes ``nobody`` - so ``RLIMIT_NPROC`` holds and the trainer's files are out of reach - and enters
+new user, pid, IPC and, as asked, network (no interface up) and mount namespaces (every mount
+read-only except the work directory), where the kernel lets an unprivileged process; the first
+process of the pid namespace is a small reaper (``_start_init``).
 
-The program runs in a child forked per test (``stdio``: stdin is the case's input; one child for
-all cases of ``call`` / ``assert``, which report each case on a private pipe, fd 3). The child,
-before a line of the program runs: its own process group; in the pid namespace (it sees no process
-outside, ``getppid()`` is 0, it can signal none); ``/proc`` covered by an empty read-only tmpfs in a
-mount namespace of its own; a nested user namespace (no capability over the namespaces above: it
-cannot remount the file system writable or bring the network up); ``RLIMIT_AS`` / ``CPU`` /
-``NPROC`` / ``FSIZE`` / ``NOFILE``; cwd the work directory; descriptors above 2 (3) closed.
+The program runs in a child forked per test (``stdio``: stdin is the case's input) or in one child
+for all ``calls`` cases, which answers one request at a time (a case written on its fd 4, the reply
+read from its fd 3): the harness keeps each case's clock from its request, so nothing the program
+writes can reset it. The child, before a line of the program runs: its own process group; in the
+pid namespace (it sees no process outside, ``getppid()`` is 0, it can signal none); ``/proc``
+covered by an empty read-only tmpfs in a mount namespace of its own; a nested user namespace (no
+capability over the namespaces above: it cannot remount the file system writable or bring the
+network up); ``RLIMIT_AS`` / ``CPU`` / ``NPROC`` / ``FSIZE`` / ``NOFILE``; cwd the work directory;
+descriptors above 2 (4 for ``calls``) closed.
 
 The harness is a child subreaper and counts the processes below it every 50 ms: at a test's time
 limit, past its process or output limit, and when the test's child ends, the child's group and
 every process below the harness (but the reaper) are killed; at the end the reaper too, and with
-it the whole pid namespace. The expected outputs of ``stdio`` and ``call`` cases never reach this
-process; they are compared by the reward.
+it the whole pid namespace. The expected outputs never reach this process: the program's stdout
+and returned values are compared by the reward.
 
-``{"probe": true, "workdir": ..., "network": true, "readonly_fs": true}`` instead answers what a
-program would get: ``{"network": bool, "readonly_fs": bool, "pid": bool, "user": "nobody" | "same"}``.
+``{"probe": true, "workdir": ..., "network": true, "readonly_fs": true, "view": bool}`` instead
+answers what a program would get: ``{"network": bool, "readonly_fs": bool, "pid": bool, "ipc":
+bool, "user": "nobody" | "same"}``.
 """
 
 import json
@@ -40,14 +47,15 @@ import select
 import signal
 import sys
 import time
-import traceback
 
 # the containment half of the harness, found next to this file (then out of the programs' sys.path)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_os import (  # noqa: E402
-    LIBC, NOBODY, PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, _as_nobody, _become_nobody, _below, _kill_below,
+    LIBC, NOBODY, PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, _as_nobody, _become_nobody, _below, _enter_view,
+    _kill_below,
     _limit, _namespaces, _nproc, _probe, _seal, _start_init,
 )
+from harness_calls import run_program  # noqa: E402
 
 del sys.path[0]
 STDERR_KEEP = 2048
@@ -66,14 +74,15 @@ def _preload():
             pass
 
 
-def _enter_child(job, isolation, stdin_fd, out_fd, err_fd, report_fd, nproc, cpu_s):
+def _enter_child(job, isolation, stdin_fd, out_fd, err_fd, pipes, nproc, cpu_s):
     """In the forked child, before the program: everything the module docstring lists."""
     LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     os.setpgid(0, 0)
     os.dup2(stdin_fd, 0), os.dup2(out_fd, 1), os.dup2(err_fd, 2)
-    if report_fd is not None and report_fd != 3:
-        os.dup2(report_fd, 3)
-    os.closerange(3 if report_fd is None else 4, 65536)
+    if pipes is not None:  # replies on 3, requests on 4
+        report, request = os.dup(pipes[0]), os.dup(pipes[1])
+        os.dup2(report, 3), os.dup2(request, 4)
+    os.closerange(3 if pipes is None else 5, 65536)
     _seal(isolation)
     os.chdir(job["workdir"])
     mb = 1024 * 1024
@@ -88,93 +97,50 @@ def _enter_child(job, isolation, stdin_fd, out_fd, err_fd, report_fd, nproc, cpu
     sys.argv = ["solution.py"]
 
 
-def _program(job, report):
-    """The child's body: run the program (and, for call / assert, each case); never returns."""
-    code = 1
-    try:
-        namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-        exec(compile(job["source"], "solution.py", "exec"), namespace)
-        if job["mode"] == "stdio":
-            code = 0
-        else:
-            _cases(job, namespace, report)
-            code = 0
-    except SystemExit as err:
-        code = err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
-    except MemoryError:
-        os.write(2, b"MemoryError\n")
-        code = 120
-    except BaseException:  # noqa: BLE001 - the program's error is the test's result
-        traceback.print_exc()
-    try:
-        sys.stdout.flush(), sys.stderr.flush()
-    except BaseException:  # noqa: BLE001
-        pass
-    os._exit(code)
-
-
-def _cases(job, namespace, report):
-    """``call``: ``fn(*args)`` per case, the JSON of its value; ``assert``: run each statement."""
-    if job["mode"] == "assert" and job.get("setup"):
-        exec(compile(job["setup"], "tests.py", "exec"), namespace)
-    fn = None
-    if job["mode"] == "call":
-        fn = namespace.get(job["fn_name"])
-        if fn is None and "Solution" in namespace:
-            fn = getattr(namespace["Solution"](), job["fn_name"], None)
-        if not callable(fn):
-            raise NameError(f"the program defines no function {job['fn_name']!r}")
-    for i, case in enumerate(job["cases"]):
-        os.write(report, (json.dumps({"start": i}) + "\n").encode())
-        try:
-            if fn is not None:
-                value = fn(*case)
-                try:
-                    line = {"case": i, "status": "ok", "value": json.loads(json.dumps(value))}
-                except (TypeError, ValueError):
-                    line = {"case": i, "status": "ok", "value": {"__repr__": repr(value)[:1000]}}
-            else:
-                exec(compile(case, "tests.py", "exec"), namespace)
-                line = {"case": i, "status": "ok"}
-        except AssertionError as err:
-            line = {"case": i, "status": "wrong_answer", "error": f"AssertionError: {err}"[:500]}
-        except MemoryError:
-            line = {"case": i, "status": "memory", "error": "MemoryError"}
-        except RecursionError as err:
-            line = {"case": i, "status": "runtime_error", "error": f"RecursionError: {err}"[:500]}
-        except Exception as err:  # noqa: BLE001
-            line = {"case": i, "status": "runtime_error", "error": f"{type(err).__name__}: {err}"[:500]}
-        os.write(report, (json.dumps(line) + "\n").encode())
-
-
 class _Child:
-    """One forked child running the program, and what it printed / reported."""
+    """One forked child running the program, what it printed, and (``calls``) the reply lines it
+    sent on fd 3 and the requests still to be written to its fd 4."""
 
-    def __init__(self, job, isolation, stdin_path, reporting, nproc, cpu_s):
+    def __init__(self, job, isolation, stdin_path, calls, nproc, cpu_s):
         self.cap = job["output_bytes"]
         stdin_fd = os.open(stdin_path, os.O_RDONLY)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        rep_r, rep_w = os.pipe() if reporting else (None, None)
+        rep_r, rep_w = os.pipe() if calls else (None, None)
+        req_r, req_w = os.pipe() if calls else (None, None)
         self.pid = os.fork()
         if self.pid == 0:
             try:
-                _enter_child(job, isolation, stdin_fd, out_w, err_w, rep_w, nproc, cpu_s)
+                _enter_child(job, isolation, stdin_fd, out_w, err_w, (rep_w, req_r) if calls else None, nproc, cpu_s)
             except BaseException:  # noqa: BLE001
                 os._exit(121)
-            _program(job, 3)
-        for fd in (stdin_fd, out_w, err_w, rep_w):
+            run_program(job)
+        for fd in (stdin_fd, out_w, err_w, rep_w, req_r):
             if fd is not None:
                 os.close(fd)
+        if req_w is not None:
+            os.set_blocking(req_w, False)
         self.fds = {out_r: b"", err_r: b"", **({rep_r: b""} if rep_r is not None else {})}
-        self.out, self.err, self.rep = out_r, err_r, rep_r
+        self.out, self.err, self.rep, self.req = out_r, err_r, rep_r, req_w
+        self.pending, self.replies, self.parsed = b"", [], 0
         self.status, self.over, self.too_many = None, False, False
 
+    def send(self, message):
+        """Queue one request line for the child (written as its pipe takes it)."""
+        self.pending += (json.dumps(message) + "\n").encode()
+
     def pump(self, wait_s):
-        """Read what the pipes hold (waiting up to ``wait_s``); reap the child when it ends."""
+        """Read what the pipes hold and write what is pending (waiting up to ``wait_s``); reap the
+        child when it ends."""
         open_fds = [fd for fd in self.fds if fd >= 0]
-        if open_fds:
-            ready, _, _ = select.select(open_fds, [], [], max(0.0, wait_s))
+        writing = [self.req] if self.pending and self.req is not None else []
+        if open_fds or writing:
+            ready, can_write, _ = select.select(open_fds, writing, [], max(0.0, wait_s))
+            if can_write:
+                try:
+                    self.pending = self.pending[os.write(self.req, self.pending[:1 << 16]):]
+                except (BlockingIOError, BrokenPipeError):
+                    pass
             for fd in ready:
                 data = os.read(fd, 1 << 16)
                 if not data:
@@ -185,6 +151,8 @@ class _Child:
                     self.fds[fd] = self.fds[fd][-STDERR_KEEP:]
                 if fd == self.out and len(self.fds[fd]) > self.cap:
                     self.over = True
+                if fd == self.rep and len(self.fds[fd]) - self.parsed > self.cap + (1 << 16):
+                    self.over = True  # replies (returned values) count like printed output
         elif wait_s > 0:
             time.sleep(min(wait_s, 0.001))
         if self.status is None:
@@ -195,15 +163,24 @@ class _Child:
     def text(self, fd):
         return (self.fds.get(fd) or self.fds.get(-1 - fd) or b"").decode("utf-8", "replace")
 
-    def reports(self):
-        lines = self.text(self.rep).splitlines() if self.rep is not None else []
-        out = []
-        for line in lines:
+    def reply(self):
+        """The next complete reply line (a dict), or ``None``; lines that are not JSON objects are
+        skipped, and those read are dropped from the buffer."""
+        key = self.rep if self.rep in self.fds else -1 - self.rep
+        data = self.fds.get(key, b"")
+        while True:
+            end = data.find(b"\n", self.parsed)
+            if end < 0:
+                if self.parsed:
+                    self.fds[key], self.parsed = data[self.parsed:], 0
+                return None
+            line, self.parsed = data[self.parsed:end], end + 1
             try:
-                out.append(json.loads(line))
+                message = json.loads(line)
             except ValueError:
                 continue
-        return out
+            if isinstance(message, dict):
+                return message
 
     def kill(self, keep=None):
         try:
@@ -216,6 +193,9 @@ class _Child:
                 self.status = os.waitpid(self.pid, 0)[1]
             except ChildProcessError:
                 self.status = 0
+        if self.req is not None:
+            os.close(self.req)
+            self.req, self.pending = None, b""
         until = time.monotonic() + 1.0  # every writer is dead: the pipes end at once
         while any(fd >= 0 for fd in self.fds) and time.monotonic() < until:
             self.pump(0.01)
@@ -249,31 +229,34 @@ def _why(child, timed_out):
     return None if code == 0 else "runtime_error"
 
 
-def _run(ctx, stdin_path):
-    """Run one child to its end or its deadline; ``(child, timed_out)``."""
+def _watch(ctx, child, started, until=None):
+    """Pump ``child`` until ``until(child)`` is true (``calls``: a reply came), it ends, or a limit
+    is hit; ``"done"``, ``"ended"``, ``"timeout"``, ``"output"`` or ``"processes"``. The clock of
+    the test (``started``) is the harness's own: nothing the program writes moves it."""
     job, init = ctx["job"], ctx["init"]
-    cases = len(job["cases"]) if job["mode"] != "stdio" else 1
-    cpu_s = int(job["test_time_s"] * cases) + 1
-    child = _Child(job, ctx["isolation"], stdin_path, job["mode"] != "stdio", ctx["nproc"], cpu_s)
-    timed_out, started, seen, next_count = False, time.monotonic(), 0, 0.0
-    while child.status is None:  # once it ended, what it left running is killed, not waited for
+    next_count = 0.0
+    while True:
+        if until is not None and until(child):
+            return "done"
+        if child.status is not None:
+            return "ended"
         now = time.monotonic()
         if now >= next_count:  # RLIMIT_NPROC does not hold for root: count them here too
             next_count = now + 0.05
             if len([p for p in _below() if p != init]) > job["processes"]:
                 child.too_many = True
-                break
-        if child.rep is not None:
-            starts = [r for r in child.reports() if "start" in r]
-            if len(starts) > seen:
-                seen, started = len(starts), now
+                return "processes"
         limit = min(ctx["deadline"], started + job["test_time_s"])
-        if now >= limit or child.over:
-            timed_out = not child.over
-            break
+        if child.over:
+            return "output"
+        if now >= limit:
+            return "timeout"
         child.pump(min(0.05, max(0.0, limit - now)))
-    child.kill(keep=init)
-    return child, timed_out
+
+
+def _cpu_s(job):
+    cases = len(job["cases"]) if job["mode"] != "stdio" else 1
+    return int(job["test_time_s"] * (cases + 1)) + 1
 
 
 def _stdio(ctx):
@@ -282,30 +265,55 @@ def _stdio(ctx):
         if time.monotonic() >= ctx["deadline"]:
             results.append({"status": "timeout", "error": "the sample's time limit was spent"})
             continue
-        child, timed_out = _run(ctx, path)
-        why = _why(child, timed_out)
+        child = _Child(ctx["job"], ctx["isolation"], path, False, ctx["nproc"], _cpu_s(ctx["job"]))
+        end = _watch(ctx, child, time.monotonic())
+        child.kill(keep=ctx["init"])
+        why = _why(child, end == "timeout")
         results.append({"status": why or "ok", "stdout": "" if why else child.text(child.out),
                         "error": child.text(child.err)[-500:]})
     return results
 
 
-def _in_process(ctx):
-    child, timed_out = _run(ctx, os.devnull)
-    why = _why(child, timed_out) or "runtime_error"
-    results = {r["case"]: r for r in child.reports() if "case" in r}
+def _calls(ctx):
+    """One child for all cases: it loads the program and says ``ready`` within a test's time, then
+    answers each case within a test's time of the harness's request (:mod:`harness_calls`)."""
+    job = ctx["job"]
+    child = _Child(job, ctx["isolation"], os.devnull, True, ctx["nproc"], _cpu_s(job))
+    got = {}
+
+    def wait_for(key, value):
+        def arrived(c):
+            while True:
+                message = c.reply()
+                if message is None:
+                    return False
+                if message.get(key) == value:
+                    got[key] = message
+                    return True
+        return arrived
+
+    results, end = [], _watch(ctx, child, time.monotonic(), wait_for("ready", True))
+    for i, case in enumerate(job["cases"]):
+        if end != "done":
+            break
+        child.send({**case, "case": i})
+        end = _watch(ctx, child, time.monotonic(), wait_for("case", i))
+        if end == "done":
+            reply = got["case"]
+            results.append({k: reply[k] for k in ("status", "value", "error") if k in reply})
+    child.kill(keep=ctx["init"])
+    why = _why(child, end == "timeout") or "runtime_error"
     err = child.text(child.err)[-500:]
-    out = []
-    for i in range(len(ctx["job"]["cases"])):
-        if i in results and not child.over:
-            out.append(results[i])
-        else:
-            out.append({"status": why, "error": err or "the program ended before this case"})
-    return out
+    if child.over:  # past the output cap: no case counts
+        results = []
+    results += [{"status": why, "error": err or "the program ended before this case"}] * (len(job["cases"]) - len(results))
+    return results
 
 
 def _prepare(job):
     """Files and ownership for the program (while still the caller's user), then drop to
     ``nobody`` where that applies, then the namespaces; the context of the tests."""
+    _enter_view(job)
     base = os.path.dirname(job["workdir"])
     inputs = []
     if job["mode"] == "stdio":
@@ -336,7 +344,7 @@ def main():
     _preload()
     ctx = _prepare(job)
     try:
-        results = (_stdio if job["mode"] == "stdio" else _in_process)(ctx)
+        results = (_stdio if job["mode"] == "stdio" else _calls)(ctx)
     finally:
         _kill_below()
     sys.stdout.write(json.dumps({"results": results}))

@@ -10,9 +10,11 @@ import json
 import os
 import resource
 import signal
+import sys
 import time
 
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID = 0x10000000, 0x40000000, 0x00020000, 0x20000000
+CLONE_NEWIPC = 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 NOBODY = 65534
@@ -34,17 +36,18 @@ def _map_ids(uid, gid):
 
 
 def _namespaces(job):
-    """The harness's own user and pid namespaces (its later children are in the new pid namespace:
+    """The harness's own user, pid and System V IPC namespaces (its shared memory, semaphores and
+    message queues are its own, and die with the sample) (its later children are in the new pid namespace:
     they see no other process and can signal none), and, as asked, a network namespace with no
     interface up and a mount namespace where everything but the work directory is read-only - as
     far as the kernel lets an unprivileged process. Created once per sample, shared by its tests."""
     want = (CLONE_NEWNET if job["network"] else 0) | (CLONE_NEWNS if job["readonly_fs"] else 0)
     uid, gid = os.getuid(), os.getgid()
-    if LIBC.unshare(CLONE_NEWUSER | CLONE_NEWPID | want) != 0:
-        return {"network": False, "readonly_fs": False, "pid": False}
+    if LIBC.unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC | want) != 0:
+        return {"network": False, "readonly_fs": False, "pid": False, "ipc": False}
     _map_ids(uid, gid)
-    return {"network": bool(want & CLONE_NEWNET), "pid": True,
-            "readonly_fs": bool(want & CLONE_NEWNS) and _readonly(job["workdir"])}
+    return {"network": bool(want & CLONE_NEWNET), "pid": True, "ipc": True,
+            "readonly_fs": bool(want & CLONE_NEWNS) and _readonly(job["workdir"], hide=not job.get("view"))}
 
 
 def _seal(isolation):
@@ -78,9 +81,40 @@ def _start_init():
             time.sleep(0.05)
 
 
-def _readonly(workdir):
-    """Every mount read-only except ``workdir`` (bound onto itself); ``False`` if any remount failed."""
+HIDDEN = ("/tmp", "/var/tmp", "/run", "/home", "/root", "/dev/shm", "/mnt", "/media", "/srv")
+"""Covered by an empty tmpfs in the fallback's mount namespace (sockets, other users' files, data),
+but for a folder holding the interpreter, which stays visible (read-only)."""
+
+
+def _hide(keep):
+    """Cover each of :data:`HIDDEN` with an empty tmpfs, binding ``keep`` (the sample's folder) back
+    at its own path; a folder that holds the interpreter's files is left as it is."""
+    needed = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.__file__),
+                                            sys.executable)]
+    fd = os.open(keep, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for path in HIDDEN:
+            inside = path + "/"
+            if os.path.islink(path) or not os.path.isdir(path) or any(n.startswith(inside) for n in needed):
+                continue
+            if LIBC.mount(b"none", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=64k,mode=755") != 0:
+                return False
+            if keep.startswith(inside):
+                os.makedirs(keep, exist_ok=True)
+                if LIBC.mount(f"/proc/self/fd/{fd}".encode(), keep.encode(), None, MS_BIND | MS_REC, None) != 0:
+                    return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _readonly(workdir, hide=True):
+    """Every mount read-only except ``workdir`` (bound onto itself), and, with ``hide`` (outside
+    bubblewrap's view, which has nothing to hide), :data:`HIDDEN` covered; ``False`` if any step
+    failed."""
     if LIBC.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    if hide and not _hide(os.path.dirname(workdir)):
         return False
     if LIBC.mount(workdir.encode(), workdir.encode(), None, MS_BIND | MS_REC, None) != 0:
         return False
@@ -88,7 +122,7 @@ def _readonly(workdir):
     with open("/proc/self/mountinfo") as f:
         mounts = [(line.split()[4], line.split()[5]) for line in f]
     for point, opts in mounts:
-        if point == workdir:
+        if point == workdir or not os.path.exists(point):  # not there any more: under a covered folder
             continue
         flags = MS_BIND | MS_REMOUNT | MS_RDONLY
         for name, bit in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC)):
@@ -119,6 +153,16 @@ def _become_nobody():
     namespace can be mapped."""
     os.setgroups([]), os.setgid(NOBODY), os.setuid(NOBODY)
     LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+
+def _enter_view(job):
+    """In bubblewrap's view (:mod:`steadyrl.sandbox.view`): ``nobody`` at once when started as root
+    (bwrap left only the rights to do so), then the work directory in the view's own tmpfs."""
+    if not job.get("view"):
+        return
+    if os.getuid() == 0:
+        _become_nobody()
+    os.makedirs(job["workdir"], exist_ok=True)
 
 
 def _as_nobody():
@@ -201,9 +245,10 @@ def _probe(job):
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        got = {"network": False, "readonly_fs": False, "pid": False}
+        got = {"network": False, "readonly_fs": False, "pid": False, "ipc": False}
         try:
-            user = "nobody" if _as_nobody() else "same"
+            user = "nobody" if _as_nobody() or (job.get("view") and os.getuid() == 0) else "same"
+            _enter_view(job)
             if _as_nobody():
                 os.chmod(os.path.dirname(job["workdir"]), 0o711)
                 os.chown(job["workdir"], NOBODY, NOBODY)
@@ -219,7 +264,7 @@ def _probe(job):
                     except BaseException:  # noqa: BLE001
                         os._exit(1)
                 if os.waitstatus_to_exitcode(os.waitpid(kid, 0)[1]) != 0:
-                    got = {"network": False, "readonly_fs": False, "pid": False}
+                    got = {"network": False, "readonly_fs": False, "pid": False, "ipc": False}
                 # killed here: its parent-death signal can come too early (before its prctl) or
                 # never, and a reaper left behind would outlive the trainer
                 os.kill(init, signal.SIGKILL)
@@ -240,4 +285,4 @@ def _probe(job):
     try:
         return json.loads(data)
     except ValueError:
-        return {"network": False, "readonly_fs": False, "pid": False, "user": "unknown"}
+        return {"network": False, "readonly_fs": False, "pid": False, "ipc": False, "user": "unknown"}

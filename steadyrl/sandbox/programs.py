@@ -1,16 +1,19 @@
 """Running one untrusted program against its test cases in a fresh, contained process.
 
-``run_program(job, python=...)`` starts ``python -I steadyrl/sandbox/harness.py`` (a fresh
-interpreter that imports nothing of the trainer) in a new session, in a fresh temporary directory,
-with an environment of ``PATH``, ``LANG`` and a tag only, sends it the job as JSON and reads its
-JSON reply with a deadline (the job's ``sample_time_s`` plus a grace). What the harness does to
-contain the program - a child per test in its own process group, ``nobody`` when run as root,
-network / mount namespaces, resource limits - is in :mod:`steadyrl.sandbox.harness`.
+``run_program(job, python=..., view=..., cgroup=...)`` starts ``python -I harness.py`` (a fresh
+interpreter that imports nothing of the trainer) - with ``view``, inside bubblewrap's file-system
+view (:mod:`.view`); with ``cgroup``, in a cgroup of the sample's own (:mod:`.cgroups`), joined by a
+``sh`` before bwrap starts - in a new session, with an environment of ``PATH``, ``LANG`` and a tag
+only, sends it the job as JSON and reads its JSON reply with a deadline (the job's
+``sample_time_s`` plus a grace). What the harness does to contain the program - a child per test in
+its own process group, ``nobody`` when run as root, namespaces, resource limits - is in
+:mod:`steadyrl.sandbox.harness`.
 
 Whatever happens, when ``run_program`` returns nothing it started is alive: the harness's session,
-every process below it and every process carrying its tag are killed, and the directory removed.
-A harness that dies (a program that killed its parent), sends no or a broken reply, or runs past
-the deadline gives ``{"error": reason, "results": []}``.
+every process below it, every process carrying its tag and every process of its cgroup are killed,
+and the cgroup and the directory removed. A harness that dies (a program that killed its parent),
+sends no or a broken reply, or runs past the deadline gives ``{"error": reason, "results": []}``;
+a sample whose cgroup ran out of memory fails every test with ``memory``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import procs
+from . import cgroups, procs
+from .view import view_command
 
 __all__ = ["HARNESS", "run_program", "probe_isolation", "MINIMAL_PATH", "CODE_TAG_VAR"]
 
@@ -33,6 +37,13 @@ MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 CODE_TAG_VAR = procs.CODE_TAG_VAR
 GRACE_S = 2.0
 MAX_REPLY_BYTES = 64 * 1024 * 1024
+HARNESS_MEMORY_MB = 64
+"""Added to ``memory_mb`` in a sample's cgroup: the harness, bwrap and the reaper."""
+HARNESS_PROCESSES = 6
+"""Added to ``processes`` in a sample's cgroup: bwrap (two), the harness, its reaper, a shell."""
+VIEW_WORKDIR = "/tmp/work"
+_JOIN_CGROUP = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"'
+"""``sh -c`` that moves itself into the sample's cgroup (as the caller, before bwrap drops rights)."""
 
 
 def _environment(tag: str) -> dict[str, str]:
@@ -40,38 +51,50 @@ def _environment(tag: str) -> dict[str, str]:
             "HOME": "/nonexistent"}
 
 
-def _start(job: dict, python: str, workdir: str, tag: str) -> subprocess.Popen:
-    return subprocess.Popen([python, "-I", HARNESS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=os.path.dirname(workdir), env=_environment(tag),
-                            start_new_session=True, close_fds=True)
+def _tmp_bytes(job: dict) -> int:
+    """The view's tmpfs: ``file_size_mb`` for the program, plus the tests' inputs and a little slack."""
+    inputs = sum(len(c.encode()) for c in job["cases"]) if job["mode"] == "stdio" else 0
+    return job["file_size_mb"] * 1024 * 1024 + inputs + (1 << 20)
 
 
-def run_program(job: dict, *, python: str = sys.executable) -> dict:
+def _command(job: dict, python: str, view: bool, group) -> list[str]:
+    if view:
+        command = view_command(python, tmp_bytes=_tmp_bytes(job), network=job["network"])
+    else:
+        command = [python, "-I", HARNESS]
+    if group is not None:
+        command = ["/bin/sh", "-c", _JOIN_CGROUP, "sh", str(len(group.procs_files)), *group.procs_files, *command]
+    return command
+
+
+def _cgroup(job: dict, tag: str, cgroup: bool):
+    if not cgroup:
+        return None
+    return cgroups.create(f"{cgroups.PREFIX}{tag}", memory_bytes=(job["memory_mb"] + job["file_size_mb"] + HARNESS_MEMORY_MB) << 20,
+                          pids=job["processes"] + HARNESS_PROCESSES)
+
+
+def run_program(job: dict, *, python: str = sys.executable, view: bool = False, cgroup: bool = False) -> dict:
     """Run ``job`` (see :mod:`.harness`; ``workdir`` is filled in here) and return the harness's
-    reply, ``{"results": [...]}``, or ``{"error": why, "results": []}``."""
+    reply, ``{"results": [...]}``, or ``{"error": why, "results": []}``. ``view``: in bubblewrap's
+    file-system view (:mod:`.view`); ``cgroup``: in a cgroup of its own (:mod:`.cgroups`), where
+    one can be made."""
     base = tempfile.mkdtemp(prefix="steadyrl-code-")
-    workdir = os.path.join(base, "work")
-    os.mkdir(workdir)
+    workdir = VIEW_WORKDIR if view else os.path.join(base, "work")
+    if not view:
+        os.mkdir(workdir)
     tag = secrets.token_hex(8)
-    proc, clean = None, False
+    job = {**job, "workdir": workdir, "view": view}
+    proc, clean, group = None, False, None
     try:
-        proc = _start({**job, "workdir": workdir}, python, workdir, tag)
-        try:
-            out, err = proc.communicate(json.dumps({**job, "workdir": workdir}).encode(),
-                                        timeout=job["sample_time_s"] + GRACE_S)
-        except subprocess.TimeoutExpired:
-            return {"error": "timeout", "results": []}
-        if proc.returncode != 0:
-            why = "killed" if proc.returncode < 0 else f"exit status {proc.returncode}"
-            return {"error": f"the harness died ({why}): {err.decode('utf-8', 'replace')[-300:]}", "results": []}
-        if len(out) > MAX_REPLY_BYTES:
-            return {"error": "the harness's reply is too large", "results": []}
-        try:
-            reply = json.loads(out)
-        except ValueError:
-            return {"error": "the harness sent a broken reply", "results": []}
-        clean = isinstance(reply, dict)  # the harness killed all below it before answering
-        return reply if clean else {"error": "the harness sent a broken reply", "results": []}
+        group = _cgroup(job, tag, cgroup)
+        proc = subprocess.Popen(_command(job, python, view, group), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=base, env=_environment(tag), start_new_session=True,
+                                close_fds=True)
+        reply, clean = _answer(proc, job)
+        if group is not None and group.oom_killed():  # the kernel killed for the sample's memory
+            reply = _out_of_memory(reply)
+        return reply
     except OSError as err:
         return {"error": f"cannot start {python!r}: {err}", "results": []}
     finally:
@@ -83,19 +106,56 @@ def run_program(job: dict, *, python: str = sys.executable) -> dict:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+        if group is not None:
+            group.remove()
         shutil.rmtree(base, ignore_errors=True)
 
 
-def probe_isolation(*, python: str = sys.executable, network: bool = True, readonly_fs: bool = True) -> dict:
-    """What a program would get here: ``{"network": bool, "readonly_fs": bool, "user": ...}``
-    (``network``: a network namespace of its own; ``user``: ``"nobody"`` when run as root)."""
+def _answer(proc: subprocess.Popen, job: dict) -> tuple[dict, bool]:
+    """The harness's reply, and whether it came (then the harness killed all below it)."""
+    try:
+        out, err = proc.communicate(json.dumps(job).encode(), timeout=job["sample_time_s"] + GRACE_S)
+    except subprocess.TimeoutExpired:
+        return {"error": "timeout", "results": []}, False
+    if proc.returncode != 0:
+        why = "killed" if proc.returncode < 0 else f"exit status {proc.returncode}"
+        return {"error": f"the harness died ({why}): {err.decode('utf-8', 'replace')[-300:]}", "results": []}, False
+    if len(out) > MAX_REPLY_BYTES:
+        return {"error": "the harness's reply is too large", "results": []}, False
+    try:
+        reply = json.loads(out)
+    except ValueError:
+        return {"error": "the harness sent a broken reply", "results": []}, False
+    if not isinstance(reply, dict):
+        return {"error": "the harness sent a broken reply", "results": []}, False
+    return reply, True
+
+
+def _out_of_memory(reply: dict) -> dict:
+    """A sample whose cgroup ran out of memory (the kernel killed one of its processes): it went
+    over its one memory budget, so every test it ran fails for ``memory``."""
+    results = reply.get("results") or []
+    if not results:
+        return {"error": "memory", "results": []}
+    return {**reply, "results": [{"status": "memory", "error": "the sample's processes together ran out of memory"}
+                                 for _ in results]}
+
+
+def probe_isolation(*, python: str = sys.executable, network: bool = True, readonly_fs: bool = True,
+                    view: bool = False) -> dict:
+    """What a program would get here: ``{"network": bool, "readonly_fs": bool, "pid": bool,
+    "ipc": bool, "user": "nobody" | "same" | "unknown", "view": bool}`` (``network``: a network
+    namespace of its own; ``user``: ``"nobody"`` when run as root; ``view``: in bwrap's view,
+    which answered)."""
     base = tempfile.mkdtemp(prefix="steadyrl-code-")
-    workdir = os.path.join(base, "work")
-    os.mkdir(workdir)
-    job = {"probe": True, "workdir": workdir, "network": network, "readonly_fs": readonly_fs}
+    workdir = VIEW_WORKDIR if view else os.path.join(base, "work")
+    if not view:
+        os.mkdir(workdir)
+    job = {"probe": True, "workdir": workdir, "network": network, "readonly_fs": readonly_fs, "view": view,
+           "mode": "calls", "cases": [], "file_size_mb": 1}
     tag, proc, reply = "probe-" + secrets.token_hex(8), None, None
     try:
-        proc = subprocess.Popen([python, "-I", HARNESS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(_command(job, python, view, None), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, cwd=base, env=_environment(tag),
                                 start_new_session=True, close_fds=True)
         out, _ = proc.communicate(json.dumps(job).encode(), timeout=30)
@@ -108,5 +168,5 @@ def probe_isolation(*, python: str = sys.executable, network: bool = True, reado
             proc.wait()
         shutil.rmtree(base, ignore_errors=True)
     if not isinstance(reply, dict):
-        return {"network": False, "readonly_fs": False, "pid": False, "user": "unknown"}
-    return reply
+        return {"network": False, "readonly_fs": False, "pid": False, "ipc": False, "user": "unknown", "view": False}
+    return {**reply, "view": view}

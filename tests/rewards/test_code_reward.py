@@ -110,6 +110,22 @@ def test_the_isolation_the_sandbox_got_is_reported_as_metrics():
     result = score([block(ADD_PROGRAM)], ADD)
     for key in ("network_isolated", "readonly_fs", "separate_user"):
         assert result.metrics[f"reward/code/{key}"] in (0.0, 1.0)
+    assert result.metrics["reward/code/isolation_level"] in (0.0, 1.0, 2.0, 3.0, 4.0)
+
+
+def test_the_isolation_level_says_what_the_machine_gave():
+    """bubblewrap where installed (3, 4 with a cgroup per sample); the fallback's namespaces (1, 2)."""
+    from steadyrl.sandbox import cgroups
+    from steadyrl.sandbox.view import bwrap_path
+
+    fallback = load_reward("code", sandbox="namespaces")
+    cgroup = 1 if cgroups.available() else 0
+    assert fallback.metrics()["isolation_level"] == (1 + cgroup if fallback.isolation.get("pid") else 0)
+    if bwrap_path() is None:
+        with pytest.raises(ConfigError, match="sandbox='bwrap' but bubblewrap is not installed"):
+            load_reward("code", sandbox="bwrap")
+    else:
+        assert load_reward("code", sandbox="bwrap").metrics()["isolation_level"] == 3 + cgroup
 
 
 # --- start-up checks ---------------------------------------------------------------------------------
@@ -122,7 +138,7 @@ def test_the_reward_declares_its_tests_column_and_prefers_a_process_and_whole_ba
 @pytest.mark.parametrize("options, named", [
     ({"test_format": "junit"}, "test_format"), ({"score": "best"}, "score"), ({"threshold": 2}, "threshold"),
     ({"extract": "regex"}, "pattern"), ({"workers": 0}, "workers"), ({"backend": "docker"}, "backend"),
-    ({"backend": "http"}, "url"), ({"python": "/no/such/python"}, "python"),
+    ({"backend": "http"}, "url"), ({"python": "/no/such/python"}, "python"), ({"sandbox": "docker"}, "sandbox"),
     ({"python": ["python3"]}, r"python=\['python3'\] must be the path of a Python interpreter"),
 ])
 def test_bad_options_stop_at_start_up_naming_the_option(options, named):

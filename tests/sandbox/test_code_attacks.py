@@ -18,7 +18,7 @@ from steadyrl.sandbox.programs import CODE_TAG_VAR
 
 ADD = "a, b = map(int, open(0).read().split())\nprint(a + b)"
 TESTS = {"inputs": ["1 2\n"], "outputs": ["3\n"]}
-OPTIONS = {"test_timeout_s": 1.0, "sample_timeout_s": 2.0, "workers": 3, "memory_mb": 256, "processes": 8,
+OPTIONS = {"test_timeout_s": 2.0, "sample_timeout_s": 4.0, "workers": 3, "memory_mb": 256, "processes": 8,
            "max_output_kib": 64}
 
 
@@ -50,15 +50,19 @@ def survivors(within_s: float = 3.0) -> list[int]:
 
 # The trainer's interpreter; and, run as root, a system one readable by others, with which the
 # programs run as nobody (where RLIMIT_NPROC holds): both ways of the sandbox are attacked.
+# Each with the sandbox the machine gives (bubblewrap's view where installed), and the trainer's
+# with the hand-written namespaces (the fallback where bubblewrap is not installed).
 PYTHONS = [None] + (["/usr/bin/python3"] if os.getuid() == 0 and os.path.exists("/usr/bin/python3") else [])
+SETUPS = [(p, "auto") for p in PYTHONS] + [(None, "namespaces")]
 
 
-@pytest.fixture(scope="module", params=PYTHONS, ids=lambda p: p or "trainer-python")
+@pytest.fixture(scope="module", params=SETUPS, ids=lambda s: f"{s[0] or 'trainer-python'}-{s[1]}")
 def reward(request):
     os.environ["STEADYRL_FAKE_SECRET"] = "hunter2"
     os.environ["PLAIN_LOOKING_VAR"] = "hunter2"
+    python, sandbox = request.param
     try:
-        yield load_reward("code", **OPTIONS, python=request.param)
+        yield load_reward("code", **OPTIONS, python=python, sandbox=sandbox)
     finally:
         os.environ.pop("STEADYRL_FAKE_SECRET", None)
         os.environ.pop("PLAIN_LOOKING_VAR", None)
@@ -138,7 +142,8 @@ def test_opening_a_socket_fails_where_there_is_a_network_namespace(reward):
 def test_a_batch_past_the_rewards_own_time_limit_leaves_nothing_running(reward):
     """The scorer's timeout_s ends the whole call: the worker, the harnesses and every program die."""
     busy = block("import os\nos.fork()\nwhile True:\n    pass")
-    slow = load_reward("code", **{**OPTIONS, "test_timeout_s": 20.0, "sample_timeout_s": 30.0}, python=reward.python)
+    slow = load_reward("code", **{**OPTIONS, "test_timeout_s": 20.0, "sample_timeout_s": 30.0}, python=reward.python,
+                       sandbox=reward.sandbox)
     with RewardScorer([RewardSpec("code", slow, timeout_s=1.5)]) as scorer:
         result = scorer.score(["p"] * 3, [busy] * 3, {"tests": [TESTS] * 3})
     assert result.raw["code"] == [None] * 3 and result.failures["code"]["timeout"] == 3

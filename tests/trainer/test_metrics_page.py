@@ -29,6 +29,7 @@ NOT_RUN_HERE = {
     "reward/code/network_isolated": "the code reward",
     "reward/code/readonly_fs": "the code reward",
     "reward/code/separate_user": "the code reward",
+    "reward/code/isolation_level": "the code reward",
 }
 
 

@@ -44,3 +44,10 @@ def test_findings_reach_any_depth_and_leave_harmless_options_alone():
                      "rewards[0].options.scorer[0] = 'https://example.org/score' (a server the samples are sent to)"]
     assert option_findings({"model": "org/rm", "trust_remote_code": False, "python": None, "no_network": True,
                             "url": None}, "o") == []
+
+
+def test_a_foreign_config_that_gives_up_the_code_sandboxs_view_needs_the_flag():
+    found = option_findings({"sandbox": "namespaces", "no_network": False, "readonly_fs": True}, "rewards[0].options")
+    assert found == ["rewards[0].options.sandbox = 'namespaces' (loosens the sandbox of the programs it runs)",
+                     "rewards[0].options.no_network = False (loosens the sandbox of the programs it runs)"]
+    assert option_findings({"sandbox": "bwrap"}, "o") == option_findings({"sandbox": "auto"}, "o") == []
