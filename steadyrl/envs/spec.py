@@ -16,9 +16,9 @@ from ..errors import ConfigError
 
 ADAPTERS = {
     # adapter -> (module to import, pip extra, what the target names)
-    "reasoning_gym": ("reasoning_gym", "reasoning-gym", "a reasoning-gym task"),
-    "textarena": ("textarena", "textarena", "a TextArena game id"),
-    "openenv": ("openenv.core", "openenv", "an OpenEnv server's base URL"),
+    "reasoning_gym": ("reasoning_gym", "reasoning-gym", "reasoning-gym task"),
+    "textarena": ("textarena", "textarena", "TextArena game id"),
+    "openenv": ("openenv.core", "openenv", "OpenEnv server base URL"),
 }
 
 
