@@ -170,19 +170,25 @@ def environment_class(text: str) -> type:
 
 
 def game_records(spec: Spec, split: str | None, key: str) -> list[dict]:
-    """Rows for ``data.train_path: textarena:<GameId>[?seed=&size=&test_size=]``: one game start per
-    row (``game_seed``), train and held-out seeds disjoint; the environment replaces the prompt."""
+    """Rows for ``data.train_path: textarena:<GameId>[?seed=&size=&test_size=&player=]``: one game
+    start per row (``game_seed``; train and held-out seeds disjoint), its prompt the game's first
+    observation for the policy's seat (the environment's ``reset`` shows the same), so logs and
+    length limits see what the policy sees."""
     where = spec.where(key)
     options = dict(spec.options)
     seed = take(options, "seed", 0, int, spec, key, minimum=0)
     size = take(options, "size", 1000, int, spec, key, minimum=1)
     test_size = take(options, "test_size", 100, int, spec, key, minimum=1)
-    if options:
-        raise ConfigError(f"{where}: unknown option(s) {sorted(options)}; valid: seed, size, test_size (the game's "
-                          "own options go to rollout.environment)")
-    make_game(spec.target, where)
+    unknown = sorted(set(options) - {"player"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown option(s) {unknown}; valid: seed, size, test_size, player")
     split = "train" if split is None else split
     if split not in ("train", "test"):
         raise DataError(f"{where}: split {split!r}; game rows have the splits ['train', 'test']")
+    game = type("Rows", (TextArenaGame,), {"settings": check_game(Spec(spec.adapter, spec.target, options), where)})
     first, n = (seed, size) if split == "train" else (seed + HELD_OUT_OFFSET, test_size)
-    return [{"prompt": f"Play {spec.target} (game {first + i}).", "game_seed": first + i} for i in range(n)]
+    rows = []
+    for game_seed in range(first, first + n):
+        opening = game().reset(game_seed=game_seed)
+        rows.append({"prompt": [{"role": "user", "content": opening}], "game_seed": game_seed})
+    return rows

@@ -85,6 +85,9 @@ def test_game_rows_have_disjoint_train_and_held_out_seeds():
     train, held_out = load_records(spec), load_records(spec, split="test")
     assert len(train) == 12 and len(held_out) == 5 and load_records(spec) == train
     assert not {r["game_seed"] for r in train} & {r["game_seed"] for r in held_out}
+    cls = load_environment("textarena:TicTacToe-v0")
+    for row in train[:4] + held_out[:2]:  # the prompt is the opening the environment shows that seat
+        assert row["prompt"] == [{"role": "user", "content": cls().reset(seed=0, game_seed=row["game_seed"])}]
 
 
 @pytest.mark.parametrize("spec, needle", [
