@@ -102,3 +102,28 @@ def test_a_missing_package_names_the_pip_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "openenv.core", None)
     with pytest.raises(ConfigError, match=r"pip install 'steadyrl\[openenv\]'"):
         load_environment("openenv:http://127.0.0.1:1")
+
+
+def test_training_on_an_openenv_server(server_url, chat_model, steadyrl_cli, tmp_path):
+    """End to end: episodes in sandbox workers (the default isolation) reach the loopback server."""
+    import json
+
+    import yaml
+
+    rows = [{"prompt": f"Round {i}: guess."} for i in range(8)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = {"model": {"name_or_path": str(chat_model)},
+              "data": {"train_path": str(tmp_path / "train.jsonl")},
+              "rollout": {"environment": f"openenv:{server_url}", "prompts_per_step": 2, "group_size": 2,
+                          "max_new_tokens": 24, "max_turns": 4, "max_observation_tokens": 64},
+              "trainer": {"max_steps": 2, "save_every": 0, "num_threads": 1, "samples_every": 1}}
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(config))
+    out = tmp_path / "run"
+    proc = steadyrl_cli("train", str(tmp_path / "cfg.yaml"), "--output-dir", str(out), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [m for m in metrics if "rollout/turns_mean" in m]
+    assert len(steps) == 2 and all(m["rollout/failed_episodes"] == 0.0 for m in steps)
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    replies = {m["content"] for s in samples for m in s["turns"] if m["role"] == "user"}
+    assert replies and replies <= {"higher", "lower", "right"}  # the server's answers reached the policy

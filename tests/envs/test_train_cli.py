@@ -14,19 +14,6 @@ pytest.importorskip("reasoning_gym", reason="pip install 'steadyrl[reasoning-gym
 pytest.importorskip("textarena", reason="pip install 'steadyrl[textarena]'")
 
 
-@pytest.fixture(scope="module")
-def chat_model(tmp_path_factory):
-    from agents.templates import QWEN25, chat_tokenizer
-    from steadyrl.demo.model import build_tiny_model
-
-    root = tmp_path_factory.mktemp("envs_model")
-    tokenizer = chat_tokenizer(QWEN25, bos="<|begin_of_text|>")
-    model = build_tiny_model(tokenizer, n_layers=1, hidden_size=32, n_heads=2, seed=0, max_positions=4096)
-    model.save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
-    return root / "model"
-
-
 def _config(path, model, **sections):
     config = {"model": {"name_or_path": str(model)},
               "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6},
