@@ -47,6 +47,9 @@ def test_training_on_a_mixture_of_reasoning_gym_tasks(chat_model, steadyrl_cli, 
     assert any(f"data/source/{name}/epoch" in m for m in rows for name in tasks)
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert samples and all("reward/reasoning_gym" in s for s in samples)
+    evaluated = steadyrl_cli("eval", "--output-dir", str(out))  # a built-in reward: no code to trust
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert json.loads(evaluated.stdout[evaluated.stdout.index("{"):])["num_prompts"] == 6  # both held-out sets
 
 
 def test_training_on_tictactoe_against_the_seeded_opponent(chat_model, steadyrl_cli, tmp_path):
