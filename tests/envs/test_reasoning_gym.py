@@ -114,3 +114,12 @@ def test_an_eval_source_must_read_the_held_out_split_and_a_train_source_the_trai
     ok = Config.model_validate(_config({"train_sources": [{"path": task + "?size=9"}, {"path": "reasoning_gym:aiw"}],
                                         "eval_sources": [{"path": task, "split": "test"}]}))
     assert [s.key for s in ok.data.train_sources] == ["chain_sum", "aiw"]  # metric names: the task
+
+
+def test_the_configs_list_of_generated_paths_matches_the_adapters_that_make_rows():
+    """config/schema.py cannot import steadyrl.envs (it sits below data/): its copy is kept equal here."""
+    from steadyrl.config.schema import GENERATED
+    from steadyrl.envs import ADAPTERS, is_spec
+
+    assert all(is_spec(prefix + "x") for prefix in GENERATED)
+    assert {p.rstrip(":") for p in GENERATED} == set(ADAPTERS) - {"openenv"}  # openenv gives no rows
