@@ -32,8 +32,13 @@ from .protocol import Reply, Start
 
 
 def load_environment(spec: str) -> type:
-    """The class named by ``rollout.environment`` (``file.py:Class`` or ``package.module:Class``)."""
+    """The class named by ``rollout.environment`` (``file.py:Class`` or ``package.module:Class``), or
+    an adapter's (``textarena:<GameId>``, ``openenv:<base_url>``: :mod:`steadyrl.envs`)."""
+    from ..envs import adapter_environment, is_spec
     from ..userfn import SPEC_FORMS, resolve_spec
+
+    if is_spec(spec):
+        return adapter_environment(spec)
 
     def err(what: str) -> ConfigError:
         return ConfigError(f"rollout.environment = {spec!r}: {what}; valid: {SPEC_FORMS.replace('function', 'Class')}")

@@ -159,6 +159,10 @@ class ModelConfig(Section):
     lora: LoraConfig = Field(default_factory=LoraConfig)
 
 
+GENERATED = ("reasoning_gym:", "textarena:")
+"""Data paths whose rows an adapter generates (steadyrl.envs): a train split and a held-out test split."""
+
+
 class SourceConfig(Section):
     """One file of a mixture (``data.train_sources``) or one held-out set (``data.eval_sources``)."""
 
@@ -177,9 +181,12 @@ class SourceConfig(Section):
 
     @property
     def key(self) -> str:
-        """The name used in metrics: ``name``, else the file name without extension."""
+        """The name used in metrics: ``name``, else the file name without extension (a generated
+        source's task or game)."""
         from pathlib import Path
 
+        if self.name is None and self.path.startswith(GENERATED):  # reasoning_gym:chain_sum?size=9 -> chain_sum
+            return self.path.split(":", 1)[1].split("?", 1)[0]
         return self.name if self.name is not None else Path(self.path).stem
 
     @field_validator("name", "domain")
@@ -600,9 +607,28 @@ class DemoConfig(Section):
         return self
 
 
+def _check_generated(data: DataConfig) -> None:
+    """Generated rows train on split train and are evaluated on split test, so that an accuracy is
+    never measured on training rows (an eval source without a split would read train)."""
+    def split(s):
+        return s.split if s.split is not None else data.split
+    checks = [("data.train_path", data.train_path, data.split, "train", "data.split"),
+              ("data.eval_path", data.eval_path, data.eval_split or "test", "test", "data.eval_split")]
+    checks += [(f"data.train_sources[{i}]", s.path, split(s), "train", f"data.train_sources[{i}].split")
+               for i, s in enumerate(data.train_sources or ())]
+    checks += [(f"data.eval_sources[{i}]", s.path, split(s), "test", f"data.eval_sources[{i}].split")
+               for i, s in enumerate(data.eval_sources or ())]
+    for where, path, got, want, key in checks:
+        if path is not None and path.startswith(GENERATED) and (got or "train") != want:
+            raise ValueError(f"{where} = {path!r} generates rows with a train and a held-out (test) split; "
+                             f"{key} = {got!r} would read the {'training' if want == 'test' else 'held-out'} "
+                             f"rows: set {key}: {want}")
+
+
 def _check_sources(config: "Config") -> None:
     """One of train_path / train_sources, one of eval_path / eval_sources; domains need domain_key."""
     data = config.data
+    _check_generated(data)
     for one, many in (("train_path", "train_sources"), ("eval_path", "eval_sources")):
         if getattr(data, one) is not None and getattr(data, many) is not None:
             raise ValueError(f"data.{one} and data.{many} are both set: use {one} for one file or {many} "

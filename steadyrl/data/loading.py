@@ -15,6 +15,8 @@
 The format comes from ``format`` or the extension (``.jsonl``/``.ndjson``, ``.json``,
 ``.parquet``/``.pq``, ``.csv``, ``.tsv``); a folder is format ``arrow``: a
 ``datasets.save_to_disk`` folder (a ``DatasetDict`` uses split ``split``, default ``"train"``).
+A path ``reasoning_gym:<task>`` or ``textarena:<GameId>`` is no file: its rows are generated
+(:mod:`steadyrl.envs`, docs/environments.md).
 CSV cells are read as strings, exactly as written (no number or NA guessing). Every problem is a
 :class:`~steadyrl.errors.DataError` naming the file (and the line for JSONL / JSON Lines).
 """
@@ -27,6 +29,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
+from ..envs.spec import is_spec
 from ..errors import DataError
 
 __all__ = ["load_records", "eval_split_of", "DataFormat", "DATA_FORMATS", "is_chat", "EVAL_SPLITS"]
@@ -162,7 +165,12 @@ def eval_split_of(path: str | Path, eval_split: str | None) -> str | None:
     the first of :data:`EVAL_SPLITS` it holds; None for a file or a single ``Dataset``.
 
     Reads only the folder's ``dataset_dict.json``: a wrong split is found before any data loads.
+    An adapter spec (``reasoning_gym:<task>``) reads ``data.eval_split``, else its held-out split.
     """
+    if is_spec(path):
+        from ..envs.rows import HELD_OUT_SPLIT
+
+        return HELD_OUT_SPLIT if eval_split is None else eval_split
     path = Path(path).expanduser()
     listing = path / "dataset_dict.json"
     if not listing.is_file():
@@ -256,7 +264,12 @@ def load_records(
     extra_keys: list[str] | None = None,
     split: str | None = None,
 ) -> list[dict]:
-    """The rows of ``path`` as prompt records (see the module docstring)."""
+    """The rows of ``path`` as prompt records (see the module docstring); an adapter spec
+    (``reasoning_gym:<task>``, ``textarena:<GameId>``) generates them (:mod:`steadyrl.envs.rows`)."""
+    if is_spec(path):
+        from ..envs.rows import generated_records
+
+        return generated_records(path, split=split, extra_keys=extra_keys, format=format)
     path = Path(path).expanduser()
     if not path.exists():
         raise DataError(f"data path {str(path)!r} does not exist")

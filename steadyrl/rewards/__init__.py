@@ -15,7 +15,7 @@ sample, never an exception. See ``docs/rewards.md``.
 """
 
 from ..lazy import lazy_attributes
-from . import code, judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
+from . import code, judge, math_verifier, reasoning_gym, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
 from .loader import load_reward, reward_name
 from .math_verifier import math_reward, parse_gold
 from .registry import BUILTIN_REWARDS, RewardFactory, RewardFn, register_reward

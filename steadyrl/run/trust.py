@@ -34,6 +34,10 @@ __all__ = ["BUILTIN_TOOLS", "CODE_OPTIONS", "ENDPOINT_OPTIONS", "SECRET_OPTIONS"
 BUILTIN_TOOLS = frozenset({"steadyrl.demo.calculator:calculate"})
 """Tools that are steadyrl's own code (the tool demo's calculator): naming them runs nothing new."""
 
+BUILTIN_ENVIRONMENTS = ("textarena:",)
+"""``rollout.environment`` adapters whose games are an installed package's code (docs/environments.md):
+naming one runs nothing the evaluator did not install. ``openenv:`` names a server, so it counts."""
+
 CODE_OPTIONS = {
     "trust_remote_code": "imports the model's own Python files",
     "python": "runs that interpreter",
@@ -121,7 +125,10 @@ def run_code(config: Config, saved: dict) -> list[str]:
     saved_tools = get_dotted(saved, ["rollout", "tools"]) or []
     code += [f"tool {t!r}" for t in ro.tools if t in saved_tools and t not in BUILTIN_TOOLS]
     if ro.environment is not None and ro.environment == get_dotted(saved, ["rollout", "environment"]):
-        code.append(f"environment {ro.environment!r}")
+        if ro.environment.startswith("openenv:"):  # a server the policy's turns are sent to
+            code.append(f"environment {ro.environment!r} (a server the episodes are sent to)")
+        elif not ro.environment.startswith(BUILTIN_ENVIRONMENTS):  # an installed package's games run no new code
+            code.append(f"environment {ro.environment!r}")
     if ":" in ro.tool_parser and ro.tool_parser == get_dotted(saved, ["rollout", "tool_parser"]):
         code.append(f"tool parser {ro.tool_parser!r}")
     if config.model.trust_remote_code and get_dotted(saved, ["model", "trust_remote_code"]) is True:

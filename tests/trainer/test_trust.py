@@ -16,7 +16,7 @@ HARMLESS = {
     "answer_key", "marker", "last_line", "strip", "pattern", "flags", "mode", "target_length", "max_length",
     "unit", "gold_marker", "tests_key", "test_format", "extract", "score", "threshold", "tolerance",
     "on_timeout", "language", "backend", "template", "system_prompt", "min_score", "max_score", "scale",
-    "normalize", "mean", "std", "label_index", "chat_template", "columns",
+    "normalize", "mean", "std", "label_index", "chat_template", "columns", "answer_tag", "column",
     # sizes, time limits and retries (bounded by the reward itself)
     "workers", "test_timeout_s", "sample_timeout_s", "max_tests", "memory_mb", "processes", "file_size_mb",
     "open_files", "max_output_kib", "batch_size", "concurrency", "retries", "backoff_s", "request_timeout_s",
@@ -51,3 +51,21 @@ def test_a_foreign_config_that_gives_up_the_code_sandboxs_view_needs_the_flag():
     assert found == ["rewards[0].options.sandbox = 'namespaces' (loosens the sandbox of the programs it runs)",
                      "rewards[0].options.no_network = False (loosens the sandbox of the programs it runs)"]
     assert option_findings({"sandbox": "bwrap"}, "o") == option_findings({"sandbox": "auto"}, "o") == []
+
+
+def _config_with_environment(spec: str):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(rewards=[], model=SimpleNamespace(trust_remote_code=False),
+                           rollout=SimpleNamespace(tools=[], environment=spec, tool_parser="hermes"))
+
+
+def test_a_foreign_textarena_game_runs_no_new_code_but_an_openenv_server_or_a_user_class_needs_the_flag():
+    from steadyrl.run.trust import run_code
+
+    for spec, needs_flag in [("textarena:TicTacToe-v0", False), ("openenv:http://10.0.0.1:8000", True),
+                             ("their_env.py:Env", True)]:
+        saved = {"rollout": {"environment": spec}}
+        found = run_code(_config_with_environment(spec), saved)
+        assert bool(found) == needs_flag, (spec, found)
+        assert run_code(_config_with_environment(spec), {}) == []  # set on the command line: the user's own

@@ -1,0 +1,118 @@
+"""OpenEnv environments: ``rollout.environment: openenv:<base_url>[?options]``.
+
+An OpenEnv environment is a server (a Docker image, a Hugging Face Space, or ``uvicorn`` on your
+machine) speaking OpenEnv's protocol; steadyrl talks to it with ``openenv-core``'s own client
+(``GenericEnvClient``: a WebSocket session per episode, so each episode has its own environment
+state on the server). Each episode: ``reset`` (with the episode's seed), then one ``step`` per
+policy turn with the turn's text as one field of the action, until the server says ``done``.
+Options:
+
+* ``action_key`` (default ``message``): the action field that carries the policy's text (echo
+  and TextArena servers take ``message``, the coding server ``code``);
+* ``observation_key`` (default: automatic): the observation field shown to the policy; automatic
+  means the one text field when the observation has exactly one (besides ``done``, ``reward``,
+  ``metadata``), else all its fields as JSON;
+* ``seed`` (default ``true``): pass the episode's seed to ``reset`` (``false`` for a server that
+  refuses one);
+* ``timeout_s`` (default 60): the client's limit for one reply.
+
+At start-up the server's ``/schema`` is read (so a server that is not running, or an
+``action_key`` its actions do not have, stops the run with exit 2 before any model loads). The
+server is not started or stopped by steadyrl.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit
+
+from ..errors import ConfigError
+from .spec import parse_spec, require, take
+
+KEY = "rollout.environment"
+HIDDEN = ("done", "reward", "metadata")
+"""Observation fields that are not shown to the policy (the driver gets done and reward itself)."""
+
+
+def _schema(base_url: str, where: str, timeout_s: float) -> dict:
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/schema", timeout=timeout_s) as reply:
+            return json.loads(reply.read().decode("utf-8"))
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise ConfigError(f"{where}: cannot read the OpenEnv server's {base_url.rstrip('/')}/schema ({err}); "
+                          "start the server first (docs/environments.md)") from None
+
+
+def observation_text(observation: dict, key: str | None) -> str | None:
+    """What the policy is shown of an OpenEnv observation (module docstring)."""
+    if key is not None:
+        value = observation.get(key)
+        return None if value is None else value if isinstance(value, str) else json.dumps(value)
+    shown = {k: v for k, v in observation.items() if k not in HIDDEN}
+    texts = [v for v in shown.values() if isinstance(v, str)]
+    if len(shown) == 1 and len(texts) == 1:
+        return texts[0] or None
+    return json.dumps(shown, sort_keys=True) if shown else None
+
+
+def check_server(text: str) -> dict:
+    """The settings of an ``openenv:`` spec, checked against the server's schema."""
+    spec = parse_spec(text, KEY)
+    where = spec.where(KEY)
+    require("openenv", where)
+    parts = urlsplit(spec.target)
+    if parts.scheme not in ("http", "https", "ws", "wss") or not parts.netloc:
+        raise ConfigError(f"{where}: {spec.target!r} is not a server URL; valid: http://host:port (the server's "
+                          "base URL, no query)")
+    options = dict(spec.options)
+    settings = {"base_url": spec.target,
+                "action_key": take(options, "action_key", "message", str, spec, KEY),
+                "observation_key": take(options, "observation_key", None, (str, type(None)), spec, KEY),
+                "seed": take(options, "seed", True, bool, spec, KEY),
+                "timeout_s": float(take(options, "timeout_s", 60, (int, float), spec, KEY, minimum=1))}
+    if options:
+        raise ConfigError(f"{where}: unknown option(s) {sorted(options)}; valid: action_key, observation_key, "
+                          "seed, timeout_s")
+    http = spec.target.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
+    action = _schema(http, where, min(settings["timeout_s"], 10.0)).get("action", {})
+    fields = sorted(action.get("properties", {}))
+    if fields and settings["action_key"] not in fields:
+        raise ConfigError(f"{where}: option action_key={settings['action_key']!r}, but the server's actions have "
+                          f"the fields {fields}; set action_key to the one that takes the policy's text")
+    required = [f for f in action.get("required", []) if f != settings["action_key"]]
+    if required:
+        raise ConfigError(f"{where}: the server's actions also require {required}; steadyrl fills only "
+                          f"action_key={settings['action_key']!r} with the policy's text")
+    return settings
+
+
+class OpenEnvEpisode:
+    """One episode on an OpenEnv server (module docstring); ``settings`` is set on a subclass per spec."""
+
+    settings: dict = {}
+
+    def reset(self, seed=None, **row):
+        from openenv.core import GenericEnvClient
+
+        s = self.settings
+        self.client = GenericEnvClient(base_url=s["base_url"], connect_timeout_s=min(s["timeout_s"], 10.0),
+                                       message_timeout_s=s["timeout_s"])
+        self.client.connect()
+        result = self.client.reset(**({"seed": int(seed)} if s["seed"] and seed is not None else {}))
+        return observation_text(result.observation or {}, s["observation_key"])
+
+    def step(self, text: str):
+        result = self.client.step({self.settings["action_key"]: text})
+        return observation_text(result.observation or {}, self.settings["observation_key"]), result.reward, result.done
+
+    def close(self):
+        client, self.client = getattr(self, "client", None), None
+        if client is not None:
+            client.close()
+
+
+def environment_class(text: str) -> type:
+    """The class for ``rollout.environment = 'openenv:<base_url>[?options]'``, the server checked."""
+    return type("OpenEnvEpisode_", (OpenEnvEpisode,), {"settings": check_server(text), "__module__": __name__})
