@@ -54,21 +54,22 @@ def test_a_crash_fails_its_sample_and_the_rest_of_the_batch_only(watch):
     assert watch.survivors() == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_signalling_its_parent_cannot_kill_the_trainer(sig, watch):
-    def kills_parent(prompts, completions, **kw):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP])
+def test_signalling_its_parent_harms_neither_the_trainer_nor_the_worker(sig, watch):
+    """The parent of the user's code is the init of the sandbox's pid namespace: the kernel drops
+    signals to it from inside (the old keeper died, or stopped and left the call to time out)."""
+    def signals_parent(prompts, completions, **kw):
         watch.note()
         if completions[0] == "b":
             os.kill(os.getppid(), sig)
-            time.sleep(5)
+            time.sleep(0.3)
         return [1.0]
 
-    with scorer(kills_parent) as s:
+    with scorer(signals_parent) as s:
         first = s.score(PROMPTS, FINE)
         second = s.score(PROMPTS[:1], FINE[:1])
-    assert first.valid.tolist() == [True, False, False]
-    assert "worker process died" in first.errors["r"]
-    assert second.valid.tolist() == [True]  # still here, and a new worker scores the next batch
+    assert first.valid.tolist() == [True, True, True], first.errors
+    assert second.valid.tolist() == [True]
     assert watch.survivors() == []
 
 

@@ -18,6 +18,8 @@ from steadyrl.agents.parsers import load_parser
 from steadyrl.agents.toolagent import ToolAgent
 from steadyrl.agents.tools import Tool
 
+from .conftest import NOTE_SOURCE
+
 
 def call(tool: str, **arguments) -> str:
     import json
@@ -85,7 +87,7 @@ def test_a_tool_that_hangs_and_leaves_busy_children_is_killed_with_them(watch):
             seconds: how long to wait
         """
         watch.note()
-        code = f"import pathlib, os, time; pathlib.Path({str(watch.folder)!r}, str(os.getpid())).write_text(os.environ.get('STEADYRL_SANDBOX', '')); time.sleep(60)"
+        code = f"{NOTE_SOURCE}\nnote({str(watch.folder)!r})\nimport time; time.sleep(60)"
         subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
         time.sleep(seconds)
         return "done"
