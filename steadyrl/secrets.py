@@ -19,6 +19,8 @@ import os
 import re
 from typing import Any
 
+from .sandbox.limits import hide_env_name
+
 __all__ = ["REDACTED", "is_env_reference", "is_secret_name", "redact_secrets", "resolve_env_options"]
 
 REDACTED = "<redacted>"
@@ -63,6 +65,7 @@ def resolve_env_options(options: dict[str, Any], where: str) -> dict[str, Any]:
                 raise ValueError(f"{where}: option {key!r} = {{env: {name}}} but the environment variable "
                                  f"{name} is not set; export it before starting the run")
             value = os.environ[name]
+            hide_env_name(name)  # whatever it is called, no sandbox worker gets it from its environment
         elif value == REDACTED:
             raise ValueError(f"{where}: option {key!r} is {REDACTED!r}: a secret is never written to "
                              f"config.yaml, so it cannot come back from there; give it as an environment "

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import ConfigError
-from ..sandbox import Limits, Sandbox, SandboxUnavailable, output_note
+from ..sandbox import Limits, Rebuild, Sandbox, SandboxUnavailable, output_note
 
 __all__ = ["Isolation", "ISOLATIONS", "Outcome", "call_reward", "default_isolation", "make_runner",
            "score_chunks", "DEFAULT_CHUNK_SIZE"]
@@ -269,11 +269,33 @@ def _serve_batch(fn, request):
             pass
 
 
+def _reward_server(spec: str, options: dict):
+    """A fresh worker's target: the reward ``spec`` loaded again, planned, serving batches."""
+    from .calling import PlannedReward
+    from .loader import reload_reward
+
+    return functools.partial(_serve_batch, PlannedReward.of(reload_reward(spec, options)))
+
+
+def worker_target(fn):
+    """The sandbox target for ``fn`` (a :class:`~steadyrl.rewards.calling.PlannedReward` or a plain
+    function): a :class:`Rebuild` - a fresh worker that loads the function again from its spec -
+    when :func:`~steadyrl.rewards.loader.load_reward` made it; else ``fn`` itself, forked (a
+    callable handed in as a Python object exists only in the trainer's memory; one that places a
+    model on the trainer's device is forked too, as it was placed)."""
+    from .loader import RECIPE_ATTR
+
+    recipe = getattr(getattr(fn, "fn", fn), RECIPE_ATTR, None)
+    if recipe is None or hasattr(getattr(fn, "fn", fn), "use_device"):
+        return functools.partial(_serve_batch, fn)
+    return Rebuild(_reward_server, *recipe)
+
+
 class ProcessRunner:
     def __init__(self, fn, chunk_size: int | None = DEFAULT_CHUNK_SIZE, limits: Limits | None = None,
                  env_passthrough=()):
         self.fn, self.chunk_size = fn, chunk_size
-        self.box = Sandbox(functools.partial(_serve_batch, fn), limits=limits, env_passthrough=env_passthrough)
+        self.box = Sandbox(worker_target(fn), limits=limits, env_passthrough=env_passthrough)
 
     def start(self, prompts, completions, columns):
         try:

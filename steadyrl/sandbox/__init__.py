@@ -81,7 +81,7 @@ trainer by pid. For that, run the trainer as a separate user or in a container.
 from .frames import MAX_FRAME_BYTES
 from .limits import SECRET_PATTERNS, Limits, secret_names
 from .procs import TAG_VAR, members
-from .sandbox import Call, Reply, Sandbox, SandboxUnavailable, output_note
+from .sandbox import Call, Rebuild, Reply, Sandbox, SandboxUnavailable, output_note
 
-__all__ = ["Call", "Limits", "MAX_FRAME_BYTES", "Reply", "SECRET_PATTERNS", "Sandbox", "SandboxUnavailable",
+__all__ = ["Call", "Limits", "MAX_FRAME_BYTES", "Rebuild", "Reply", "SECRET_PATTERNS", "Sandbox", "SandboxUnavailable",
            "TAG_VAR", "members", "output_note", "secret_names"]
