@@ -44,6 +44,7 @@ import dataclasses
 import functools
 import math
 import os
+import pickle
 import sys
 import threading
 import time
@@ -291,7 +292,12 @@ def worker_target(fn):
     recipe = getattr(getattr(fn, "fn", fn), RECIPE_ATTR, None)
     if recipe is None or hasattr(getattr(fn, "fn", fn), "use_device"):
         return functools.partial(_serve_batch, fn)
-    return Rebuild(_reward_server, *recipe)
+    target = Rebuild(_reward_server, *recipe)
+    try:
+        pickle.dumps(target, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - an option that is a Python object (a tokenizer): forked
+        return functools.partial(_serve_batch, fn)
+    return target
 
 
 class ProcessRunner:
