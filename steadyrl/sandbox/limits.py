@@ -3,8 +3,9 @@
 ``Limits`` (every field ``None`` = no limit of that kind):
 
 * ``memory_mb`` (default 4096): address space the runner may *add*: ``RLIMIT_AS`` is set to the
-  runner's virtual size when it starts (``VmSize``, which for a trainer holding a torch model is
-  already many GB of mappings) plus ``memory_mb``. A ``MemoryError`` in the user's code, not the
+  runner's virtual size once its target is ready (``VmSize``: for a forked trainer holding a torch
+  model already many GB of mappings; for a fresh worker, after the target was rebuilt) plus
+  ``memory_mb``. A ``MemoryError`` in the user's code, not the
   machine's OOM killer. Programs it starts with ``exec`` inherit the same absolute limit.
 * ``cpu_s`` (default 600): CPU seconds one call may use (``RLIMIT_CPU``, re-armed before every
   call as the runner's CPU time so far plus ``cpu_s``; past it the kernel kills the runner with
@@ -26,8 +27,10 @@
   only, and shown in failure messages; nothing reaches the trainer's own output.
 
 Environment: names that look like credentials are removed from the runner's environment (and from
-the copy the kernel shows in ``/proc/<pid>/environ``): see :data:`SECRET_PATTERNS`; names (or
-``fnmatch`` patterns) in ``env_passthrough`` are kept.
+the copy the kernel shows in ``/proc/<pid>/environ``): see :data:`SECRET_PATTERNS`, and every name
+:func:`hide_env_name` was given (each ``{env: NAME}`` option the trainer resolved, whatever it is
+called); names (or ``fnmatch`` patterns) in ``env_passthrough`` are kept. A fresh worker is
+started with that environment (:func:`worker_environment`), so its initial block never held them.
 """
 
 from __future__ import annotations
