@@ -32,6 +32,8 @@ import re
 import threading
 from typing import Any
 
+from .sandbox.limits import hide_env_name
+
 __all__ = ["REDACTED", "Secret", "is_env_reference", "is_secret_name", "redact_secrets", "redact_text",
            "resolve_env_options", "reveal", "secret_values"]
 
@@ -163,6 +165,7 @@ def _resolve(value: Any, path: str, where: str, credential: bool) -> Any:
         if name not in os.environ:
             raise ValueError(f"{where}: option {path!r} = {{env: {name}}} but the environment variable "
                              f"{name} is not set; export it before starting the run")
+        hide_env_name(name)  # whatever it is called, no sandbox worker gets it from its environment
         return Secret(os.environ[name], remember=credential)
     if isinstance(value, dict):
         headers = path.rsplit(".", 1)[-1] == "headers"

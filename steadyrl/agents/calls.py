@@ -64,12 +64,18 @@ def from_reply(reply) -> CallResult:
 
 def wait_all(calls: list, timeout_s: float) -> list[CallResult]:
     """Replies of sandbox calls submitted together (each one's deadline counts from its submit)."""
-    return [from_reply(call.wait(timeout_s)) for call in calls]
+    return [call.result if isinstance(call, _Refused) else from_reply(call.wait(timeout_s)) for call in calls]
+
+
+def submit_all(boxes: list, requests: list) -> list:
+    """``box.submit(request)`` for each pair; one that cannot be sent is an error result, not a raise."""
+    return [_submit(box, r) for box, r in zip(boxes, requests)]
 
 
 def make_sandbox(target, limits):
-    """A sandbox running ``target``; ``limits`` a :class:`~steadyrl.config.schema.RewardLimitsConfig`
-    (or None for the defaults)."""
+    """A sandbox running ``target`` (a :class:`~steadyrl.sandbox.Rebuild`: a fresh worker; a plain
+    callable: a forked one); ``limits`` a :class:`~steadyrl.config.schema.RewardLimitsConfig` (or
+    None for the defaults)."""
     from ..sandbox import Limits, Sandbox
 
     return Sandbox(target, limits=Limits(**limits.model_dump()) if limits is not None else None)
@@ -101,11 +107,32 @@ class _Budget:
         return CallResult("timeout", f"timed out after {timeout_s:g} s", timeout_s)
 
 
-class CallRunner:
-    """``target(request)`` for many requests at once, under ``isolation`` (module docstring)."""
 
-    def __init__(self, target: Callable, isolation: str, *, workers: int = 8, limits=None):
+class _Refused:
+    """A request that could not be sent to its worker (it cannot be pickled): its error, at once."""
+
+    def __init__(self, err: BaseException):
+        self.result = CallResult("error", f"the call could not be sent to the worker: {error_text(err)}", 0.0)
+
+    def wait(self, timeout_s: float):
+        return self
+
+
+def _submit(box, request):
+    try:
+        return box.submit(request)
+    except Exception as err:  # noqa: BLE001 - RecursionError, PicklingError, SandboxUnavailable
+        return _Refused(err)
+
+
+class CallRunner:
+    """``target(request)`` for many requests at once, under ``isolation`` (module docstring).
+    ``fresh_target``: a :class:`~steadyrl.sandbox.Rebuild` of the same target, run by fresh workers
+    under ``process`` isolation (else ``target`` itself, in forked ones)."""
+
+    def __init__(self, target: Callable, isolation: str, *, workers: int = 8, limits=None, fresh_target=None):
         self.target, self.isolation, self.workers, self.limits = target, isolation, workers, limits
+        self.fresh_target = fresh_target
         self._boxes: list = []
 
     def map(self, requests: list, timeout_s: float, budget_s: float | None = None) -> list[CallResult]:
@@ -134,7 +161,7 @@ class CallRunner:
 
     def _in_sandboxes(self, requests: list, timeout_s: float, budget: "_Budget") -> list[CallResult]:
         while len(self._boxes) < min(self.workers, len(requests)):
-            self._boxes.append(make_sandbox(self.target, self.limits))
+            self._boxes.append(make_sandbox(self.fresh_target or self.target, self.limits))
         results: list[CallResult] = []
         for start in range(0, len(requests), len(self._boxes)):  # waves of one call per worker
             wave = requests[start : start + len(self._boxes)]
@@ -142,7 +169,7 @@ class CallRunner:
                 results += [budget.spent()] * len(wave)
                 continue
             limit = budget.limit(timeout_s)
-            replies = wait_all([box.submit(r) for box, r in zip(self._boxes, wave)], limit)
+            replies = wait_all(submit_all(self._boxes, wave), limit)
             results += [budget.cut(limit, timeout_s) if r.status == "timeout" else r for r in replies]
         return results
 

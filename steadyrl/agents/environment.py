@@ -18,17 +18,23 @@ wrong shape, a non-finite reward — fails that episode only: it is left out of 
 counted (``rollout/failed_episodes``); the run goes on. Under ``process`` isolation (the default on
 Linux) each running episode's instance lives in a sandbox worker of its own, with
 ``rollout.tool_limits``, the time limit ``rollout.tool_timeout_s`` per call, and everything it
-starts killed when a call times out or the run ends.
+starts killed when a call times out or the run ends. A class loaded by :func:`load_environment`
+(``rollout.environment``) is loaded again in a fresh worker; a class handed in as a Python
+object is run in a worker forked from the trainer.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+import weakref
 
 from ..errors import ConfigError
-from .calls import CallRunner, make_sandbox, wait_all
+from .calls import CallRunner, make_sandbox, submit_all, wait_all
 from .protocol import Reply, Start
+
+_SPECS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""The spec each class :func:`load_environment` returned was loaded from."""
 
 
 def load_environment(spec: str) -> type:
@@ -52,7 +58,16 @@ def load_environment(spec: str) -> type:
         raise ConfigError(f"rollout.environment = {spec!r}: the class has no {' or '.join(missing)} method; "
                           "valid: a class with reset(**row) -> observation or None and "
                           "step(text) -> (observation, reward, done)")
+    try:
+        _SPECS[cls] = str(spec).strip()
+    except TypeError:  # a class that takes no weak reference: forked, not rebuilt
+        pass
     return cls
+
+
+def env_server(spec: str, role: str) -> EnvServer:
+    """A fresh worker's target: the environment class loaded again from ``spec``, behind an :class:`EnvServer`."""
+    return EnvServer(load_environment(spec), role)
 
 
 def _accepts_seed(method) -> bool:
@@ -132,14 +147,19 @@ class EnvironmentAgent:
     def _call(self, states: list, requests: list) -> list:
         """The servers' replies to ``requests`` (one per episode), all at once."""
         if self.isolation == "process":
-            return wait_all([self._boxes[i].submit(r) for i, r in zip(states, requests)], self.timeout_s)
+            return wait_all(submit_all([self._boxes[i] for i in states], requests), self.timeout_s)
         runner = CallRunner(lambda pair: pair[0](pair[1]), self.isolation)
         return runner.map(list(zip(states, requests)), self.timeout_s)
 
     def start(self, rows: list[dict], seeds: list[int]) -> list[Start]:
         if self.isolation == "process":
+            from ..sandbox import Rebuild
+
+            spec = _SPECS.get(self.cls)
             while len(self._boxes) < len(rows):
-                self._boxes.append(make_sandbox(EnvServer(self.cls, self.observation_role), self.limits))
+                target = (EnvServer(self.cls, self.observation_role) if spec is None
+                          else Rebuild(env_server, spec, self.observation_role))
+                self._boxes.append(make_sandbox(target, self.limits))
             states = list(range(len(rows)))
         else:
             states = [EnvServer(self.cls, self.observation_role) for _ in rows]

@@ -17,14 +17,50 @@ they are sent: a call still running when it is spent is cut, one not started yet
 both answered with an error and counted as ``time_budget``. The turns of all episodes are sent
 together, first calls first (every episode's first call, then every second call ...), so that
 one episode's many calls do not keep another's first one waiting.
+
+Arguments nested more than :data:`MAX_ARGUMENT_DEPTH` levels deep (a degenerate
+repetition of ``[[[[...``), or that cannot be pickled to a worker, make a malformed call too.
+
+Under ``process`` isolation, tools loaded from specs (``rollout.tools``) run in fresh workers that
+load them again (:func:`.tools.server_recipe`); tools given as Python objects, in forked ones.
 """
 
 from __future__ import annotations
 
+import pickle
+
 from .calls import CallResult, CallRunner, error_text
 from .messages import assistant_message, tool_message
 from .protocol import Reply, Start
-from .tools import MAX_CALLS, PARSE_ERROR, TIME_BUDGET, UNKNOWN_TOOL
+from .tools import MAX_CALLS, PARSE_ERROR, TIME_BUDGET, UNKNOWN_TOOL, server_recipe
+
+MAX_ARGUMENT_DEPTH = 100
+"""Deepest nesting of lists and objects a tool call's arguments may have."""
+
+
+def _depth(value, limit: int) -> int:
+    """How deeply ``value`` nests lists, tuples and dicts, counted up to ``limit + 1`` (iterative:
+    no recursion limit to hit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            deepest = max(deepest, level)
+            if level > limit:
+                return level
+            stack.extend((x, level + 1) for x in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def argument_problem(arguments) -> str | None:
+    """Why a call's arguments cannot be run (too deep, not picklable), or None."""
+    if _depth(arguments, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
+        return f"the tool call's arguments are nested more than {MAX_ARGUMENT_DEPTH} levels deep"
+    try:
+        pickle.dumps(arguments, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as err:  # noqa: BLE001 - RecursionError, an object a user parser made ...
+        return f"the tool call's arguments cannot be sent to the tool ({type(err).__name__})"
+    return None
 
 
 DEFAULT_MAX_CALLS = 8
@@ -49,7 +85,8 @@ class ToolAgent:
         self.template_kwargs: dict = {}
         self.id_style = "alnum9"  # call ids the parser does not read from the turn (see .messages)
         self.isolation = isolation
-        self.runner = CallRunner(self._run, isolation, workers=workers, limits=limits)
+        self.runner = CallRunner(self._run, isolation, workers=workers, limits=limits,
+                                 fresh_target=server_recipe(tools))
 
     def _run(self, request: tuple[str, dict]) -> str:
         """One call, ``(tool name, arguments)``: in the sandbox worker under process isolation."""
@@ -65,9 +102,14 @@ class ToolAgent:
         from .parsers import ParsedTurn
 
         try:
-            return self.parser(text)
+            turn = self.parser(text)
         except Exception as err:  # a user parser that fails: the turn is a malformed call
             return ParsedTurn(content=text, calls=[], errors=[f"the tool call could not be read: {error_text(err)}"])
+        problems = [argument_problem(call.arguments) for call in turn.calls]
+        if not any(problems):
+            return turn
+        return ParsedTurn(content=turn.content, calls=[c for c, p in zip(turn.calls, problems) if p is None],
+                          errors=list(turn.errors) + [p for p in problems if p is not None])
 
     def respond(self, states: list, texts: list[str], last: list[bool] | None = None) -> list[Reply]:
         """``last[i]``: episode ``i`` has used its last turn, so its calls are not run (their results

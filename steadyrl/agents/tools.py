@@ -57,11 +57,14 @@ class ToolArgumentError(SteadyRLError, ValueError):
 
 @dataclass(frozen=True)
 class Tool:
-    """A callable the policy may use, its name and its OpenAI-style function schema."""
+    """A callable the policy may use, its name and its OpenAI-style function schema; ``spec`` the
+    ``file.py:fn`` / ``module:fn`` it was loaded from (a fresh sandbox worker loads it again from
+    there; a tool without one is a Python object only, and its worker is forked from the trainer)."""
 
     name: str
     fn: Callable
     schema: dict
+    spec: str | None = None
 
 
 def _schema(fn, err) -> dict:
@@ -104,8 +107,38 @@ def load_tools(specs: list[str]) -> list[Tool]:
             raise err(f"a second tool named {name!r} (rollout.tools[{seen[name]}] has that name); "
                       "the model calls tools by name, so names must be unique")
         seen[name] = i
-        tools.append(Tool(name=name, fn=fn, schema=schema))
+        tools.append(Tool(name=name, fn=fn, schema=schema, spec=spec.strip()))
     return tools
+
+
+class ToolServer:
+    """A fresh worker's target: the tools loaded again from their specs, serving ``(name, arguments)``
+    calls with :func:`run_tool`. Built by :func:`tool_server` from ``(spec, name, schema)`` rows."""
+
+    def __init__(self, rows: list):
+        def err(what: str) -> ConfigError:
+            return ConfigError(f"a tool of the sandbox worker: {what}")
+
+        self.tools = {name: Tool(name, resolve_spec(spec, err), schema, spec) for spec, name, schema in rows}
+
+    def __call__(self, request) -> str:
+        name, arguments = request
+        return run_tool(self.tools[name], arguments)
+
+
+def tool_server(rows: list) -> ToolServer:
+    return ToolServer(rows)
+
+
+def server_recipe(tools: Iterable[Tool]):
+    """A :class:`~steadyrl.sandbox.Rebuild` of a :class:`ToolServer` for ``tools`` - what a fresh
+    worker needs to load them again - or None when one of them has no spec (it is forked)."""
+    from ..sandbox import Rebuild
+
+    tools = list(tools)
+    if any(t.spec is None for t in tools):
+        return None
+    return Rebuild(tool_server, [(t.spec, t.name, t.schema) for t in tools])
 
 
 def tools_by_name(tools: Iterable[Tool]) -> dict[str, Tool]:

@@ -137,7 +137,7 @@ def load_reward(spec: str, **options) -> RewardFn:
     except ValueError as err:
         raise RewardLoadError(str(err)) from None
     if spec in BUILTIN_REWARDS:
-        return _builtin(spec, options)
+        return _with_recipe(_builtin(spec, options), spec, options)
     if ":" not in spec:
         raise _unknown_name(spec)
     fn = resolve_spec(spec, functools.partial(_err, spec))
@@ -148,7 +148,26 @@ def load_reward(spec: str, **options) -> RewardFn:
     columns = _check_signature(spec, bound)
     # the columns it cannot run without, checked against the data before the run starts
     bound.reads_columns = tuple(getattr(fn, "reads_columns", columns))
-    return bound
+    return _with_recipe(bound, spec, options)
+
+
+RECIPE_ATTR = "steadyrl_recipe"
+"""The attribute :func:`load_reward` leaves on what it returns: ``(spec, options)`` with the options
+resolved, all a fresh worker needs to load the same function again (:func:`reload_reward`)."""
+
+
+def _with_recipe(fn, spec: str, options: dict):
+    try:
+        setattr(fn, RECIPE_ATTR, (spec, dict(options)))
+    except (AttributeError, TypeError):  # an object that takes no attributes: it is forked, not rebuilt
+        pass
+    return fn
+
+
+def reload_reward(spec: str, options: dict):
+    """In a fresh worker: the function :func:`load_reward` returned in the trainer for ``spec`` and
+    ``options`` (already resolved: no ``{env: NAME}`` is read here)."""
+    return load_reward(spec, **options)
 
 
 def absolute_file_spec(spec: str) -> str:

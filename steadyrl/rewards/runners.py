@@ -6,18 +6,21 @@ megabytes, start processes or signal its parent. Python cannot stop a running th
 three isolations, chosen per reward function:
 
 * ``"process"`` (the default on Linux): the function runs in a :class:`steadyrl.sandbox.Sandbox`,
-  a persistent worker forked from the trainer the first time it is scored. Each batch goes to it
+  a persistent worker started the first time it is scored. A function :func:`load_reward` made
+  (a config's reward) gets a *fresh* worker that loads it again from its spec and resolved
+  options (:func:`worker_target`): it holds no other reward's secrets nor anything else of the
+  trainer's memory. A function handed in as a Python object is inherited by a *forked* worker
+  (closures, lambdas: code the user trusts like the trainer itself). Each batch goes to it
   pickled; the scores come back as JSON (never unpickled by the trainer), read under the time
-  limit. On time-out the worker and everything it started are killed (SIGKILL) and a fresh one is
-  forked on the next call. The worker also dies with the trainer, keeps the function's output to
-  itself (its tail is quoted in failure messages), runs without the trainer's open files or its
-  credential-like environment variables, and under resource limits (``Limits``: memory, CPU
-  seconds, processes, file size). Why fork: the worker inherits the function as it is, closures,
-  lambdas and loaded modules included, and a fork costs page-table copies (about 10 ms for a small
-  process, ~0.1 s per few GB of resident memory; two forks: keeper and runner), paid once per
-  function and after each time-out, not per batch. Costs: state the function keeps lives in the
-  worker; a forked worker cannot use the trainer's CUDA context (a reward *model* on the GPU wants
-  ``"thread"`` or ``"inline"``); the columns must be picklable.
+  limit. On time-out the worker and everything it started are killed (SIGKILL; the function runs
+  in a pid namespace of its own, which ends with it) and a new one is started on the next call.
+  The worker also dies with the trainer, keeps the function's output to itself (its tail is quoted
+  in failure messages), runs without the trainer's open files or its credential-like environment
+  variables, and under resource limits (``Limits``: memory, CPU seconds, processes, file size).
+  Costs: a fresh worker's start (an interpreter and the function's imports, ~0.1-0.3 s) or a
+  fork's page-table copy, paid once per function and after each time-out, not per batch; state
+  the function keeps lives in the worker; a worker cannot use the trainer's CUDA context (a
+  reward *model* on the GPU wants ``"thread"`` or ``"inline"``); the columns must be picklable.
 * ``"thread"`` (the default where there is no ``fork``): the call runs in a daemon thread; on
   time-out its result is abandoned. A thread cannot be stopped: C code (sympy's big-integer
   arithmetic, a regex) runs on to its end, holding a core and its memory; the time-out message
@@ -41,6 +44,7 @@ import dataclasses
 import functools
 import math
 import os
+import pickle
 import sys
 import threading
 import time
@@ -49,7 +53,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import ConfigError
-from ..sandbox import Limits, Sandbox, SandboxUnavailable, output_note
+from ..sandbox import Limits, Rebuild, Sandbox, SandboxUnavailable, output_note
 
 __all__ = ["Isolation", "ISOLATIONS", "Outcome", "call_reward", "default_isolation", "make_runner",
            "score_chunks", "DEFAULT_CHUNK_SIZE"]
@@ -269,11 +273,38 @@ def _serve_batch(fn, request):
             pass
 
 
+def _reward_server(spec: str, options: dict):
+    """A fresh worker's target: the reward ``spec`` loaded again, planned, serving batches."""
+    from .calling import PlannedReward
+    from .loader import reload_reward
+
+    return functools.partial(_serve_batch, PlannedReward.of(reload_reward(spec, options)))
+
+
+def worker_target(fn):
+    """The sandbox target for ``fn`` (a :class:`~steadyrl.rewards.calling.PlannedReward` or a plain
+    function): a :class:`Rebuild` - a fresh worker that loads the function again from its spec -
+    when :func:`~steadyrl.rewards.loader.load_reward` made it; else ``fn`` itself, forked (a
+    callable handed in as a Python object exists only in the trainer's memory; one that places a
+    model on the trainer's device is forked too, as it was placed)."""
+    from .loader import RECIPE_ATTR
+
+    recipe = getattr(getattr(fn, "fn", fn), RECIPE_ATTR, None)
+    if recipe is None or hasattr(getattr(fn, "fn", fn), "use_device"):
+        return functools.partial(_serve_batch, fn)
+    target = Rebuild(_reward_server, *recipe)
+    try:
+        pickle.dumps(target, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - an option that is a Python object (a tokenizer): forked
+        return functools.partial(_serve_batch, fn)
+    return target
+
+
 class ProcessRunner:
     def __init__(self, fn, chunk_size: int | None = DEFAULT_CHUNK_SIZE, limits: Limits | None = None,
                  env_passthrough=()):
         self.fn, self.chunk_size = fn, chunk_size
-        self.box = Sandbox(functools.partial(_serve_batch, fn), limits=limits, env_passthrough=env_passthrough)
+        self.box = Sandbox(worker_target(fn), limits=limits, env_passthrough=env_passthrough)
 
     def start(self, prompts, completions, columns):
         try:

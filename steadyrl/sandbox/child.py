@@ -1,27 +1,36 @@
-"""The two processes of a sandbox: the *keeper* and, below it, the *runner*.
+"""The processes of a sandbox: the *keeper*, the *init* and, below it, the *runner*.
 
 ::
 
-    trainer ──fork──> keeper (own session, child subreaper, dies with the trainer)
-                        └──fork──> runner (runs target(request); stdout/stderr -> a pipe the keeper drains)
+    trainer ──fork, or exec of ``python -m steadyrl.sandbox.worker``──> keeper
+      (own session, child subreaper, dies with the trainer; outside the sandbox's pid namespace)
+        └──fork──> init (process 1 of a new pid namespace, own /proc; see :mod:`.nsinit`)
+                     └──fork──> runner (runs target(request); stdout/stderr -> a pipe the keeper drains)
 
-The runner talks to the trainer directly over a socket pair (requests in, JSON frames out).
-Its parent is the keeper, not the trainer: ``os.kill(os.getppid(), SIGKILL)`` in the user's code
-kills the keeper - the call fails - and the trainer lives on.
+The runner talks to the trainer directly over a socket pair (requests in, JSON frames out). Its
+parent is the init, never the trainer, and neither the keeper nor the trainer exists in its pid
+namespace: the user's code cannot signal them, and ``SIGSTOP`` / ``SIGKILL`` to its parent (the
+init) are dropped by the kernel. Where the kernel gives no pid namespace the init is a plain
+process and those guarantees are lost (``Sandbox.isolation`` says which).
 
-Keeper, once forked: ``gc.freeze()`` (a collection would write to every inherited object and
-un-share the trainer's memory pages); a new session (``setsid``); parent-death signal SIGUSR1 (``prctl``
-``PR_SET_PDEATHSIG``) plus a check of its parent pid every 0.1 s, so it notices the trainer's
-death either way and then kills the sandbox before exiting; child subreaper, so orphans of the
-user's code come back to it; every inherited file descriptor above 2 (the trainer's metrics
-file, checkpoints, other workers' sockets) replaced by ``/dev/null``; credentials removed from
-the environment and the sandbox's tag added. Then it forks the runner and loops: drain the
-runner's output into a bounded tail, reap children, count the sandbox's processes. When the
-runner ends, or there are too many processes, or the trainer is gone, it kills every member of the
-sandbox, notes why in the shared status area and exits.
+A *fresh* keeper (the trainer passed a :class:`~steadyrl.sandbox.Rebuild`) is a new interpreter:
+it receives the pickled recipe of its target and the runner rebuilds the target from it, so the
+worker holds nothing of the trainer's memory (no other reward's API key). A *forked* keeper is a
+copy of the trainer and its target is inherited as it is (closures, open models).
 
-Runner: parent-death signal SIGKILL (it dies with the keeper), stdout/stderr onto the keeper's
-pipe, stdin ``/dev/null``, resource limits, then it serves requests until end-of-file.
+Keeper: ``gc.freeze()`` (a forked keeper: a collection would write to every inherited object and
+un-share the trainer's memory pages); a new session (``setsid``); parent-death signal SIGUSR1
+(``prctl`` ``PR_SET_PDEATHSIG``) plus a check of its parent pid every 0.1 s, so it notices the
+trainer's death either way and then kills the sandbox before exiting; child subreaper; every
+inherited file descriptor above 2 replaced by ``/dev/null``; credentials removed from the
+environment and the sandbox's tag added. Then it forks the init and loops: drain the runner's
+output into a bounded tail, reap children, count the sandbox's processes. When the init ends
+(because the runner did), or there are too many processes, or the trainer is gone, it kills
+every member of the sandbox, notes why in the shared status area and exits.
+
+Runner: parent-death signal SIGKILL (it dies with the init), stdout/stderr onto the keeper's
+pipe, stdin ``/dev/null``, its target rebuilt (fresh), resource limits, then it serves requests
+until end-of-file.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import fcntl
 import gc
 import mmap
 import os
+import pickle
 import select
 import signal
 import socket
@@ -40,9 +50,9 @@ import time
 import traceback
 import types
 
-from . import procs
+from . import nsinit, procs
 from .frames import encode_reply, recv_request, send_frame
-from .limits import Limits, apply_limits, arm_cpu_limit, scrub_environment
+from .limits import Limits, apply_limits, arm_cpu_limit, scrub_environment, user_tasks
 
 __all__ = ["Shared", "keeper_main", "describe_status"]
 
@@ -52,48 +62,76 @@ FULL_SCAN_S = 2.0
 
 
 class Shared:
-    """A small anonymous shared mapping (made before the fork) the keeper writes and the trainer
-    reads: a status line and the tail of the runner's output (``total bytes, tail length, status
-    length | status | tail``). Reading it needs no protocol: it is there even after a crash."""
+    """A small shared mapping (a ``memfd``, made before the keeper starts) the keeper writes and
+    the trainer reads: a status line, what isolation the sandbox got, and the tail of the runner's
+    output (``total bytes, tail length, status length, isolation length | status | isolation |
+    tail``). Reading it needs no protocol: it is there even after a crash."""
 
-    HEAD = struct.Struct("<QII")
+    HEAD = struct.Struct("<QIII")
     STATUS_BYTES = 512
+    ISOLATION_BYTES = 64
 
-    def __init__(self, tail_bytes: int):
+    def __init__(self, tail_bytes: int, fd: int | None = None):
         self.cap = tail_bytes
-        self.map = mmap.mmap(-1, self.HEAD.size + self.STATUS_BYTES + tail_bytes)
+        size = self.HEAD.size + self.STATUS_BYTES + self.ISOLATION_BYTES + tail_bytes
+        self.fd = fd
+        if fd is None:
+            self.fd = os.memfd_create("steadyrl-sandbox") if hasattr(os, "memfd_create") else None
+            if self.fd is not None:
+                os.ftruncate(self.fd, size)
+        self.map = mmap.mmap(-1 if self.fd is None else self.fd, size)
         self.tail = bytearray()
         self.total = 0
+
+    def close_fd(self) -> None:
+        """The mapping stays; the descriptor goes (once the keeper has it)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     def add_output(self, data: bytes) -> None:
         self.total += len(data)
         self.tail += data
         if len(self.tail) > self.cap:
             del self.tail[: len(self.tail) - self.cap]
-        start = self.HEAD.size + self.STATUS_BYTES
+        start = self.HEAD.size + self.STATUS_BYTES + self.ISOLATION_BYTES
         self.map[start:start + len(self.tail)] = self.tail
-        self._head(tail_len=len(self.tail))
+        self._head(2, len(self.tail), total=self.total)
 
     def set_status(self, text: str) -> None:
-        data = text.encode("utf-8", "replace")[: self.STATUS_BYTES]
-        self.map[self.HEAD.size:self.HEAD.size + len(data)] = data
-        self._head(status_len=len(data))
+        self._text(self.HEAD.size, self.STATUS_BYTES, 3, text)
 
-    def _head(self, tail_len: int | None = None, status_len: int | None = None) -> None:
-        total, old_tail, old_status = self.HEAD.unpack_from(self.map)
-        self.HEAD.pack_into(self.map, 0, self.total, old_tail if tail_len is None else tail_len,
-                            old_status if status_len is None else status_len)
+    def set_isolation(self, text: str) -> None:
+        self._text(self.HEAD.size + self.STATUS_BYTES, self.ISOLATION_BYTES, 4, text)
+
+    def _text(self, start: int, cap: int, field: int, text: str) -> None:
+        data = text.encode("utf-8", "replace")[:cap]
+        self.map[start:start + len(data)] = data
+        self._head(field, len(data))
+
+    def _head(self, field: int, value: int, total: int | None = None) -> None:
+        head = list(self.HEAD.unpack_from(self.map))
+        head[field - 1] = value
+        if total is not None:
+            head[0] = total
+        self.HEAD.pack_into(self.map, 0, *head)
 
     def read(self) -> tuple[int, str, str]:
         """``(total output bytes, output tail, status)`` as the keeper last wrote them."""
-        total, tail_len, status_len = self.HEAD.unpack_from(self.map)
+        total, tail_len, status_len, _ = self.HEAD.unpack_from(self.map)
         tail_len, status_len = min(tail_len, self.cap), min(status_len, self.STATUS_BYTES)
         status = bytes(self.map[self.HEAD.size:self.HEAD.size + status_len]).decode("utf-8", "replace")
-        start = self.HEAD.size + self.STATUS_BYTES
+        start = self.HEAD.size + self.STATUS_BYTES + self.ISOLATION_BYTES
         tail = bytes(self.map[start:start + tail_len]).decode("utf-8", "replace")
         return total, tail, status
 
+    def isolation(self) -> str:
+        size = min(self.HEAD.unpack_from(self.map)[3], self.ISOLATION_BYTES)
+        start = self.HEAD.size + self.STATUS_BYTES
+        return bytes(self.map[start:start + size]).decode("utf-8", "replace")
+
     def close(self) -> None:
+        self.close_fd()
         self.map.close()
 
 
@@ -144,13 +182,17 @@ def _sweep_fds(keep: set[int]) -> None:
 
 
 def keeper_main(target, sock: socket.socket, shared: Shared, limits: Limits, passthrough, tag: str,
-                trainer: int) -> None:
-    """The keeper's whole life (never returns)."""
+                trainer: int, recipe: dict | None = None) -> None:
+    """The keeper's whole life (never returns). ``target`` is the forked keeper's inherited target;
+    a fresh keeper gets ``recipe`` instead (``{"target": pickled Rebuild, "sys_path": [...]}``)."""
     try:
         gc.freeze()  # the trainer's objects: never scanned here, so their pages stay shared
-        os.setsid()
+        try:
+            os.setsid()
+        except OSError:  # a fresh keeper was started in a session of its own
+            pass
         _reset_signals()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # waitpid must see the runner's exit status
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # waitpid must see the init's exit status
         stop = []
         signal.signal(signal.SIGUSR1, lambda *_: stop.append("the trainer died"))
         procs.prctl(procs.PR_SET_PDEATHSIG, signal.SIGUSR1)
@@ -163,14 +205,21 @@ def keeper_main(target, sock: socket.socket, shared: Shared, limits: Limits, pas
         out_r, out_w = os.pipe()  # above 2: the sweep filled 0-2 with /dev/null
         scrub_environment(passthrough)
         os.environ[procs.TAG_VAR] = tag
-        keeper = os.getpid()
-        runner = os.fork()
-        if runner == 0:
-            _runner_main(target, sock, out_r, out_w, shared, limits, keeper)
+        tasks = user_tasks() if limits.processes is not None else 0  # the whole machine's, not the namespace's
+        namespace = nsinit.new_pid_namespace()
+        init = os.fork()
+        if init == 0:
+            def start_runner(parent: int, own_proc: bool) -> None:
+                shared.set_isolation(("fresh" if recipe else "forked") + (f",{namespace}" if namespace else "")
+                                     + (",proc" if own_proc else ""))
+                _runner_main(target, recipe, sock, out_r, out_w, shared, limits, parent, tasks)
+
+            nsinit.init_main(start_runner, lambda status: shared.set_status(describe_status(status)),
+                             namespace, (out_r, out_w, sock.fileno()))
         os.close(out_w)
         sock.close()
-        reason = _keep(runner, out_r, shared, limits, trainer, stop)
-        procs.kill_all(keeper, tag, with_keeper=False)
+        reason = _keep(init, out_r, shared, limits, trainer, stop)
+        procs.kill_all(os.getpid(), tag, with_keeper=False)
         _drain(out_r, shared)
         shared.set_status(reason)
     except BaseException as err:  # noqa: BLE001 - say why, then leave without running the trainer's code
@@ -195,8 +244,9 @@ def _drain(fd: int, shared: Shared) -> bool:
         shared.add_output(data)
 
 
-def _keep(runner: int, out_r: int, shared: Shared, limits: Limits, trainer: int, stop: list) -> str:
-    """The keeper's loop; returns why it ended."""
+def _keep(init: int, out_r: int, shared: Shared, limits: Limits, trainer: int, stop: list) -> str:
+    """The keeper's loop; returns why it ended (the init's report of the runner's end, when it
+    made one)."""
     os.set_blocking(out_r, False)
     keeper, open_, next_count, next_full, last_fork = os.getpid(), True, 0.0, 0.0, None
     poll = select.poll()
@@ -215,8 +265,9 @@ def _keep(runner: int, out_r: int, shared: Shared, limits: Limits, trainer: int,
                 pid = 0
             if pid == 0:
                 break
-            if pid == runner:
-                return describe_status(status)
+            if pid == init:
+                _drain(out_r, shared)
+                return shared.read()[2] or f"its init process ended ({describe_status(status)})"
         now = time.monotonic()
         if limits.processes is not None and now >= next_count:
             next_count = now + COUNT_EVERY_S
@@ -238,11 +289,31 @@ def _last_pid() -> str | None:
         return None
 
 
-def _runner_main(target, sock, out_r, out_w, shared: Shared, limits: Limits, keeper: int) -> None:
+class _Unbuilt:
+    """The target of a fresh worker whose recipe could not be rebuilt: every call says why."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __call__(self, request):
+        raise RuntimeError(f"the worker could not rebuild its target from its recipe:\n{self.why}")
+
+
+def _rebuild(recipe: dict):
+    """A fresh runner's target, from the trainer's recipe (its sys.path first: the same modules)."""
+    sys.path[:] = list(recipe.get("sys_path") or sys.path)
+    try:
+        return pickle.loads(recipe["target"])
+    except BaseException:  # noqa: BLE001 - said at every call
+        return _Unbuilt(traceback.format_exc(limit=-8))
+
+
+def _runner_main(target, recipe, sock, out_r, out_w, shared: Shared, limits: Limits, parent: int,
+                 tasks: int) -> None:
     code = 1
     try:
         procs.prctl(procs.PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != keeper:
+        if os.getppid() != parent:
             os._exit(1)
         signal.signal(signal.SIGUSR1, signal.SIG_DFL)  # the keeper's handler is not the user's
         null = os.open(os.devnull, os.O_RDONLY)
@@ -254,7 +325,9 @@ def _runner_main(target, sock, out_r, out_w, shared: Shared, limits: Limits, kee
         shared.close()
         sys.stdout = open(1, "w", buffering=1, closefd=False, errors="replace")
         sys.stderr = open(2, "w", buffering=1, closefd=False, errors="replace")
-        apply_limits(limits)
+        if recipe is not None:
+            target = _rebuild(recipe)  # before the limits: building (imports, models) is not a call
+        apply_limits(limits, tasks)
         _serve(target, sock, limits)
         code = 0
     except BaseException:  # noqa: BLE001

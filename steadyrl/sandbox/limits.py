@@ -3,8 +3,9 @@
 ``Limits`` (every field ``None`` = no limit of that kind):
 
 * ``memory_mb`` (default 4096): address space the runner may *add*: ``RLIMIT_AS`` is set to the
-  runner's virtual size when it starts (``VmSize``, which for a trainer holding a torch model is
-  already many GB of mappings) plus ``memory_mb``. A ``MemoryError`` in the user's code, not the
+  runner's virtual size once its target is ready (``VmSize``: for a forked trainer holding a torch
+  model already many GB of mappings; for a fresh worker, after the target was rebuilt) plus
+  ``memory_mb``. A ``MemoryError`` in the user's code, not the
   machine's OOM killer. Programs it starts with ``exec`` inherit the same absolute limit.
 * ``cpu_s`` (default 600): CPU seconds one call may use (``RLIMIT_CPU``, re-armed before every
   call as the runner's CPU time so far plus ``cpu_s``; past it the kernel kills the runner with
@@ -26,8 +27,10 @@
   only, and shown in failure messages; nothing reaches the trainer's own output.
 
 Environment: names that look like credentials are removed from the runner's environment (and from
-the copy the kernel shows in ``/proc/<pid>/environ``): see :data:`SECRET_PATTERNS`; names (or
-``fnmatch`` patterns) in ``env_passthrough`` are kept.
+the copy the kernel shows in ``/proc/<pid>/environ``): see :data:`SECRET_PATTERNS`, and every name
+:func:`hide_env_name` was given (each ``{env: NAME}`` option the trainer resolved, whatever it is
+called); names (or ``fnmatch`` patterns) in ``env_passthrough`` are kept. A fresh worker is
+started with that environment (:func:`worker_environment`), so its initial block never held them.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ import os
 import resource
 from dataclasses import dataclass
 
-__all__ = ["Limits", "SECRET_PATTERNS", "secret_names", "scrub_environment", "apply_limits", "arm_cpu_limit"]
+__all__ = ["Limits", "SECRET_PATTERNS", "secret_names", "scrub_environment", "apply_limits", "arm_cpu_limit",
+           "hide_env_name", "user_tasks", "worker_environment"]
 
 SECRET_PATTERNS: tuple[str, ...] = (
     "*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*", "AWS_*",
@@ -48,6 +52,15 @@ SECRET_PATTERNS: tuple[str, ...] = (
 OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, ... ."""
 
 MB = 1024 * 1024
+
+_HIDDEN: set[str] = set()
+"""Names whose values the trainer read as secrets (``{env: NAME}`` options, :mod:`steadyrl.secrets`):
+removed from every sandbox whatever they are called."""
+
+
+def hide_env_name(name: str) -> None:
+    """Keep the variable ``name`` out of every sandbox started from now on (unless passed through)."""
+    _HIDDEN.add(name)
 
 
 @dataclass(frozen=True)
@@ -76,7 +89,15 @@ def secret_names(environ, passthrough=()) -> list[str]:
         return any(fnmatch.fnmatchcase(name, p) for p in passthrough)
 
     return [n for n in environ
-            if any(fnmatch.fnmatchcase(n.upper(), p) for p in SECRET_PATTERNS) and not keep(n)]
+            if (n in _HIDDEN or any(fnmatch.fnmatchcase(n.upper(), p) for p in SECRET_PATTERNS)) and not keep(n)]
+
+
+def worker_environment(passthrough=(), extra: dict | None = None) -> dict:
+    """The environment a fresh worker is started with: this process's, credentials removed."""
+    env = dict(os.environ)
+    for name in secret_names(env, passthrough):
+        del env[name]
+    return {**env, **(extra or {})}
 
 
 def _blank_initial_block(names: list[str]) -> None:
@@ -118,7 +139,8 @@ def _vm_size() -> int:
     return 0
 
 
-def _user_tasks() -> int:
+def user_tasks() -> int:
+    """Processes and threads of this user on the machine (``RLIMIT_NPROC`` counts them all)."""
     uid, count = os.getuid(), 0
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -141,12 +163,13 @@ def _set(kind: int, value: int) -> None:
         pass
 
 
-def apply_limits(limits: Limits) -> None:
-    """In the runner, once: address space, processes, file size."""
+def apply_limits(limits: Limits, tasks: int | None = None) -> None:
+    """In the runner, once: address space, processes (``tasks``: :func:`user_tasks` counted before
+    the sandbox's pid namespace hid the rest of the machine), file size."""
     if limits.memory_mb is not None:
         _set(resource.RLIMIT_AS, _vm_size() + limits.memory_mb * MB)
     if limits.processes is not None:
-        _set(resource.RLIMIT_NPROC, _user_tasks() + limits.processes)
+        _set(resource.RLIMIT_NPROC, (user_tasks() if tasks is None else tasks) + limits.processes)
     if limits.file_size_mb is not None:
         _set(resource.RLIMIT_FSIZE, limits.file_size_mb * MB)
 

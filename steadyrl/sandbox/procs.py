@@ -1,8 +1,12 @@
 """Finding and killing every process a sandbox started, from ``/proc`` (Linux).
 
-A sandbox is a *keeper* process (forked from the trainer; its own session, so its pid is also
-its session and process-group id) and below it a *runner* that runs the user's code. A process
-started by the user's code belongs to the sandbox when any of these holds:
+A sandbox is a *keeper* process (forked or exec'd from the trainer; its own session, so its pid is
+also its session and process-group id), below it an *init* (process 1 of the sandbox's own pid
+namespace, :mod:`.nsinit`) and below that a *runner* that runs the user's code. With the pid
+namespace, killing the init kills every process the user's code started - the kernel's rule, and
+no process can leave a pid namespace; the rules below are what finds them all the same (and all
+there is where the kernel gave no namespace). A process started by the user's code belongs to the
+sandbox when any of these holds:
 
 * it descends from the keeper (parent links in ``/proc/<pid>/stat``). The keeper is a *child
   subreaper* (``PR_SET_CHILD_SUBREAPER``), so a process whose parent died - a double fork, a
@@ -12,10 +16,11 @@ started by the user's code belongs to the sandbox when any of these holds:
   with ``exec`` from inside the sandbox carries it, even one that left the session and whose
   ancestors are dead.
 
-What is *not* found: a process that left the session (``setsid``) and never called ``exec``
-(or cleared its environment), once its chain of parents up to the keeper is broken because the
-keeper itself was killed first (only the user's code can do that: the sandbox kills from the
-leaves up). Such a process still has the limits it inherited (CPU seconds, memory).
+What is *not* found, without a pid namespace only: a process that left the session (``setsid``)
+and never called ``exec`` (or cleared its environment), once its chain of parents up to the keeper
+is broken because the keeper itself was killed first (only the user's code can do that, and only
+without the namespace: inside it the keeper does not exist). Such a process still has the limits
+it inherited (CPU seconds, memory).
 
 :func:`kill_all` kills round after round until two scans in a row find nothing (a process that
 forks while it is being killed is caught by the next round), for at most ``budget_s``.

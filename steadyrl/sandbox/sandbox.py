@@ -1,8 +1,11 @@
-"""``Sandbox``: the trainer's handle on one persistent worker (a keeper and its runner).
+"""``Sandbox``: the trainer's handle on one persistent worker (a keeper, an init and a runner).
 
-The worker is forked on the first call and kept: state the target keeps between calls lives
-there. A time-out, a broken reply or a dead runner kills the whole sandbox (every member, see
-:mod:`steadyrl.sandbox.procs`); the next call forks a fresh one from the trainer as it is then.
+The worker is started on the first call and kept: state the target keeps between calls lives
+there. A target given as a :class:`Rebuild` gets a *fresh* worker (a new interpreter, exec'd,
+that rebuilds the target from its recipe and holds nothing else of the trainer's); any other
+callable a *forked* one (a copy of the trainer, target inherited as it is: for trusted code).
+A time-out, a broken reply or a dead runner kills the whole sandbox (every member, see
+:mod:`steadyrl.sandbox.procs`); the next call starts a new one.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import os
 import pickle
 import secrets
 import socket
+import subprocess
 import sys
 import time
 import warnings
@@ -21,9 +25,41 @@ from typing import Literal
 from . import procs
 from .child import Shared, describe_status, keeper_main
 from .frames import MAX_FRAME_BYTES, FrameError, FrameReader, deadline_after, send_frame
-from .limits import Limits
+from .limits import Limits, worker_environment
 
-__all__ = ["Sandbox", "Call", "Reply", "SandboxUnavailable", "output_note"]
+__all__ = ["Sandbox", "Call", "Rebuild", "Reply", "SandboxUnavailable", "output_note"]
+
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+"""The folder holding the ``steadyrl`` package this process runs: a fresh worker imports the same one."""
+
+
+def _build(factory, args: tuple, kwargs: dict):
+    return factory(*args, **kwargs)
+
+
+class Rebuild:
+    """A sandbox target given by the recipe that makes it: ``Rebuild(factory, *args, **kwargs)``.
+
+    ``Sandbox(Rebuild(...))`` starts a *fresh* worker - a new interpreter, not a fork of the
+    trainer - and calls ``factory(*args, **kwargs)`` there once; what it returns is the target.
+    ``factory`` must be importable by name (a module-level function or class), ``args`` and
+    ``kwargs`` picklable: they are all the worker receives of the trainer, so a secret the target
+    needs (its own API key) goes in them and nothing else does. In the trainer (thread and inline
+    isolation) calling a ``Rebuild`` builds the target once and calls it."""
+
+    def __init__(self, factory, *args, **kwargs):
+        if not callable(factory):
+            raise TypeError(f"Rebuild: factory must be callable, got {type(factory).__name__}")
+        self.factory, self.args, self.kwargs = factory, args, kwargs
+        self._built = None
+
+    def __reduce__(self):
+        return _build, (self.factory, self.args, self.kwargs)
+
+    def __call__(self, request):
+        if self._built is None:
+            self._built = _build(self.factory, self.args, self.kwargs)
+        return self._built(request)
 
 REAP_GRACE_S = 1.0
 """How long ``close`` lets an idle worker exit on its own, and a failed call waits for the keeper's
@@ -76,28 +112,53 @@ class Reply:
 
 
 class _Proc:
-    """The trainer's side of one forked worker."""
+    """The trainer's side of one worker: its keeper, forked (``recipe`` None) or exec'd fresh."""
 
-    def __init__(self, target, limits: Limits, passthrough, max_frame: int):
+    def __init__(self, target, limits: Limits, passthrough, max_frame: int, recipe: bytes | None = None):
         self.tag = f"{os.getpid()}-{secrets.token_hex(8)}"
         self.shared = Shared(limits.output_kib * 1024)
+        self.popen = None
         mine, theirs = socket.socketpair()
+        try:
+            if recipe is None:
+                pid = self._fork(target, theirs, limits, passthrough)
+            else:
+                pid = self._exec(recipe, mine, theirs, limits, passthrough)
+        except (OSError, subprocess.SubprocessError):
+            mine.close(), theirs.close(), self.shared.close()
+            if self.popen is not None:
+                self.popen.kill()
+                self.popen.wait()
+            raise
+        theirs.close()
+        self.shared.close_fd()
+        self.pid, self.sock, self.reaped = pid, mine, None
+        self.reader = FrameReader(mine, max_frame)
+
+    def _fork(self, target, theirs, limits: Limits, passthrough) -> int:
         _flush_std_streams()  # else buffered output would be written twice
         with warnings.catch_warnings():
             # Python >= 3.12 warns on fork in a multi-threaded process: the child runs only the
             # target, and a lock left held by another thread ends in a time-out, not a hang.
             warnings.simplefilter("ignore", DeprecationWarning)
-            try:
-                pid = os.fork()
-            except OSError:
-                mine.close(), theirs.close(), self.shared.close()
-                raise
+            pid = os.fork()
         if pid == 0:
-            mine.close()
             keeper_main(target, theirs, self.shared, limits, tuple(passthrough), self.tag, os.getppid())
-        theirs.close()
-        self.pid, self.sock, self.reaped = pid, mine, None
-        self.reader = FrameReader(mine, max_frame)
+        return pid
+
+    def _exec(self, recipe: bytes, mine, theirs, limits: Limits, passthrough) -> int:
+        if not sys.executable or self.shared.fd is None:
+            raise OSError("no Python executable or no memfd_create here to start a fresh worker with")
+        path = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+        fds = (theirs.fileno(), self.shared.fd)
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "steadyrl.sandbox.worker", *map(str, fds), str(os.getpid())],
+            pass_fds=fds, env=worker_environment(passthrough, {"PYTHONPATH": path}), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        boot = {"target": recipe, "limits": limits, "passthrough": tuple(passthrough), "tag": self.tag,
+                "sys_path": list(sys.path)}
+        send_frame(mine, pickle.dumps(boot, protocol=pickle.HIGHEST_PROTOCOL))
+        return self.popen.pid
 
     def wait_keeper(self, timeout_s: float) -> str | None:
         """The keeper's exit status, waiting up to ``timeout_s``; ``None`` if still running."""
@@ -107,9 +168,13 @@ class _Proc:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:
                 self.reaped = "exit status unknown"
+                if self.popen is not None:
+                    self.popen.returncode = -1
                 break
             if pid:
                 self.reaped = describe_status(status)
+                if self.popen is not None:  # reaped here: the Popen object must not wait for it
+                    self.popen.returncode = os.waitstatus_to_exitcode(status)
                 break
             if time.monotonic() >= deadline:
                 return None
@@ -161,12 +226,15 @@ def _close_slot(slot: list) -> None:
 class Sandbox:
     """Runs ``target(request)`` in a persistent, contained worker process (Linux; needs ``fork``).
 
-    ``target`` is inherited by the fork as it is (closures, loaded modules, open models: nothing
-    about it is pickled); each ``request`` is pickled to the worker; the reply is JSON. A target
-    may ``return`` one JSON-able value or be a generator that ``yield``\\ s several (each sent as
-    it is made, so a time-out keeps the parts already sent).
+    A :class:`Rebuild` target gets a *fresh* worker (exec'd; the target is rebuilt there from its
+    recipe: for anything that runs model-written code or that must not see the trainer's memory).
+    Any other callable gets a *forked* worker, which inherits it as it is (closures, loaded
+    modules, open models: nothing about it is pickled) together with a copy of everything else in
+    the trainer's memory: for trusted code only. Each ``request`` is pickled to the worker; the
+    reply is JSON. A target may ``return`` one JSON-able value or be a generator that
+    ``yield``\\ s several (each sent as it is made, so a time-out keeps the parts already sent).
 
-    The worker is forked by the thread that makes the first call (and the first after a failure)
+    The worker is started by the thread that makes the first call (and the first after a failure)
     and dies when *that thread* ends (``PR_SET_PDEATHSIG`` follows the forking thread): call from
     a thread that lives as long as the sandbox is used, such as the main thread. One call at a
     time: a ``submit`` while the previous call's reply is unread kills the worker and starts anew.
@@ -180,6 +248,8 @@ class Sandbox:
             raise SandboxUnavailable("a sandbox needs Linux (fork, /proc, prctl)")
         self.target, self.limits = target, limits or Limits()
         self.env_passthrough, self.max_reply_bytes = tuple(env_passthrough), max_reply_bytes
+        self.fresh = isinstance(target, Rebuild)
+        self._recipe = pickle.dumps(target, protocol=pickle.HIGHEST_PROTOCOL) if self.fresh else None
         self._slot: list[_Proc | None] = [None]  # shared with the finalizer that closes the worker
         weakref.finalize(self, _close_slot, self._slot)
         self._busy = False
@@ -188,6 +258,13 @@ class Sandbox:
     def pid(self) -> int | None:
         """The keeper's pid while a worker is running (its session and process-group id too)."""
         return None if self._slot[0] is None else self._slot[0].pid
+
+    @property
+    def isolation(self) -> str | None:
+        """What the running worker got, comma-separated: ``fresh`` or ``forked``; ``pid`` (or
+        ``user+pid``) when it has its own pid namespace; ``proc`` when its ``/proc`` is its own.
+        ``None`` before the first call; ``""`` while the runner is starting."""
+        return None if self._slot[0] is None else self._slot[0].shared.isolation()
 
     @property
     def tag(self) -> str | None:
@@ -204,7 +281,8 @@ class Sandbox:
         for _ in range(2):
             if self._slot[0] is None:
                 try:
-                    self._slot[0] = _Proc(self.target, self.limits, self.env_passthrough, self.max_reply_bytes)
+                    self._slot[0] = _Proc(self.target, self.limits, self.env_passthrough, self.max_reply_bytes,
+                                          self._recipe)
                 except OSError as err:
                     raise SandboxUnavailable(f"cannot start a worker process: {err}") from err
             try:

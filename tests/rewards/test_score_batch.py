@@ -279,12 +279,20 @@ def test_gsm8k_records_scored_by_the_math_verifier(tmp_path):
     assert result.valid.all()
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] == "Z"  # a zombie waiting for init is dead
-    except FileNotFoundError:
-        return True
+def _gone(tag: str) -> bool:
+    """No live process carries ``STEADYRL_SANDBOX=<tag>`` (a process of the sandbox knows only its
+    pid in the sandbox's own pid namespace, so it is found by the sandbox's tag)."""
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if f"STEADYRL_SANDBOX={tag}\0".encode() not in f.read():
+                    continue
+            with open(f"/proc/{name}/stat") as f:
+                if f.read().split(")")[-1].split()[0] != "Z":  # a zombie waiting for init is dead
+                    return False
+        except OSError:
+            continue
+    return True
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

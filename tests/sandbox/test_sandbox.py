@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from steadyrl.sandbox import Limits, Sandbox
+from .conftest import NOTE_SOURCE
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -139,7 +140,7 @@ from steadyrl.sandbox import Sandbox
 folder = Path(sys.argv[1])
 
 def note():
-    (folder / str(os.getpid())).write_text(os.environ.get("STEADYRL_SANDBOX", ""))
+    _note(folder)
 
 def spawns(request):
     note()
@@ -166,7 +167,7 @@ os.kill(os.getpid(), signal.SIGKILL)  # the trainer dies without cleaning up
 
 def test_nothing_survives_the_trainers_death(tmp_path, watch):
     script = tmp_path / "trainer.py"
-    script.write_text(textwrap.dedent(TRAINER))
+    script.write_text(NOTE_SOURCE.replace("def note(", "def _note(") + textwrap.dedent(TRAINER))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, str(script), str(watch.folder)], env=env, capture_output=True,
                          text=True, timeout=60)
