@@ -30,17 +30,17 @@ def config(tmp_path, **rollout):
     return SimpleNamespace(rollout=ro, data=SimpleNamespace(chat_template_kwargs={}))
 
 
-@pytest.mark.parametrize("make, needed", [(qwen25, 53), (llama31, 27)])  # what one empty tool result takes
-def test_max_observation_tokens_below_the_templates_own_tokens_is_refused(tmp_path, make, needed):
-    tok = make()
+@pytest.mark.parametrize("make, needed, parser", [(qwen25, 53, "hermes"), (llama31, 27, "llama3_json")])
+def test_max_observation_tokens_below_the_templates_own_tokens_is_refused(tmp_path, make, needed, parser):
+    tok = make()  # needed: what one empty tool result takes; parser: the one the template teaches
     for limit in (1, needed):
         with pytest.raises(ConfigError) as err:
-            build_agent(config(tmp_path, max_observation_tokens=limit), tok)
+            build_agent(config(tmp_path, max_observation_tokens=limit, tool_parser=parser), tok)
         message = str(err.value)
         assert message.startswith(f"rollout.max_observation_tokens = {limit}:")
         assert f"needs {needed} tokens" in message and f"at least {needed + 1}" in message
         assert "\n" not in message
-    agent = build_agent(config(tmp_path, max_observation_tokens=needed + 1), tok)
+    agent = build_agent(config(tmp_path, max_observation_tokens=needed + 1, tool_parser=parser), tok)
     agent.shutdown()
 
 
@@ -56,3 +56,9 @@ def test_environment_observations_are_checked_in_their_own_role(tmp_path, monkey
     with pytest.raises(ConfigError, match="needs 20 tokens to wrap one empty 'user' message"):
         build_agent(config(tmp_path, environment="steadyrl_test_guess:Guess", observation_role="user",
                            max_observation_tokens=20), tok)
+
+
+def test_a_tool_parser_that_cannot_read_the_templates_calls_is_refused_at_start_up(tmp_path):
+    with pytest.raises(ConfigError) as err:  # Llama-3.1 teaches JSON calls; hermes reads <tool_call> tags
+        build_agent(config(tmp_path, tool_parser="hermes"), llama31())
+    assert "set rollout.tool_parser to the template's format" in str(err.value)
