@@ -209,29 +209,6 @@ def _tool_names(tools: list[dict]) -> list[str]:
     return [t.get("function", t).get("name", "") for t in tools]
 
 
-def _check_renders(tokenizer, *, tools, observation_role: str, kwargs) -> None:
-    """The template shows the tools (when given) and renders ``observation_role`` messages."""
-    user = [{"role": "user", "content": "What is 2 + 3?"}]
-    if tools:
-        prompt = render(tokenizer, user, tools=tools, add_generation_prompt=True, purpose="a prompt with tools",
-                        template_kwargs=kwargs)
-        hidden = [n for n in _tool_names(tools) if n not in prompt]
-        if hidden:
-            raise TemplateError(
-                f"the chat template of {_name(tokenizer)!r} ignores tools=: the rendered prompt does not "
-                f"mention tool(s) {hidden}, so the model would never see them; use a model whose template "
-                "supports tools (Qwen2.5, Qwen3, Llama-3.1, Hermes ...) or set tokenizer.chat_template")
-    messages = user + [{"role": "assistant", "content": "Let me check."},
-                       {"role": observation_role, "content": PROBE_MARKER}]
-    text = render(tokenizer, messages, tools=tools, add_generation_prompt=True,
-                  purpose=f"a {observation_role!r} message", template_kwargs=kwargs)
-    if PROBE_MARKER not in text:
-        raise TemplateError(
-            f"the chat template of {_name(tokenizer)!r} cannot render {observation_role} messages (their "
-            f"content does not appear in the rendering), so the model would never see the observations; "
-            f"use a template that renders role {observation_role!r}")
-
-
 def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str, end_texts: list[str],
                    template_kwargs: dict | None = None, parser=None) -> None:
     """Probe, before training, that the chat template supports a multi-turn rollout exactly
