@@ -246,7 +246,7 @@ def test_a_tool_finds_no_secret_of_another_reward_in_its_memory(tmp_path, monkey
     (tmp_path / "judge.py").write_text(JUDGE)
     (tmp_path / "snoop.py").write_text(SNOOP_TOOL)
     judge = load_reward(f"{tmp_path / 'judge.py'}:judge", api_key={"env": "JUDGE_PASS_PHRASE"})
-    assert judge.keywords["api_key"] == secret  # the trainer holds it
+    assert judge.keywords["api_key"].reveal() == secret  # the trainer holds it (wrapped: its repr is redacted)
     agent = ToolAgent(load_tools([f"{tmp_path / 'snoop.py'}:snoop"]), load_parser("hermes"), timeout_s=30,
                       isolation="process", workers=1)
     try:
