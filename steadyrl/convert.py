@@ -30,6 +30,8 @@ from .errors import ModelLoadError
 GGUF_MAGIC = b"GGUF"
 DTYPES = ("float32", "bfloat16", "float16")
 # The GGUF keys that name a token ending generation (llama.cpp's end-of-generation set).
+# llama.cpp's architecture names that transformers spells otherwise (its GGUF loader renames them).
+_ARCH_ALIASES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}
 _END_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
 
 
@@ -135,7 +137,7 @@ def check_causal_lm(info: GGUFInfo) -> None:
     where = f"GGUF file {str(info.path)!r}"
     if info.n_tensors == 0:
         raise ModelLoadError(f"{where} holds no weights (a vocabulary-only file?): it is not a causal LM")
-    if info.architecture.replace("-", "_") in causal_lm_architectures():
+    if _ARCH_ALIASES.get(info.architecture, info.architecture.replace("-", "_")) in causal_lm_architectures():
         return
     raise ModelLoadError(f"{where} is not a causal LM that transformers can load: general.architecture = "
                          f"{info.architecture!r}; steadyrl converts these GGUF architectures: "

@@ -131,6 +131,13 @@ def test_convert_refuses_a_gguf_that_is_not_a_causal_lm(tmp_path, capsys):
     assert "encoder.gguf" in line and "general.architecture = 'bert'" in line and "llama" in line
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen2moe", "qwen3moe", "gpt-oss", "phi3", "gemma2"])
+def test_llama_cpp_names_of_causal_lms_pass_the_architecture_check(arch, tmp_path):
+    from steadyrl.convert import GGUFInfo, check_causal_lm
+
+    check_causal_lm(GGUFInfo(path=tmp_path / "m.gguf", architecture=arch, name=None, n_tensors=3, bos_token_id=None))
+
+
 def test_convert_refuses_a_vocabulary_only_gguf(tmp_path, capsys):
     write_tiny_llama(tmp_path / "vocab.gguf", with_weights=False)
     assert cli.main(["convert", str(tmp_path / "vocab.gguf"), str(tmp_path / "out")]) == 2
