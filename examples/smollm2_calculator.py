@@ -4,10 +4,12 @@ template, may ask a calculator before it answers a product.
     python examples/smollm2_calculator.py data/     # writes the prompts (no download)
 
 SmolLM2's template has no tool support (it ignores ``tools=``), so the calculator is an
-environment, not a ``rollout.tools`` function: a turn that holds a line ``calculate: EXPRESSION``
-gets the result back as a user message (``result: 391``, the demo's calculator:
-:func:`steadyrl.demo.calculator.evaluate_expression`); a turn without one is the answer, and the
-episode ends with reward 1.0 when its last "The answer is N" names the product, else 0.0.
+environment, not a ``rollout.tools`` function. A turn that says "The answer is N" ends the episode,
+with reward 1.0 when N is the product, else 0.0. Any other turn is a request to the calculator: the
+expression of its line ``calculate: EXPRESSION``, or else the first ``a * b``-like expression it
+writes (the model, 135M parameters, often writes "41 * 86 = 342" instead of the call), is evaluated
+by the demo's calculator (:func:`steadyrl.demo.calculator.evaluate_expression`) and the result comes
+back as a user message (``result: 3526``); a turn with neither gets a reminder of the two forms.
 """
 
 import json
@@ -19,6 +21,8 @@ from pathlib import Path
 from steadyrl.demo.calculator import evaluate_expression
 
 CALL = re.compile(r"^\s*calculate:\s*(.+?)\s*$", re.MULTILINE | re.IGNORECASE)
+EXPRESSION = re.compile(r"\d+(?:\.\d+)?(?:\s*[-+*/]\s*\d+(?:\.\d+)?)+")
+REMINDER = "Write `calculate: EXPRESSION` to use the calculator, or reply: The answer is N."
 ANSWER = re.compile(r"The answer is\s*(-?[\d,]+)", re.IGNORECASE)
 INSTRUCTION = ("What is {a} * {b}? Use the calculator: reply with one line `calculate: {a} * {b}` and wait "
                "for the result. Then reply: The answer is N.")
@@ -33,16 +37,17 @@ class Calculator:
         return None  # the row's prompt starts the episode
 
     def step(self, text):
-        call = CALL.search(text)
-        if call:
-            try:
-                result = evaluate_expression(call.group(1).strip("` "))
-            except ValueError as exc:  # the model writes anything: the error is its observation
-                result = f"error: {exc}"
-            return f"result: {result}", None, False
         said = ANSWER.findall(text)
-        correct = bool(said) and said[-1].replace(",", "") == self.answer
-        return None, 1.0 if correct else 0.0, True
+        if said:
+            return None, 1.0 if said[-1].replace(",", "") == self.answer else 0.0, True
+        found = CALL.search(text) or EXPRESSION.search(text)
+        if found is None:
+            return REMINDER, None, False
+        try:
+            result = evaluate_expression(found.group(found.lastindex or 0).strip("` "))
+        except ValueError as exc:  # the model writes anything: the error is its observation
+            result = f"error: {exc}"
+        return f"result: {result}", None, False
 
 
 def main(out_dir: str) -> None:
