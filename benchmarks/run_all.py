@@ -18,6 +18,7 @@ BENCHMARKS = {
     "dynamic": "benchmarks.bench_dynamic",
     "async": "benchmarks.bench_async",
     "code_reward": "benchmarks.bench_code_reward",
+    "smollm2": "benchmarks.bench_smollm2",
 }
 
 

@@ -5,6 +5,7 @@
     steadyrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
     steadyrl doctor RUN_DIR [--output FILE] [--set NAME=VALUE ...]
     steadyrl config show [CONFIG.yaml] [key=value ...]
+    steadyrl convert GGUF OUT_DIR [--dtype float32|bfloat16|float16] [--overwrite]
     steadyrl selfcheck
 
 Exit status: 0 on success (doctor: a healthy run; 1 when it found a problem), 2 on a configuration or input error (one message on stderr naming
@@ -87,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     show = config_sub.add_parser("show", help="print the resolved config with every default and its help", **page)
     show.add_argument("items", nargs="*", metavar="CONFIG|key=value")
 
+    convert = sub.add_parser("convert", help="a GGUF file (llama.cpp) into a model directory for "
+                             "model.name_or_path: de-quantised weights, tokenizer, chat template", **page)
+    convert.add_argument("gguf", metavar="GGUF", help="the .gguf file (needs the gguf extra)")
+    convert.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (save_pretrained layout)")
+    convert.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                         help="dtype of the saved weights (default float32: the de-quantised values exactly)")
+    convert.add_argument("--overwrite", action="store_true", help="replace the files of a non-empty OUT_DIR")
+
     sub.add_parser("selfcheck", help="numerical self-check of the functional core", **page)
     return parser
 
@@ -104,6 +113,8 @@ def _run(args: argparse.Namespace) -> int:
         from .doctor import doctor_cli
 
         return doctor_cli(args.run_dir, args.output, args.set)
+    if args.command == "convert":
+        return _convert(args)
     path, overrides = _split_config_and_overrides(args.items)
     if args.command == "config":
         from .config import config_notes, load_config, render_config
@@ -134,6 +145,15 @@ def _run(args: argparse.Namespace) -> int:
                      trust_run_code=args.trust_run_code)
         return 0
     raise AssertionError(args.command)
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from .convert import convert_gguf
+
+    _quiet_libraries()
+    out = convert_gguf(args.gguf, args.out_dir, dtype=args.dtype, overwrite=args.overwrite)
+    print(f"wrote {out}: use it as model.name_or_path={out}")
+    return 0
 
 
 def _config_source(args: argparse.Namespace, path: str | None) -> str | None:

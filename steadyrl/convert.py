@@ -1,0 +1,207 @@
+"""``steadyrl convert GGUF OUT_DIR``: a GGUF file (llama.cpp's format, often quantised) into a
+Hugging Face model directory that ``model.name_or_path`` can name.
+
+transformers reads a GGUF (with the ``gguf`` package: ``pip install 'steadyrl[gguf]'``) and
+de-quantises its weights into an ordinary causal LM, its tokenizer (vocabulary, merges, special
+tokens) and its chat template. Doing that once, here, is better than at every load: the
+de-quantisation takes seconds to minutes, the trainer loads the policy and the reference, and
+checkpoints are written as Hugging Face directories anyway.
+
+What is written: ``config.json`` + ``model.safetensors`` (in ``--dtype``, float32 by default: the
+de-quantised values exactly), the tokenizer files with the chat template, and a
+``generation_config.json`` whose ``eos_token_id`` lists every end-of-generation token the GGUF
+names (``eos``, ``eot``, ``eom``), since generation and the multi-turn template probe stop on it.
+
+Refused, with exit status 2 and a message naming the file: a missing path, a file that is not a
+GGUF (the first four bytes are not ``GGUF``), a GGUF without weights (a vocabulary-only file), a
+GGUF whose architecture transformers cannot load as a causal LM (an encoder such as BERT, an
+encoder-decoder such as T5), and an ``OUT_DIR`` that already holds files (unless ``--overwrite``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ModelLoadError
+
+GGUF_MAGIC = b"GGUF"
+DTYPES = ("float32", "bfloat16", "float16")
+# The GGUF keys that name a token ending generation (llama.cpp's end-of-generation set).
+# llama.cpp's architecture names that transformers spells otherwise (its GGUF loader renames them).
+_ARCH_ALIASES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}
+_END_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    """What the GGUF's own metadata says, for checks and for the generation config."""
+
+    path: Path
+    architecture: str
+    name: str | None
+    n_tensors: int
+    bos_token_id: int | None
+    end_token_ids: list[int] = field(default_factory=list)
+    pad_token_id: int | None = None
+    chat_template: str | None = None
+
+
+def _import_gguf():
+    try:
+        import gguf
+    except ImportError:
+        raise ModelLoadError("reading a GGUF file needs the gguf package: pip install 'steadyrl[gguf]' "
+                             "(or pip install gguf)") from None
+    return gguf
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise ModelLoadError(f"GGUF file {str(path)!r}: no such file")
+    if not path.is_file():
+        raise ModelLoadError(f"GGUF file {str(path)!r} is a directory; give the .gguf file inside it")
+    with path.open("rb") as f:
+        head = f.read(4)
+    if head != GGUF_MAGIC:
+        raise ModelLoadError(f"GGUF file {str(path)!r} is not a GGUF file: it starts with {head!r}, a GGUF "
+                             f"file starts with {GGUF_MAGIC!r} (a Hugging Face directory needs no conversion: "
+                             "name it in model.name_or_path)")
+
+
+def _field(reader, key: str):
+    found = reader.fields.get(key)
+    if found is None:
+        return None
+    value = found.contents()
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def read_gguf(path: str | Path) -> GGUFInfo:
+    """The metadata of a GGUF file, after checking that it is one (:class:`ModelLoadError` if not)."""
+    path = Path(path).expanduser()
+    _check_file(path)
+    gguf = _import_gguf()
+    try:
+        reader = gguf.GGUFReader(path)
+    except (ValueError, OSError, KeyError, IndexError) as exc:
+        raise ModelLoadError(f"GGUF file {str(path)!r} could not be read: {exc}") from None
+    arch = _field(reader, "general.architecture")
+    if not isinstance(arch, str):
+        raise ModelLoadError(f"GGUF file {str(path)!r} has no general.architecture: it does not describe a model")
+    ends = [int(v) for v in (_field(reader, k) for k in _END_KEYS) if v is not None]
+    bos, pad = _field(reader, "tokenizer.ggml.bos_token_id"), _field(reader, "tokenizer.ggml.padding_token_id")
+    return GGUFInfo(path=path, architecture=arch, name=_field(reader, "general.name"),
+                    n_tensors=len(reader.tensors), bos_token_id=None if bos is None else int(bos),
+                    end_token_ids=sorted(set(ends)), pad_token_id=None if pad is None else int(pad),
+                    chat_template=_field(reader, "tokenizer.chat_template"))
+
+
+@contextmanager
+def _quiet_transformers():
+    """transformers warns while it validates placeholder configs (gpt2's token ids in a smaller
+    vocabulary): noise for the user, who gets the converted model's own config."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def causal_lm_architectures() -> list[str]:
+    """The GGUF architectures transformers de-quantises into a causal LM."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    causal = []
+    with _quiet_transformers():
+        for arch in GGUF_SUPPORTED_ARCHITECTURES:
+            model_type = {"gemma3": "gemma3_text", "gemma4": "gemma4_text"}.get(arch, arch)
+            try:
+                model_type = AutoConfig.for_model(model_type).model_type
+            except ValueError:
+                continue
+            if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+                causal.append(arch)
+    return sorted(causal)
+
+
+def check_causal_lm(info: GGUFInfo) -> None:
+    """Refuse a GGUF that would not become a causal LM, before the slow de-quantisation."""
+    where = f"GGUF file {str(info.path)!r}"
+    if info.n_tensors == 0:
+        raise ModelLoadError(f"{where} holds no weights (a vocabulary-only file?): it is not a causal LM")
+    if _ARCH_ALIASES.get(info.architecture, info.architecture.replace("-", "_")) in causal_lm_architectures():
+        return
+    raise ModelLoadError(f"{where} is not a causal LM that transformers can load: general.architecture = "
+                         f"{info.architecture!r}; steadyrl converts these GGUF architectures: "
+                         f"{', '.join(causal_lm_architectures())}")
+
+
+def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ModelLoadError(f"OUT_DIR {str(out_dir)!r} is a file; give a directory to write the model into")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+        raise ModelLoadError(f"OUT_DIR {str(out_dir)!r} is not empty; pass --overwrite to replace it")
+
+
+def _generation_config(info: GGUFInfo, tokenizer):
+    from transformers import GenerationConfig
+
+    ends = info.end_token_ids or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+    pad = info.pad_token_id if info.pad_token_id is not None else (ends[0] if ends else None)
+    return GenerationConfig(bos_token_id=info.bos_token_id, pad_token_id=pad,
+                            eos_token_id=ends[0] if len(ends) == 1 else ends or None)
+
+
+def load_gguf(info: GGUFInfo, dtype: str = "float32"):
+    """``(model, tokenizer)`` de-quantised from the GGUF; the weights are copied into a fresh
+    model built from the config, so what is saved is a plain model with no trace of the GGUF
+    loading path (``save_pretrained`` of the loaded one is not reliable)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _import_gguf()
+    torch_dtype = getattr(torch, dtype)
+    folder, name = str(info.path.parent), info.path.name
+    try:
+        with _quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch_dtype)
+    except (ValueError, KeyError, OSError, NotImplementedError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"GGUF file {str(info.path)!r} could not be converted: "
+                             f"{type(exc).__name__}: {first}") from None
+    config = loaded.config
+    config.architectures = [type(loaded).__name__]
+    for key in ("quantization_config", "_model_name_or_path"):  # the GGUF loading path, not the model
+        if hasattr(config, key):
+            delattr(config, key)
+    fresh = type(loaded)(config).to(torch_dtype)
+    fresh.load_state_dict(loaded.state_dict(), strict=True)
+    fresh.generation_config = _generation_config(info, tokenizer)
+    return fresh.eval(), tokenizer
+
+
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path, *, dtype: str = "float32",
+                 overwrite: bool = False) -> Path:
+    """Write the GGUF's model, tokenizer, chat template and generation config to ``out_dir``."""
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    info = read_gguf(gguf_path)
+    check_causal_lm(info)
+    out = Path(out_dir).expanduser()
+    _check_out_dir(out, overwrite)  # before the slow part
+    model, tokenizer = load_gguf(info, dtype)
+    if out.is_dir():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
