@@ -10,6 +10,12 @@ can be written (cgroups not delegated to this user: most rootless setups), :func
 ``None`` and the rlimits per process are all there is (``reward/code/isolation_level`` says so).
 A sample's cgroup is removed with the sample; one left by a reward worker killed mid-sample is
 removed by a later sample's :func:`create` once it is a minute old and empty.
+
+CPU: where the ``cpu`` controller is there too (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``), the
+sample's processes together get at most ``cpus`` cores (:data:`SAMPLE_CPUS`), so its CPU time is
+bounded by the kernel at ``cpus x`` its wall-clock time limit however many processes it starts, and
+samples running side by side cannot starve each other or the trainer. Best effort: without the
+controller the CPU limit is ``RLIMIT_CPU`` per process, and :attr:`SampleCgroup.cpu_limited` is False.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ import time
 __all__ = ["SampleCgroup", "create", "available"]
 
 ROOT = "/sys/fs/cgroup"
+SAMPLE_CPUS = 1.0
+"""Cores one sample's processes may use together (a rate: quota per period of the ``cpu`` controller)."""
+CPU_PERIOD_US = 100_000
 PREFIX = "steadyrl-"
 STALE_S = 60.0
 """A sample cgroup this old with no process left is a leftover (its reward worker was killed
@@ -66,8 +75,8 @@ def _write(path: str, value) -> None:
 class SampleCgroup:
     """The cgroup directories of one sample (one on v2; ``memory`` and ``pids`` on v1)."""
 
-    def __init__(self, dirs: list[str], version: int):
-        self.dirs, self.version = dirs, version
+    def __init__(self, dirs: list[str], version: int, cpu_limited: bool = False):
+        self.dirs, self.version, self.cpu_limited = dirs, version, cpu_limited
 
     @property
     def procs_files(self) -> list[str]:
@@ -140,9 +149,42 @@ def _sweep(parent: str) -> None:
             pass
 
 
-def create(name: str, *, memory_bytes: int, pids: int) -> SampleCgroup | None:
-    """A new cgroup ``name`` below this process's own with the two limits, or ``None`` where
-    none can be made here."""
+def _quota(cpus: float) -> int:
+    return max(1000, int(cpus * CPU_PERIOD_US))
+
+
+def _cpu_v2(path: str, cpus: float) -> bool:
+    """``cpu.max`` of the sample's v2 cgroup, where the parent delegates the ``cpu`` controller."""
+    try:
+        _write(os.path.join(path, "cpu.max"), f"{_quota(cpus)} {CPU_PERIOD_US}")
+        return True
+    except OSError:
+        return False
+
+
+def _cpu_v1(name: str, cpus: float) -> str | None:
+    """The sample's directory in cgroup v1's ``cpu`` hierarchy with its quota, or None."""
+    own = _own("cpu")
+    if own is None:
+        return None
+    path = os.path.join(ROOT, "cpu", own.lstrip("/"), name)
+    try:
+        _sweep(os.path.dirname(path))
+        os.mkdir(path)
+    except OSError:
+        return None
+    try:
+        _write(os.path.join(path, "cpu.cfs_period_us"), CPU_PERIOD_US)
+        _write(os.path.join(path, "cpu.cfs_quota_us"), _quota(cpus))
+        return path
+    except OSError:
+        SampleCgroup([path], 1).remove()
+        return None
+
+
+def create(name: str, *, memory_bytes: int, pids: int, cpus: float = SAMPLE_CPUS) -> SampleCgroup | None:
+    """A new cgroup ``name`` below this process's own with the memory and task limits (and, where
+    the ``cpu`` controller can be written, ``cpus`` cores), or ``None`` where none can be made here."""
     made: list[str] = []
     try:
         parent = _v2_parent()
@@ -154,7 +196,7 @@ def create(name: str, *, memory_bytes: int, pids: int) -> SampleCgroup | None:
             if os.path.exists(os.path.join(made[-1], "memory.swap.max")):
                 _write(os.path.join(made[-1], "memory.swap.max"), 0)
             _write(os.path.join(made[-1], "pids.max"), pids)
-            return SampleCgroup(made, 2)
+            return SampleCgroup(made, 2, cpu_limited=_cpu_v2(made[-1], cpus))
         memory, pid_root = _own("memory"), _own("pids")
         if memory is None or pid_root is None:
             return None
@@ -170,7 +212,8 @@ def create(name: str, *, memory_bytes: int, pids: int) -> SampleCgroup | None:
         _sweep(os.path.dirname(made[-1]))
         os.mkdir(made[-1])
         _write(os.path.join(made[-1], "pids.max"), pids)
-        return SampleCgroup(made, 1)
+        cpu_dir = _cpu_v1(name, cpus)
+        return SampleCgroup(made + ([cpu_dir] if cpu_dir else []), 1, cpu_limited=cpu_dir is not None)
     except OSError:
         SampleCgroup([d for d in made if os.path.isdir(d)], 1).remove()
         return None

@@ -239,3 +239,30 @@ def test_a_leftover_sample_cgroup_is_removed_by_a_later_sample():
     finally:
         fresh.remove()
         leftover.remove()
+
+
+def test_a_samples_processes_share_one_cpu_budget_where_the_cpu_controller_is_there():
+    """Issue 25 item 1: CPU was RLIMIT_CPU per process, so N processes of one sample had N cores'
+    worth. The sample's cgroup caps all its processes together at SAMPLE_CPUS cores, and the
+    program is placed in it with the memory and pids groups (every ``procs_files`` entry)."""
+    from steadyrl.sandbox import cgroups
+    from steadyrl.sandbox.programs import _command
+
+    if not cgroups.available():
+        pytest.skip("cgroups are not delegated to this user")
+    group = cgroups.create(f"{cgroups.PREFIX}cpu-{secrets.token_hex(4)}", memory_bytes=64 << 20, pids=8)
+    try:
+        if not group.cpu_limited:
+            pytest.skip("the cpu controller is not writable here: CPU is limited per process only")
+        quota = {}
+        for d in group.dirs:
+            for name in ("cpu.max", "cpu.cfs_quota_us"):
+                if os.path.exists(os.path.join(d, name)):
+                    quota[name] = open(os.path.join(d, name)).read().split()[0]
+        assert quota in ({"cpu.max": str(int(cgroups.SAMPLE_CPUS * cgroups.CPU_PERIOD_US))},
+                         {"cpu.cfs_quota_us": str(int(cgroups.SAMPLE_CPUS * cgroups.CPU_PERIOD_US))})
+        command = _command({"network": False}, "/usr/bin/python3", False, group)
+        assert all(path in command for path in group.procs_files)  # the harness joins the cpu group too
+    finally:
+        group.remove()
+    assert not any(os.path.exists(d) for d in group.dirs)
