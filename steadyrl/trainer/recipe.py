@@ -39,6 +39,7 @@ from ..run import checkpoint as ckpt
 from ..run.asynchronous import start_rollouts
 from ..run.directory import RunLock, check_saved_config
 from ..run.evaluate import run_eval
+from ..run.export import write_final
 from ..run.report import count_empty, halt_if_stuck, log_eval, report_step, sample_rows, write_summary
 from ..run.start import claim_run_dir, load_run_config, prepare_run_dir, resume_hint_on_interrupt
 from ..run.state import restore, save
@@ -130,7 +131,8 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
         eval_after = evaluate_now()
         log_eval(tracker, eval_after, run.state.step, "after RL")
         run.show(engine, "after")
-        return write_summary(run, eval_after, elapsed_before + time.time() - started)
+        final = write_final(config, out) if dist.is_main() else None  # the policy as a plain HF directory
+        return write_summary(run, eval_after, elapsed_before + time.time() - started, final)
 
 
 def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], dict]:
