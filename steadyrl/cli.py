@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = sub.add_parser("config", help="inspect configuration", **page)
     config_sub = config.add_subparsers(dest="config_command", required=True)
-    show = config_sub.add_parser("show", help="print the resolved config with every default and its help", **page)
+    show = config_sub.add_parser("show", help="print the resolved config with every default and its help; with no "
+                                 "CONFIG the defaults, and with demo.task=reverse|tool the built-in demo's", **page)
     show.add_argument("items", nargs="*", metavar="CONFIG|key=value")
 
     sub.add_parser("selfcheck", help="numerical self-check of the functional core", **page)
@@ -123,9 +124,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "config":
         from .config import config_notes, load_config, render_config
 
-        config, preset_keys = load_config(path, overrides, with_sources=True)
+        # no config file: the defaults, unless a demo.* key asks for the built-in demo's config
+        demo = path is None and any(item.startswith("demo.") for item in overrides)
+        config, preset_keys = load_config(path, overrides, with_sources=True, demo=demo)
         for note in config_notes(config):
             print(f"# note: {note}")
+        if path is None:
+            print(_SHOWN_DEMO if demo else _SHOWN_DEFAULTS)
         print(render_config(config, preset_keys), end="")
         return 0
     # a config error is answered before the trainer is imported (torch and transformers: seconds)
@@ -170,6 +175,11 @@ def _export(args: argparse.Namespace) -> int:
                             revision=model.revision, trust_remote_code=model.trust_remote_code)
     print(f"exported {checkpoint} to {out}")
     return 0
+
+
+_SHOWN_DEFAULTS = ("# steadyrl's defaults (no config file given). `steadyrl train` with no config runs the "
+                   "built-in demo, whose values differ: steadyrl config show demo.task=reverse (or demo.task=tool)")
+_SHOWN_DEMO = "# the built-in demo's config: what `steadyrl train` with no config file runs (demo.task chooses it)"
 
 
 def _config_source(args: argparse.Namespace, path: str | None) -> str | None:
