@@ -45,7 +45,7 @@ from typing import Sequence
 import torch
 
 from ..errors import ConfigError
-from .calling import PlannedReward, call_error, describe_call
+from .calling import PlannedReward, call_error, chat_shape_hint, describe_call
 from .loader import load_reward, reward_name
 from .registry import RewardFn
 from ..sandbox import Limits
@@ -359,6 +359,11 @@ class RewardScorer:
             calls[i] = self._runners[i].start(*batch)
         outcomes = [calls[i].wait(spec.timeout_s) for i, spec in enumerate(self.specs)]
         result = _assemble(self.specs, outcomes, size, rows, domains)
+        if chat_prompts is not None and any(m is not None for m in chat_prompts):
+            for i, spec in enumerate(self.specs):  # text where TRL passes messages: say so
+                hint = chat_shape_hint(self._planned[i].plan, result.errors.get(spec.name) or "")
+                if hint:
+                    result.errors[spec.name] = f"{result.errors[spec.name].rstrip()}\n{hint}\n"
         result.metrics = self._reported_metrics(outcomes)
         # a binding error counts only if the call failed too (a decorator may accept what its
         # wrapped signature does not)
