@@ -58,12 +58,16 @@ def export_checkpoint(checkpoint: Path, out: Path, *, merge_lora: bool, base: st
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    if is_lora(policy) and merge_lora:
-        _merge_lora(policy, tmp, base, revision, trust_remote_code)
-    else:
-        shutil.copytree(policy, tmp)
-        if not is_lora(policy):
-            _ensure_generation_config(tmp)
+    try:
+        if is_lora(policy) and merge_lora:
+            _merge_lora(policy, tmp, base, revision, trust_remote_code)
+        else:
+            shutil.copytree(policy, tmp)
+            if not is_lora(policy):
+                _ensure_generation_config(tmp)
+    except BaseException:  # nothing half-written is left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if out.exists():
         old = out.parent / f".old-{out.name}-{os.getpid()}"
         os.replace(out, old)
@@ -96,12 +100,12 @@ def _config_dtype(base: str, revision: str | None, trust_remote_code: bool):
 
 def write_final(config, run_dir: Path) -> Path | None:
     """``run_dir/final``: the newest checkpoint's policy, LoRA merged into the run's base model
-    (the built-in demo model is not saved anywhere: its adapter is written alone). A failure is
-    printed with the command that retries it, and ``None`` returned: the run itself is complete."""
+    (the built-in demo's: the warm-started model its adapter names). A failure is printed with
+    the command that retries it, and ``None`` returned: the run itself is complete."""
     m = config.model
     try:
         return export_checkpoint(find_checkpoint(run_dir, None), run_dir / "final",
-                                 merge_lora=m.name_or_path is not None, base=m.name_or_path,
+                                 merge_lora=True, base=m.name_or_path,
                                  revision=m.revision, trust_remote_code=m.trust_remote_code)
     except Exception as exc:  # noqa: BLE001 - the checkpoints are written; say how to try again
         print(f"steadyrl: could not write {run_dir / 'final'} ({type(exc).__name__}: {exc}); the checkpoints "

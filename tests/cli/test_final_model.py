@@ -101,3 +101,20 @@ def test_lora_export_without_merge_writes_the_adapter_alone(lora_run, tmp_path, 
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()
     assert not (tmp_path / "adapter" / "model.safetensors").exists()
+
+
+def test_a_final_model_that_cannot_be_written_leaves_the_run_complete_and_says_how_to_retry(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from steadyrl.run.export import write_final
+
+    pytest.importorskip("peft")
+    policy = tmp_path / "checkpoints" / "step_000001" / "policy"
+    policy.mkdir(parents=True)
+    (policy / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA"}))  # names no base model
+    config = SimpleNamespace(model=SimpleNamespace(name_or_path=None, revision=None, trust_remote_code=False))
+    assert write_final(config, tmp_path) is None
+    out = capsys.readouterr().out
+    assert "could not write" in out and f"steadyrl export {tmp_path} OUT --merge-lora" in out
+    assert not (tmp_path / "final").exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]  # nothing half-written
