@@ -3,6 +3,7 @@
     steadyrl train [CONFIG.yaml] [--output-dir DIR] [--resume] [--overwrite] [key=value ...]
     steadyrl eval [CONFIG.yaml] [--output-dir DIR [--trust-run-code] | --model PATH] [key=value ...]
     steadyrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
+    steadyrl export RUN_DIR [--step N] [--merge-lora] [--trust-run-code] OUT
     steadyrl doctor RUN_DIR [--output FILE] [--set NAME=VALUE ...]
     steadyrl config show [CONFIG.yaml] [key=value ...]
     steadyrl convert GGUF OUT_DIR [--dtype float32|bfloat16|float16] [--overwrite]
@@ -75,6 +76,18 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dirs", nargs="+")
     plot.add_argument("--out", help="output PNG (default: RUN_DIR/dashboard.png)")
 
+    export = sub.add_parser("export", help="write a checkpoint's policy as a plain Hugging Face model directory "
+                            "(train writes the last one to RUN_DIR/final)", **page)
+    export.add_argument("run_dir", metavar="RUN_DIR", help="a steadyrl train output directory")
+    export.add_argument("out", metavar="OUT", help="the directory to write (replaced if it exists)")
+    export.add_argument("--step", type=int, help="the checkpoint of this step (default: the newest)")
+    export.add_argument("--merge-lora", action="store_true",
+                        help="LoRA runs: merge the adapter into the base model's weights (the adapter is kept in "
+                             "OUT/adapter); without it OUT holds the adapter alone")
+    export.add_argument("--trust-run-code", action="store_true",
+                        help="with --merge-lora: load the base model although the run's config.yaml sets "
+                             "model.trust_remote_code (the run directory may come from someone else)")
+
     doctor = sub.add_parser("doctor", help="triage a run: what went wrong, with evidence and the change to make; "
                             "exit 0 healthy, 1 a problem found (docs/stability.md)", **page)
     doctor.add_argument("run_dir", metavar="RUN_DIR", help="a steadyrl train output directory (only read)")
@@ -85,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = sub.add_parser("config", help="inspect configuration", **page)
     config_sub = config.add_subparsers(dest="config_command", required=True)
-    show = config_sub.add_parser("show", help="print the resolved config with every default and its help", **page)
+    show = config_sub.add_parser("show", help="print the resolved config with every default and its help; with no "
+                                 "CONFIG the defaults, and with demo.task=reverse|tool the built-in demo's", **page)
     show.add_argument("items", nargs="*", metavar="CONFIG|key=value")
 
     convert = sub.add_parser("convert", help="a GGUF file (llama.cpp) into a model directory for "
@@ -115,13 +129,19 @@ def _run(args: argparse.Namespace) -> int:
         return doctor_cli(args.run_dir, args.output, args.set)
     if args.command == "convert":
         return _convert(args)
+    if args.command == "export":
+        return _export(args)
     path, overrides = _split_config_and_overrides(args.items)
     if args.command == "config":
         from .config import config_notes, load_config, render_config
 
-        config, preset_keys = load_config(path, overrides, with_sources=True)
+        # no config file: the defaults, unless a demo.* key asks for the built-in demo's config
+        demo = path is None and any(item.startswith("demo.") for item in overrides)
+        config, preset_keys = load_config(path, overrides, with_sources=True, demo=demo)
         for note in config_notes(config):
             print(f"# note: {note}")
+        if path is None:
+            print(_SHOWN_DEMO if demo else _SHOWN_DEFAULTS)
         print(render_config(config, preset_keys), end="")
         return 0
     # a config error is answered before the trainer is imported (torch and transformers: seconds)
@@ -154,6 +174,32 @@ def _convert(args: argparse.Namespace) -> int:
     out = convert_gguf(args.gguf, args.out_dir, dtype=args.dtype, overwrite=args.overwrite)
     print(f"wrote {out}: use it as model.name_or_path={out}")
     return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .config import load_config
+
+    run_dir = Path(args.run_dir)
+    saved = run_dir / "config.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"RUN_DIR {args.run_dir!r} has no config.yaml: not a steadyrl run directory")
+    model = load_config(str(saved), []).model
+    if args.merge_lora and model.trust_remote_code and not args.trust_run_code:
+        raise ConfigError(f"{str(saved)!r} sets model.trust_remote_code: merging loads the base model with its "
+                          "custom code; pass --trust-run-code if you trust this run directory")
+    _quiet_libraries()
+    from .run.export import export_checkpoint, find_checkpoint
+
+    checkpoint = find_checkpoint(run_dir, args.step)
+    out = export_checkpoint(checkpoint, Path(args.out), merge_lora=args.merge_lora, base=model.name_or_path,
+                            revision=model.revision, trust_remote_code=model.trust_remote_code)
+    print(f"exported {checkpoint} to {out}")
+    return 0
+
+
+_SHOWN_DEFAULTS = ("# steadyrl's defaults (no config file given). `steadyrl train` with no config runs the "
+                   "built-in demo, whose values differ: steadyrl config show demo.task=reverse (or demo.task=tool)")
+_SHOWN_DEMO = "# the built-in demo's config: what `steadyrl train` with no config file runs (demo.task chooses it)"
 
 
 def _config_source(args: argparse.Namespace, path: str | None) -> str | None:

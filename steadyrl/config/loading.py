@@ -411,14 +411,19 @@ def _demo_base(overrides: list[str]) -> dict[str, Any]:
 
 
 def load_config(
-    path: str | Path | None = None, overrides: list[str] | None = None, *, with_sources: bool = False
+    path: str | Path | None = None, overrides: list[str] | None = None, *, with_sources: bool = False,
+    demo: bool = True,
 ):
     """Build a validated :class:`Config`.
 
-    ``path=None`` starts from the built-in demo config. Returns the config, or with
-    ``with_sources=True`` a pair ``(config, preset_keys)`` naming the keys a preset filled.
+    ``path=None`` starts from the built-in demo config (with ``demo=False``: from the defaults
+    alone). Returns the config, or with ``with_sources=True`` a pair ``(config, preset_keys)``
+    naming the keys a preset filled.
     """
-    raw = read_yaml(path) if path is not None else _demo_base(overrides or [])
+    if path is not None:
+        raw = read_yaml(path)
+    else:
+        raw = _demo_base(overrides or []) if demo else {}
     for text in overrides or []:
         keys, value = parse_override(text)
         set_dotted(raw, keys, value)

@@ -430,7 +430,7 @@ class AlgorithmConfig(Section):
                                   "in the cispo preset); null = pg_clip.", ge=0, le=1)
     pg_clip_high: float | None = F(None, "Upper clip range (clip-higher); null = pg_clip.", ge=0)
     dual_clip: bool = F(False, "Dual clip for negative advantages: loss bounded by -c * A.")
-    dual_clip_c: float | None = F(None, "Dual-clip constant c; null = 1 + 2 * pg_clip (seed 003).", gt=1)
+    dual_clip_c: float | None = F(None, "Dual-clip constant c; null = 1 + 2 * pg_clip (ROLL's PPO defaults).", gt=1)
     gamma: float = F(GAMMA, "Discount (GAE, REINFORCE++).", ge=0, le=1)
     lam: float = F(GAE_LAMBDA, "GAE lambda.", ge=0, le=1)
     reward_clip: float | None = F(None, "Clip rewards to [-c, c] at the response and token level "
@@ -499,7 +499,7 @@ class OptimConfig(Section):
     schedule: Literal["constant", "linear", "cosine"] = F("constant", "Learning-rate decay after warm-up.")
     warmup_steps: int = F(0, "Linear warm-up steps.", ge=0)
     min_lr_ratio: float = F(0.0, "Final learning rate of linear/cosine decay, as a fraction of lr.", ge=0, le=1)
-    max_grad_norm: float = F(MAX_GRAD_NORM, "Clip the gradient norm to this (seed 003).", gt=0)
+    max_grad_norm: float = F(MAX_GRAD_NORM, "Clip the gradient norm to this (ROLL's PPO defaults).", gt=0)
 
 
 class TrainerConfig(Section):

@@ -37,10 +37,19 @@ import inspect
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["CallPlan", "PlannedReward", "TRL_ARGUMENTS", "plan_call", "invoke", "call_error", "describe_call"]
+__all__ = ["CallPlan", "PlannedReward", "TRL_ARGUMENTS", "TRL_NOT_PASSED", "plan_call", "invoke", "call_error",
+           "describe_call", "chat_shape_hint"]
 
 TRL_ARGUMENTS = ("prompts", "completions", "completion_ids")
 """What TRL passes besides the dataset's columns."""
+
+TRL_NOT_PASSED = {
+    "trainer_state": "TRL's trainer state (global_step, epoch, ...)",
+    "log_extra": "TRL's callback that adds a column to its table of logged completions",
+    "log_metric": "TRL's callback that logs a metric",
+}
+"""Keywords TRL's GRPOTrainer passes that steadyrl does not: a function that needs one (no
+default) is refused at load, naming it, rather than asking the data for such a column."""
 
 _P = inspect.Parameter
 _POSITIONAL = (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)
@@ -92,6 +101,15 @@ def plan_call(fn) -> CallPlan:
     return CallPlan(style, accepts, takes_ids, columns)
 
 
+def needs_trl_only(fn) -> list[str]:
+    """The keywords of :data:`TRL_NOT_PASSED` that ``fn`` cannot run without (no default)."""
+    sig = _signature(fn)
+    if sig is None:
+        return []
+    return [p.name for p in sig.parameters.values()
+            if p.name in TRL_NOT_PASSED and p.kind in _BY_NAME and p.default is p.empty]
+
+
 @dataclass(frozen=True)
 class PlannedReward:
     """A reward function with its call plan, made once (before a worker process is forked).
@@ -114,6 +132,23 @@ def _arguments(plan: CallPlan, prompts, completions, columns: dict) -> tuple[tup
         return (prompts, completions), dict(kwargs)
     first = {k: v for k, v in (("prompts", prompts), ("completions", completions)) if plan.wants(k)}
     return (), {**first, **kwargs}
+
+
+def chat_shape_hint(plan: CallPlan, error: str) -> str | None:
+    """What to tell a function called steadyrl's way (text) on chat data that failed as if it
+    expected TRL's message lists (``completion[0]["content"]`` on a string), else ``None``."""
+    if plan.style != "positional" or not any(kind in error for kind in _SHAPE_ERRORS):
+        return None
+    return ("note: this function takes prompts and completions positionally, so steadyrl calls it its own way: "
+            "prompts[i] is the prompt as text after the chat template, completions[i] the decoded completion as "
+            "text (a str), whatever the data. TRL passes chat data as message lists (prompts[i] a list of "
+            "{'role', 'content'} dicts, completions[i] [{'role': 'assistant', 'content': text}]); to get those, "
+            "make the two keyword-only: def f(*, prompts, completions, **kwargs) (docs/rewards.md, 'How a "
+            "function is called')")
+
+
+_SHAPE_ERRORS = ("string indices must be integers", "TypeError: 'str' object", "AttributeError: 'str' object",
+                 "KeyError: 'content'", "KeyError: 'role'")
 
 
 def invoke(fn, prompts, completions, columns: dict):

@@ -34,7 +34,7 @@ from ..secrets import is_env_reference, resolve_env_options, reveal
 from ..errors import RewardLoadError
 from ..userfn import SPEC_FORMS, is_file_target, resolve_spec
 from . import code, judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
-from .calling import call_error, describe_call, plan_call
+from .calling import TRL_NOT_PASSED, call_error, describe_call, needs_trl_only, plan_call
 from .http_client import VALID_URL, url_problem
 from .registry import BUILTIN_REWARDS, RewardFn
 
@@ -117,6 +117,12 @@ def _check_signature(spec: str, bound) -> tuple[str, ...]:
         unknown = sorted(set(bound.keywords) - set(sig.parameters))
         raise _err(spec, f"option(s) {unknown or sorted(bound.keywords)} are not parameters of the function, "
                          f"which has no **kwargs; its signature is {sig}") from None
+    trl_only = needs_trl_only(bound)
+    if trl_only:  # not a data column: say so, rather than "the data has no column 'trainer_state'"
+        what = "; ".join(f"{name!r} is {TRL_NOT_PASSED[name]}" for name in trl_only)
+        raise _err(spec, f"needs {', '.join(map(repr, trl_only))}, which TRL's GRPOTrainer passes and steadyrl does "
+                         f"not ({what}). Give it a default ({trl_only[0]}=None) and steadyrl calls the function "
+                         "without it; log a number with a metrics() method instead (docs/rewards.md)")
     plan = plan_call(bound)
     # the columns arrive only at call time: bind placeholders (and token ids when it takes them)
     columns = {c: [] for c in plan.columns} | ({"completion_ids": []} if plan.takes_ids else {})

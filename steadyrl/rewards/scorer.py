@@ -46,7 +46,8 @@ class Scorer:
         self._first = True
 
     def __call__(self, prompts: list[PromptItem], completions: list[str],
-                 completion_ids: list[list[int]] | None = None, extra_columns: dict | None = None) -> ScoreResult:
+                 completion_ids: list[list[int]] | None = None, extra_columns: dict | None = None,
+                 chat_completions: list | None = None) -> ScoreResult:
         if self._scorer is None:
             n = len(completions)
             return ScoreResult(names=[], weights={}, raw={}, scores=torch.zeros(n, dtype=torch.float64),
@@ -56,7 +57,8 @@ class Scorer:
         columns.update(extra_columns or {})
         chat = [p.messages for p in prompts]
         result = self._scorer.score([p.text for p in prompts], completions, columns, completion_ids=completion_ids,
-                                    chat_prompts=chat if any(m is not None for m in chat) else None)
+                                    chat_prompts=chat if any(m is not None for m in chat) else None,
+                                    chat_completions=chat_completions)
         first, self._first = self._first, False
         if first and result.call_errors:
             name, text = next(iter(result.call_errors.items()))
@@ -75,7 +77,9 @@ def score_episodes(scorer, samples: list, gen, *, environment: bool) -> ScoreRes
     """Reward functions on the transcripts, plus the environment's reward when there is one."""
     extra = {"turns": [e.messages for e in gen.episodes]} if gen.episodes else None
     ids = completion_token_ids(gen.response_ids, gen.response_mask)  # the whole transcript's tokens
-    result = scorer(samples, gen.completions, ids, extra_columns=extra)
+    # a TRL-style reward gets, as TRL's tool loop gives it, the messages after the prompt
+    chat = [e.chat or None for e in gen.episodes] if gen.episodes else None
+    result = scorer(samples, gen.completions, ids, extra_columns=extra, chat_completions=chat)
     if not gen.episodes:
         return result
     if environment:

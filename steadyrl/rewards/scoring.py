@@ -24,7 +24,8 @@ the trainer to show once, and the affected samples leave the update through ``va
 Each function receives the batch the way it expects it (:mod:`steadyrl.rewards.calling`):
 steadyrl-style functions get text prompts and completions; TRL-style ones get, for a sample whose
 prompt was a list of chat messages (``chat_prompts``), that list and the completion as
-``[{"role": "assistant", "content": text}]``, and ``completion_ids`` when given. A call the
+``[{"role": "assistant", "content": text}]`` (in a multi-turn episode: its messages after the
+prompt, ``chat_completions``, as TRL's tool loop passes them), and ``completion_ids`` when given. A call the
 function's signature cannot take is also kept apart in ``ScoreResult.call_errors``.
 
 Reward domains (docs/rewards.md): with ``RewardScorer(..., domain_key="domain")`` a spec whose
@@ -45,7 +46,7 @@ from typing import Sequence
 import torch
 
 from ..errors import ConfigError
-from .calling import PlannedReward, call_error, describe_call
+from .calling import PlannedReward, call_error, chat_shape_hint, describe_call
 from .loader import load_reward, reward_name
 from .registry import RewardFn
 from ..sandbox import Limits
@@ -233,11 +234,13 @@ def _check_specs(specs: Sequence[RewardSpec]) -> list[RewardSpec]:
     return specs
 
 
-def _check_batch(prompts, completions, columns, completion_ids=None, chat_prompts=None) -> dict[str, list]:
+def _check_batch(prompts, completions, columns, completion_ids=None, chat_prompts=None,
+                 chat_completions=None) -> dict[str, list]:
     size = len(completions)
     if len(prompts) != size:
         raise ValueError(f"{len(prompts)} prompts for {size} completions: give one prompt per completion")
-    for name, given in (("completion_ids", completion_ids), ("chat_prompts", chat_prompts)):
+    for name, given in (("completion_ids", completion_ids), ("chat_prompts", chat_prompts),
+                        ("chat_completions", chat_completions)):
         if given is not None and len(given) != size:
             raise ValueError(f"{name} has {len(given)} entries for a batch of {size}")
     columns = dict(columns or {})
@@ -326,14 +329,17 @@ class RewardScorer:
                          for f, s, iso in zip(self._planned, self.specs, self.isolations)]
 
     def score(self, prompts: Sequence, completions: Sequence, columns: dict | None = None, *,
-              completion_ids: Sequence | None = None, chat_prompts: Sequence | None = None) -> ScoreResult:
+              completion_ids: Sequence | None = None, chat_prompts: Sequence | None = None,
+              chat_completions: Sequence | None = None) -> ScoreResult:
         """Call every reward function once on the batch (on the rows of its domains); never raises
         for a function's failure.
 
         ``completion_ids[i]``: the token ids of completion ``i`` (for functions that take them);
         ``chat_prompts[i]``: the message list sample ``i``'s prompt was made from, ``None`` for a
-        text prompt (TRL-style functions receive it and the completion as a message list)."""
-        columns = _check_batch(prompts, completions, columns, completion_ids, chat_prompts)
+        text prompt (TRL-style functions receive it and the completion as a message list);
+        ``chat_completions[i]``: a multi-turn episode's messages after the prompt, the completion a
+        TRL-style function receives for a chat prompt (``None``: the one assistant message)."""
+        columns = _check_batch(prompts, completions, columns, completion_ids, chat_prompts, chat_completions)
         size = len(completions)
         domains = None
         if self.domain_key is not None:
@@ -352,13 +358,19 @@ class RewardScorer:
                 continue
             pick = (lambda seq: None if seq is None else [seq[j] for j in mine])
             batch = _batch_for(self._planned[i].plan, pick(prompts), pick(completions),
-                               {k: pick(v) for k, v in columns.items()}, pick(completion_ids), pick(chat_prompts))
+                               {k: pick(v) for k, v in columns.items()}, pick(completion_ids), pick(chat_prompts),
+                               pick(chat_completions))
             why = call_error(self._planned[i], *batch)
             if why is not None:
                 refused[i] = f"{describe_call(self._planned[i], *batch)}: {why}"
             calls[i] = self._runners[i].start(*batch)
         outcomes = [calls[i].wait(spec.timeout_s) for i, spec in enumerate(self.specs)]
         result = _assemble(self.specs, outcomes, size, rows, domains)
+        if chat_prompts is not None and any(m is not None for m in chat_prompts):
+            for i, spec in enumerate(self.specs):  # text where TRL passes messages: say so
+                hint = chat_shape_hint(self._planned[i].plan, result.errors.get(spec.name) or "")
+                if hint:
+                    result.errors[spec.name] = f"{result.errors[spec.name].rstrip()}\n{hint}\n"
         result.metrics = self._reported_metrics(outcomes)
         # a binding error counts only if the call failed too (a decorator may accept what its
         # wrapped signature does not)
@@ -413,7 +425,8 @@ def _worker_metrics(name: str, reported) -> dict[str, float]:
     return out
 
 
-def _batch_for(plan, prompts, completions, columns, completion_ids, chat_prompts) -> tuple[list, list, dict]:
+def _batch_for(plan, prompts, completions, columns, completion_ids, chat_prompts,
+               chat_completions=None) -> tuple[list, list, dict]:
     """``(prompts, completions, columns)`` as the function of ``plan`` receives them, copied."""
     cols = {k: list(v) for k, v in columns.items()}
     if completion_ids is not None and plan.takes_ids:  # first, in TRL's order
@@ -422,7 +435,9 @@ def _batch_for(plan, prompts, completions, columns, completion_ids, chat_prompts
         return list(prompts), list(completions), cols
     chat = [m is not None for m in chat_prompts]
     ps = [copy.deepcopy(m) if c else p for p, m, c in zip(prompts, chat_prompts, chat)]
-    cs = [[{"role": "assistant", "content": t}] if c else t for t, c in zip(completions, chat)]
+    turns = chat_completions or [None] * len(completions)
+    cs = [(copy.deepcopy(m) if m else [{"role": "assistant", "content": t}]) if c else t
+          for t, c, m in zip(completions, chat, turns)]
     return ps, cs, cols
 
 

@@ -90,6 +90,9 @@ class EpisodeInfo:
     env_time_s: float = 0.0
     drift_tokens: int = 0  # tokens of a turn's context that differ from the trained sequence (always 0)
     messages: list[dict] = field(default_factory=list)  # the transcript after the prompt
+    # the same turns as the conversation keeps them (assistant turns parsed, with tool_calls): what
+    # TRL's tool loop passes a reward as a completion, and what a TRL-style reward gets here
+    chat: list[dict] = field(default_factory=list)
 
 
 def response_mask_from_ids(

@@ -176,6 +176,7 @@ def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: 
             e.running = False
         if not e.running:  # no reply to append it: the transcript gets the (cut) turn here
             e.info.messages.append({"role": "assistant", "content": e.text})
+            e.info.chat.append({"role": "assistant", "content": e.text})
 
 
 def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end_texts: list[str]) -> None:
@@ -192,6 +193,7 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         assistant = {"role": "assistant", "content": e.text}
         info.messages.append(assistant)  # the transcript: the text sampled; the conversation: the parsed turn
         kept = reply.assistant or assistant
+        info.chat.append(dict(kept))
         if reply.failed:
             info.failed, info.error, e.running = True, reply.error, False
             continue
@@ -216,6 +218,7 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
             info.truncation, e.running = "max_episode_tokens", False
             continue
         info.messages.extend(reply.messages)  # the transcript holds what the policy saw
+        info.chat.extend(dict(m) for m in reply.messages)
         if e.history is not None:
             e.history += [kept, *reply.messages]
         e.ids += obs

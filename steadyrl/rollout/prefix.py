@@ -13,9 +13,15 @@ Both give the same numbers as the plain path (to float rounding) and are used on
 cache is plain: a transformers model whose ``DynamicCache`` has no sliding-window or
 linear-attention layer, without activation checkpointing (which drops the cache in training).
 ``trainer.share_prompt_prefix: false`` turns the whole thing off.
+
+The cache is passed as ``cache=`` where the model's ``forward`` takes it (transformers 5.x, which
+deprecates ``past_key_values``) and as ``past_key_values=`` otherwise (older transformers, and
+remote-code models that kept the old name).
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from torch import nn
@@ -52,6 +58,16 @@ def _plain_dynamic_cache(model) -> bool:
     return not any(cache.is_sliding) and not any(cache.is_linear)
 
 
+def cache_kwarg(model: nn.Module) -> str:
+    """The keyword ``model``'s forward takes its KV cache by: ``cache`` or ``past_key_values``."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        params = inspect.signature(type(base).forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
 def _positions(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
@@ -64,12 +80,12 @@ def prefill_once(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, n
     if n < 2 or input_ids.shape[1] < 2 or not supports_prefix_cache(model):
         return None
     cache = DynamicCache(config=model.config)
+    name = cache_kwarg(model)
     model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1],
-          position_ids=_positions(attention_mask)[:, :-1], past_key_values=cache, use_cache=True,
-          logits_to_keep=1)
+          position_ids=_positions(attention_mask)[:, :-1], use_cache=True, logits_to_keep=1, **{name: cache})
     cache.batch_repeat_interleave(n)
     return {"input_ids": input_ids.repeat_interleave(n, 0),
-            "attention_mask": attention_mask.repeat_interleave(n, 0), "past_key_values": cache}
+            "attention_mask": attention_mask.repeat_interleave(n, 0), name: cache}
 
 
 def hidden_with_shared_prompts(model, backbone, input_ids, attention_mask, position_ids,
@@ -90,12 +106,13 @@ def hidden_with_shared_prompts(model, backbone, input_ids, attention_mask, posit
     first = torch.full((distinct.shape[0],), input_ids.shape[0], dtype=torch.long, device=input_ids.device)
     first = first.scatter_reduce(0, inverse, rows, "amin")  # one row of each distinct prompt
     cache = DynamicCache(config=getattr(model, "config", None) or backbone.config)
+    name = cache_kwarg(backbone)
     prompt_out = backbone(input_ids=input_ids[first, :p], attention_mask=attention_mask[first, :p],
-                          position_ids=position_ids[first, :p], past_key_values=cache, use_cache=True)
+                          position_ids=position_ids[first, :p], use_cache=True, **{name: cache})
     last = prompt_out.last_hidden_state[:, -1:].index_select(0, inverse)
     if r == 1:
         return last
     cache.reorder_cache(inverse)
     response_out = backbone(input_ids=input_ids[:, p : p + r - 1], attention_mask=attention_mask[:, : p + r - 1],
-                            position_ids=position_ids[:, p : p + r - 1], past_key_values=cache, use_cache=True)
+                            position_ids=position_ids[:, p : p + r - 1], use_cache=True, **{name: cache})
     return torch.cat([last, response_out.last_hidden_state], 1)

@@ -48,7 +48,8 @@ MARKER, LOCK = ".steadyrl-run", ".steadyrl-lock"
 MARKER_VERSION = 1
 RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints")
 """Any of these means the directory already holds a run."""
-OWNED = (*RUN_FILES, "samples.jsonl", "config.yaml", "warmstart", "tensorboard", "tracking.json", "dashboard.png")
+OWNED = (*RUN_FILES, "samples.jsonl", "config.yaml", "warmstart", "tensorboard", "tracking.json", "dashboard.png",
+         "final")
 """What ``--overwrite`` removes (and nothing else)."""
 _HASH_LINE = re.compile(rb"\n# steadyrl-sha256: ([0-9a-f]{64})\b[^\n]*\n?\Z")
 

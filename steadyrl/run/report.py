@@ -117,6 +117,8 @@ def summary_line(summary: dict) -> str:
         line += f"; held-out accuracy {acc[0]} -> {acc[1]}"
         if None not in (before.get("accuracy"), after.get("accuracy")):
             line += f" ({100 * (after['accuracy'] - before['accuracy']):+.1f} points)"
+    if summary.get("final_model"):
+        line += f"; final model {summary['final_model']}"
     return line + f"; run directory {summary['output_dir']} (steadyrl plot {summary['output_dir']})"
 
 
@@ -129,8 +131,9 @@ def log_eval(tracker, results: dict, step: int, when: str) -> None:
         print(f"eval {when}: {json.dumps(results)}", flush=True)
 
 
-def write_summary(run: Run, eval_after: dict, wall_time_s: float) -> dict:
-    """``summary.json`` (rank 0 writes it) and the closing line; returns the summary."""
+def write_summary(run: Run, eval_after: dict, wall_time_s: float, final: Path | None = None) -> dict:
+    """``summary.json`` (rank 0 writes it) and the closing line; returns the summary. ``final``:
+    the trained policy as a plain HF directory (run/export.py)."""
     summary = {
         "steps": run.state.step,
         "wall_time_s": round(wall_time_s, 2),
@@ -139,6 +142,7 @@ def write_summary(run: Run, eval_after: dict, wall_time_s: float) -> dict:
         "skipped_steps": run.state.skipped_steps,
         "dropped_prompts": run.state.dropped_prompts,
         "output_dir": str(run.output_dir),
+        "final_model": str(final) if final is not None else None,
     }
     if dist.is_main():
         atomic_write_text(run.output_dir / "summary.json", json.dumps(summary, indent=2) + "\n")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -40,10 +39,12 @@ from ..run import checkpoint as ckpt
 from ..run.asynchronous import start_rollouts
 from ..run.directory import RunLock, check_saved_config
 from ..run.evaluate import run_eval
+from ..run.export import write_final
 from ..run.report import count_empty, halt_if_stuck, log_eval, report_step, sample_rows, write_summary
 from ..run.start import claim_run_dir, load_run_config, prepare_run_dir, resume_hint_on_interrupt
 from ..run.state import restore, save
 from ..run.trust import check_run_code
+from ..run.warnings_once import warnings_once
 from ..secrets import redact_secrets
 from ..tracking import Tracker
 from .batch import batch_from_generation
@@ -64,6 +65,7 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
         if dist.init_from_env(use_cuda=resolve_device(config.trainer.device).type == "cuda"):
             resources.callback(dist.teardown)  # the process group this run started
         lock = resources.enter_context(RunLock())
+        warned = resources.enter_context(warnings_once())  # each distinct warning printed once
         out = claim_run_dir(config, output_dir, resume, overwrite, lock)
         inputs = check_inputs(config, resources)  # data, rewards, models: checked before the directory changes
         out, latest = prepare_run_dir(config, out, resume, overwrite, lock, fresh=not output_dir)
@@ -109,6 +111,7 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
                 run.state.step = step
                 count_empty(run, extras)
                 run.state.wall_time_s = elapsed_before + time.time() - started
+                run.state.warnings += warned.take()  # counted in health/warnings by report_step
                 report_step(run, step, metrics, extras, shown, skipped_before)
                 if t.samples_every and step % t.samples_every == 0:
                     tracker.log_samples(sample_rows(extras), step)
@@ -128,7 +131,8 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
         eval_after = evaluate_now()
         log_eval(tracker, eval_after, run.state.step, "after RL")
         run.show(engine, "after")
-        return write_summary(run, eval_after, elapsed_before + time.time() - started)
+        final = write_final(config, out) if dist.is_main() else None  # the policy as a plain HF directory
+        return write_summary(run, eval_after, elapsed_before + time.time() - started, final)
 
 
 def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], dict]:
@@ -172,9 +176,7 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
     else:  # no sample may enter the loss: nothing to learn from, nothing is touched
         steps = skipped = 0
         metrics["batch/no_valid_sample"] = 1.0
-    with warnings.catch_warnings():  # the schedule counts training steps, skipped ones included
-        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
-        run.scheduler.step()
+    run.scheduler.step()  # counts training steps, skipped ones included (run/warnings_once.py)
     if run.rollouts is not None:  # the next requests are generated from this step's weights
         run.rollouts.push(step)
     kl_now = metrics.get(f"kl/{algo.kl_estimator}")
@@ -219,6 +221,7 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         if model_path is None:
             raise ConfigError("steadyrl eval needs --output-dir RUN_DIR, --model PATH, or model.name_or_path")
     with ExitStack() as resources:
+        resources.enter_context(warnings_once())
         engine, scorer, prompts, device, agent = build_eval(config, model_path, resources,
                                                             of_run_dir=output_dir is not None)
         results = run_eval(config, engine, scorer, prompts, device, agent)

@@ -38,14 +38,43 @@ def _scalar_lines(text: str) -> dict[str, str]:
     return out
 
 
-def test_config_show_prints_the_demo_config_with_a_help_comment_on_every_key(capsys):
+def test_config_show_with_no_config_prints_the_defaults_with_a_help_comment_on_every_key(capsys):
+    """Issue 24: with no config it showed the demo's values (lr 2e-4, 8 new tokens) as if they
+    were the defaults (1e-6, 512)."""
     text = _show(capsys)
-    assert Config.model_validate(yaml.safe_load(text)) == load_config()
+    header = [line for line in text.splitlines() if line.startswith("# steadyrl's defaults")]
+    assert header and "demo.task=reverse" in header[0]
+    assert Config.model_validate(yaml.safe_load(text)) == load_config(demo=False)
     values = _scalar_lines(text)
     assert "optim.lr" in values and "algorithm.pg_clip" in values and "demo.num_train" in values
     for key, rest in values.items():
         assert "  # " in rest, f"{key} has no help comment: {rest!r}"
+    shown, defaults = yaml.safe_load(text), Config()
+    assert shown["optim"]["lr"] == defaults.optim.lr == 1e-6
+    assert shown["rollout"]["max_new_tokens"] == defaults.rollout.max_new_tokens == 512
+
+
+def test_config_show_with_a_demo_key_prints_that_demo_and_says_so(capsys):
+    for task in ("reverse", "tool"):
+        text = _show(capsys, f"demo.task={task}")
+        assert "\n# the built-in demo's config" in "\n" + text
+        assert Config.model_validate(yaml.safe_load(text)) == load_config(None, [f"demo.task={task}"])
+    values = _scalar_lines(_show(capsys, "demo.task=reverse"))
     assert values["rollout.prompts_per_step"].startswith("32")  # the demo's value, not the default 8
+
+
+def test_help_texts_name_the_rule_not_a_note_number():
+    from steadyrl.config.schema import Config as Schema
+
+    def helps(model):
+        for field in model.model_fields.values():
+            yield field.description or ""
+            annotation = field.annotation
+            if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+                yield from helps(annotation)
+
+    texts = list(helps(Schema))
+    assert texts and not [t for t in texts if "seed 00" in t]
 
 
 def test_config_show_marks_the_keys_a_preset_filled(capsys, tiny_run):

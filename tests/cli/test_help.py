@@ -7,7 +7,7 @@ import pytest
 
 from steadyrl import __version__, cli
 
-PAGES = [[], ["train"], ["eval"], ["plot"], ["doctor"], ["config"], ["config", "show"], ["convert"], ["selfcheck"]]
+PAGES = [[], ["train"], ["eval"], ["plot"], ["export"], ["doctor"], ["config"], ["config", "show"], ["convert"], ["selfcheck"]]
 
 
 def test_version_prints_the_package_version(capsys):

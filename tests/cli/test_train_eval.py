@@ -253,3 +253,12 @@ def test_a_judge_server_set_on_the_command_line_is_the_evaluators_own_choice(fin
     mine = load(run / "config.yaml", ["rewards=[{name: http, options: {url: 'http://127.0.0.1:8/mine', check_url: false}}]"])
     assert run_code(mine, yaml.safe_load((run / "config.yaml").read_text())) == []
     assert "127.0.0.1:9" in err
+
+
+def test_each_warning_is_printed_at_most_once(finished_run):
+    """transformers' deprecation notices fire on every forward; a run prints each one once at most
+    (issue 24: the same FutureWarning was printed several times per step)."""
+    _, proc = finished_run
+    assert proc.stderr.count("past_key_values") <= 1, proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if "Warning: " in line]
+    assert len(warned) == len(set(warned)), warned

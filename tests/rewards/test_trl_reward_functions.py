@@ -220,3 +220,51 @@ def test_a_steadyrl_style_function_gets_completion_ids_only_when_it_names_them()
     result = _score([named, unnamed])
     assert result.raw["named"] == [3.0, 2.0, 4.0, 1.0]
     assert result.raw["unnamed"] == [0.0] * 4  # its **columns hold the data's columns, as before
+
+
+# --- issue 24: TRL's (prompts, completions, **kwargs) on chat data; keywords steadyrl does not pass ---
+def trl_positional_on_chat(prompts, completions, **kwargs):
+    """TRL's own style, but positional-looking: steadyrl calls it its way (text)."""
+    return [float(completion[0]["content"] == "red") for completion in completions]
+
+
+def test_a_positional_function_failing_on_chat_text_is_told_each_arguments_shape_and_the_fix():
+    rendered = ["<system>Think first.<user>Name a color<assistant>"] * 4
+    result = _score([trl_positional_on_chat], prompts=rendered, columns={}, chat_prompts=CHAT)
+    assert result.failed("trl_positional_on_chat") == 4
+    text = result.errors["trl_positional_on_chat"]
+    assert "string indices must be integers" in text
+    assert "completions[i] the decoded completion as text" in text and "message lists" in text
+    assert "def f(*, prompts, completions, **kwargs)" in text
+
+
+def keyword_only_trl(*, prompts, completions, **kwargs):
+    return [float(c[0]["content"] == "red" and p[-1]["role"] == "user") for p, c in zip(prompts, completions)]
+
+
+def test_keyword_only_prompts_and_completions_get_trls_message_lists():
+    rendered = ["<system>Think first.<user>Name a color<assistant>"] * 4
+    result = _score([keyword_only_trl], prompts=rendered, completions=["red", "blue", "red", "x"], columns={},
+                    chat_prompts=CHAT)
+    assert result.failed("keyword_only_trl") == 0, result.errors
+    assert result.raw["keyword_only_trl"] == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_text_data_failures_get_no_chat_note():
+    result = _score([trl_positional_on_chat], columns={})
+    assert result.failed("trl_positional_on_chat") == 4
+    assert "message lists" not in result.errors["trl_positional_on_chat"]
+
+
+@pytest.mark.parametrize("keyword", ["trainer_state", "log_extra", "log_metric"])
+def test_a_function_needing_a_keyword_steadyrl_does_not_pass_is_refused_naming_it(tmp_path, keyword):
+    (tmp_path / "trl_rewards.py").write_text(
+        f"def needs(completions, {keyword}, **kwargs):\n    return [0.0] * len(completions)\n"
+        f"def optional(completions, {keyword}=None, **kwargs):\n    return [1.0] * len(completions)\n")
+    with pytest.raises(Exception) as info:
+        load_reward(f"{tmp_path / 'trl_rewards.py'}:needs")
+    message = str(info.value)
+    assert repr(keyword) in message and "steadyrl does" in message and "not" in message
+    assert "no column" not in message
+    optional = load_reward(f"{tmp_path / 'trl_rewards.py'}:optional")
+    assert optional.reads_columns == ()

@@ -7,7 +7,7 @@ import torch
 
 from steadyrl.models import load_policy, load_tokenizer
 from steadyrl.rollout import HFEngine
-from steadyrl.rollout.prefix import hidden_with_shared_prompts, prefill_once, supports_prefix_cache
+from steadyrl.rollout.prefix import cache_kwarg, hidden_with_shared_prompts, prefill_once, supports_prefix_cache
 from steadyrl.trainer.batch import batch_from_generation
 from steadyrl.trainer.forward import response_logprobs
 
@@ -86,3 +86,28 @@ def test_gradient_checkpointing_turns_sharing_off(tiny_model_dir):
     assert supports_prefix_cache(model)
     model.gradient_checkpointing_enable()
     assert not supports_prefix_cache(model)
+
+
+def test_sharing_passes_the_cache_by_the_name_the_model_takes_without_deprecation_warnings(tiny_model_dir):
+    """transformers 5 renamed ``past_key_values`` to ``cache`` (the old name warns on every call);
+    a model whose forward still names ``past_key_values`` gets that name (issue 24)."""
+    import inspect
+    import warnings
+
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    model = load_policy(str(tiny_model_dir), dtype=torch.float64, device=CPU)
+    takes = inspect.signature(type(model).forward).parameters
+    assert cache_kwarg(model) == ("cache" if "cache" in takes else "past_key_values")
+
+    class OldStyle(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None, use_cache=False):
+            return input_ids
+
+    assert cache_kwarg(OldStyle()) == "past_key_values"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, _, batch = _generation(tiny_model_dir)
+        HFEngine(model, tokenizer).generate([tokenizer(p)["input_ids"] for p in PROMPTS], 3, max_new_tokens=4)
+        hidden_with_shared_prompts(model, model.model, batch.input_ids, batch.attention_mask,
+                                   batch.position_ids, batch.prompt_len, batch.response_len)
+    assert not [w for w in caught if "past_key_values" in str(w.message)]

@@ -1,0 +1,54 @@
+"""Python warnings during a run: each distinct one printed once, and counted.
+
+A library may warn on every call (transformers' deprecation notices fire on each forward), and
+any ``warnings.catch_warnings()`` block resets the "once per location" memory Python's default
+filter relies on, so the same text would be printed several times per step. For the length of a
+run, :func:`warnings_once` prints a warning the first time its category and text are seen (with a
+note that it is shown once) and drops later copies; ``take()`` returns how many distinct warnings
+were printed since it was last called, which the recipe adds to ``health/warnings``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+# The schedule counts training steps, skipped ones included: stepping it without an optimizer
+# step is intended, so torch's note about it is not shown.
+_IGNORED = (r"Detected call of `lr_scheduler\.step\(\)` before",)
+
+
+class WarningsSeen:
+    """The distinct warnings printed so far in this run, and how many are not yet counted."""
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[type, str]] = set()
+        self.uncounted = 0
+
+    def take(self) -> int:
+        """The number of distinct warnings printed since the last call."""
+        n, self.uncounted = self.uncounted, 0
+        return n
+
+
+@contextmanager
+def warnings_once() -> Iterator[WarningsSeen]:
+    """Within the block every warning that passes the filters is printed once per (category, text)."""
+    seen = WarningsSeen()
+    with warnings.catch_warnings():
+        for message in _IGNORED:
+            warnings.filterwarnings("ignore", message=message)
+        show = warnings.showwarning
+
+        def show_once(message, category, filename, lineno, file=None, line=None):
+            key = (category, str(message))
+            if key in seen.seen:
+                return
+            seen.seen.add(key)
+            seen.uncounted += 1
+            text = f"{message} (steadyrl shows each warning once per run)"
+            show(text, category, filename, lineno, file, line)
+
+        warnings.showwarning = show_once
+        yield seen

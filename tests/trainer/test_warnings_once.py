@@ -1,0 +1,58 @@
+"""A run prints each distinct Python warning once and counts it (run/warnings_once.py), even when
+code in between opens its own ``warnings.catch_warnings()`` block, which resets Python's memory of
+what it has shown."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from steadyrl.run.warnings_once import warnings_once
+
+torch.set_num_threads(1)
+
+
+def _warn_in_own_block(text: str) -> None:
+    with warnings.catch_warnings():  # what a per-step block did: Python forgets what it showed
+        warnings.simplefilter("default")
+        warnings.warn(text, FutureWarning, stacklevel=1)
+
+
+def _printed(monkeypatch) -> list[str]:
+    """What reaches ``warnings.showwarning`` (pytest records warnings with its own)."""
+    printed: list[str] = []
+    monkeypatch.setattr(warnings, "showwarning", lambda message, *args, **kw: printed.append(str(message)))
+    return printed
+
+
+def test_same_warning_in_several_steps_is_printed_once_and_counted_once(monkeypatch):
+    printed = _printed(monkeypatch)
+    with warnings_once() as seen:
+        for _ in range(3):
+            _warn_in_own_block("`past_key_values` is deprecated")
+        assert seen.take() == 1
+        _warn_in_own_block("another notice")
+        _warn_in_own_block("`past_key_values` is deprecated")
+        assert seen.take() == 1
+        assert seen.take() == 0
+    err = "\n".join(printed)
+    assert err.count("`past_key_values` is deprecated") == 1
+    assert err.count("another notice") == 1
+    assert "shows each warning once per run" in err
+
+
+def test_the_schedules_note_about_skipped_optimizer_steps_is_not_printed(monkeypatch):
+    printed = _printed(monkeypatch)
+    with warnings_once() as seen:
+        warnings.warn("Detected call of `lr_scheduler.step()` before `optimizer.step()`.", UserWarning,
+                      stacklevel=1)
+        assert seen.take() == 0
+    assert not printed
+
+
+def test_warnings_are_shown_as_before_after_the_run():
+    show = warnings.showwarning
+    with warnings_once():
+        pass
+    assert warnings.showwarning is show
