@@ -673,12 +673,24 @@ def _check_sources(config: "Config") -> None:
 
 
 def _check_reward_options(config: "Config") -> None:
-    """The URLs of the built-in rewards that call a server (http's url, llm_judge's base_url,
-    code's url), checked here so that a bad one stops even ``steadyrl config show``. The other
-    options are checked when the reward is built (before any model loads), prefixed ``rewards[i]:``."""
+    """A built-in reward's options against its typed model (:mod:`.reward_options`: names, types,
+    ranges, required options) and the URLs of those that call a server (http's url, llm_judge's
+    base_url, code's url), checked here so that a bad one stops even ``steadyrl config show``.
+    What needs the machine (a model that loads, a server that answers) is checked when the reward
+    is built, prefixed ``rewards[i]:``."""
+    from .reward_options import option_problems  # it imports this module's neighbours, not this one
+
+    problems = []
     for i, reward in enumerate(config.rewards):
+        where = f"rewards[{i}].options"
+        for key, value, problem in option_problems(reward.name, reward.options):
+            at = f"{where}.{key}" if key is not None else where
+            problems.append(f"{at} = {value!r}: {problem}" if key is not None and value is not None
+                            else f"{at}: {problem}")
         for key, value, problem in url_option_problems(reward.name, reward.options):
-            raise ValueError(f"rewards[{i}].options.{key} = {value!r}: {problem}")
+            problems.append(f"{where}.{key} = {value!r}: {problem}")
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 class Config(Section):

@@ -44,7 +44,7 @@ def test_empty_yaml_file_is_the_defaults_and_no_file_is_the_demo(tmp_path):
 
 def test_exponent_floats_without_a_dot_are_numbers_in_files_too(tmp_path):
     path = tmp_path / "cfg.yaml"
-    path.write_text("optim: {lr: 1e-6}\nrewards:\n  - {name: length_penalty, options: {scale: 5e-3}}\n")
+    path.write_text("optim: {lr: 1e-6}\nrewards:\n  - {name: my_rewards:shaped, options: {scale: 5e-3}}\n")
     config = load_config(path)
     assert config.optim.lr == 1e-6
     assert config.rewards[0].options == {"scale": 5e-3}
