@@ -22,6 +22,9 @@ def test_every_built_in_reward_has_an_options_model():
 def test_the_model_has_the_factorys_options_with_its_defaults_and_help(name):
     params = inspect.signature(BUILTIN_REWARDS[name]).parameters
     fields = REWARD_OPTIONS[name].model_fields
+    if [p.kind for p in params.values()] == [inspect.Parameter.VAR_KEYWORD]:  # code: factory(**options) -> the model
+        assert all(field.description for field in fields.values())
+        return
     assert list(sorted(fields)) == sorted(params)
     for key, param in params.items():
         field = fields[key]
