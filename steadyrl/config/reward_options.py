@@ -89,6 +89,9 @@ class LengthPenaltyOptions(Options):
     def _lengths(self) -> "LengthPenaltyOptions":
         if self.max_length <= self.target_length:
             raise ValueError(f"max_length={self.max_length} must be greater than target_length={self.target_length}")
+        if (self.unit == "tokens") != (self.tokenizer is not None):
+            raise ValueError(f"option tokenizer is needed with unit='tokens' and only then (unit={self.unit!r}, "
+                             f"tokenizer={'given' if self.tokenizer is not None else 'None'})")
         return self
 
 
