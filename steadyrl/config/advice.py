@@ -18,7 +18,7 @@ about as much as a token ratio divided by the response length (the paper uses 3e
 def config_notes(config: Config) -> list[str]:
     """One line per setting that is valid but probably unintended."""
     algo = config.algorithm
-    notes = []
+    notes = list(config._renamed_notes)
     preset = ALGORITHM_PRESETS.get(algo.preset, {})
     if "advantage_estimator" in preset and algo.advantage_estimator != preset["advantage_estimator"]:
         notes.append(

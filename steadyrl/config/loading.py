@@ -1,6 +1,7 @@
 """Load a :class:`Config` from YAML plus dotted ``key=value`` overrides, and explain bad input.
 
-Order: the YAML file (or the built-in demo config when there is none) -> overrides -> empty
+Order: the YAML file (or the built-in demo config when there is none) -> overrides -> keys
+steadyrl renamed moved to their new names (:mod:`.renamed`, with a note each) -> empty
 sections dropped (they mean the defaults) -> the algorithm preset fills unset keys -> unknown
 keys are rejected with the nearest valid key -> pydantic validates types and ranges. Every
 problem becomes one :class:`ConfigError` naming the field, the value and what would be valid.
@@ -25,6 +26,7 @@ from ..files import atomic_write_text
 from ..secrets import redact_secrets
 from .foreign import foreign_name
 from .presets import DEMO_CONFIG, DEMO_CONFIGS, apply_preset
+from .renamed import apply_renames
 from .schema import Config
 from .yaml_limits import AliasBombError, NumberTooLongError, check_expansion, check_int_text
 
@@ -427,6 +429,7 @@ def load_config(
     for text in overrides or []:
         keys, value = parse_override(text)
         set_dotted(raw, keys, value)
+    renamed_notes = apply_renames(raw)
     raw, preset_keys = apply_preset(_drop_empty_sections(raw))
     problems = check_unknown_keys(raw)
     try:
@@ -437,6 +440,7 @@ def load_config(
         raise ConfigError(problems[0])
     if problems:
         raise ConfigProblems(problems)
+    config._renamed_notes = renamed_notes
     return (config, preset_keys) if with_sources else config
 
 

@@ -1,6 +1,8 @@
 """Render a resolved config as commented YAML: every key, its value, and its help text.
 
-Values a preset filled are marked ``[preset]``, so nothing the preset chose is hidden. Secrets
+Values a preset filled are marked ``[preset]``, so nothing the preset chose is hidden. A built-in
+reward's options are listed one a line with their help (:mod:`.reward_options`); those left at their
+default are commented out (``# workers: 4``), so the text loads back to the same config. Secrets
 in a reward's options, and any text holding one, are shown as ``<redacted>`` (:mod:`steadyrl.secrets`).
 """
 
@@ -12,7 +14,8 @@ from pydantic import BaseModel
 
 from ..secrets import redact_secrets, secret_values
 from .loading import yaml_dump
-from .schema import Config
+from .reward_options import REWARD_OPTIONS
+from .schema import Config, RewardConfig
 
 
 def _scalar(value: Any) -> str:
@@ -40,11 +43,27 @@ def _render(model: BaseModel, indent: int, prefix: str, preset_keys: set[str], o
                 out.append(f"{pad}  -")
                 _render(item, indent + 2, path + "[].", preset_keys, out, secrets)
             continue
+        if isinstance(model, RewardConfig) and name == "options" and model.name.strip() in REWARD_OPTIONS:
+            out.append(f"{pad}{name}:{'' if value else ' {}'}  # {help_text}")  # all commented out: {}
+            _render_options(model.name.strip(), value, pad + "  ", out, secrets)
+            continue
         if isinstance(value, (dict, list, str)):  # a reward's options may hold an api_key, another text its value
             value = redact_secrets(value, secrets)
         tag = " [preset]" if path in preset_keys else ""
         comment = f"  # {help_text}{tag}" if help_text or tag else ""
         out.append(f"{pad}{name}: {_scalar(value)}{comment}")
+
+
+def _render_options(reward: str, options: dict, pad: str, out: list[str], secrets: set[str]) -> None:
+    """Every option of built-in ``reward``: the given ones, then the others commented out at their default."""
+    fields = REWARD_OPTIONS[reward].model_fields
+    for key, value in options.items():
+        help_text = fields[key].description if key in fields else ""
+        out.append(f"{pad}{key}: {_scalar(redact_secrets(value, secrets))}" + (f"  # {help_text}" if help_text else ""))
+    for key, field in fields.items():
+        if key not in options:
+            default = "required" if field.is_required() else _scalar(field.get_default())
+            out.append(f"{pad}# {key}: {default}  # {' '.join((field.description or '').split())}")
 
 
 def render_config(config: Config, preset_keys: set[str] | None = None) -> str:

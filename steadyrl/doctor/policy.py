@@ -95,8 +95,8 @@ def mismatch(run: RunData, t: Thresholds) -> Finding | None:
     return Finding(
         "mismatch", "Training-inference mismatch growing", span(series), evidence,
         "The engine's log-probs drift away from the trainer's. Turn on truncated importance sampling "
-        f"(`rollout.vllm.tis_cap`{run.setting('rollout.vllm.tis_cap')}: 2.0; asynchronous runs: "
-        "`rollout.asynchronous.tis_cap`), sample and train in the same precision, and see "
+        f"(`rollout.tis_cap`{run.setting('rollout.tis_cap')}: 2.0, the default with asynchronous "
+        "rollouts), sample and train in the same precision, and see "
         "docs/stability.md for the masking corrections.",
         max(l / t.mismatch_max if t.mismatch_max else 1.0,
             l / (t.mismatch_growth * max(e, 1e-12)) if grown else 1.0), examples=span(late))
@@ -169,5 +169,5 @@ def staleness(run: RunData, t: Thresholds) -> Finding | None:
         [f"`rollout/staleness_mean` averages {fmt(stale)} policy versions (staleness_max {fmt(t.staleness_max)})",
          f"`rollout/tis_clip_frac` late mean {fmt(late_clip)} (tis_clip_max {fmt(t.tis_clip_max)})"],
         "Batches come from policies too many steps old: lower `rollout.asynchronous.max_staleness`"
-        f"{run.setting('rollout.asynchronous.max_staleness')} and keep `rollout.asynchronous.tis_cap` on.",
+        f"{run.setting('rollout.asynchronous.max_staleness')} and keep `rollout.tis_cap` on.",
         max(stale / t.staleness_max if t.staleness_max else 1.0, late_clip / t.tis_clip_max if t.tis_clip_max else 1.0))

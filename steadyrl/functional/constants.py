@@ -43,7 +43,7 @@ with zero gradient. A dual clip bounds that branch at ``-c A`` first."""
 
 TIS_LOG_RATIO_CLAMP = 10.0
 """Truncated importance sampling: ``logp_train - logp_rollout`` is clamped to ``[-10, 10]`` before
-``exp``, then the weight is capped (``rollout.vllm.tis_cap``); ``exp(10)`` is finite in float32."""
+``exp``, then the weight is capped (``rollout.tis_cap``); ``exp(10)`` is finite in float32."""
 
 # --- seed 001: reward pipeline --------------------------------------------------------------------
 DIFFICULTY_LOW = 0.1

@@ -29,23 +29,9 @@ import threading
 import time
 from collections import OrderedDict
 
-from ..errors import ConfigError
-
-__all__ = ["CachedReward", "check_int", "check_number"]
+__all__ = ["CachedReward"]
 
 DEFAULT_CACHE_SIZE = 100_000
-
-
-def check_int(reward: str, option: str, value, *, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{reward} reward: option {option}={value!r} must be an integer >= {low}")
-    return value
-
-
-def check_number(reward: str, option: str, value, *, positive: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and not value > 0):
-        raise ConfigError(f"{reward} reward: option {option}={value!r} must be a number{' > 0' if positive else ''}")
-    return float(value)
 
 
 def _key(name: str, prompt, completion, answer) -> str:
@@ -62,7 +48,7 @@ class CachedReward:
 
     def __init__(self, name: str, *, cache_size: int = DEFAULT_CACHE_SIZE, answer_key: str = "answer"):
         self.__name__ = name
-        self.cache_size = check_int(name, "cache_size", cache_size)
+        self.cache_size = cache_size  # an integer >= 0: steadyrl.config.reward_options.CachedOptions
         self.answer_key = answer_key
         self._cache: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()  # one batch at a time (a timed-out thread may still run)

@@ -39,20 +39,13 @@ from ..errors import ConfigError
 from ..sandbox import cgroups
 from ..sandbox.programs import probe_isolation, run_program
 from ..sandbox.view import bwrap_path
-from .cached import check_int, check_number
 from .code_asserts import Opaque, decode
 from .code_jobs import as_json, failure, job_cases, judge_assert
-from .code_tests import EXTRACTIONS, TEST_FORMATS, TestsError, extract_program, parse_tests, stdout_matches, \
-    value_matches
+from .code_tests import TestsError, extract_program, parse_tests, stdout_matches, value_matches
 from .registry import register_reward
 from .runners import default_isolation
 
-__all__ = ["CodeReward", "code_reward", "SCORES", "BACKENDS"]
-
-SCORES = ("pass_rate", "all_pass")
-BACKENDS = ("local", "http")
-ON_TIMEOUT = ("zero", "none")
-SANDBOXES = ("auto", "bwrap", "namespaces")
+__all__ = ["CodeReward", "code_reward"]
 ISOLATION_LEVELS = {0: "no namespaces: the limits per process, the scrubbed environment and the kill only",
                     1: "hand-written namespaces (pid, IPC, network, host file system read-only)",
                     2: "hand-written namespaces and a cgroup per sample",
@@ -61,79 +54,43 @@ ISOLATION_LEVELS = {0: "no namespaces: the limits per process, the scrubbed envi
 """``reward/code/isolation_level``: what the local sandbox got on this machine (docs/rewards.md)."""
 
 
-def _choice(option: str, value, valid) -> str:
-    if value not in valid:
-        raise ConfigError(f"code reward: option {option}={value!r} is not one of {list(valid)}")
-    return value
-
-
 class CodeReward:
-    """The ``code`` reward (module docstring)."""
+    """The ``code`` reward (module docstring), built from its checked options
+    (:class:`steadyrl.config.reward_options.CodeOptions`: names, types, ranges and the choices)."""
 
     preferred_isolation = "process"
     preferred_chunk_size = None  # the whole batch: the reward's own pool runs the samples in parallel
 
-    def __init__(self, *, tests_key, test_format, extract, pattern, score, threshold, tolerance, on_timeout,
-                 workers, test_timeout_s, sample_timeout_s, max_tests, memory_mb, processes, file_size_mb,
-                 open_files, max_output_kib, no_network, readonly_fs, python, backend, url, check_url,
-                 request_timeout_s, language, sandbox="auto"):
+    def __init__(self, options):
         self.__name__ = "code"
-        if not isinstance(tests_key, str) or not tests_key:
-            raise ConfigError(f"code reward: option tests_key={tests_key!r} must be a column name")
-        self.tests_key, self.reads_columns = tests_key, (tests_key,)
-        self.test_format = _choice("test_format", test_format, TEST_FORMATS)
-        self.extract = _choice("extract", extract, EXTRACTIONS)
-        self.pattern = None
-        if extract == "regex" or pattern is not None:
-            if extract != "regex" or not isinstance(pattern, str):
-                raise ConfigError("code reward: option pattern (a regular expression) goes with extract: regex, and "
-                                  "extract: regex needs it")
-            try:
-                self.pattern = re.compile(pattern, re.DOTALL)
-            except re.error as err:
-                raise ConfigError(f"code reward: option pattern={pattern!r} is not a valid regex: {err}") from None
-        self.score = _choice("score", score, SCORES)
-        self.threshold = None if threshold is None else check_number("code", "threshold", threshold)
-        if self.threshold is not None and self.threshold > 1:
-            raise ConfigError(f"code reward: option threshold={threshold!r} must be a pass rate in (0, 1]")
-        self.tolerance = check_number("code", "tolerance", tolerance, positive=False)
-        self.on_timeout = _choice("on_timeout", on_timeout, ON_TIMEOUT)
-        self.workers = check_int("code", "workers", workers, low=1)
-        self.test_timeout_s = check_number("code", "test_timeout_s", test_timeout_s)
-        self.sample_timeout_s = check_number("code", "sample_timeout_s", sample_timeout_s)
-        self.max_tests = None if max_tests is None else check_int("code", "max_tests", max_tests, low=1)
-        self.limits = {"memory_mb": check_int("code", "memory_mb", memory_mb, low=16),
-                       "processes": check_int("code", "processes", processes, low=1),
-                       "file_size_mb": check_int("code", "file_size_mb", file_size_mb, low=1),
-                       "open_files": check_int("code", "open_files", open_files, low=8),
-                       "output_bytes": check_int("code", "max_output_kib", max_output_kib, low=1) * 1024,
-                       "network": bool(no_network), "readonly_fs": bool(readonly_fs)}
-        if python is not None and not isinstance(python, str):
-            raise ConfigError(f"code reward: option python={python!r} must be the path of a Python interpreter, or "
-                              "null for the trainer's own")
-        self.python = python or sys.executable
-        self.backend = _choice("backend", backend, BACKENDS)
-        self.sandbox = _choice("sandbox", sandbox, SANDBOXES)
-        self.language = language
+        o = options
+        self.tests_key, self.reads_columns = o.tests_key, (o.tests_key,)
+        self.test_format, self.extract, self.score, self.on_timeout = o.test_format, o.extract, o.score, o.on_timeout
+        self.pattern = None if o.pattern is None else re.compile(o.pattern, re.DOTALL)  # checked: it compiles
+        self.threshold, self.tolerance = o.threshold, float(o.tolerance)
+        self.workers, self.max_tests = o.workers, o.max_tests
+        self.test_timeout_s, self.sample_timeout_s = float(o.test_timeout_s), float(o.sample_timeout_s)
+        self.limits = {"memory_mb": o.memory_mb, "processes": o.processes, "file_size_mb": o.file_size_mb,
+                       "open_files": o.open_files, "output_bytes": o.max_output_kib * 1024,
+                       "network": o.no_network, "readonly_fs": o.readonly_fs}
+        self.python = o.python or sys.executable
+        self.backend, self.sandbox, self.language = o.backend, o.sandbox, o.language
         self._counts_lock = threading.Lock()
         self._reset_counts()
         if self.backend == "http":
             from .code_http import SandboxFusion
 
             self.preferred_isolation = default_isolation()  # "thread" where there is no fork
-
-            self.remote = SandboxFusion(url, request_timeout_s=request_timeout_s, check_url=check_url,
-                                        language=language)
+            self.remote = SandboxFusion(o.url, request_timeout_s=o.request_timeout_s, check_url=o.check_url,
+                                        language=o.language)
             self.isolation, self.view, self.cgroup, self.level = {}, False, False, 0
         else:
             if not sys.platform.startswith("linux"):
                 raise ConfigError("code reward: backend: local needs Linux (namespaces, /proc, prctl); use "
                                   "backend: http with a SandboxFusion server")
-            if url is not None:
-                raise ConfigError("code reward: option url goes with backend: http")
             if not os.path.exists(self.python):
-                raise ConfigError(f"code reward: option python={python!r} does not exist")
-            self._probe(self.sandbox, bool(no_network), bool(readonly_fs))
+                raise ConfigError(f"code reward: option python={o.python!r} does not exist")
+            self._probe(self.sandbox, o.no_network, o.readonly_fs)
 
     def _probe(self, sandbox: str, network: bool, readonly_fs: bool) -> None:
         """What the local sandbox gets on this machine (asked once): bubblewrap's view where it is
@@ -258,19 +215,9 @@ def _message_text(item) -> str:
 
 
 @register_reward("code")
-def code_reward(*, tests_key: str = "tests", test_format: str = "auto", extract: str = "last_block",
-                pattern: str | None = None, score: str = "pass_rate", threshold: float | None = None,
-                tolerance: float = 1e-6, on_timeout: str = "zero", workers: int = 4, test_timeout_s: float = 2.0,
-                sample_timeout_s: float = 10.0, max_tests: int | None = None, memory_mb: int = 1024,
-                processes: int = 8, file_size_mb: int = 16, open_files: int = 64, max_output_kib: int = 1024,
-                no_network: bool = True, readonly_fs: bool = True, python: str | None = None, backend: str = "local",
-                url: str | None = None, check_url: bool = True, request_timeout_s: float = 30.0,
-                language: str = "python", sandbox: str = "auto") -> CodeReward:
-    """Pass rate of the completion's program on the row's tests (module docstring; docs/rewards.md)."""
-    return CodeReward(tests_key=tests_key, test_format=test_format, extract=extract, pattern=pattern, score=score,
-                      threshold=threshold, tolerance=tolerance, on_timeout=on_timeout, workers=workers,
-                      test_timeout_s=test_timeout_s, sample_timeout_s=sample_timeout_s, max_tests=max_tests,
-                      memory_mb=memory_mb, processes=processes, file_size_mb=file_size_mb, open_files=open_files,
-                      max_output_kib=max_output_kib, no_network=no_network, readonly_fs=readonly_fs, python=python,
-                      backend=backend, url=url, check_url=check_url, request_timeout_s=request_timeout_s,
-                      language=language, sandbox=sandbox)
+def code_reward(**options) -> CodeReward:
+    """Pass rate of the completion's program on the row's tests (module docstring; docs/rewards.md);
+    ``options``: :class:`steadyrl.config.reward_options.CodeOptions`, whose names and defaults they are."""
+    from ..config.reward_options import CodeOptions  # steadyrl.config imports the rewards
+
+    return CodeReward(CodeOptions(**options))

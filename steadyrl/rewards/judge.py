@@ -31,14 +31,12 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ConfigError
-from .cached import DEFAULT_CACHE_SIZE, CachedReward, check_int, check_number
+from .cached import DEFAULT_CACHE_SIZE, CachedReward
 from .http_client import RequestFailed, api_key_from_env, check_reachable, checked_url, post_json
 from .registry import register_reward
 from .reward_model import message_text
 
-__all__ = ["ScoreParser", "fill_template", "HttpJudge", "llm_judge", "DEFAULT_TEMPLATE", "BACKENDS"]
-
-BACKENDS = ("openai", "local")
+__all__ = ["ScoreParser", "fill_template", "HttpJudge", "llm_judge", "DEFAULT_TEMPLATE"]
 DEFAULT_TEMPLATE = (
     "Rate how well the response answers the question, from 0 (wrong or useless) to 10 (correct and "
     "complete).\n\nQuestion:\n{prompt}\n\nReference answer:\n{answer}\n\nResponse:\n{completion}\n\n"
@@ -59,15 +57,9 @@ class ScoreParser:
     reason ``parse`` or ``out_of_range``."""
 
     def __init__(self, pattern: str | None, min_score: float, max_score: float, scale: bool):
-        self.min, self.max = check_number("llm_judge", "min_score", min_score, positive=False), \
-            check_number("llm_judge", "max_score", max_score, positive=False)
-        if not self.max > self.min:
-            raise ConfigError(f"llm_judge reward: option max_score={max_score!r} must be greater than "
-                              f"min_score={min_score!r}")
+        # types and max_score > min_score: steadyrl.config.reward_options.LlmJudgeOptions
+        self.min, self.max = float(min_score), float(max_score)
         self.scale, self.last_number = bool(scale), pattern is None
-        if pattern is not None and not isinstance(pattern, str):
-            raise ConfigError(f"llm_judge reward: option pattern={pattern!r} must be a regular expression (text) "
-                              "with one group, or null for the last number in the reply")
         try:
             self.regex = re.compile(pattern or _NUMBER, re.DOTALL)
         except re.error as err:
@@ -119,18 +111,13 @@ class HttpJudge(JudgeBase, CachedReward):
         if not isinstance(base_url, str) or not base_url:
             raise ConfigError("llm_judge reward: backend 'openai' needs the option base_url (e.g. "
                               "http://localhost:8000/v1)")
-        if not isinstance(model, str) or not model:
-            raise ConfigError("llm_judge reward: backend 'openai' needs the option model (the served model's name)")
         base_url = checked_url("llm_judge reward: option base_url", base_url)
         self.url, self.model = base_url.rstrip("/") + "/chat/completions", model
         self.headers = {}
         if api_key_env is not None:
             self.headers["Authorization"] = "Bearer " + api_key_from_env("llm_judge", api_key_env)
-        self.max_new_tokens = check_int("llm_judge", "max_new_tokens", max_new_tokens, low=1)
-        self.concurrency = check_int("llm_judge", "concurrency", concurrency, low=1)
-        self.retries = check_int("llm_judge", "retries", retries)
-        self.backoff_s = check_number("llm_judge", "backoff_s", backoff_s, positive=False)
-        self.request_timeout_s = check_number("llm_judge", "request_timeout_s", request_timeout_s)
+        self.max_new_tokens, self.concurrency, self.retries = max_new_tokens, concurrency, retries
+        self.backoff_s, self.request_timeout_s = float(backoff_s), float(request_timeout_s)
         if check_url:
             check_reachable("llm_judge reward: option base_url", base_url)
 
@@ -167,12 +154,8 @@ def llm_judge(*, backend: str = "openai", model: str, base_url: str | None = Non
               revision: str | None = None, device: str = "auto", dtype: str = "auto",
               cache_size: int = DEFAULT_CACHE_SIZE):
     """An LLM judge's score of each completion (module docstring)."""
-    if backend not in BACKENDS:
-        raise ConfigError(f"llm_judge reward: option backend={backend!r} is not one of {list(BACKENDS)}")
-    parser = ScoreParser(pattern, min_score, max_score, scale)
+    parser = ScoreParser(pattern, min_score, max_score, scale)  # options checked: LlmJudgeOptions
     if backend == "local":
-        if base_url is not None or api_key_env is not None:
-            raise ConfigError("llm_judge reward: base_url and api_key_env go with backend 'openai', not 'local'")
         from .judge_local import LocalJudge
 
         return LocalJudge(model=model, revision=revision, device=device, dtype=dtype, parser=parser,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError
-from .cached import check_int
 from .http_client import RequestFailed
 from .judge import JudgeBase, ScoreParser
 from .reward_model import DeviceReward, _model_config
@@ -30,11 +29,8 @@ class LocalJudge(JudgeBase, DeviceReward):
         DeviceReward.__init__(self, "llm_judge", device=device, dtype=dtype, cache_size=cache_size,
                               answer_key=answer_key)
         self.setup_judge(template, parser, system_prompt, answer_key)
-        if not isinstance(model, str) or not model:
-            raise ConfigError("llm_judge reward: backend 'local' needs the option model (a hub name or directory)")
         self.source, self.revision = model, revision
-        self.max_new_tokens = check_int("llm_judge", "max_new_tokens", max_new_tokens, low=1)
-        self.batch_size = check_int("llm_judge", "batch_size", batch_size, low=1)
+        self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
         config = _model_config("llm_judge", model, revision, False)
         archs = list(getattr(config, "architectures", None) or [])
         if archs and not any(a.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for a in archs):

@@ -79,18 +79,16 @@ def url_option_problems(name: str, options: dict) -> list[tuple[str, object, str
 
 
 def _builtin(name: str, options: dict) -> RewardFn:
-    factory = BUILTIN_REWARDS[name]
-    params = inspect.signature(factory).parameters
-    unknown = sorted(set(options) - set(params))
-    if unknown:
-        close = [m for u in unknown for m in difflib.get_close_matches(u, list(params), n=1, cutoff=0.6)]
-        hint = f" (did you mean {close[0]!r}?)" if len(unknown) == 1 and close else ""
-        raise _err(name, f"unknown option(s) {unknown}{hint}; valid options: {sorted(params)}")
-    missing = [p.name for p in params.values() if p.default is p.empty and p.name not in options]
-    if missing:
-        raise _err(name, f"missing required option(s) {missing}; valid options: {sorted(params)}")
+    """Built-in ``name`` with its options checked by its typed model
+    (:mod:`steadyrl.config.reward_options`), the ``{env: NAME}`` values now read."""
+    from ..config.reward_options import validated_options  # steadyrl.config imports this module
+
+    try:
+        validated_options(name, reveal(options))
+    except ValueError as err:
+        raise _err(name, str(err)) from None
     keep = SENDS_SECRETS.get(name, ())
-    return factory(**{k: v if k in keep else reveal(v) for k, v in options.items()})
+    return BUILTIN_REWARDS[name](**{k: v if k in keep else reveal(v) for k, v in options.items()})
 
 
 def _unknown_name(spec: str) -> RewardLoadError:

@@ -21,9 +21,8 @@ from __future__ import annotations
 import math
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import ConfigError
 from ..secrets import Secret
-from .cached import DEFAULT_CACHE_SIZE, CachedReward, check_int, check_number
+from .cached import DEFAULT_CACHE_SIZE, CachedReward
 from .http_client import RequestFailed, api_key_from_env, check_reachable, checked_url, post_json
 from .registry import register_reward
 
@@ -50,25 +49,14 @@ class HttpReward(CachedReward):
                  retries: int, backoff_s: float, request_timeout_s: float, check_url: bool, answer_key: str,
                  cache_size: int):
         super().__init__("http", cache_size=cache_size, answer_key=answer_key)
-        if not isinstance(url, str) or not url:
-            raise ConfigError("http reward: option url is required (e.g. http://localhost:8000/score)")
         self.url = checked_url("http reward: option url", url)
-        self.batch_size = check_int("http", "batch_size", batch_size, low=1)
-        self.concurrency = check_int("http", "concurrency", concurrency, low=1)
-        if columns is not None and (not isinstance(columns, list) or not all(isinstance(c, str) for c in columns)):
-            raise ConfigError(f"http reward: option columns={columns!r} must be a list of column names, or null "
-                              "for all of them")
-        self.columns = columns
+        self.batch_size, self.concurrency, self.columns = batch_size, concurrency, columns
         self.reads_columns = tuple(columns or ())
-        if headers is not None and not isinstance(headers, dict):
-            raise ConfigError("http reward: option headers must be a mapping of header names to values")
         # a header given as {env: NAME} stays a Secret until the request is sent (post_json reveals it)
         self.headers = {str(k): v if isinstance(v, Secret) else str(v) for k, v in (headers or {}).items()}
         if api_key_env is not None:
             self.headers["Authorization"] = "Bearer " + api_key_from_env("http", api_key_env)
-        self.retries = check_int("http", "retries", retries)
-        self.backoff_s = check_number("http", "backoff_s", backoff_s, positive=False)
-        self.request_timeout_s = check_number("http", "request_timeout_s", request_timeout_s)
+        self.retries, self.backoff_s, self.request_timeout_s = retries, float(backoff_s), float(request_timeout_s)
         if check_url:
             check_reachable("http reward: option url", self.url)
 

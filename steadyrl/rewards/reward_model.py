@@ -30,16 +30,13 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..functional.constants import NORM_EPS
-from .cached import DEFAULT_CACHE_SIZE, CachedReward, check_int, check_number
+from .cached import DEFAULT_CACHE_SIZE, CachedReward
 from .registry import register_reward
 
 if TYPE_CHECKING:  # torch is imported where it is used: reading a config stays torch-free
     import torch
 
-__all__ = ["RewardModel", "DeviceReward", "NORMALIZATIONS", "reward_model"]
-
-NORMALIZATIONS = ("none", "batch", "fixed")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+__all__ = ["RewardModel", "DeviceReward", "reward_model"]
 
 
 def message_text(item) -> str:
@@ -62,10 +59,6 @@ class DeviceReward(CachedReward):
         import torch
 
         super().__init__(name, cache_size=cache_size, answer_key=answer_key)
-        if dtype not in DTYPES:
-            raise ConfigError(f"{name} reward: option dtype={dtype!r} is not one of {list(DTYPES)}")
-        if not isinstance(device, str) or not device:
-            raise ConfigError(f"{name} reward: option device={device!r} must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"{name} reward: option device={device!r} but no CUDA device is available; use 'auto' "
                               "(the trainer's device) or 'cpu'")
@@ -138,10 +131,10 @@ class RewardModel(DeviceReward):
                  cache_size: int):
         super().__init__("reward_model", device=device, dtype=dtype, cache_size=cache_size)
         self.source, self.revision, self.trust_remote_code = model, revision, trust_remote_code
-        self.batch_size = check_int("reward_model", "batch_size", batch_size, low=1)
-        self.max_length = None if max_length is None else check_int("reward_model", "max_length", max_length, low=1)
-        self.chat_template = bool(chat_template)
-        self.normalize, self.mean, self.std = _check_normalize(normalize, mean, std)
+        # types, ranges and normalize with mean / std: steadyrl.config.reward_options.RewardModelOptions
+        self.batch_size, self.max_length, self.chat_template = batch_size, max_length, chat_template
+        self.normalize = normalize
+        self.mean, self.std = (float(mean), float(std)) if normalize == "fixed" else (None, None)
         config = _model_config("reward_model", model, revision, trust_remote_code)
         archs = list(getattr(config, "architectures", None) or [])
         if not any(a.endswith("ForSequenceClassification") for a in archs):
@@ -152,7 +145,7 @@ class RewardModel(DeviceReward):
         if label_index is None and labels > 1:
             raise ConfigError(f"reward_model reward: the model has {labels} logits; set the option label_index "
                               f"to the one that is the reward (0..{labels - 1})")
-        index = 0 if label_index is None else check_int("reward_model", "label_index", label_index)
+        index = 0 if label_index is None else label_index
         if index >= labels:
             raise ConfigError(f"reward_model reward: option label_index={index} is out of range for a model with "
                               f"{labels} logit(s) (0..{labels - 1})")
@@ -221,20 +214,6 @@ class RewardModel(DeviceReward):
             sd = math.sqrt(math.fsum((v - mu) ** 2 for v in values) / len(values))
             return [None if s is None else (s - mu) / (sd + NORM_EPS) for s in scores]
         return scores
-
-
-def _check_normalize(normalize, mean, std):
-    if normalize not in NORMALIZATIONS:
-        raise ConfigError(f"reward_model reward: option normalize={normalize!r} is not one of {list(NORMALIZATIONS)}")
-    if normalize == "fixed":
-        if mean is None or std is None:
-            raise ConfigError("reward_model reward: normalize='fixed' needs the options mean and std")
-        return normalize, check_number("reward_model", "mean", mean, positive=False), \
-            check_number("reward_model", "std", std)
-    if mean is not None or std is not None:
-        raise ConfigError(f"reward_model reward: the options mean and std go with normalize='fixed' "
-                          f"(normalize={normalize!r})")
-    return normalize, None, None
 
 
 @register_reward("reward_model")

@@ -36,9 +36,6 @@ __all__ = [
 TRAILING_PUNCTUATION = ".,;:!?。"
 """Characters ``normalize_answer`` strips from the end of an answer."""
 
-LENGTH_UNITS = ("chars", "words", "tokens")
-REGEX_MODES = ("match", "search", "fullmatch")
-
 
 def _gold_column(columns: dict, answer_key: str, reward: str) -> list:
     if answer_key not in columns:
@@ -137,8 +134,6 @@ def _regex_flags(flags: str | int) -> int:
             raise ConfigError(f"regex_format reward: option flags={flags!r} is not a sum of re flags; valid: "
                               f"{_FLAGS_VALID}")
         return flags
-    if not isinstance(flags, str):
-        raise ConfigError(f"regex_format reward: option flags={flags!r} must be text or an integer; valid: {_FLAGS_VALID}")
     value = 0
     for name in re.split(r"[|,\s]+", flags.strip()):
         if not name:
@@ -164,12 +159,9 @@ def regex_format(
 
     ``mode`` picks ``re.match`` (anchored at the start, TRL's format reward), ``re.search`` or
     ``re.fullmatch``; ``flags`` default to ``DOTALL`` so ``.`` crosses lines; ``strip`` strips the
-    completion first.
+    completion first. Types, ``mode`` and a non-empty ``pattern`` are checked by
+    :class:`steadyrl.config.reward_options.RegexFormatOptions`; what the flags and pattern mean, here.
     """
-    if mode not in REGEX_MODES:
-        raise ConfigError(f"regex_format reward: option mode={mode!r} is not one of {list(REGEX_MODES)}")
-    if not isinstance(pattern, str) or not pattern:
-        raise ConfigError(f"regex_format reward: option pattern={pattern!r} must be a non-empty string")
     flag_bits = _regex_flags(flags)
     try:
         compiled = re.compile(pattern, flag_bits)
@@ -222,21 +214,8 @@ def length_penalty(
     ``L`` counts characters, whitespace-separated words, or tokens (``unit="tokens"`` needs
     ``tokenizer``: a Hugging Face tokenizer or a local path to one; special tokens not counted).
     """
-    if unit not in LENGTH_UNITS:
-        raise ConfigError(f"length_penalty reward: option unit={unit!r} is not one of {list(LENGTH_UNITS)}")
-    for field, value in (("target_length", target_length), ("max_length", max_length)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"length_penalty reward: option {field}={value!r} must be an integer >= 0")
-    if max_length <= target_length:
-        raise ConfigError(
-            f"length_penalty reward: option max_length={max_length} must be greater than "
-            f"target_length={target_length}"
-        )
-    if (unit == "tokens") != (tokenizer is not None):
-        raise ConfigError(
-            f"length_penalty reward: option tokenizer is needed with unit='tokens' and only then "
-            f"(unit={unit!r}, tokenizer={'given' if tokenizer is not None else 'None'})"
-        )
+    # the options (types, ranges, max_length > target_length, tokenizer with unit: tokens) are
+    # checked by steadyrl.config.reward_options.LengthPenaltyOptions
     tok = _load_tokenizer(tokenizer) if unit == "tokens" else None
     span = float(max_length - target_length)
 

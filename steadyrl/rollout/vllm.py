@@ -14,7 +14,7 @@ objects (tests/rollout/test_episodes.py). See docs/scaling.md.
   ``logprobs=0`` returns the log-prob of each sampled token, which fills
   ``Generation.rollout_logprobs``. ``logprobs_mode="processed_logprobs"`` (vLLM >= 0.10.2)
   makes them log-probs of the distribution actually sampled from (after temperature), which is
-  what truncated importance sampling (``rollout.vllm.tis_cap``) compares with the trainer's.
+  what truncated importance sampling (``rollout.tis_cap``) compares with the trainer's.
 * Weights: :meth:`VLLMEngine.update_weights` marks vLLM's copy stale after each update; the
   next :meth:`generate` pushes the training weights into vLLM's model (``load_weights`` through
   ``LLM.collective_rpc``, the stable worker API of recent vLLM) and resets its prefix cache.
@@ -187,9 +187,9 @@ class VLLMEngine:
         if dist.world_size() > 1:
             kwargs["distributed_executor_backend"] = "external_launcher"
         self.llm, processed = _build_llm(vllm.LLM, kwargs)
-        if not processed and (rollout_config.temperature != 1.0 or rollout_config.vllm.tis_cap is not None):
+        if not processed and (rollout_config.temperature != 1.0 or rollout_config.tis_cap is not None):
             raise ConfigError("this vLLM returns log-probs before temperature scaling (no logprobs_mode); "
-                              "rollout.engine=vllm with rollout.temperature != 1 or rollout.vllm.tis_cap needs "
+                              "rollout.engine=vllm with rollout.temperature != 1 or rollout.tis_cap needs "
                               "vllm >= 0.10.2")
         self._sampling_params = vllm.SamplingParams
         self._stale = True  # the training weights may differ from the checkpoint vLLM loaded (resume)

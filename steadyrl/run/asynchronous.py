@@ -12,7 +12,7 @@ processes requests and weight pushes in order, with one RNG stream of its own (s
 trainer's at the start). With ``N = 0`` the request carries the trainer's RNG state and the state
 after generation comes back into the trainer: the run is the synchronous run, step for step.
 With ``N >= 1`` the behaviour policy's log-probs come back with the samples and the update
-corrects for the mismatch with truncated importance sampling (``rollout.asynchronous.tis_cap``).
+corrects for the mismatch with truncated importance sampling (``rollout.tis_cap``).
 
 What a draw produces is what :func:`steadyrl.trainer.dynamic.draw_batch` produces (prompts, Generation, ScoreResult);
 scoring stays in the trainer. A checkpoint completes the batches in flight and holds them, with

@@ -105,13 +105,12 @@ def _sample_metrics(whole: GlobalSamples, processed, tis_metrics: dict[str, floa
 def importance_correction(run: Run, whole: GlobalSamples, advantages: torch.Tensor,
                           loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """Truncated importance sampling when the engine returned its log-probs (vLLM, or the
-    asynchronous rollout worker) and ``rollout.vllm.tis_cap`` (``rollout.asynchronous.tis_cap``)
-    is set: advantages times ``w``, and tokens whose behaviour log-prob is NaN out of the loss
+    asynchronous rollout worker) and ``rollout.tis_cap`` is set (by default with asynchronous
+    rollouts): advantages times ``w``, and tokens whose behaviour log-prob is NaN out of the loss
     mask; else only the mismatch metrics. Returns ``(advantages, loss_mask, metrics)``."""
     if whole.rollout_logprobs is None:
         return advantages, loss_mask, {}
-    ro = run.config.rollout
-    cap = ro.asynchronous.tis_cap if ro.asynchronous.max_staleness is not None else ro.vllm.tis_cap
+    cap = run.config.rollout.tis_cap
     if cap is None:
         return advantages, loss_mask, rollout_mismatch_metrics(whole.old_logprobs, whole.rollout_logprobs, loss_mask)
     weights, metrics = truncated_importance_weights(whole.old_logprobs, whole.rollout_logprobs, loss_mask, cap)

@@ -98,7 +98,7 @@ CASES = {
     "reward file with a syntax error": Case(("rewards=[{name: '{root}/broken_reward.py:reverse_match'}]",),
                                             ("broken_reward.py", "SyntaxError")),
     "unknown option of a built-in reward": Case(("rewards=[{name: math, options: {bogus: 1}}]",),
-                                                ("'math'", "'bogus'", "valid options")),
+                                                ("rewards[0].options.bogus", "the math reward", "valid options")),
     "two rewards with one name": Case(
         ("rewards=[{name: '{root}/rewards.py:reverse_match'}, {name: '{root}/reward_without_fn.py:something_else'}, "
          "{name: '{root}/rewards.py:reverse_match', weight: 2}]",), ("rewards", "reverse_match", "unique")),

@@ -41,16 +41,18 @@ def test_a_run_scored_by_the_code_reward_logs_its_failures_and_isolation(tiny_ru
 CASES = {
     "data without the test column": ("rewards=[{name: code}]", ("'code'", "reads column 'tests'")),
     "unknown test format": ("rewards=[{name: code, options: {tests_key: answer, test_format: junit}}]",
-                            ("steadyrl: error: rewards[0]: code reward", "test_format", "'junit'", "'stdio'")),
+                            ("steadyrl: error: invalid configuration: rewards[0].options.test_format", "'junit'", "'stdio'")),
     "sandbox URL that is unreachable": (
         "rewards=[{name: code, options: {tests_key: answer, backend: http, url: 'http://127.0.0.1:PORT'}}]",
         ("rewards[0]: code reward", "option url", "cannot connect")),
     # the entry is named: the second of two code rewards is the wrong one
     "an option out of range in the second entry": (
         "rewards=[{name: code, options: {tests_key: answer}}, {name: code, label: code_b, options: {tests_key: "
-        "answer, workers: 0}}]", ("steadyrl: error: rewards[1]: code reward", "workers=0", "integer >= 1")),
+        "answer, workers: 0}}]", ("steadyrl: error: invalid configuration: rewards[1].options.workers = 0",
+                                  "greater than or equal to 1")),
     "an unknown option": ("rewards=[{name: code, options: {tests_key: answer, worker: 2}}]",
-                          ("rewards[0]: reward 'code'", "['worker']", "did you mean 'workers'?", "valid options")),
+                          ("rewards[0].options.worker = 2", "unknown option of the code reward", "did you mean 'workers'?",
+                           "valid options")),
     # checked with the config, before the data and every reward are read, whatever check_url says
     "sandbox URL that is not http(s)": (
         "rewards=[{name: code, options: {tests_key: answer, backend: http, check_url: false, url: 'localhost:8080'}}]",

@@ -77,7 +77,7 @@ CASES = {
         ("rewards[0]: http reward: option url = 'not a url'", "valid: an http:// or https://")),
     "judge option out of range in the second entry": (
         "rewards=[{name: math}, {name: llm_judge, options: {base_url: 'http://127.0.0.1:PORT/v1', model: judge, "
-        "max_score: -1, check_url: false}}]", ("rewards[1]: llm_judge reward", "max_score=-1", "greater than")),
+        "max_score: -1, check_url: false}}]", ("invalid configuration: rewards[1].options", "max_score=-1", "greater than")),
     "judge API-key variable that is not set": (
         "rewards=[{name: llm_judge, options: {base_url: 'http://127.0.0.1:PORT/v1', model: judge, "
         "api_key_env: STEADYRL_TEST_UNSET_KEY}}]", ("api_key_env", "STEADYRL_TEST_UNSET_KEY", "not set")),
@@ -85,13 +85,13 @@ CASES = {
         "rewards=[{name: http, options: {url: 'http://127.0.0.1:PORT/score'}}]", ("rewards[0]: http reward", "option url")),
     "reward server option of the wrong type": (
         "rewards=[{name: http, options: {url: 'http://127.0.0.1:PORT/score', check_url: false, batch_size: many}}]",
-        ("rewards[0]: http reward", "batch_size='many'", "integer >= 1")),
+        ("invalid configuration: rewards[0].options.batch_size = 'many'", "a valid integer")),
     "reward model that is not a sequence classifier": (
         "rewards=[{name: reward_model, options: {model: 'MODEL'}}]",
         ("rewards[0]: reward_model reward", "not a sequence classifier", "LlamaForCausalLM")),
     "unknown option of the reward model": (
         "rewards=[{name: reward_model, options: {model: 'CLASSIFIER', normalise: batch}}]",
-        ("rewards[0]: reward 'reward_model'", "'normalise'", "did you mean 'normalize'?", "valid options")),
+        ("invalid configuration: rewards[0].options.normalise", "did you mean 'normalize'?", "valid options")),
     "reward model in a forked process on CUDA": (
         "rewards=[{name: reward_model, isolation: process, options: {model: 'CLASSIFIER', device: cuda}}]",
         ("rewards[0].isolation", "process", "CUDA")),

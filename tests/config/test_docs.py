@@ -35,6 +35,19 @@ def test_configuration_page_is_the_generated_one():
     assert committed == generated, "docs/configuration.md is stale: run python tools/gen_config_docs.py"
 
 
+def test_the_option_tables_of_the_rewards_page_are_the_generated_ones():
+    committed = (DOCS / "rewards.md").read_text()
+    assert committed == _generator().render_rewards(committed), "docs/rewards.md is stale: run python tools/gen_config_docs.py"
+
+
+def test_the_rewards_page_has_a_generated_option_table_for_every_built_in():
+    from steadyrl.config.reward_options import REWARD_OPTIONS
+
+    blocks = _generator().OPTIONS_BLOCK.findall((DOCS / "rewards.md").read_text())
+    # normalized_match's options are exact_match's but strip, said beside exact_match's table
+    assert sorted(name for _, name, _ in blocks) == sorted(set(REWARD_OPTIONS) - {"normalized_match"})
+
+
 def test_configuration_page_lists_every_key_with_its_default_and_help():
     text = (DOCS / "configuration.md").read_text()
     for path in KEYS - {"rewards"}:

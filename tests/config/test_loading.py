@@ -44,7 +44,7 @@ def test_empty_yaml_file_is_the_defaults_and_no_file_is_the_demo(tmp_path):
 
 def test_exponent_floats_without_a_dot_are_numbers_in_files_too(tmp_path):
     path = tmp_path / "cfg.yaml"
-    path.write_text("optim: {lr: 1e-6}\nrewards:\n  - {name: length_penalty, options: {scale: 5e-3}}\n")
+    path.write_text("optim: {lr: 1e-6}\nrewards:\n  - {name: my_rewards:shaped, options: {scale: 5e-3}}\n")
     config = load_config(path)
     assert config.optim.lr == 1e-6
     assert config.rewards[0].options == {"scale": 5e-3}
@@ -356,7 +356,7 @@ BAD_VALUES = [
     ("optim.min_lr_ratio=true", "optim.min_lr_ratio", "True", "a number >= 0 and <= 1"),
     ("optim.betas=[true, 0.999]", "optim.betas", "", "a boolean is not a number; valid: a number >= 0 and < 1"),
     ("rewards=[{name: math, weight: true}]", "rewards[0].weight", "True", "a boolean is not a number"),
-    ("rollout.vllm.tis_cap=true", "rollout.vllm.tis_cap", "True", "a boolean is not a number"),
+    ("rollout.tis_cap=true", "rollout.tis_cap", "True", "a boolean is not a number"),
     # a clip range above 1 makes the lower ratio bound 1 - clip negative
     ("algorithm.pg_clip_low=1.5", "algorithm.pg_clip_low", "1.5", "less than or equal to 1"),
     ("algorithm.pg_clip=1.2", "algorithm.pg_clip", "1.2", "less than or equal to 1"),

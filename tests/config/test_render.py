@@ -144,3 +144,14 @@ def test_section_values_are_typed_in_the_rendering():
     assert data["optim"]["betas"] == [0.9, 0.999]
     assert isinstance(data["trainer"]["max_steps"], int)
     assert typing.get_args(Config.model_fields["rewards"].annotation)  # list[RewardConfig]
+
+
+def test_config_show_lists_every_option_of_a_built_in_reward_and_still_loads_back(tmp_path):
+    config = load_config(None, ["rewards=[{name: code, options: {workers: 2}}, {name: math}]"])
+    text = render_config(config)
+    assert "      workers: 2  # Samples run at once." in text
+    assert "      # memory_mb: 1024  # Address space" in text  # left at its default: commented out
+    assert "    options: {}  # Keyword options" in text and "      # gold_marker: '####'  #" in text
+    path = tmp_path / "shown.yaml"
+    path.write_text(text)
+    assert load_config(path) == config

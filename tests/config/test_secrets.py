@@ -49,7 +49,8 @@ def test_redaction_keeps_env_references_nulls_and_everything_else():
 
 def _config_with_secret(tmp_path):
     path = tmp_path / "cfg.yaml"
-    path.write_text(f"rewards:\n  - name: regex_format\n    options: {{pattern: '^a', api_key: {SECRET}}}\n")
+    # a user function's options (a built-in's are typed: an unknown api_key would be refused)
+    path.write_text(f"rewards:\n  - name: my_rewards:judged\n    options: {{pattern: '^a', api_key: {SECRET}}}\n")
     return load_config(path)
 
 
@@ -112,7 +113,7 @@ def test_an_env_reference_nested_in_a_user_functions_options_reaches_the_functio
 def _config_with_header(tmp_path):
     path = tmp_path / "cfg.yaml"
     path.write_text("rewards:\n  - name: http\n    options:\n      url: 'http://127.0.0.1:9/score?key=" + SECRET
-                    + "'\n      check_url: false\n      api_key: " + SECRET + "\n      headers: {Authorization: 'Bearer "
+                    + "'\n      check_url: false\n      headers: {X-Api-Key: " + SECRET + ", Authorization: 'Bearer "
                     + HEADER_SECRET + "', Cookie: 'session=" + HEADER_SECRET + "', X-Trace: plain-value}\n")
     return load_config(path)
 

@@ -64,7 +64,7 @@ def test_two_gpus_train_and_the_checkpoint_resumes_in_one_process(parallel, gpu_
 def test_the_vllm_engine_trains_with_truncated_importance_sampling(gpu_config, tmp_path):
     config = gpu_config()
     out = tmp_path / "run"
-    train(str(config), ["rollout.engine=vllm", "rollout.vllm.tis_cap=2.0", "rollout.vllm.gpu_memory_utilization=0.3"],
+    train(str(config), ["rollout.engine=vllm", "rollout.tis_cap=2.0", "rollout.vllm.gpu_memory_utilization=0.3"],
           output_dir=str(out))
     step = read_metrics(out)[-1]
     assert 0 < step["rollout/tis_weight_mean"] <= 2.0

@@ -1,4 +1,4 @@
-"""Truncated importance sampling (rollout.vllm.tis_cap) without vLLM: the weights against a
+"""Truncated importance sampling (rollout.tis_cap) without vLLM: the weights against a
 float64 oracle, and through a real training step whose engine returns its own log-probs
 (a stand-in for vLLM): advantages times w, the rollout/ metrics, old log-probs recomputed."""
 
@@ -156,7 +156,7 @@ def _capture(monkeypatch):
 
 @pytest.mark.parametrize("shift, weight", [(0.0, 1.0), (-1.0, 2.0), (0.5, math.exp(-0.5))])
 def test_a_training_step_scales_the_advantages_by_the_capped_weight(shift, weight, tis_run, monkeypatch):
-    run = tis_run("rollout.vllm.tis_cap=2.0")
+    run = tis_run("rollout.tis_cap=2.0")
     seen = _capture(monkeypatch)
     engine = LogprobEngine(run.policy, run.tokenizer, run.config.rollout.temperature, shift)
     metrics, _ = step_module.train_step(run, engine, 1)
@@ -181,7 +181,7 @@ class NanEngine(LogprobEngine):
 
 
 def test_a_token_whose_behaviour_logprob_is_nan_leaves_the_loss(tis_run, monkeypatch):
-    run = tis_run("rollout.vllm.tis_cap=2.0")
+    run = tis_run("rollout.tis_cap=2.0")
     seen = _capture(monkeypatch)
     engine = NanEngine(run.policy, run.tokenizer, run.config.rollout.temperature, 0.0)
     metrics, _ = step_module.train_step(run, engine, 1)
@@ -203,3 +203,14 @@ def test_without_a_cap_the_mismatch_is_measured_and_nothing_is_reweighted(tis_ru
     torch.testing.assert_close(seen["batch"].advantages, seen["processed"].advantages)
     assert metrics["rollout/logprob_diff_mean"] == pytest.approx(1.0, abs=1e-5)
     assert "rollout/tis_weight_mean" not in metrics
+
+
+def test_the_deprecated_vllm_key_still_reweights_the_step(tis_run, monkeypatch):
+    run = tis_run("rollout.vllm.tis_cap=2.0")  # the old name of rollout.tis_cap
+    assert run.config.rollout.tis_cap == 2.0
+    seen = _capture(monkeypatch)
+    engine = LogprobEngine(run.policy, run.tokenizer, run.config.rollout.temperature, -1.0)
+    metrics, _ = step_module.train_step(run, engine, 1)
+    torch.testing.assert_close(seen["batch"].advantages.double(), seen["processed"].advantages.double() * 2.0,
+                               rtol=1e-5, atol=1e-6)
+    assert metrics["rollout/tis_clip_frac"] == 1.0

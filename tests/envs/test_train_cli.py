@@ -79,7 +79,7 @@ def test_training_on_tictactoe_against_the_seeded_opponent(chat_model, steadyrl_
      "refuses its options"),
     ({"data": {"train_path": "reasoning_gym:chain_sum"}, "rewards": [{"name": "reasoning_gym",
                                                                        "options": {"answer_tag": ""}}]},
-     "answer_tag=''"),
+     "rewards[0].options.answer_tag = ''"),
     ({"data": {"train_path": "textarena:TicTacToe-v0"}, "rollout": {"environment": "textarena:TicTacToe-v9"}},
      "TextArena has no game 'TicTacToe-v9'"),
     ({"data": {"train_path": "reasoning_gym:chain_sum", "eval_sources": [{"path": "reasoning_gym:chain_sum"}]},

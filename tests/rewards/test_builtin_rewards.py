@@ -115,7 +115,7 @@ def test_regex_format_rejects_a_bad_pattern_flag_or_mode():
     with pytest.raises(ConfigError, match="mode='find'"):
         load_reward("regex_format", pattern="x", mode="find")
     # options of the wrong type are config errors too (no AttributeError / ValueError from re)
-    with pytest.raises(ConfigError, match=r"flags=\['DOTALL'\] must be text or an integer; valid: IGNORECASE"):
+    with pytest.raises(ConfigError, match=r"flags=\['DOTALL'\]: Input should be a valid string or a valid integer"):
         load_reward("regex_format", pattern="x", flags=["DOTALL"])
     with pytest.raises(ConfigError, match="flags=-1 is not a sum of re flags"):
         load_reward("regex_format", pattern="x", flags=-1)

@@ -139,7 +139,7 @@ def test_the_reward_declares_its_tests_column_and_prefers_a_process_and_whole_ba
     ({"test_format": "junit"}, "test_format"), ({"score": "best"}, "score"), ({"threshold": 2}, "threshold"),
     ({"extract": "regex"}, "pattern"), ({"workers": 0}, "workers"), ({"backend": "docker"}, "backend"),
     ({"backend": "http"}, "url"), ({"python": "/no/such/python"}, "python"), ({"sandbox": "docker"}, "sandbox"),
-    ({"python": ["python3"]}, r"python=\['python3'\] must be the path of a Python interpreter"),
+    ({"python": ["python3"]}, r"python=\['python3'\]: Input should be a valid string"),
 ])
 def test_bad_options_stop_at_start_up_naming_the_option(options, named):
     with pytest.raises(ConfigError, match=named):

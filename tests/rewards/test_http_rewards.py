@@ -281,7 +281,7 @@ def test_judge_bad_options_are_refused_at_load(monkeypatch):
     bad = [({"backend": "remote"}, "backend='remote'"), ({"pattern": r"\d+"}, "exactly one group"),
            ({"pattern": "("}, "not a valid regular expression"), ({"min_score": 5, "max_score": 5}, "greater than"),
            ({"template": "no placeholder"}, "{completion}"), ({"concurrency": 0}, "concurrency=0"),
-           ({"pattern": 7}, "pattern=7 must be a regular expression")]
+           ({"pattern": 7}, "pattern=7: Input should be a valid string")]
     for options, message in bad:
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("{", r"\{")):
             load_reward("llm_judge", base_url=url, model="m", check_url=False, **options)

@@ -51,9 +51,10 @@ def test_a_misspelt_builtin_suggests_the_nearest_name():
 
 
 def test_unknown_and_missing_builtin_options_list_the_valid_ones():
-    with pytest.raises(RewardLoadError, match=r"unknown option\(s\) \['answer_column'\].*'answer_key'"):
+    with pytest.raises(RewardLoadError, match=r"answer_column='x': unknown option of the math reward; "
+                                              r"did you mean 'answer_key'\? valid options: answer_key, gold_marker"):
         load_reward("math", answer_column="x")
-    with pytest.raises(RewardLoadError, match=r"missing required option\(s\) \['pattern'\]"):
+    with pytest.raises(RewardLoadError, match=r"option pattern: required by the regex_format reward"):
         load_reward("regex_format")
 
 

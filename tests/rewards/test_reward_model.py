@@ -102,7 +102,7 @@ def test_fixed_normalisation_uses_the_given_mean_and_std(classifier):
         load_reward("reward_model", model=str(classifier), normalize="fixed", mean=0.5)
     with pytest.raises(ConfigError, match="go with normalize='fixed'"):
         load_reward("reward_model", model=str(classifier), std=2.0)
-    with pytest.raises(ConfigError, match="normalize='zscore' is not one of"):
+    with pytest.raises(ConfigError, match="normalize='zscore': Input should be 'none', 'batch' or 'fixed'"):
         load_reward("reward_model", model=str(classifier), normalize="zscore")
 
 
@@ -168,7 +168,7 @@ def test_not_a_sequence_classifier_is_refused_before_any_weights_load(tiny_model
 def test_bad_paths_and_options_are_refused_naming_the_option(classifier, tmp_path):
     with pytest.raises(ConfigError, match="option model = .*no_such_dir"):
         load_reward("reward_model", model=str(tmp_path / "no_such_dir"))
-    with pytest.raises(ConfigError, match="unknown option.*'lable_index'"):
+    with pytest.raises(ConfigError, match="lable_index=0: unknown option.*did you mean 'label_index'"):
         load_reward("reward_model", model=str(classifier), lable_index=0)
     with pytest.raises(ConfigError, match="batch_size=0"):
         load_reward("reward_model", model=str(classifier), batch_size=0)

@@ -4,10 +4,10 @@ classified, so a new option cannot slip past ``steadyrl eval --output-dir`` unno
 
 from __future__ import annotations
 
-import inspect
 
 import pytest
 
+from steadyrl.config.reward_options import REWARD_OPTIONS
 from steadyrl.rewards import BUILTIN_REWARDS
 from steadyrl.run.trust import CODE_OPTIONS, ENDPOINT_OPTIONS, SANDBOX_OPTIONS, SECRET_OPTIONS, option_findings
 
@@ -31,7 +31,7 @@ HARMLESS = {
 @pytest.mark.parametrize("name", sorted(BUILTIN_REWARDS))
 def test_every_option_of_every_built_in_reward_is_classified(name):
     flagged = set(CODE_OPTIONS) | set(ENDPOINT_OPTIONS) | set(SECRET_OPTIONS) | set(SANDBOX_OPTIONS)
-    options = set(inspect.signature(BUILTIN_REWARDS[name]).parameters)
+    options = set(REWARD_OPTIONS[name].model_fields)  # equal to the factory's (tests/rewards/test_reward_options.py)
     assert not options - flagged - HARMLESS, f"classify these options of {name!r} in steadyrl/run/trust.py"
 
 
