@@ -20,9 +20,10 @@ def build_agent(config, tokenizer):
         agent = ToolAgent(load_tools(list(ro.tools)), load_parser(ro.tool_parser), timeout_s=ro.tool_timeout_s,
                           isolation=isolation, limits=ro.tool_limits, workers=ro.tool_workers,
                           max_calls_per_turn=ro.max_tool_calls_per_turn, time_budget_s=ro.tool_time_budget_s)
-        from .messages import id_style
+        from .messages import id_style, renders_tool_calls
 
         agent.id_style = id_style(getattr(tokenizer, "chat_template", None))  # call ids as the template wants them
+        agent.structured_calls = renders_tool_calls(tokenizer, agent.tool_schemas, dict(config.data.chat_template_kwargs))
     else:
         from .environment import EnvironmentAgent, load_environment
 

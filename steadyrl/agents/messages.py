@@ -53,3 +53,20 @@ def tool_message(name: str, content: str, call_id: str | None = None) -> dict:
     if call_id is not None:
         message["tool_call_id"] = call_id
     return message
+
+
+def renders_tool_calls(tokenizer, tools: list[dict] | None, template_kwargs: dict | None = None) -> bool:
+    """Whether the chat template writes an assistant message's ``tool_calls`` at all. One that shows
+    only ``content`` (a plain ChatML template, the tool demo's) keeps the model's call text there, so
+    a turn with calls stays a plain ``content`` message: the structured shape would render without
+    the call, and the conversation would no longer be what the policy sampled."""
+    from .chat import TemplateError, render
+
+    name = (tools[0].get("function", tools[0]).get("name") if tools else None) or "steadyrl_probe_tool"
+    call = {"id": call_id("alnum9", name, 0), "type": "function", "function": {"name": name, "arguments": {}}}
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    try:
+        text = render(tokenizer, messages, tools=tools, add_generation_prompt=False, template_kwargs=template_kwargs)
+    except TemplateError:
+        return True  # it raises on the shape: the probe reports that; keep the shape it asked for
+    return name in text.split("hi", 1)[-1]

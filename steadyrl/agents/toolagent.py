@@ -84,6 +84,7 @@ class ToolAgent:
         self.max_calls_per_turn, self.time_budget_s = max_calls_per_turn, time_budget_s
         self.template_kwargs: dict = {}
         self.id_style = "alnum9"  # call ids the parser does not read from the turn (see .messages)
+        self.structured_calls = True  # False: the template shows no tool_calls (.messages.renders_tool_calls)
         self.isolation = isolation
         self.runner = CallRunner(self._run, isolation, workers=workers, limits=limits,
                                  fresh_target=server_recipe(tools))
@@ -121,7 +122,8 @@ class ToolAgent:
                    for turn, reply in zip(parsed, replies)]
         for state, text, turn, reply in zip(states, texts, parsed, replies):
             first = state["calls"] if isinstance(state, dict) else 0
-            reply.assistant = assistant_message(text, turn, first_index=first, style=self.id_style)
+            reply.assistant = (assistant_message(text, turn, first_index=first, style=self.id_style)
+                               if self.structured_calls else {"role": "assistant", "content": text})
             ids = [c["id"] for c in reply.assistant.get("tool_calls", [])]
             for message in reply.messages:  # results answer the calls in order
                 if message["name"] != PARSE_ERROR and ids:

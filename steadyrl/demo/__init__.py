@@ -7,19 +7,18 @@ make GRPO lift held-out accuracy from ~30% to over 90% in two to three minutes o
 the defaults of the config's ``demo`` section and of ``steadyrl.config.presets.DEMO_CONFIG``.
 """
 
-from .model import build_tiny_model
-from .task import (
-    LETTERS,
-    SEPARATOR,
-    VOCAB_CHARS,
-    exact_match_accuracy,
-    format_prompt,
-    generate_completions,
-    make_splits,
-    reverse_reward,
-)
-from .tokenizer import build_char_tokenizer
-from .warmstart import encode_supervised, warm_start
+from ..lazy import lazy_attributes
+
+# name -> submodule, imported on first use: the tool demo's calculator (``steadyrl.demo.calculator``)
+# is loaded again in every fresh tool worker, which must not pay for torch and transformers.
+_LAZY = {
+    "build_tiny_model": "model",
+    **{name: "task" for name in ("LETTERS", "SEPARATOR", "VOCAB_CHARS", "exact_match_accuracy", "format_prompt",
+                                 "generate_completions", "make_splits", "reverse_reward")},
+    "build_char_tokenizer": "tokenizer",
+    "encode_supervised": "warmstart",
+    "warm_start": "warmstart",
+}
 
 __all__ = [
     "build_char_tokenizer",
@@ -35,3 +34,5 @@ __all__ = [
     "encode_supervised",
     "warm_start",
 ]
+
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())

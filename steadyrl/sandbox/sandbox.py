@@ -61,6 +61,12 @@ class Rebuild:
             self._built = _build(self.factory, self.args, self.kwargs)
         return self._built(request)
 
+FRESH_START_GRACE_S = 30.0
+"""Time a fresh worker's first call gets beyond its own limit: the new interpreter imports and
+rebuilds the target (a tool module that imports torch takes seconds, more on a loaded machine).
+Without it a short tool time limit kills every fresh worker before its first call and the next
+call starts another, for ever."""
+
 REAP_GRACE_S = 1.0
 """How long ``close`` lets an idle worker exit on its own, and a failed call waits for the keeper's
 report, before killing."""
@@ -278,8 +284,10 @@ class Sandbox:
         if self._busy:  # the previous call's reply was never read: it would be read as this one's
             self.kill()
         payload = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+        grace = 0.0
         for _ in range(2):
             if self._slot[0] is None:
+                grace = FRESH_START_GRACE_S if self.fresh else 0.0  # rebuilding the target is not the call's time
                 try:
                     self._slot[0] = _Proc(self.target, self.limits, self.env_passthrough, self.max_reply_bytes,
                                           self._recipe)
@@ -291,7 +299,7 @@ class Sandbox:
                 self.kill()  # it died between calls (the OOM killer, the user's code): fork a new one
                 continue
             self._busy = True
-            return Call(self, self._slot[0], time.monotonic())
+            return Call(self, self._slot[0], time.monotonic() + grace)
         raise SandboxUnavailable("the worker process dies as soon as it starts")
 
     def call(self, request, timeout_s: float | None) -> Reply:
@@ -346,7 +354,7 @@ class Call:
             return Reply("ok", parts, None, self._elapsed(), output, size)
 
     def _elapsed(self) -> float:
-        return time.monotonic() - self.t0
+        return max(0.0, time.monotonic() - self.t0)
 
     def _failed(self, status: str, parts: list, message: str, ended: bool = True) -> Reply:
         elapsed = self._elapsed()

@@ -69,3 +69,24 @@ def test_a_recipe_that_cannot_be_rebuilt_fails_every_call_with_its_traceback():
             reply = box.call("x", timeout_s=30)
             assert reply.status == "error"
             assert "could not rebuild its target" in reply.error and "no module named 'the_reward'" in reply.error
+
+
+def _slow_factory(seconds: float):
+    import time
+
+    time.sleep(seconds)  # a tool module that imports torch, on a loaded machine
+    return _echo
+
+
+def _echo(request):
+    return request
+
+
+def test_a_fresh_workers_start_is_not_counted_in_its_first_calls_time_limit():
+    """A target that takes 2 s to rebuild, called with a 1 s limit: before the grace every call
+    timed out, killed the worker, and the next call started another (the tool demo ran at 60 s a
+    step, its calls cut by the turn's time budget). Later calls get the limit alone."""
+    with Sandbox(Rebuild(_slow_factory, 2.0)) as box:
+        first = box.call("a", timeout_s=1.0)
+        assert first.status == "ok" and first.value == "a", first.error
+        assert box.call("b", timeout_s=1.0).value == "b"
