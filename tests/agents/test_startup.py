@@ -62,3 +62,21 @@ def test_a_tool_parser_that_cannot_read_the_templates_calls_is_refused_at_start_
     with pytest.raises(ConfigError) as err:  # Llama-3.1 teaches JSON calls; hermes reads <tool_call> tags
         build_agent(config(tmp_path, tool_parser="hermes"), llama31())
     assert "set rollout.tool_parser to the template's format" in str(err.value)
+
+
+def test_a_template_that_shows_no_tool_calls_keeps_calling_turns_as_plain_content(tmp_path):
+    """The tool demo's ChatML template renders only ``content``: a turn kept as ``tool_calls`` would
+    render without the call the policy wrote, and the conversation would not be what it sampled."""
+    from steadyrl.demo.chat_tokenizer import build_chat_tokenizer
+
+    plain = build_chat_tokenizer(["What is 2*3? 6"], vocab_size=300)
+    for tok, structured in [(plain, False), (qwen25(), True)]:
+        agent = build_agent(config(tmp_path), tok)
+        try:
+            assert agent.structured_calls is structured
+            text = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+            reply = agent.respond([{"calls": 0}], [text])[0]
+            assert ("tool_calls" in reply.assistant) is structured
+            assert structured or reply.assistant == {"role": "assistant", "content": text}
+        finally:
+            agent.shutdown()

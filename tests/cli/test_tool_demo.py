@@ -45,6 +45,9 @@ def test_tool_demo_trains_a_few_steps_and_shows_transcripts(steadyrl_cli, tmp_pa
         assert block.startswith("  user: What is ") and "\n  assistant: " in block
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "rollout/turns_mean" in r] == [1, 2]
+    for r in rows:  # the calculator answers within its time limit, its fresh workers' start not counted:
+        if "rollout/turns_mean" in r:  # no call ran out of the turn's budget (the demo once ran at 60 s a step)
+            assert r.get("rollout/tool_errors/time_budget", 0) == 0 and r.get("rollout/tool_errors/max_calls", 0) == 0
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
     saved = yaml.safe_load((out / "config.yaml").read_text())
     assert saved["demo"]["task"] == "tool" and saved["rollout"]["tools"] == ["steadyrl.demo.calculator:calculate"]
