@@ -59,6 +59,7 @@ class RunState:
     consecutive_skips: int = 0
     consecutive_empty: int = 0  # steps in a row where no sample had a valid reward
     warnings: int = 0
+    warned: list = field(default_factory=list)  # "Category: text" of each Python warning counted in warnings
     wall_time_s: float = 0.0
     eval_before: dict | None = None
     dropped_prompts: int = 0

@@ -4,8 +4,8 @@ A library may warn on every call (transformers' deprecation notices fire on each
 any ``warnings.catch_warnings()`` block resets the "once per location" memory Python's default
 filter relies on, so the same text would be printed several times per step. For the length of a
 run, :func:`warnings_once` prints a warning the first time its category and text are seen (with a
-note that it is shown once) and drops later copies; ``take()`` returns how many distinct warnings
-were printed since it was last called, which the recipe adds to ``health/warnings``.
+note that it is shown once) and drops later copies; ``take(counted)`` returns how many distinct warnings
+were printed since it was last called and not counted before, which the recipe adds to ``health/warnings``.
 """
 
 from __future__ import annotations
@@ -24,12 +24,17 @@ class WarningsSeen:
 
     def __init__(self) -> None:
         self.seen: set[tuple[type, str]] = set()
-        self.uncounted = 0
+        self.uncounted: list[str] = []
 
-    def take(self) -> int:
-        """The number of distinct warnings printed since the last call."""
-        n, self.uncounted = self.uncounted, 0
-        return n
+    def take(self, counted: list[str]) -> int:
+        """The number of distinct warnings printed since the last call that are not in ``counted``
+        (the run's list, carried by its checkpoints: a resumed run does not count again what the
+        run already counted before it stopped, so its metrics equal the uninterrupted run's);
+        each is added to ``counted``."""
+        new = [key for key in dict.fromkeys(self.uncounted) if key not in counted]
+        counted.extend(new)
+        self.uncounted = []
+        return len(new)
 
 
 @contextmanager
@@ -46,7 +51,7 @@ def warnings_once() -> Iterator[WarningsSeen]:
             if key in seen.seen:
                 return
             seen.seen.add(key)
-            seen.uncounted += 1
+            seen.uncounted.append(f"{category.__name__}: {message}")
             text = f"{message} (steadyrl shows each warning once per run)"
             show(text, category, filename, lineno, file, line)
 

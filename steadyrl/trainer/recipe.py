@@ -111,7 +111,7 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
                 run.state.step = step
                 count_empty(run, extras)
                 run.state.wall_time_s = elapsed_before + time.time() - started
-                run.state.warnings += warned.take()  # counted in health/warnings by report_step
+                run.state.warnings += warned.take(run.state.warned)  # counted in health/warnings by report_step
                 report_step(run, step, metrics, extras, shown, skipped_before)
                 if t.samples_every and step % t.samples_every == 0:
                     tracker.log_samples(sample_rows(extras), step)

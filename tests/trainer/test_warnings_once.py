@@ -28,14 +28,16 @@ def _printed(monkeypatch) -> list[str]:
 
 def test_same_warning_in_several_steps_is_printed_once_and_counted_once(monkeypatch):
     printed = _printed(monkeypatch)
+    counted: list[str] = []
     with warnings_once() as seen:
         for _ in range(3):
             _warn_in_own_block("`past_key_values` is deprecated")
-        assert seen.take() == 1
+        assert seen.take(counted) == 1
         _warn_in_own_block("another notice")
         _warn_in_own_block("`past_key_values` is deprecated")
-        assert seen.take() == 1
-        assert seen.take() == 0
+        assert seen.take(counted) == 1
+        assert seen.take(counted) == 0
+    assert len(counted) == 2
     err = "\n".join(printed)
     assert err.count("`past_key_values` is deprecated") == 1
     assert err.count("another notice") == 1
@@ -47,7 +49,7 @@ def test_the_schedules_note_about_skipped_optimizer_steps_is_not_printed(monkeyp
     with warnings_once() as seen:
         warnings.warn("Detected call of `lr_scheduler.step()` before `optimizer.step()`.", UserWarning,
                       stacklevel=1)
-        assert seen.take() == 0
+        assert seen.take([]) == 0
     assert not printed
 
 
@@ -56,3 +58,17 @@ def test_warnings_are_shown_as_before_after_the_run():
     with warnings_once():
         pass
     assert warnings.showwarning is show
+
+
+def test_a_resumed_run_does_not_count_again_what_the_run_counted_before_it_stopped(monkeypatch):
+    """health/warnings is cumulative and carried by checkpoints: a resumed run prints the warning
+    again (a new process) but its count equals the uninterrupted run's (exact resume)."""
+    _printed(monkeypatch)
+    counted: list[str] = []
+    with warnings_once() as seen:  # the run before it stopped
+        _warn_in_own_block("`past_key_values` is deprecated")
+        assert seen.take(counted) == 1
+    with warnings_once() as seen:  # the resumed run, with the checkpoint's list
+        _warn_in_own_block("`past_key_values` is deprecated")
+        _warn_in_own_block("a new notice")
+        assert seen.take(counted) == 1
