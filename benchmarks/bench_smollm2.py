@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .bench_trl import FRAMEWORKS, summarize, table
+from .bench_trl import FRAMEWORKS, run_trl, summarize, table
 from .common import emit, machine, pair_defaults, pair_parser, publish, run_pairs, run_steadyrl
 from .smollm2_task import default_cache, fetch_gguf, larger_reward, write_records
 
@@ -111,49 +111,9 @@ def child_steadyrl(args) -> dict:
 
 
 def child_trl(args) -> dict:
-    import torch
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    torch.set_num_threads(args.threads)
-    steps: list[dict] = []
-
-    class StepTimer(TrainerCallback):
-        def on_step_end(self, a, state, control, **kw):
-            before = steps[-1]["seen"] if steps else 0
-            steps.append({"end": time.perf_counter(), "cpu": time.process_time(),
-                          "seen": state.num_input_tokens_seen, "tokens": state.num_input_tokens_seen - before})
-
-        def on_log(self, a, state, control, logs=None, **kw):
-            if logs and "reward" in logs and steps:
-                steps[-1]["reward"] = logs["reward"]
-                steps[-1]["length"] = logs.get("completions/mean_length")
-
-    batch = args.prompts * args.group
-    model_dir = args.model_dir / "model"
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    with tempfile.TemporaryDirectory(prefix="bench_smollm2_trl_") as tmp:
-        config = GRPOConfig(
-            output_dir=tmp, use_cpu=True, bf16=False, fp16=False, seed=args.seed, max_steps=args.steps,
-            per_device_train_batch_size=batch, gradient_accumulation_steps=1, steps_per_generation=1,
-            num_generations=args.group, max_completion_length=args.max_new_tokens,
-            temperature=1.0, top_p=1.0, top_k=0, repetition_penalty=1.0,
-            learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-            adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, optim="adamw_torch", max_grad_norm=1.0,
-            beta=0.0, epsilon=0.2, num_iterations=1, loss_type="dapo", scale_rewards="group",
-            importance_sampling_level="token", mask_truncated_completions=False, disable_dropout=True,
-            gradient_checkpointing=False, shuffle_dataset=True,
-            logging_steps=1, save_strategy="no", eval_strategy="no", report_to="none",
-            dataloader_num_workers=0, disable_tqdm=True,
-        )
-        dataset = Dataset.from_list(_rows(args.model_dir, "train.jsonl"))
-        trainer = GRPOTrainer(model=str(model_dir), reward_funcs=larger_reward, args=config,
-                              train_dataset=dataset, processing_class=tokenizer, callbacks=[StepTimer()])
-        assert next(trainer.model.parameters()).dtype == torch.float32
-        trainer.train()
-        acc = heldout_accuracy(trainer.model, tokenizer, _rows(args.model_dir, "heldout.jsonl"), args.max_new_tokens)
-    return {"steps": steps, "heldout_after": acc}
+    rows = _rows(args.model_dir, "heldout.jsonl")
+    return run_trl(args, str(args.model_dir / "model"), larger_reward, _rows(args.model_dir, "train.jsonl"),
+                   lambda model, tokenizer: heldout_accuracy(model, tokenizer, rows, args.max_new_tokens))
 
 
 def _child_args(args, framework: str, seed: int) -> list[str]:

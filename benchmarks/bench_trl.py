@@ -146,12 +146,20 @@ def child_steadyrl(args) -> dict:
 
 
 def child_trl(args) -> dict:
+    from steadyrl.demo import reverse_reward
+
+    return run_trl(args, str(args.model_dir), reverse_reward, _records(args.model_dir, "train.jsonl"),
+                   lambda model, tokenizer: _heldout_accuracy(model, tokenizer, args.model_dir, args.max_new_tokens))
+
+
+def run_trl(args, model_dir: str, reward, rows: list[dict], heldout) -> dict:
+    """TRL's GRPOTrainer on ``model_dir`` with the settings steadyrl's side of the pair uses (the
+    table in the module docstring): per-step times, CPU and tokens, and ``heldout(model, tokenizer)``
+    after training. Shared by the benchmarks that pair steadyrl with TRL."""
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
-
-    from steadyrl.demo import reverse_reward
 
     torch.set_num_threads(args.threads)
     steps: list[dict] = []
@@ -168,7 +176,7 @@ def child_trl(args) -> dict:
                 steps[-1]["length"] = logs.get("completions/mean_length")
 
     batch = args.prompts * args.group
-    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     with tempfile.TemporaryDirectory(prefix="bench_trl_trl_") as tmp:
         config = GRPOConfig(
             output_dir=tmp, use_cpu=True, bf16=False, fp16=False, seed=args.seed, max_steps=args.steps,
@@ -183,12 +191,11 @@ def child_trl(args) -> dict:
             logging_steps=1, save_strategy="no", eval_strategy="no", report_to="none",
             dataloader_num_workers=0, disable_tqdm=True,
         )
-        dataset = Dataset.from_list(_records(args.model_dir, "train.jsonl"))
-        trainer = GRPOTrainer(model=str(args.model_dir), reward_funcs=reverse_reward, args=config,
-                              train_dataset=dataset, processing_class=tokenizer, callbacks=[StepTimer()])
+        trainer = GRPOTrainer(model=model_dir, reward_funcs=reward, args=config,
+                              train_dataset=Dataset.from_list(rows), processing_class=tokenizer, callbacks=[StepTimer()])
         assert next(trainer.model.parameters()).dtype == torch.float32
         trainer.train()
-        acc = _heldout_accuracy(trainer.model, tokenizer, args.model_dir, args.max_new_tokens)
+        acc = heldout(trainer.model, tokenizer)
     return {"steps": steps, "heldout_after": acc}
 
 
@@ -231,9 +238,10 @@ def table(runs: dict[str, list[dict]], ratios: dict[str, list[float]]) -> list[s
             "| completion length | reward, first 10 steps | reward, last steps | held-out accuracy after |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for fw in FRAMEWORKS:
-        ok = [r for r in runs[fw] if "error" not in r]
+        done = runs.get(fw, [])  # --only runs one framework
+        ok = [r for r in done if "error" not in r]
         if not ok:
-            why = runs[fw][0].get("error", "?") if runs[fw] else "not run"
+            why = done[0].get("error", "?") if done else "not run"
             rows.append(f"| {fw} ({why}) | 0 | - | - | - | - | - | - | - | - | - |")
             continue
         rl = [r["reward_last"] for r in ok]
