@@ -97,8 +97,10 @@ class OpenEnvEpisode:
         from openenv.core import GenericEnvClient
 
         s = self.settings
-        self.client = GenericEnvClient(base_url=s["base_url"], connect_timeout_s=min(s["timeout_s"], 10.0),
-                                       message_timeout_s=s["timeout_s"])
+        client = GenericEnvClient(base_url=s["base_url"], connect_timeout_s=min(s["timeout_s"], 10.0),
+                                  message_timeout_s=s["timeout_s"])
+        # openenv-core 0.2.1's client is synchronous; from 0.2.3 it is async and .sync() wraps it
+        self.client = client.sync() if hasattr(client, "sync") else client
         self.client.connect()
         result = self.client.reset(**({"seed": int(seed)} if s["seed"] and seed is not None else {}))
         return observation_text(result.observation or {}, s["observation_key"])
