@@ -82,29 +82,43 @@ def _start_init():
 
 
 HIDDEN = ("/tmp", "/var/tmp", "/run", "/home", "/root", "/dev/shm", "/mnt", "/media", "/srv")
-"""Covered by an empty tmpfs in the fallback's mount namespace (sockets, other users' files, data),
-but for a folder holding the interpreter, which stays visible (read-only)."""
+"""Covered by an empty tmpfs in the fallback's mount namespace (sockets, other users' files, data);
+the folders the interpreter and this harness live in, and the sample's own, are bound back on top."""
+
+
+def _needed():
+    """The folders the program's interpreter and this harness need, top-most only."""
+    paths = sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.__file__),
+                                                  os.path.dirname(sys.executable),
+                                                  os.path.dirname(os.path.abspath(__file__)))}, key=len)
+    top = []
+    for path in paths:
+        if os.path.isdir(path) and not any(path == t or path.startswith(t + "/") for t in top):
+            top.append(path)
+    return top
 
 
 def _hide(keep):
-    """Cover each of :data:`HIDDEN` with an empty tmpfs, binding ``keep`` (the sample's folder) back
-    at its own path; a folder that holds the interpreter's files is left as it is."""
-    needed = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.__file__),
-                                            sys.executable)]
-    fd = os.open(keep, os.O_PATH | os.O_DIRECTORY)
+    """Cover each of :data:`HIDDEN` with an empty tmpfs, then bind ``keep`` (the sample's folder) and
+    the folders of :func:`_needed` under it back at their own paths (opened before, so the covered
+    originals are what is bound)."""
+    back = [keep] + [p for p in _needed() if p != keep]
+    fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in back}
     try:
         for path in HIDDEN:
             inside = path + "/"
-            if os.path.islink(path) or not os.path.isdir(path) or any(n.startswith(inside) for n in needed):
+            if os.path.islink(path) or not os.path.isdir(path) or any(p == path for p in back):
                 continue
             if LIBC.mount(b"none", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=64k,mode=755") != 0:
                 return False
-            if keep.startswith(inside):
-                os.makedirs(keep, exist_ok=True)
-                if LIBC.mount(f"/proc/self/fd/{fd}".encode(), keep.encode(), None, MS_BIND | MS_REC, None) != 0:
-                    return False
+            for p in back:
+                if p.startswith(inside):
+                    os.makedirs(p, exist_ok=True)
+                    if LIBC.mount(f"/proc/self/fd/{fds[p]}".encode(), p.encode(), None, MS_BIND | MS_REC, None) != 0:
+                        return False
     finally:
-        os.close(fd)
+        for fd in fds.values():
+            os.close(fd)
     return True
 
 

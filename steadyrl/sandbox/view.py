@@ -95,6 +95,8 @@ def view_command(python: str, *, tmp_bytes: int, network: bool) -> list[str]:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         args += ["--unshare-user"]
+    # the private /tmp first: an interpreter (a venv, a clone) under the host's /tmp is bound on top of it
+    args += ["--perms", "01777", "--size", str(int(tmp_bytes)), "--tmpfs", "/tmp"]
     args += ["--ro-bind", "/usr", "/usr", *_root_links()]
     for path in _ETC_FILES:
         args += ["--ro-bind-try", path, path]
@@ -102,6 +104,5 @@ def view_command(python: str, *, tmp_bytes: int, network: bool) -> list[str]:
         args += ["--ro-bind", prefix, prefix]
     for name in HARNESS_FILES:
         args += ["--ro-bind", os.path.join(HARNESS_DIR, name), f"{HARNESS_IN_VIEW}/{name}"]
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "01777", "--size", str(int(tmp_bytes)), "--tmpfs", "/tmp",
-             "--chdir", "/tmp", "--", python, "-I", f"{HARNESS_IN_VIEW}/harness.py"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp", "--", python, "-I", f"{HARNESS_IN_VIEW}/harness.py"]
     return args
