@@ -327,6 +327,7 @@ def _runner_main(target, recipe, sock, out_r, out_w, shared: Shared, limits: Lim
         sys.stderr = open(2, "w", buffering=1, closefd=False, errors="replace")
         if recipe is not None:
             target = _rebuild(recipe)  # before the limits: building (imports, models) is not a call
+            send_frame(sock, encode_reply({"ready": True}))  # the first call's time starts now
         apply_limits(limits, tasks)
         _serve(target, sock, limits)
         code = 0

@@ -11,6 +11,8 @@ Reply frames are JSON objects, one of::
 
     {"part": <JSON value>}      one streamed result (a generator target yields several)
     {"end": true}               the call finished
+    {"ready": true}             a fresh worker rebuilt its target (once, before its first reply): that
+                                call's time limit starts here
     {"error": "<traceback>"}    the target raised; the call finished
 """
 

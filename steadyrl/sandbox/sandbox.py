@@ -62,10 +62,10 @@ class Rebuild:
         return self._built(request)
 
 FRESH_START_GRACE_S = 30.0
-"""Time a fresh worker's first call gets beyond its own limit: the new interpreter imports and
-rebuilds the target (a tool module that imports torch takes seconds, more on a loaded machine).
-Without it a short tool time limit kills every fresh worker before its first call and the next
-call starts another, for ever."""
+"""Time a fresh worker may take to start (a new interpreter that imports and rebuilds the target:
+a tool module that imports torch takes seconds, more on a loaded machine) before its first call's
+own time limit starts, at the worker's ``ready`` frame. Without it a short tool time limit killed
+every fresh worker before its first call, and the next call started another, for ever."""
 
 REAP_GRACE_S = 1.0
 """How long ``close`` lets an idle worker exit on its own, and a failed call waits for the keeper's
@@ -346,6 +346,10 @@ class Call:
                                     "and everything it started were killed (a new one is forked for the next call)")
             if "part" in frame:
                 parts.append(frame["part"])
+                continue
+            if "ready" in frame:  # a fresh worker has rebuilt its target: the call's own time starts
+                self.t0 = time.monotonic()
+                deadline = deadline_after(timeout_s, self.t0)
                 continue
             self.box._busy = False
             _, output, size = self.proc.report()
