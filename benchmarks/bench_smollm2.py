@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .bench_trl import FRAMEWORKS, run_trl, summarize, table
+from .bench_trl import FRAMEWORKS, matched_config, run_trl, summarize, table
 from .common import emit, machine, pair_defaults, pair_parser, publish, run_pairs, run_steadyrl
 from .smollm2_task import default_cache, fetch_gguf, larger_reward, write_records
 
@@ -82,25 +82,7 @@ def _rows(work: Path, name: str) -> list[dict]:
 
 
 def _steadyrl_config(args, out: Path) -> Path:
-    batch = args.prompts * args.group
-    config = {
-        "model": {"name_or_path": str(args.model_dir / "model"), "dtype": "float32"},
-        "data": {"train_path": str(args.model_dir / "train.jsonl"), "shuffle": True},
-        "rewards": [{"name": f"{TASK_FILE}:larger_reward"}],
-        "rollout": {"prompts_per_step": args.prompts, "group_size": args.group, "max_new_tokens": args.max_new_tokens,
-                    "temperature": 1.0, "top_p": 1.0, "top_k": 0},
-        "algorithm": {"preset": "grpo", "advantage_estimator": "grpo", "norm_by_std": True, "policy_loss": "ppo",
-                      "pg_clip": 0.2, "loss_agg_mode": "token-mean", "kl_mode": "none", "mask_truncated": False,
-                      "entropy_coef": 0.0},
-        "optim": {"lr": args.lr, "schedule": "constant", "warmup_steps": 0, "weight_decay": 0.0,
-                  "betas": [0.9, 0.999], "eps": 1e-8, "max_grad_norm": 1.0},
-        "trainer": {"max_steps": args.steps, "seed": args.seed, "ppo_epochs": 1, "mini_batch_size": None,
-                    "micro_batch_size": batch, "save_every": 0, "samples_every": 0, "num_threads": args.threads,
-                    "device": "cpu"},
-    }
-    path = out / "bench_config.yaml"
-    path.write_text(json.dumps(config, indent=1))  # JSON is YAML
-    return path
+    return matched_config(args, args.model_dir / "model", {"name": f"{TASK_FILE}:larger_reward"}, out)
 
 
 def child_steadyrl(args) -> dict:

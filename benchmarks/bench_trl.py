@@ -116,12 +116,19 @@ def _heldout_accuracy(model, tokenizer, model_dir: Path, max_new_tokens: int) ->
 
 
 def _steadyrl_config(args, out: Path) -> Path:
+    reward = {"name": "steadyrl.demo:reverse_reward",
+              **({"isolation": args.reward_isolation} if args.reward_isolation else {})}
+    return matched_config(args, args.model_dir, reward, out)
+
+
+def matched_config(args, model_dir: Path, reward: dict, out: Path) -> Path:
+    """steadyrl's config for its side of a pair, matching :func:`run_trl`'s settings (the module
+    docstring's table), written to ``out``; shared by the benchmarks that pair steadyrl with TRL."""
     batch = args.prompts * args.group
     config = {
-        "model": {"name_or_path": str(args.model_dir), "dtype": "float32"},
+        "model": {"name_or_path": str(model_dir), "dtype": "float32"},
         "data": {"train_path": str(args.model_dir / "train.jsonl"), "shuffle": True},
-        "rewards": [{"name": "steadyrl.demo:reverse_reward",
-                     **({"isolation": args.reward_isolation} if args.reward_isolation else {})}],
+        "rewards": [reward],
         "rollout": {"prompts_per_step": args.prompts, "group_size": args.group, "max_new_tokens": args.max_new_tokens,
                     "temperature": 1.0, "top_p": 1.0, "top_k": 0},
         "algorithm": {"preset": "grpo", "advantage_estimator": "grpo", "norm_by_std": True, "policy_loss": "ppo",
