@@ -3,6 +3,7 @@
     python -m benchmarks.bench_code_reward                   # 64 samples x 20 stdin/stdout tests, workers 1, 2, 4, 8
     python -m benchmarks.bench_code_reward --quick           # smoke run: 8 samples x 5 tests, workers 1, 2
     python -m benchmarks.bench_code_reward --write-md BENCHMARKS.md
+    python -m benchmarks.bench_code_reward --isolation 10    # one sample through each isolation level, 10 rounds
 
 The batch: ``--samples`` completions, each a fenced Python program (three in four correct, one in
 four printing a wrong answer), against ``--tests`` stdin/stdout cases of an APPS-style
@@ -21,6 +22,12 @@ four printing a wrong answer), against ``--tests`` stdin/stdout cases of an APPS
 Each method runs ``--repeats`` times (after one warm-up batch for the reward, which forks its
 worker then); the table shows the median wall time and ``samples x tests / wall time``. Every
 method's scores are checked against the expected ones.
+
+``--isolation ROUNDS`` instead measures what each level of the local sandbox costs one sample:
+the ``code`` reward's ``score_one`` on one correct program against ``--tests`` cases, in the
+calling process (no worker pool), for each level this machine can give - namespaces, namespaces
++ a cgroup, bubblewrap's view, view + cgroup - taken in turn in every round (interleaved, so a
+change of load hits all of them alike); the table shows each level's median over the rounds.
 """
 
 from __future__ import annotations
@@ -117,6 +124,46 @@ def run_loop_per_test(completions, tests, repeats: int) -> tuple[list[float], li
             times.append(time.perf_counter() - t0)
     return times, scores
 
+ISOLATION_LEVELS = (("namespaces", "namespaces", False), ("namespaces + cgroup", "namespaces", True),
+                    ("bubblewrap view", "auto", False), ("bubblewrap view + cgroup", "auto", True))
+
+
+def run_isolation(tests: int, rounds: int) -> list[tuple[str, float, int]]:
+    """``(level, median ms per sample, isolation_level)`` for each level the machine gives."""
+    from steadyrl.rewards import load_reward
+
+    completions, tests_json, _ = batch(1, tests)
+    rewards = []
+    for name, sandbox, cgroup in ISOLATION_LEVELS:
+        fn = load_reward("code", sandbox=sandbox, test_timeout_s=5.0, sample_timeout_s=60.0)
+        if (sandbox == "auto" and not fn.view) or (cgroup and not fn.cgroup):
+            print(f"{name}: not available on this machine, skipped", file=sys.stderr)
+            continue
+        fn.cgroup = cgroup  # the same reward with its per-sample cgroup off, to price it
+        fn.level = (3 if fn.view else 1) + int(cgroup)
+        rewards.append((name, fn, []))
+    for _ in range(rounds):
+        for _, fn, times in rewards:
+            t0 = time.perf_counter()
+            score = fn.score_one(completions[0], tests_json[0])[0]
+            times.append(time.perf_counter() - t0)
+            if score != 1.0:
+                raise RuntimeError(f"isolation benchmark: a correct program scored {score}")
+    return [(name, 1000 * statistics.median(times), fn.level) for name, fn, times in rewards]
+
+
+def isolation_table(args, given: list[str]) -> str:
+    load0 = os.getloadavg()[0]
+    rows = run_isolation(args.tests, args.isolation)
+    body = [f"Command: `python -m benchmarks.bench_code_reward {' '.join(given)}`", "",
+            f"Machine: {machine()}.", "",
+            f"One correct sample, {args.tests} stdin/stdout tests, {args.isolation} interleaved rounds; load "
+            f"average (1 min) before / after: {load0:.2f} / {os.getloadavg()[0]:.2f}.", "",
+            "| local sandbox | `reward/code/isolation_level` | ms per sample (median) | ms per test |",
+            "|---|---:|---:|---:|"]
+    body += [f"| {n} | {level} | {ms:.0f} | {ms / args.tests:.1f} |" for n, ms, level in rows]
+    return "\n".join(body)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -126,7 +173,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--write-md", metavar="PATH")
+    parser.add_argument("--isolation", type=int, metavar="ROUNDS",
+                        help="price each sandbox level on one sample instead (module docstring)")
     args = parser.parse_args(argv)
+    if args.isolation:
+        given = [x for x in (sys.argv[1:] if argv is None else argv)]
+        if "--write-md" in given:
+            at = given.index("--write-md")
+            del given[at:at + 2]
+        body = isolation_table(args, given)
+        print(body)
+        if args.write_md:
+            write_md(Path(args.write_md), "bench_code_isolation", "Code reward: what each sandbox level costs", body)
+        return 0
     if args.quick:
         args.samples, args.tests, args.workers, args.repeats = 8, 5, [1, 2], 1
     completions, tests, expected = batch(args.samples, args.tests)
