@@ -23,8 +23,11 @@ from .report import render
 from .run import RunData, load_run
 from .thresholds import Thresholds
 
-__all__ = ["DETECTORS", "Finding", "RunData", "Thresholds", "diagnose", "doctor_cli", "load_run",
-           "register_detector"]
+__all__ = ["DETECTORS", "REPORT_FILE", "Finding", "RunData", "Thresholds", "diagnose", "doctor_cli", "load_run",
+           "register_detector", "write_report"]
+
+REPORT_FILE = "report.md"
+"""The report ``steadyrl train`` (at its end) and ``steadyrl plot`` (beside dashboard.png) write."""
 
 
 def diagnose(run: RunData, thresholds: Thresholds | None = None) -> list[Finding]:
@@ -34,16 +37,46 @@ def diagnose(run: RunData, thresholds: Thresholds | None = None) -> list[Finding
     return sorted(found, key=lambda f: -f.severity)
 
 
+def _changed(thresholds: Thresholds) -> dict[str, float]:
+    default = Thresholds()
+    return {f.name: getattr(thresholds, f.name) for f in dataclasses.fields(Thresholds)
+            if getattr(thresholds, f.name) != getattr(default, f.name)}
+
+
+def run_thresholds(run: RunData) -> Thresholds:
+    """The thresholds the run itself set (``trainer.doctor_thresholds`` of its config.yaml), else the defaults."""
+    settings = (run.config.get("trainer") or {}).get("doctor_thresholds") if isinstance(run.config, dict) else None
+    if not isinstance(settings, dict) or not settings:
+        return Thresholds()
+    try:
+        return Thresholds().with_overrides([f"{k}={v}" for k, v in settings.items()])
+    except ValueError:  # a hand-edited config.yaml: the report still comes, with the defaults
+        return Thresholds()
+
+
+def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tuple[Path, list[Finding]] | None:
+    """Write the triage of ``run_dir`` to ``out_path`` (default ``run_dir/report.md``) with the run's
+    own thresholds; ``None`` (nothing written) when the directory holds no training step yet."""
+    from ..errors import DataError
+
+    try:
+        run = load_run(run_dir)
+    except DataError:
+        return None
+    thresholds = run_thresholds(run)
+    findings = diagnose(run, thresholds)
+    path = Path(out_path) if out_path is not None else Path(run_dir) / REPORT_FILE
+    path.write_text(render(run, findings, len(DETECTORS), _changed(thresholds)), encoding="utf-8")
+    return path, findings
+
+
 def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | None = None) -> int:
     """Read ``run_dir``, write the report to ``output`` (stdout when None); 0 healthy, 1 problems.
     Bad input raises :class:`~steadyrl.errors.ConfigError` (the CLI exits 2)."""
     thresholds = Thresholds().with_overrides(settings or [])
     run = load_run(run_dir)
     findings = diagnose(run, thresholds)
-    default = Thresholds()
-    changed = {f.name: getattr(thresholds, f.name) for f in dataclasses.fields(Thresholds)
-               if getattr(thresholds, f.name) != getattr(default, f.name)}
-    text = render(run, findings, len(DETECTORS), changed)
+    text = render(run, findings, len(DETECTORS), _changed(thresholds))
     if output is None:
         print(text, end="")
     else:
