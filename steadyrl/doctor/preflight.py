@@ -8,10 +8,17 @@ engine that will sample and the trainer that will recompute the log-probs, and s
     -> attribution: the engine's side rescored with one factor set to the trainer's at a time
 
 The gap measure shared by every cause is the mean absolute per-token log-ratio
-``|log pi_behaviour - log pi_train|`` over the sampled tokens; a factor's gap is how much setting it
-to the trainer's removes (``baseline - gap without it``, at least 0); the template round trip adds its
-own (:mod:`.roundtrip`); what no factor explains is listed as such. Each cause's share is its gap over
-the sum. Causes below ``tolerance`` are ruled out. Nothing is written; no reward code runs.
+``G = |log pi_behaviour - log pi_train|`` over the sampled tokens. Factors do not add up (a top-k gap
+swamps a precision gap measured alone against the whole), so a factor's gap is the mean of the two
+one-at-a-time changes: what setting it to the trainer's removes from the engine as configured, and
+what it adds to an engine matched to the trainer in everything else,
+
+    gap_f = ( G(all) - G(all but f) + G(f alone) - G(none) ) / 2     (at least 0)
+
+(with two factors, exactly their Shapley values). ``G(none)``, the gap of an engine matched in every
+factor, is what no factor explains (kernels, the decode path). The template round trip adds its own
+(:mod:`.roundtrip`). Each cause's share is its gap over the sum of all. Causes below ``tolerance`` are
+ruled out. Nothing is written; no reward code runs.
 """
 
 from __future__ import annotations
@@ -69,6 +76,8 @@ class _Side:
     gens: list
     chats: list
     trainer_logprobs: list[torch.Tensor]
+    weights: torch.nn.Module | None = None
+    """The engine's weights as given (stale ones), before the cast to its dtype; None: the trainer's."""
 
 
 def default_spec(config: Config, trainer: torch.nn.Module, tokenizer) -> EngineSpec:
@@ -144,7 +153,7 @@ def build_side(config: Config, *, batches: int, prompts: int, engine: dict | Non
         gens.append(gen)
         logprobs.append(lp.float().cpu())
         rows += [c for c in chats[b: b + prompts] for _ in range(ro.group_size)]
-    return _Side(config, tokenizer, trainer, copy, spec, gens, rows, logprobs)
+    return _Side(config, tokenizer, trainer, copy, spec, gens, rows, logprobs, engine_weights)
 
 
 def _gap_sum(side: _Side, model, spec: EngineSpec, *, reported: bool = False) -> tuple[float, int]:

@@ -127,3 +127,13 @@ def test_a_run_directorys_config_naming_code_needs_trust(tmp_path, tiny_model_di
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     assert main(["doctor", str(run / "config.yaml")]) == 2
     assert "--trust-run-code" in capsys.readouterr().err
+
+
+def test_two_causes_are_ranked_by_their_share_and_the_shares_add_up(tmp_path, tiny_model_dir):
+    result = _first(_config(tmp_path, tiny_model_dir, dtype="bfloat16", top_k=3))
+    names = [c.name for c in result.causes]
+    assert names[:2] == ["sampling", "precision"], [(c.name, c.gap) for c in result.causes]
+    assert result.causes[0].share > result.causes[1].share > 0
+    assert sum(c.share for c in result.causes) == pytest.approx(1.0)
+    # two factors: the two-sided estimate is their Shapley split of the whole gap
+    assert sum(c.gap for c in result.causes[:2]) == pytest.approx(result.baseline, rel=0.05)
