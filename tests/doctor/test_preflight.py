@@ -130,7 +130,8 @@ def test_a_run_directorys_config_naming_code_needs_trust(tmp_path, tiny_model_di
 
 
 def test_two_causes_are_ranked_by_their_share_and_the_shares_add_up(tmp_path, tiny_model_dir):
-    result = _first(_config(tmp_path, tiny_model_dir, dtype="bfloat16", top_k=3))
+    # top_k 10 of the 13 tokens: a truncation gap that a bfloat16 boundary shift cannot swamp
+    result = _first(_config(tmp_path, tiny_model_dir, dtype="bfloat16", top_k=10), tolerance=1e-5)
     names = [c.name for c in result.causes]
     assert names[:2] == ["sampling", "precision"], [(c.name, c.gap) for c in result.causes]
     assert result.causes[0].share > result.causes[1].share > 0
