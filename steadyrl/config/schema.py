@@ -597,7 +597,7 @@ class TrainerConfig(Section):
         # the names live with the detectors (pure Python, no torch)
         from ..doctor.checks import check_doctor_setting
 
-        check_doctor_setting(info.field_name, value)
+        check_doctor_setting(info.field_name, value, doctor_every=info.data.get("doctor_every"))
         return value
 
 

@@ -14,8 +14,12 @@ def detector_names() -> list[str]:
     return list(DETECTORS)
 
 
-def check_doctor_setting(key: str, value: Any) -> None:
-    """A :class:`ValueError` naming what is wrong with ``trainer.<key> = value``."""
+def check_doctor_setting(key: str, value: Any, *, doctor_every: int | None = None) -> None:
+    """A :class:`ValueError` naming what is wrong with ``trainer.<key> = value`` (``doctor_every``:
+    ``trainer.doctor_every``, without which nothing could halt)."""
+    if key == "halt_on" and value and doctor_every == 0:
+        raise ValueError(f"{value!r} needs the detectors to run: trainer.doctor_every = 0 turns them off; "
+                         "set trainer.doctor_every >= 1 or trainer.halt_on=[]")
     if key == "halt_on":
         valid = detector_names()
         unknown = [name for name in value if name not in valid]

@@ -51,22 +51,22 @@ class EngineSpec:
         return self.top_k > 0 or self.top_p < 1.0
 
 
-def checksum(model: torch.nn.Module) -> str:
-    """A short digest of the model's weights, in float32 (so a bfloat16 copy of the same weights
-    checks equal to the float32 weights cast to bfloat16 and back)."""
+def checksum(model: torch.nn.Module, dtype: torch.dtype | None = None) -> str:
+    """A short digest of the model's weights, each cast to ``dtype`` (default: as they are) and then
+    to float32, one tensor at a time (no copy of the model)."""
     h = hashlib.sha256()
     for name, p in sorted(model.state_dict().items()):
         h.update(name.encode())
-        h.update(p.detach().to(torch.float32).contiguous().cpu().numpy().tobytes())
+        t = p.detach() if dtype is None or not p.is_floating_point() else p.detach().to(dtype)
+        h.update(t.to(torch.float32).contiguous().cpu().numpy().tobytes())
     return h.hexdigest()[:12]
 
 
 def weights_match(engine_model: torch.nn.Module, trainer_model: torch.nn.Module) -> tuple[bool, str, str]:
     """``(equal, engine digest, trainer digest)``: the trainer's weights are cast to the engine's
     dtype first, so a precision difference alone is not called stale."""
-    dtype = next(engine_model.parameters()).dtype
-    cast = copy.deepcopy(trainer_model).to(dtype)
-    a, b = checksum(engine_model), checksum(cast)
+    a = checksum(engine_model)
+    b = checksum(trainer_model, next(engine_model.parameters()).dtype)
     return a == b, a, b
 
 
@@ -121,8 +121,10 @@ def behaviour_logprobs(model, gen, spec: EngineSpec) -> tuple[torch.Tensor, torc
     ids, mask, positions, starts = _layout(gen.prompt_ids, gen.prompt_mask, gen.response_ids, gen.response_mask,
                                            spec.padding_side)
     r = gen.response_ids.shape[1]
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False).logits
-    logits = logits[:, int(starts[0]) - 1: int(starts[0]) - 1 + r].float()
+    device = next(model.parameters()).device
+    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
+                   use_cache=False).logits
+    logits = logits[:, int(starts[0]) - 1: int(starts[0]) - 1 + r].float().cpu()
     labels = gen.response_ids.unsqueeze(-1)
     sampled = torch.log_softmax(_process(logits, spec), -1).gather(-1, labels).squeeze(-1)
     full = torch.log_softmax(logits / spec.temperature, -1).gather(-1, labels).squeeze(-1)

@@ -44,8 +44,8 @@ def _loglik(model, prompt: list[int], response: list[int]) -> float:
     """``sum_t log p(response_t | prompt, response_<t)`` under ``model`` (float32 softmax)."""
     if not response:
         return 0.0
-    ids = torch.tensor([prompt + response])
-    logits = model(input_ids=ids, use_cache=False).logits[0, len(prompt) - 1: -1].float()
+    ids = torch.tensor([prompt + response], device=next(model.parameters()).device)
+    logits = model(input_ids=ids, use_cache=False).logits[0, len(prompt) - 1: -1].float().cpu()
     return float(torch.log_softmax(logits, -1).gather(-1, torch.tensor(response).unsqueeze(-1)).sum())
 
 

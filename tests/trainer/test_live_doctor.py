@@ -59,10 +59,12 @@ def test_doctor_off_logs_no_count_and_prints_nothing(write_config, tmp_path, cap
                                           "detector; valid names: zero_variance, "),
     ("trainer.doctor_thresholds={min_step: 2}", "trainer.doctor_thresholds: {'min_step': 2.0}: 'min_step' is not "
                                                 "a threshold; valid names: min_steps, "),
+    ("trainer.doctor_every=0|trainer.halt_on=[mismatch]", "trainer.halt_on: ['mismatch'] needs the detectors to "
+                                                           "run: trainer.doctor_every = 0 turns them off"),
     ("trainer.doctor_thresholds={window_frac: 0.9}", "trainer.doctor_thresholds: entry window_frac='0.9': the value must be in (0, 0.5]"),
 ])
 def test_an_unknown_detector_or_threshold_exits_2_naming_key_value_and_valid_names(write_config, tmp_path,
                                                                                    capsys, setting, needle):
-    assert main(["train", str(write_config()), setting, "--output-dir", str(tmp_path / "run")]) == 2
+    assert main(["train", str(write_config()), *setting.split("|"), "--output-dir", str(tmp_path / "run")]) == 2
     assert needle in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
