@@ -5,6 +5,7 @@
     steadyrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
     steadyrl export RUN_DIR [--step N] [--merge-lora] [--trust-run-code] OUT
     steadyrl doctor RUN_DIR [--output FILE] [--set NAME=VALUE ...]
+    steadyrl doctor CONFIG.yaml [key=value ...] [--batches N] [--prompts N] [--tolerance X] [--trust-run-code]
     steadyrl config show [CONFIG.yaml] [key=value ...]
     steadyrl convert GGUF OUT_DIR [--dtype float32|bfloat16|float16] [--overwrite]
     steadyrl selfcheck
@@ -88,13 +89,24 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --merge-lora: load the base model although the run's config.yaml sets "
                              "model.trust_remote_code (the run directory may come from someone else)")
 
-    doctor = sub.add_parser("doctor", help="triage a run: what went wrong, with evidence and the change to make; "
-                            "exit 0 healthy, 1 a problem found (docs/stability.md)", **page)
-    doctor.add_argument("run_dir", metavar="RUN_DIR", help="a steadyrl train output directory (only read)")
+    doctor = sub.add_parser("doctor", help="triage a run (RUN_DIR: what went wrong, with evidence and the change to "
+                            "make) or check a setup before a run (CONFIG.yaml [key=value ...]: the gap between "
+                            "engine and trainer log-probs and its causes); exit 0 healthy, 1 a problem found "
+                            "(docs/stability.md)", **page)
+    doctor.add_argument("target", metavar="RUN_DIR|CONFIG", help="a steadyrl train output directory (only read), or "
+                        "a config file (.yaml) for the pre-flight")
+    doctor.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (pre-flight only)")
     doctor.add_argument("--output", help="write the markdown report to this file (default: stdout)")
     doctor.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="change a detector threshold, e.g. entropy_collapse_ratio=0.2 (repeatable; "
-                             "docs/stability.md lists them)")
+                             "docs/stability.md lists them; RUN_DIR only)")
+    doctor.add_argument("--batches", type=int, default=2, help="pre-flight: batches sampled (default 2)")
+    doctor.add_argument("--prompts", type=int, default=2, help="pre-flight: prompts per batch, each sampled "
+                        "rollout.group_size times (default 2)")
+    doctor.add_argument("--tolerance", type=float, default=1e-3, help="pre-flight: a cause removing less than this "
+                        "mean |log-ratio| per token is ruled out (default 1e-3)")
+    doctor.add_argument("--trust-run-code", action="store_true", help="pre-flight of a run directory's config.yaml: "
+                        "allow the code it names (the model's own files, tools...) to load")
 
     config = sub.add_parser("config", help="inspect configuration", **page)
     config_sub = config.add_subparsers(dest="config_command", required=True)
@@ -124,9 +136,9 @@ def _run(args: argparse.Namespace) -> int:
 
         return plot_cli(args.run_dirs, args.out)
     if args.command == "doctor":
-        from .doctor import doctor_cli
+        from .doctor import doctor_target
 
-        return doctor_cli(args.run_dir, args.output, args.set)
+        return doctor_target(args)
     if args.command == "convert":
         return _convert(args)
     if args.command == "export":

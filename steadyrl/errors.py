@@ -35,6 +35,10 @@ class TrainingHalted(SteadyRLError):
     """Training stopped on purpose (e.g. too many non-finite steps in a row): exit status 1."""
 
 
+class DoctorHalted(TrainingHalted):
+    """A detector named in ``trainer.halt_on`` fired during training (exit status 1, state saved)."""
+
+
 class RolloutWorkerError(TrainingHalted):
     """The asynchronous rollout worker process died or raised (exit status 1, its traceback said)."""
 

@@ -340,6 +340,14 @@ class RolloutConfig(Section):
                               "token by exp(clamp(logp_train - logp_behaviour, -10, 10)) capped at this "
                               "value; null = off (only the mismatch metrics). Unset: "
                               f"{ASYNC_TIS_CAP} with asynchronous rollouts (stale batches), else null.", gt=0)
+    dtype: Literal["float32", "bfloat16", "float16"] | None = F(
+        None, "Precision the engine samples in and reports its log-probs from, when it differs from "
+        "the trainer's (model.dtype): the HF engine then generates with a copy of the policy in this "
+        "dtype, refreshed from the trainer's weights after every update (one more copy of the weights "
+        "in memory, one weight copy and one extra forward pass per step), and returns the sampled "
+        "tokens' log-probs in it (rollout log-probs: mismatch metrics and rollout.correction apply); "
+        "the asynchronous worker and vLLM load the policy in it. null = the trainer's dtype, no copy. "
+        "float16 needs a GPU.")
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     asynchronous: AsynchronousConfig = Field(default_factory=AsynchronousConfig)
     # --- multi-turn episodes (docs/agents.md); with neither tools nor an environment an episode
@@ -560,6 +568,12 @@ class TrainerConfig(Section):
     max_consecutive_skips: int = F(3, "Stop after this many optimizer steps in a row skipped for a "
                                    "non-finite loss or gradient norm, or this many steps in a row with no "
                                    "sample that has a valid reward.", ge=1)
+    doctor_every: int = F(10, "Run the doctor's detectors (docs/stability.md) every N steps during training; a "
+                          "detector that fires prints one line (counted in health/doctor_findings); 0 = off.", ge=0)
+    halt_on: list[str] = F([], "Detectors that stop the run when they fire (state checkpointed first, exit "
+                           "status 1), e.g. [entropy_collapse, mismatch]; [] = never halt. Needs doctor_every > 0.")
+    doctor_thresholds: dict[str, float] = F({}, "The in-run detectors' thresholds changed from their defaults, "
+                                            "e.g. {entropy_collapse_ratio: 0.2} (names: docs/stability.md).")
     trackers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = F(
         [], "Extra trackers besides metrics.jsonl: tensorboard, wandb, mlflow, trackio (a list; "
         "one name is a list of one).")
@@ -571,6 +585,20 @@ class TrainerConfig(Section):
     def _one_tracker(cls, value: Any) -> Any:
         # trainer.trackers=wandb (TRL's report_to=wandb) means the one-item list
         return [value] if isinstance(value, str) else value
+
+    @field_validator("halt_on", mode="before")
+    @classmethod
+    def _one_detector(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("halt_on", "doctor_thresholds")
+    @classmethod
+    def _check_doctor(cls, value: Any, info: ValidationInfo) -> Any:
+        # the names live with the detectors (pure Python, no torch)
+        from ..doctor.checks import check_doctor_setting
+
+        check_doctor_setting(info.field_name, value, doctor_every=info.data.get("doctor_every"))
+        return value
 
 
 class EvalConfig(Section):

@@ -1,4 +1,5 @@
-"""``steadyrl doctor RUN_DIR``: triage of a run from its metrics.jsonl and samples.jsonl.
+"""``steadyrl doctor RUN_DIR``: triage of a run from its metrics.jsonl and samples.jsonl (and
+``steadyrl doctor CONFIG.yaml``: the pre-flight, :mod:`.preflight`, which imports torch).
 
 Each detector (a function in :data:`DETECTORS`, see :mod:`.policy` and :mod:`.learning`) looks
 for one way runs go wrong: entropy collapse or explosion, clip fraction drift, groups without
@@ -23,8 +24,11 @@ from .report import render
 from .run import RunData, load_run
 from .thresholds import Thresholds
 
-__all__ = ["DETECTORS", "Finding", "RunData", "Thresholds", "diagnose", "doctor_cli", "load_run",
-           "register_detector"]
+__all__ = ["DETECTORS", "REPORT_FILE", "Finding", "RunData", "Thresholds", "diagnose", "doctor_cli", "load_run",
+           "register_detector", "write_report"]
+
+REPORT_FILE = "report.md"
+"""The report ``steadyrl train`` (at its end) and ``steadyrl plot`` (beside dashboard.png) write."""
 
 
 def diagnose(run: RunData, thresholds: Thresholds | None = None) -> list[Finding]:
@@ -34,16 +38,69 @@ def diagnose(run: RunData, thresholds: Thresholds | None = None) -> list[Finding
     return sorted(found, key=lambda f: -f.severity)
 
 
+def _changed(thresholds: Thresholds) -> dict[str, float]:
+    default = Thresholds()
+    return {f.name: getattr(thresholds, f.name) for f in dataclasses.fields(Thresholds)
+            if getattr(thresholds, f.name) != getattr(default, f.name)}
+
+
+def run_thresholds(run: RunData) -> Thresholds:
+    """The thresholds the run itself set (``trainer.doctor_thresholds`` of its config.yaml), else the defaults."""
+    settings = (run.config.get("trainer") or {}).get("doctor_thresholds") if isinstance(run.config, dict) else None
+    if not isinstance(settings, dict) or not settings:
+        return Thresholds()
+    try:
+        return Thresholds().with_overrides([f"{k}={v}" for k, v in settings.items()])
+    except ValueError:  # a hand-edited config.yaml: the report still comes, with the defaults
+        return Thresholds()
+
+
+def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tuple[Path, list[Finding]] | None:
+    """Write the triage of ``run_dir`` to ``out_path`` (default ``run_dir/report.md``) with the run's
+    own thresholds; ``None`` (nothing written) when the directory holds no training step yet."""
+    from ..errors import DataError
+
+    try:
+        run = load_run(run_dir)
+    except DataError:
+        return None
+    thresholds = run_thresholds(run)
+    findings = diagnose(run, thresholds)
+    path = Path(out_path) if out_path is not None else Path(run_dir) / REPORT_FILE
+    path.write_text(render(run, findings, len(DETECTORS), _changed(thresholds)), encoding="utf-8")
+    return path, findings
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+def doctor_target(args) -> int:
+    """``steadyrl doctor TARGET``: a config file (.yaml) is the pre-flight (:mod:`.preflight`); anything
+    else is read as a run directory (and is bad input, exit 2, when it is not one)."""
+    from ..errors import ConfigError
+
+    target = Path(args.target)
+    if target.suffix in CONFIG_SUFFIXES and target.is_file():
+        if args.set:
+            raise ConfigError(f"--set {args.set[0]!r}: detector thresholds apply to a RUN_DIR, not to the "
+                              f"pre-flight of {target}; use --tolerance")
+        from .preflight_report import preflight_cli
+
+        return preflight_cli(str(target), args.overrides, output=args.output, batches=args.batches,
+                             prompts=args.prompts, tolerance=args.tolerance, trust_run_code=args.trust_run_code)
+    if args.overrides:
+        raise ConfigError(f"{args.overrides[0]!r}: key=value overrides go with a CONFIG.yaml (the pre-flight); "
+                          f"RUN_DIR {target} is only read")
+    return doctor_cli(str(target), args.output, args.set)
+
+
 def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | None = None) -> int:
     """Read ``run_dir``, write the report to ``output`` (stdout when None); 0 healthy, 1 problems.
     Bad input raises :class:`~steadyrl.errors.ConfigError` (the CLI exits 2)."""
     thresholds = Thresholds().with_overrides(settings or [])
     run = load_run(run_dir)
     findings = diagnose(run, thresholds)
-    default = Thresholds()
-    changed = {f.name: getattr(thresholds, f.name) for f in dataclasses.fields(Thresholds)
-               if getattr(thresholds, f.name) != getattr(default, f.name)}
-    text = render(run, findings, len(DETECTORS), changed)
+    text = render(run, findings, len(DETECTORS), _changed(thresholds))
     if output is None:
         print(text, end="")
     else:

@@ -76,7 +76,7 @@ def load_run(path: str | Path) -> RunData:
         raise DataError(f"RUN_DIR {path} does not exist: give the output directory of a steadyrl train run")
     if not path.is_dir():
         raise DataError(f"RUN_DIR {path} is not a directory: give the output directory of a steadyrl train run "
-                        f"(it holds {METRICS_FILE}, config.yaml and {MARKER})")
+                        f"(it holds {METRICS_FILE}, config.yaml and {MARKER}), or a CONFIG.yaml for the pre-flight")
     metrics = path / METRICS_FILE
     if not metrics.is_file():
         seen = "it holds a steadyrl marker but" if (path / MARKER).exists() else "it is not a steadyrl run:"

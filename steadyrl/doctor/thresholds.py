@@ -52,23 +52,23 @@ class Thresholds:
         """``name -> (default, help)``."""
         return {f.name: (f.default, f.metadata["help"]) for f in fields(cls)}
 
-    def with_overrides(self, items: list[str]) -> Thresholds:
-        """These thresholds with ``name=value`` items applied; a :class:`ConfigError` naming an unknown
-        name or a value that is not a number >= 0."""
+    def with_overrides(self, items: list[str], key: str = "--set") -> Thresholds:
+        """These thresholds with ``name=value`` items applied; a :class:`ConfigError` naming ``key``
+        (where the items came from) and an unknown name or a value that is not a number >= 0."""
         known = self.help()
         changes = {}
         for item in items:
             name, sep, text = item.partition("=")
             name = name.strip()
             if not sep or name not in known:
-                raise ConfigError(f"--set {item!r}: give name=value with name one of {', '.join(known)}")
+                raise ConfigError(f"{key} {item!r}: give name=value with name one of {', '.join(known)}")
             try:
                 value = float(text)
             except ValueError:
                 value = float("nan")
             if not value >= 0 or value == float("inf"):
-                raise ConfigError(f"--set {name}={text!r}: the value must be a finite number >= 0")
+                raise ConfigError(f"{key} {name}={text!r}: the value must be a finite number >= 0")
             if name == "window_frac" and not 0 < value <= 0.5:
-                raise ConfigError(f"--set window_frac={text!r}: the value must be in (0, 0.5]")
+                raise ConfigError(f"{key} window_frac={text!r}: the value must be in (0, 0.5]")
             changes[name] = value
         return replace(self, **changes)

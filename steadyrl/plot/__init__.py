@@ -19,7 +19,7 @@ four evaluations or fewer (before and after training) are bare points with their
 beside them. Runs overlaid get a colour each, named in every panel's legend; a run's series differ
 in line style and marker (``series.py``).
 
-    plot_run("runs/grpo")                             # -> runs/grpo/dashboard.png
+    plot_run("runs/grpo")                             # -> runs/grpo/dashboard.png (+ report.md)
     plot_runs(["runs/a", "runs/b"], "a_vs_b.png")     # overlaid, one colour per run
 
 The command line: ``steadyrl plot RUN_DIR [RUN_DIR ...] [--out FILE]`` calls :func:`plot_cli`
@@ -68,10 +68,15 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path) -> Path:
 
 
 def plot_run(run_dir: str | Path, out_path: str | Path | None = None) -> Path:
-    """Write the dashboard of one run (default ``run_dir/dashboard.png``); returns its path.
+    """Write the dashboard of one run (default ``run_dir/dashboard.png``) and the doctor's ``report.md``
+    beside it (nothing when no training step was logged yet); returns the dashboard's path.
     ``run_dir`` may also be the run's ``metrics.jsonl`` (the dashboard then goes beside it)."""
     folder = Path(run_dir).parent if Path(run_dir).is_file() else Path(run_dir)
-    return plot_runs([run_dir], folder / DASHBOARD_FILE if out_path is None else out_path)
+    path = plot_runs([run_dir], folder / DASHBOARD_FILE if out_path is None else out_path)
+    from ..doctor import REPORT_FILE, write_report  # the run's triage beside its dashboard
+
+    write_report(folder, path.parent / REPORT_FILE)
+    return path
 
 
 # --- command line --------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from pathlib import Path
 from .. import distributed as dist
 from ..build.setup import Run, build_eval, build_run, check_inputs
 from ..config import config_to_dict, load_config
+from ..doctor.live import LiveDoctor
 from ..errors import ConfigError
 from ..models import resolve_device
 from ..progress import progress
@@ -102,6 +103,8 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
 
         # --- the loop: one step, then what is logged, saved and evaluated after it
         t = config.trainer
+        doctor = LiveDoctor(out, config_to_dict(config), every=t.doctor_every, halt_on=t.halt_on,
+                            thresholds=t.doctor_thresholds, upto_step=run.state.step)  # docs/stability.md
         shown: set[str] = set()
         elapsed_before = run.state.wall_time_s
         with progress(run.total_steps, "train", is_main_process=dist.is_main(), initial=run.state.step) as bar:
@@ -120,18 +123,21 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
                     metrics.update({f"eval/{k}": v for k, v in result.items()})
                     if result and dist.is_main():
                         print(f"eval at step {step}: {json.dumps(result)}", flush=True)
+                doctor.check(step, metrics)  # one line per detector that fires first; health/doctor_findings
                 tracker.log(metrics, step)
                 bar.update(1, reward=metrics.get("reward/mean"), len=metrics.get("response/length_mean"),
                            step_s=metrics.get("time/step_s"))
                 if (t.save_every and step % t.save_every == 0) or step == run.total_steps:
                     save(run, step)
                 halt_if_stuck(run, step)  # trainer.max_consecutive_skips steps with nothing learned
+                doctor.halt_if_asked(step, lambda s: save(run, s))  # trainer.halt_on
 
         # --- the end: eval after, summary
         eval_after = evaluate_now()
         log_eval(tracker, eval_after, run.state.step, "after RL")
         run.show(engine, "after")
         final = write_final(config, out) if dist.is_main() else None  # the policy as a plain HF directory
+        doctor.finish()  # report.md: the run's triage
         return write_summary(run, eval_after, elapsed_before + time.time() - started, final)
 
 

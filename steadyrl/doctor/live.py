@@ -1,0 +1,126 @@
+"""The doctor during ``steadyrl train``: the run-triage detectors every ``trainer.doctor_every`` steps.
+
+The recipe makes one :class:`LiveDoctor` per run and calls it twice a step:
+
+* :meth:`LiveDoctor.check` before the step's metrics are logged: every ``doctor_every`` steps the
+  detectors (:data:`~steadyrl.doctor.DETECTORS`, thresholds ``trainer.doctor_thresholds``) read the
+  run's metrics so far (those of a resumed run's earlier steps included) and its logged samples; a
+  detector that fires for the first time prints one line, and ``health/doctor_findings`` (logged every
+  step) counts the distinct detectors that have fired;
+* :meth:`LiveDoctor.halt_if_asked` after the step is saved: when a detector named in
+  ``trainer.halt_on`` fired, the state is checkpointed, ``report.md`` written, and the run stops
+  with :class:`~steadyrl.errors.DoctorHalted` (exit status 1, the message says how to continue);
+* :meth:`LiveDoctor.finish` at the end of the run: ``report.md`` in the run directory.
+
+Nothing halts unless ``trainer.halt_on`` asks. A detector that had already fired before a resume
+counts but neither prints nor halts again (continuing a halted run with ``--resume`` trains on).
+Only the main process reads files and prints; the halt decision is shared by every rank.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import distributed as dist
+from ..errors import DoctorHalted
+from ..tracking.tracker import read_metrics, read_samples
+from . import diagnose
+from .findings import Finding
+from .run import RunData, fmt
+from .thresholds import Thresholds
+
+FINDINGS_METRIC = "health/doctor_findings"
+"""Distinct detectors that have fired so far in the run (cumulative), logged every step."""
+
+
+def thresholds_from(settings: dict[str, float]) -> Thresholds:
+    """``trainer.doctor_thresholds`` (a dict ``name -> value``) as :class:`Thresholds`; a
+    :class:`~steadyrl.errors.ConfigError` naming an unknown name or a bad value."""
+    return Thresholds().with_overrides([f"{k}={v}" for k, v in settings.items()], key="trainer.doctor_thresholds")
+
+
+def one_line(step: int, f: Finding) -> str:
+    """The line printed when ``f`` fires for the first time."""
+    evidence = f.evidence[0] if f.evidence else ""
+    return (f"doctor: step {step}: {f.title} (`{f.detector}`, steps {fmt(f.steps[0])}-{fmt(f.steps[1])}): "
+            f"{evidence}; steadyrl doctor RUN_DIR for the change to make")
+
+
+class LiveDoctor:
+    """The run's in-run detectors; ``every == 0`` turns them off (no metric, no line)."""
+
+    def __init__(self, out_dir: Path, config: dict, *, every: int, halt_on: list[str],
+                 thresholds: dict[str, float], upto_step: int = 0) -> None:
+        self.out_dir, self.config, self.every = Path(out_dir), config, every
+        self.halt_on = list(halt_on)
+        self.thresholds = thresholds_from(thresholds)
+        self.rows: list[dict] = []
+        self.fired: set[str] = set()
+        self.halting: Finding | None = None
+        if every and dist.is_main() and upto_step:  # a resumed run: what fired before counts, silently
+            self.rows = [r for r in read_metrics(self.out_dir) if r.get("step", 0) <= upto_step]
+            self.fired = {f.detector for f in self._diagnose()}
+
+    def _diagnose(self) -> list[Finding]:
+        run = RunData(self.out_dir, self.rows, read_samples(self.out_dir), self.config)
+        return diagnose(run, self.thresholds) if run.steps else []
+
+    def check(self, step: int, metrics: dict) -> list[Finding]:
+        """Add ``health/doctor_findings`` to ``metrics``; every ``every`` steps run the detectors and
+        print a line for each that fires for the first time; returns those new findings."""
+        if not self.every:
+            return []
+        new: list[Finding] = []
+        if dist.is_main():
+            self.rows.append({"step": step, **{k: float(v) for k, v in metrics.items() if _number(v)}})
+            if step % self.every == 0:
+                new = [f for f in self._diagnose() if f.detector not in self.fired]
+                for f in new:
+                    self.fired.add(f.detector)
+                    print(one_line(step, f), flush=True)
+                    if f.detector in self.halt_on and self.halting is None:
+                        self.halting = f
+        metrics[FINDINGS_METRIC] = float(len(self.fired))
+        return new
+
+    def halt_if_asked(self, step: int, save) -> None:
+        """Stop the run (state saved by ``save(step)``) when a ``trainer.halt_on`` detector fired."""
+        if not (self.every and self.halt_on and step % self.every == 0):
+            return
+        halt = dist.all_reduce_max(1.0 if self.halting is not None else 0.0) > 0  # every rank stops together
+        if not halt:
+            return
+        path = save(step)
+        self.finish()
+        f = self.halting
+        what = f"`{f.detector}` ({f.title})" if f is not None else "a trainer.halt_on detector"
+        raise DoctorHalted(
+            f"doctor: {what} fired at step {step} and trainer.halt_on lists it: "
+            + (f"{f.evidence[0]}. Change: {f.advice} " if f is not None and f.evidence else "")
+            + f"The state is saved in {path}; `steadyrl doctor {self.out_dir}` writes the full report; "
+            f"`steadyrl train --output-dir {self.out_dir} --resume` continues (it does not halt again "
+            "for a detector that already fired).")
+
+
+    def finish(self) -> Path | None:
+        """Write ``report.md`` into the run directory (main process) and say what it found in one line."""
+        if not dist.is_main():
+            return None
+        from . import write_report
+
+        written = write_report(self.out_dir)
+        if written is None:
+            return None
+        path, findings = written
+        verdict = (f"{len(findings)} problem(s), first: {findings[0].title} (`{findings[0].detector}`)"
+                   if findings else "healthy")
+        print(f"doctor: {path}: {verdict}", flush=True)
+        return path
+
+
+def _number(value) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, (bool, str))

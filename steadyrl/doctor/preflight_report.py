@@ -1,0 +1,67 @@
+"""The pre-flight's text (``steadyrl doctor CONFIG``) and its command-line entry: a healthy setup in
+one line; otherwise the gap, the mismatch metrics, and the causes ranked by their share of the gap,
+each with its evidence and the config change that removes it. Exit 0 healthy, 1 a cause found."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .preflight import TOLERANCE, Preflight
+
+
+def render(result: Preflight) -> str:
+    ruled = "; ".join(result.ruled_out) or "nothing"
+    if result.healthy:
+        return (f"healthy: {result.setup}: engine and trainer agree, mean |log-ratio| {result.baseline:.3g} per "
+                f"token over {result.tokens} sampled tokens (tolerance {result.tolerance:g}); ruled out: {ruled}.\n")
+    m = result.metrics
+    lines = [f"# steadyrl doctor (pre-flight): {result.setup}", "",
+             f"Gap between the engine's sampling distribution and the trainer's log-probs: mean |log-ratio| "
+             f"{result.baseline:.4g} per token over {result.tokens} sampled tokens (tolerance {result.tolerance:g}).",
+             f"Engine-reported log-probs ({result.reported}) against the trainer's: "
+             + ", ".join(f"{k} {v:.4g}" for k, v in m.items()) + ".", "",
+             f"{len(result.causes)} cause(s), largest share first:", ""]
+    for i, c in enumerate(result.causes, 1):
+        lines += [f"{i}. {c.title} (`{c.name}`): {100 * c.share:.0f}% of the gap ({c.gap:.4g} per token)",
+                  f"   - evidence: {c.evidence}", f"   - change: {c.change}"]
+    lines += ["", f"Ruled out: {ruled}."]
+    return "\n".join(lines) + "\n"
+
+
+def preflight_cli(config_path: str, overrides: list[str], *, output: str | None = None, batches: int = 2,
+                  prompts: int = 2, tolerance: float = TOLERANCE, trust_run_code: bool = False) -> int:
+    """Load ``config_path`` (+ ``overrides``), run the pre-flight, print (or write) its text."""
+    from ..config import load_config
+    from ..errors import ConfigError
+    from ..run.trust import check_run_code
+    from .attribution import attribute
+    from .preflight import build_side
+    from .run import MARKER
+
+    for name, value in (("--batches", batches), ("--prompts", prompts)):
+        if value < 1:
+            raise ConfigError(f"{name} {value}: give a whole number >= 1")
+    if not tolerance > 0:
+        raise ConfigError(f"--tolerance {tolerance}: give a number > 0")
+    config = load_config(config_path, overrides)
+    folder = Path(config_path).resolve().parent
+    if (folder / MARKER).exists():  # a run directory's config.yaml: maybe someone else's code
+        check_run_code(config, folder, trust_run_code)
+    if config.trainer.num_threads:
+        import torch
+
+        torch.set_num_threads(config.trainer.num_threads)
+    side = build_side(config, batches=batches, prompts=prompts)
+    setup = (f"{config_path}: model {config.model.name_or_path}, engine {config.rollout.engine} in "
+             f"{str(side.spec.dtype).removeprefix('torch.')}, trainer in "
+             f"{str(next(side.trainer.parameters()).dtype).removeprefix('torch.')}; "
+             f"{batches} batch(es) x {prompts} prompt(s) x {config.rollout.group_size} samples")
+    result = attribute(side, tolerance, setup)
+    text = render(result)
+    if output is None:
+        print(text, end="")
+    else:
+        Path(output).write_text(text, encoding="utf-8")
+        first = result.causes[0].title if result.causes else None
+        print(f"{output}: " + (f"{len(result.causes)} cause(s), first: {first}" if first else "healthy"))
+    return 0 if result.healthy else 1
