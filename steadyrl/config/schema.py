@@ -355,6 +355,13 @@ class RolloutConfig(Section):
                                 "(observation, reward, done).")
     observation_role: Literal["user", "tool"] = F("user", "Role of an environment's text observations in "
                                                   "the chat template (tool results are always 'tool').")
+    multi_turn_mode: Literal["auto", "single", "stepwise", "as_sampled"] = F(
+        "auto", "How an episode becomes training samples (docs/agents.md, Multi-turn modes): single (one "
+        "sequence, exactly the chat template's rendering of the whole conversation; needs a template that "
+        "only appends), stepwise (each turn a sample: the template's rendering of the history at that turn, "
+        "as at inference, plus the sampled ids; samples of an episode share its reward), as_sampled (one "
+        "sequence as the policy saw it while sampling, earlier turns never re-rendered), auto (single when "
+        "the start-up probe finds the template append-only, else stepwise).")
     turn_reward: Literal["sum", "last"] = F("sum", "How an environment's per-turn rewards combine into the "
                                            "episode's, which is added to the reward functions' score.")
     max_turns: int = F(8, "Most policy turns in an episode; an episode still calling tools then is "
