@@ -1,7 +1,7 @@
 """One conformance case: a real chat template in one mode, judged three ways (shared by the test
 and tools/template_table.py, which prints the table in docs/agents.md).
 
-* ``verdict``: what the start-up probe says (``check_template`` with the family's stop tokens and
+* ``verdict``: what the start-up probe says (``check_mode`` with the family's stop tokens and
   the parser ``tool_parser: auto`` picks for the template): ``exact`` or the refusal's message;
 * ``episode``: a scripted episode run through the real rollout (``run_episodes``, a scripted
   engine that samples what the template shows the model writing, the real ``ToolAgent``), its
@@ -24,9 +24,9 @@ from types import SimpleNamespace
 
 import torch
 
-from steadyrl.agents.chat import TemplateError, check_template, observation_overhead, render
+from steadyrl.agents.chat import HISTORY_CLOSERS, TemplateError, observation_overhead, render
 from steadyrl.agents.formats import parser_for_template
-from steadyrl.agents.messages import assistant_message, tool_message
+from steadyrl.agents.messages import assistant_message, text_message, tool_message
 from steadyrl.agents.parsers import TOOL_PARSERS
 from steadyrl.agents.probe import _thinks, check_mode, model_turn, sampled_turn
 from steadyrl.agents.protocol import Reply, Start
@@ -88,7 +88,7 @@ def script(tok, mode: str, tools, ends, kwargs, parser, turn_mode: str = "single
         text, end = write(tok, conv, message, new, tools=tools, end_texts=ends, kwargs=kwargs, think=think, i=i)
         turns.append((text, end))
         kept = (assistant_message(text, parser(text), first_index=calls, style="alnum9") if message.get("tool_calls")
-                else {"role": "assistant", "content": text})
+                else text_message(text, tok.chat_template))
         if kept.get("tool_calls"):  # the ids the model wrote (Kimi-K2) are the ones its results answer
             new = [{**m, "tool_call_id": c["id"]} for m, c in zip(new, kept["tool_calls"])]
         calls += len(kept.get("tool_calls", []))
@@ -255,7 +255,7 @@ def _as_sampled_exact(tok, gen, engine, turns, conv, prompt_ids, schemas, kwargs
         upto = assistants[k + 1]  # the conversation with observation k, before turn k + 1
         full = render(tok, conv[:upto], tools=schemas, add_generation_prompt=True, template_kwargs=kwargs)
         text = tok.decode(obs)
-        if not (full.endswith(text) and full[: len(full) - len(text)].endswith(turns[k][1])
+        if not (full.endswith(text) and full[: len(full) - len(text)].endswith((turns[k][1], HISTORY_CLOSERS.get(turns[k][1], turns[k][1])))
                 and tok(text, add_special_tokens=False)["input_ids"] == obs):
             return f"differs at token {len(contexts[k]) + len(sampled)}: observation {k} is {text[:60]!r}"
     return "exact"

@@ -39,6 +39,12 @@ PROBE_MARKER = "steadyrl-probe-7c1e"
 """A string no template writes by itself: the probes look for it in the rendering."""
 
 
+HISTORY_CLOSERS = {"<|return|>": "<|end|>"}
+"""Stop tokens a template writes differently once the turn is history (Harmony: a final answer ends
+with ``<|return|>`` when sampled, ``<|end|>`` in the conversation): the observation of the as-sampled
+and step-wise modes follows either."""
+
+
 class TemplateError(ConfigError):
     """The tokenizer's chat template cannot do what a multi-turn rollout needs."""
 
@@ -191,13 +197,14 @@ def _tail(tokenizer, history, assistant, new_messages, tools, end_texts, kwargs,
                 raise TemplateError(f"the chat template of {_name(tokenizer)!r} renders the conversation before an "
                                     f"observation differently depending on the observation's content")
             continue
-        found = [(full.rfind(t, 0, at), t) for t in end_texts if t and full.rfind(t, 0, at) != -1]
+        closers = list(end_texts) + [HISTORY_CLOSERS[t] for t in end_texts if t in HISTORY_CLOSERS]
+        found = [(full.rfind(t, 0, at), t) for t in closers if t and full.rfind(t, 0, at) != -1]
         if not found:
             raise TemplateError(
                 f"the chat template of {_name(tokenizer)!r} does not close an assistant turn with any of the "
                 f"end-of-turn texts {end_texts} (the tokens that stop generation) before the next message")
         pos, text = max(found, key=lambda x: (x[0] + len(x[1]), len(x[1])))
-        if end is not None and text != end:
+        if end is not None and text not in (end, HISTORY_CLOSERS.get(end)):
             raise TemplateError(
                 f"the policy ended its turn with {end!r} where the chat template of {_name(tokenizer)!r} writes "
                 f"{text!r} before the next message: that message cannot follow the token the policy sampled")

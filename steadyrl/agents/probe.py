@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .chat import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, TemplateError, _closer, _first_difference,
                    _name, _next_role_token, _require_template, _suffix, _tool_names, render)
-from .messages import assistant_message, call_id, id_style, tool_message
+from .messages import assistant_message, call_id, id_style, text_message, tool_message
 
 MODES = ("single", "stepwise", "as_sampled")
 """``rollout.multi_turn_mode`` values besides ``auto`` (docs/agents.md, "Multi-turn modes")."""
@@ -123,13 +123,13 @@ def _role_closer(tokenizer, history, message, new, tools, end_texts, kwargs):
                                        + len(found[1]), found[1])
 
 
-def _kept(message: dict, sampled: str, parser, style: str, index: int, strict: bool) -> dict:
+def _kept(message: dict, sampled: str, parser, style: str, index: int, strict: bool, template: str | None = None) -> dict:
     """The assistant message the rollout keeps for a sampled turn: the parser's reading of the text
     (tool use), else the text itself (an environment's episode). A parser that does not read the
     call back is an error when it is the run's (``strict``); the template's own is only a guess, and
     then the scripted call stands, beside the reasoning the model wrote."""
     if parser is None:
-        return {**message, "content": sampled}
+        return text_message(sampled, None if template is None else template)
     parsed = parser(sampled)
     expected = [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]
     if [(c.name, c.arguments) for c in parsed.calls] == expected and not parsed.errors:
@@ -159,7 +159,7 @@ def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwarg
         sampled, end = sampled_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
                                     think=think, i=i)
         assistant = _kept(message, sampled, parser if observation_role == "tool" and tools else None, style, calls,
-                          strict)
+                          strict, tokenizer.chat_template)
         calls += len(message.get("tool_calls") or [])
         text, before_end = text + sampled + end, text + sampled
         if new:
@@ -279,6 +279,11 @@ def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str
         f"token out: {problem}. What would handle it: {fix}")
 
 
+def _boundary(text: str, i: int) -> int:
+    """The start of the tag or line ``text[i]`` falls in (a difference inside ``<think>`` vs ``<tool_call>``)."""
+    return max(text.rfind("\n", 0, i), text.rfind(">", 0, i)) + 1
+
+
 def model_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, think: bool, i: int = 0):
     """``(text, end)`` as :func:`sampled_turn`, also for a template whose generation prompt starts a
     turn unlike its rendering of the turn (QwQ and DeepSeek-R1 open ``<think>`` there, and render the
@@ -296,16 +301,15 @@ def model_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, th
         raise TemplateError(f"the chat template of {_name(tokenizer)!r} renders the conversation so far "
                             f"differently when a generation prompt follows it")
     prompt = head[len(plain):]
-    if base.startswith(plain):
+    at = next((base.rfind(prompt[:n]) for n in range(len(prompt), 0, -1) if base.rfind(prompt[:n]) > 0), -1)
+    if prompt and base.startswith(plain):
         turn = base[len(plain):]
-    else:  # the turn before renders differently once a turn follows (Hermes' tool results): find the turn
-        at = next((base.rfind(prompt[:n]) for n in range(len(prompt), 0, -1) if base.rfind(prompt[:n]) > 0), -1)
-        if at < 0:
-            raise TemplateError(f"the chat template of {_name(tokenizer)!r} does not start an assistant turn "
-                                f"with its generation prompt {prompt!r}")
+    elif at > 0:  # the turn before renders differently once a turn follows (Hermes' tool results): find the turn
         turn = base[at:]
-    start = _first_difference(prompt, turn)
-    start = max(prompt.rfind("\n", 0, start), prompt.rfind(">", 0, start)) + 1  # not inside a tag: <think> / <tool_call>
+    else:  # a template that writes the generation prompt whatever it is asked (Command-R7B)
+        at = _boundary(head, _first_difference(head, base))
+        prompt, turn = head[at:], base[at:]
+    start = _boundary(prompt, _first_difference(prompt, turn))  # not inside a tag: <think> / <tool_call>
     closed = _closer(turn, start, end_texts)
     found = closed or _role_closer(tokenizer, history, message, new, tools, end_texts, kwargs)
     if found is None:
@@ -337,7 +341,7 @@ def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: 
         sampled, end = model_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
                                   think=think, i=i)
         assistant = _kept(message, sampled, parser if observation_role == "tool" and tools else None, style, calls,
-                          strict)
+                          strict, tokenizer.chat_template)
         calls += len(message.get("tool_calls") or [])
         if not new:
             break

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..agents.chat import TemplateError
+from ..agents.messages import text_message
 from .base import EpisodeInfo, Generation
 from .stepwise import step_context, stepwise_drift, turn_samples
 
@@ -207,7 +208,7 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         info.turn_rewards.append(reply.reward)
         assistant = {"role": "assistant", "content": e.text}
         info.messages.append(assistant)  # the transcript: the text sampled; the conversation: the parsed turn
-        kept = reply.assistant or assistant
+        kept = reply.assistant or text_message(e.text, getattr(tokenizer, "chat_template", None))
         info.chat.append(dict(kept))
         if reply.failed:
             info.failed, info.error, e.running = True, reply.error, False
