@@ -167,6 +167,7 @@ def test_tool_episodes_train(agent_run, steadyrl_cli, tmp_path):
     ({"tools": ["{root}/tools.py:add"], "tool_parser": "xml"}, "rollout.tool_parser"),
     ({"tools": ["{root}/tools.py:add"], "environment": "{root}/env.py:TwoSteps"}, "both set"),
     ({"environment": "{root}/env.py:TwoSteps", "max_episode_tokens": 1}, "cannot fit one turn"),
+    ({"environment": "{root}/env.py:TwoSteps", "multi_turn_mode": "per_turn"}, "rollout.multi_turn_mode"),
     ({"tools": ["{root}/tools.py:add"], "max_observation_tokens": 40},
      "rollout.max_observation_tokens = 40: the chat template of"),
 ])
