@@ -150,6 +150,10 @@ class LoraConfig(Section):
 class ModelConfig(Section):
     name_or_path: str | None = F(None, "Policy model: a hub name or a local directory "
                                  "(AutoModelForCausalLM). null = the built-in demo model.")
+    gguf_file: str | None = F(None, "A GGUF file (llama.cpp's format, often quantised) to train from: "
+                              "de-quantised once into a cached model directory (as steadyrl convert "
+                              "writes) that the run loads; with name_or_path, a file name in that local "
+                              "directory. null = none.")
     tokenizer: str | None = F(None, "Tokenizer hub name or directory; null = the model's.")
     revision: str | None = F(None, "Hub revision (branch, tag or commit) of the model.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = F(
@@ -724,7 +728,10 @@ class Config(Section):
     @model_validator(mode="after")
     def _check(self) -> "Config":
         _check_sources(self)
-        if self.model.name_or_path is None and not self.is_demo:
+        if self.model.gguf_file is not None and self.is_demo:
+            raise ValueError(f"model.gguf_file = {self.model.gguf_file!r} but data.train_path is not set: the "
+                             "built-in demo trains its own model; set data.train_path to train the GGUF's")
+        if self.model.name_or_path is None and self.model.gguf_file is None and not self.is_demo:
             raise ValueError(
                 "model.name_or_path is null (the built-in demo model) but data.train_path is set: "
                 "name a model for your data, or unset data.train_path for the demo"

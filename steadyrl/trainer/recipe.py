@@ -31,6 +31,7 @@ from .. import distributed as dist
 from ..build.setup import Run, build_eval, build_run, check_inputs
 from ..config import config_to_dict, load_config
 from ..errors import ConfigError
+from ..gguf_model import model_source
 from ..models import resolve_device
 from ..progress import progress
 from ..rollout import build_engine
@@ -224,7 +225,7 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         if model is not None:
             overrides = [*overrides, f"model.name_or_path={model}"]
         config = load_config(path, overrides)
-        model_path = config.model.name_or_path
+        model_path = model_source(config)
         if model_path is None:
             raise ConfigError("steadyrl eval needs --output-dir RUN_DIR, --model PATH, or model.name_or_path")
     with ExitStack() as resources:
