@@ -28,7 +28,8 @@ from steadyrl.agents.chat import HISTORY_CLOSERS, TemplateError, observation_ove
 from steadyrl.agents.formats import parser_for_template
 from steadyrl.agents.messages import assistant_message, text_message, tool_message
 from steadyrl.agents.parsers import TOOL_PARSERS
-from steadyrl.agents.probe import _thinks, check_mode, model_turn, sampled_turn
+from steadyrl.agents.modes import check_mode, model_turn
+from steadyrl.agents.probe import _thinks, sampled_turn
 from steadyrl.agents.protocol import Reply, Start
 from steadyrl.agents.toolagent import ToolAgent
 from steadyrl.agents.tools import Tool

@@ -10,7 +10,7 @@ def build_agent(config, tokenizer):
     if not ro.multi_turn:
         return None
     from .chat import check_observation_room
-    from .probe import check_mode
+    from .modes import check_mode
 
     isolation = ro.tool_isolation or _default_isolation()
     if ro.tools:

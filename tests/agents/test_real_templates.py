@@ -79,7 +79,7 @@ def test_thinking_templates_train_exactly_in_the_stepwise_and_as_sampled_modes(t
 @pytest.mark.parametrize("name, mode", THINKING + [("Hermes-3", "tools"), ("Command-R7B", "user")])
 def test_single_mode_refuses_them_naming_the_modes_that_work_and_auto_picks_stepwise(templates, name, mode):
     from steadyrl.agents.parsers import TOOL_PARSERS
-    from steadyrl.agents.probe import check_mode
+    from steadyrl.agents.modes import check_mode
     from support_conformance import add_tool
     from support_realtemplates import family_tokenizer
 
@@ -96,7 +96,7 @@ def test_single_mode_refuses_them_naming_the_modes_that_work_and_auto_picks_step
 @pytest.mark.parametrize("name", ["Qwen2.5", "Llama-3.1", "Mistral-Nemo", "Kimi-K2", "GLM-4.6"])
 def test_auto_keeps_one_sequence_for_append_only_templates(templates, name):
     from steadyrl.agents.parsers import TOOL_PARSERS
-    from steadyrl.agents.probe import check_mode
+    from steadyrl.agents.modes import check_mode
     from support_conformance import add_tool
     from support_realtemplates import family_tokenizer
 
