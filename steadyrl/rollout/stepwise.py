@@ -21,7 +21,7 @@ rows from its own records.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -107,13 +107,16 @@ def samples_generation(samples: list[TurnSample | None], pad_id: int, tokenizer=
 def split_episodes(gen: Generation, slots: int, pad_id: int, tokenizer=None) -> Generation:
     """Episodes (one row each, their turn samples in ``EpisodeInfo.samples``) as turn samples:
     ``slots`` rows per episode, in order (episode ``i``'s turn ``k`` is row ``i * slots + k``;
-    slots past its last turn are empty rows). A sample is marked truncated when its episode is
+    slots past its last turn are empty rows); ``rollout_logprobs`` only when the engine returned
+    them. A sample is marked truncated when its episode is
     (they share the episode's reward, so ``algorithm.mask_truncated`` drops them together).
     Episodes with more turns than ``slots`` raise ``ValueError``."""
     samples: list[TurnSample | None] = []
     truncated: list[bool] = []
     for i, info in enumerate(gen.episodes or []):
         turns = list(info.samples or [])
+        if gen.rollout_logprobs is None:  # the engine returned none (HF): the driver's zeros are no log-probs
+            turns = [replace(t, logprobs=None) for t in turns]
         if len(turns) > slots:
             raise ValueError(f"episode {i} has {len(turns)} turn samples, more than the {slots} slots")
         samples += turns + [None] * (slots - len(turns))

@@ -99,6 +99,7 @@ def test_split_episodes_lays_out_slots_per_episode_that_share_its_reward():
     lengths = out.response_mask.sum(-1).tolist()
     assert [n > 0 for n in lengths] == [True, True, True, False] * 2  # three turns, one empty slot each
     assert torch.equal(out.policy_mask, out.response_mask)
+    assert out.rollout_logprobs is None  # the engine gave none: no zeros passed off as its log-probs
     # GRPO over the group's samples: every sample of an episode gets the episode's advantage
     scores = torch.tensor([1.0] * 4 + [0.0] * 4)
     valid = out.response_mask.any(-1)
