@@ -25,6 +25,12 @@ Each turn generates for the still-running episodes only; finished ones drop out.
   cut, so messages whose rendering with empty contents does not fit end the episode, truncated
   (start-up checks that one message fits).
 
+``rollout.multi_turn_mode`` (the agent's ``multi_turn_mode``, resolved at start-up): ``single`` is the
+above; ``as_sampled`` the same sequence, each observation taken from the end of the template's
+rendering whatever it does to earlier turns (:func:`~steadyrl.agents.chat.observation_tail_ids`);
+``stepwise`` generates each later turn from the template's rendering of the conversation so far and
+records each turn as a sample (:mod:`.stepwise`) beside the episode's row.
+
 The transcript (``EpisodeInfo.messages``, the ``turns`` reward functions receive) holds every
 sampled turn once, as an assistant message of the text sampled (the cut text of a cut turn, the
 last turn of a truncated or failed episode included), and the observations the policy saw.
@@ -255,7 +261,7 @@ def _observation(tokenizer, e: _Episode, assistant: dict, messages: list[dict], 
 
     def ids_of(msgs):
         return render_ids(tokenizer, e.history or [], assistant, msgs, tools=agent.tool_schemas,
-                               end_texts=end_texts, template_kwargs=agent.template_kwargs, end=e.end)
+                          end_texts=end_texts, template_kwargs=agent.template_kwargs, end=e.end)
 
     ids = ids_of(messages)
     limit = limits.max_observation_tokens
