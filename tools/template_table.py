@@ -32,6 +32,7 @@ _BEHAVIOURS = (  # (a phrase of the probe's message, what the table says)
     ("once an assistant turn follows", "re-renders the turn before once a turn follows"),
     ("in its generation prompt differently", "its generation prompt starts a turn unlike the rendered turn"),
     ("renders earlier turns differently", "re-renders earlier turns"),
+    ("renders the conversation differently once", "re-renders earlier turns"),
     ("does not close an assistant turn", "closes turns with a token that does not stop generation"),
     ("does not read back", "the parser cannot read the template's calls"),
     ("does not start an assistant turn with its generation prompt", "its turns do not start with its generation prompt"),
