@@ -3,9 +3,12 @@
     python tools/template_table.py            # rewrite the table
     python tools/template_table.py --check    # exit 1 if the table is out of date
 
-Each row is one conformance case (tests/support_conformance.py) on a template published with a
-model, as vendored by llama.cpp in the llama-cpp-python sdist (downloaded once and cached, see
-tests/support_realtemplates.py). The table sits between two marker lines of the page.
+Each row is a template published with a model, as vendored by llama.cpp in the llama-cpp-python
+sdist (downloaded once and cached, see tests/support_realtemplates.py), with tools or with user-role
+observations; each ``rollout.multi_turn_mode`` column is one conformance case
+(tests/support_conformance.py): ``exact`` (the probe accepts and the scripted episode is exact in
+that mode's terms), ``refused: ...`` (the probe's reason), or ``ACCEPTED, NOT EXACT`` (a bug). The
+table sits between two marker lines of the page.
 """
 
 from __future__ import annotations
@@ -29,8 +32,11 @@ _BEHAVIOURS = (  # (a phrase of the probe's message, what the table says)
     ("once an assistant turn follows", "re-renders the turn before once a turn follows"),
     ("in its generation prompt differently", "its generation prompt starts a turn unlike the rendered turn"),
     ("renders earlier turns differently", "re-renders earlier turns"),
+    ("renders the conversation differently once", "re-renders earlier turns"),
     ("does not close an assistant turn", "closes turns with a token that does not stop generation"),
     ("does not read back", "the parser cannot read the template's calls"),
+    ("does not start an assistant turn with its generation prompt", "its turns do not start with its generation prompt"),
+    ("does not show the content", "the template drops the observation"),
     ("failed to render", "the template raises"),
 )
 
@@ -44,20 +50,46 @@ def short(verdict: str) -> str:
         raised = re.search(r"failed to render [^:]*: (\w+: .{0,60})", verdict)
         what += f" ({raised.group(1).rstrip()}...)" if raised else ""
     fixes = re.search(r"What would handle it: (.*)", verdict)
-    named = [f for f in (fixes.group(1).split("; ") if fixes else []) if "per-turn samples" not in f]
+    named = [re.sub(r" \(.*", "", f.replace("rollout.multi_turn_mode: ", "")).replace(
+        "observations with the 'tool' role", "observation_role: tool").replace("data.chat_template_kwargs.", "")
+        for f in (fixes.group(1).split("; ") if fixes else []) if "none found" not in f]
     return f"refused: {what}" + (f"; works with {', '.join(named)}" if named else "")
 
 
+def cell(c) -> str:
+    """A case in the table: exact, refused (why), or accepted although not exact."""
+    if c.verdict == "exact":
+        return "exact" if c.episode == "exact" else "**ACCEPTED, NOT EXACT**"
+    return short(c.verdict).replace("|", "\\|")
+
+
+def picks(by_mode: dict) -> str:
+    """What ``multi_turn_mode: auto`` runs: single when exact, else stepwise when exact, else refused."""
+    return next((m for m in ("single", "stepwise") if by_mode[m].verdict == "exact"), "refused")
+
+
+def counts(cases) -> dict[str, int]:
+    """Cases handled exactly, refused, and accepted although not exact (must be 0)."""
+    out = {"exact": 0, "refused": 0, "wrong": 0}
+    for _, c in cases:
+        out["refused" if c.verdict != "exact" else "exact" if c.episode == "exact" else "wrong"] += 1
+    return out
+
+
 def table(cases) -> str:
-    rows = ["| model (template file) | mode | start-up probe | scripted episode vs `apply_chat_template` | "
-            "parser (`auto`) | call round trip |", "|---|---|---|---|---|---|"]
+    rows = ["| model (template file) | observations | `single` | `stepwise` | `as_sampled` | `auto` runs | "
+            "parser (`auto`) | call round trip |", "|---|---|---|---|---|---|---|---|"]
+    grouped: dict = {}
     for family, c in cases:
-        episode = c.episode if c.episode == "exact" else ("not exact" if c.episode.startswith("differs") else
-                                                          "fails (template error)")
-        trip = {True: "yes", False: "**no**", None: "-"}[c.round_trip]
-        verdict = short(c.verdict).replace("|", "\\|")
-        rows.append(f"| {c.family} (`{family.template}`) | {c.mode} | {verdict} | {episode} | "
-                    f"`{c.parser}` | {trip} |")
+        grouped.setdefault((c.family, c.mode), (family, {}))[1][c.turn_mode] = c
+    for (name, mode), (family, by_mode) in grouped.items():
+        trip = {True: "yes", False: "**no**", None: "-"}[by_mode["single"].round_trip]
+        rows.append(f"| {name} (`{family.template}`) | {mode} | {cell(by_mode['single'])} | "
+                    f"{cell(by_mode['stepwise'])} | {cell(by_mode['as_sampled'])} | {picks(by_mode)} | "
+                    f"`{by_mode['single'].parser}` | {trip} |")
+    n = counts(cases)
+    rows.append(f"\n{len(cases)} cases ({len(grouped)} template rows x 3 modes): {n['exact']} handled exactly, "
+                f"{n['refused']} refused with the reason, {n['wrong']} accepted although not exact.")
     return "\n".join(rows)
 
 
@@ -68,11 +100,11 @@ def page(cases, text: str) -> str:
 
 
 def all_cases():
-    from support_conformance import MODES, evaluate
+    from support_conformance import MODES, TURN_MODES, evaluate
     from support_realtemplates import FAMILIES, template_dir
 
     templates = template_dir()
-    return [(f, evaluate(f, mode, templates)) for f in FAMILIES for mode in MODES]
+    return [(f, evaluate(f, mode, templates, turn_mode=tm)) for f in FAMILIES for mode in MODES for tm in TURN_MODES]
 
 
 def main() -> int:

@@ -9,7 +9,8 @@ def build_agent(config, tokenizer):
     ro = config.rollout
     if not ro.multi_turn:
         return None
-    from .chat import check_observation_room, check_template
+    from .chat import check_observation_room
+    from .modes import check_mode
 
     isolation = ro.tool_isolation or _default_isolation()
     if ro.tools:
@@ -33,11 +34,13 @@ def build_agent(config, tokenizer):
     from ..rollout.base import eos_token_ids  # the engine's end tokens: what ends a turn
 
     end_texts = [tokenizer.decode([i]) for i in eos_token_ids(tokenizer)]
-    check_template(tokenizer, tools=agent.tool_schemas, observation_role=agent.observation_role,
-                   end_texts=end_texts, template_kwargs=agent.template_kwargs, parser=getattr(agent, "parser", None))
+    # the mode the template supports (rollout.multi_turn_mode; auto: single when append-only, else stepwise)
+    agent.multi_turn_mode = check_mode(tokenizer, ro.multi_turn_mode, tools=agent.tool_schemas,
+                                       observation_role=agent.observation_role, end_texts=end_texts,
+                                       template_kwargs=agent.template_kwargs, parser=getattr(agent, "parser", None))
     check_observation_room(tokenizer, ro.max_observation_tokens, tools=agent.tool_schemas,
                            observation_role=agent.observation_role, end_texts=end_texts,
-                           template_kwargs=agent.template_kwargs)
+                           template_kwargs=agent.template_kwargs, mode=agent.multi_turn_mode)
     return agent
 
 

@@ -29,14 +29,20 @@ import re
 from ..errors import ConfigError
 from .messages import call_id, id_style, tool_message
 
-__all__ = ["TemplateError", "TemplateDriftError", "render", "observation_ids", "observation_overhead",
-           "check_observation_room", "check_template"]
+__all__ = ["TemplateError", "TemplateDriftError", "render", "observation_ids", "observation_tail_ids",
+           "observation_overhead", "check_observation_room", "check_template"]
 
 CONTEXT_CHARS = 40
 """Characters shown on each side of the first difference in a drift error."""
 
 PROBE_MARKER = "steadyrl-probe-7c1e"
 """A string no template writes by itself: the probes look for it in the rendering."""
+
+
+HISTORY_CLOSERS = {"<|return|>": "<|end|>"}
+"""Stop tokens a template writes differently once the turn is history (Harmony: a final answer ends
+with ``<|return|>`` when sampled, ``<|end|>`` in the conversation): the observation of the as-sampled
+and step-wise modes follows either."""
 
 
 class TemplateError(ConfigError):
@@ -169,8 +175,56 @@ def observation_ids(tokenizer, history: list[dict], assistant, new_messages: lis
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def _tail(tokenizer, history, assistant, new_messages, tools, end_texts, kwargs, end) -> str:
+    """The text after the sampled turn's end token in the template's rendering of the conversation
+    with ``new_messages`` and a generation prompt, found in that rendering alone: the last end-of-turn
+    text before the first new message's content (located with marker contents). Earlier turns may
+    render differently from how they were sampled (a thinking template drops their reasoning): only
+    what follows the turn is taken, so this is the observation of the as-sampled and step-wise modes."""
+    turns = list(history) + [_as_message(assistant)] + list(new_messages)
+    for attempt in range(2):  # a second try: a date header may change between the renders
+        full = render(tokenizer, turns, tools=tools, add_generation_prompt=True,
+                      purpose="the conversation with the observation", template_kwargs=kwargs)
+        marked = render(tokenizer, turns[:len(turns) - len(new_messages)] + [
+            {**m, "content": f"{PROBE_MARKER}-{i}"} for i, m in enumerate(new_messages)], tools=tools,
+            add_generation_prompt=True, purpose="the conversation with the observation", template_kwargs=kwargs)
+        at = marked.find(f"{PROBE_MARKER}-0")
+        if at < 0:
+            raise TemplateError(f"the chat template of {_name(tokenizer)!r} does not show the content of a "
+                                f"{new_messages[0].get('role')!r} message after an assistant turn")
+        if full[:at] != marked[:at]:
+            if attempt:
+                raise TemplateError(f"the chat template of {_name(tokenizer)!r} renders the conversation before an "
+                                    f"observation differently depending on the observation's content")
+            continue
+        closers = list(end_texts) + [HISTORY_CLOSERS[t] for t in end_texts if t in HISTORY_CLOSERS]
+        found = [(full.rfind(t, 0, at), t) for t in closers if t and full.rfind(t, 0, at) != -1]
+        if not found:
+            raise TemplateError(
+                f"the chat template of {_name(tokenizer)!r} does not close an assistant turn with any of the "
+                f"end-of-turn texts {end_texts} (the tokens that stop generation) before the next message")
+        pos, text = max(found, key=lambda x: (x[0] + len(x[1]), len(x[1])))
+        if end is not None and text not in (end, HISTORY_CLOSERS.get(end)):
+            raise TemplateError(
+                f"the policy ended its turn with {end!r} where the chat template of {_name(tokenizer)!r} writes "
+                f"{text!r} before the next message: that message cannot follow the token the policy sampled")
+        return full[pos + len(text):]
+    raise AssertionError("unreachable")
+
+
+def observation_tail_ids(tokenizer, history: list[dict], assistant, new_messages: list[dict], *,
+                         tools: list[dict] | None, end_texts: list[str], template_kwargs: dict | None = None,
+                         end: str | None = None) -> list[int]:
+    """As :func:`observation_ids`, for templates that re-render earlier turns (``rollout.multi_turn_mode``
+    ``as_sampled`` and ``stepwise``): the template's rendering of ``new_messages`` and the next
+    generation prompt, right after the end token of the sampled turn, taken from the rendering of
+    the whole conversation with them, whatever the template does to the turns before."""
+    text = _tail(tokenizer, history, assistant, new_messages, tools, end_texts, template_kwargs, end)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def observation_overhead(tokenizer, *, tools: list[dict] | None, observation_role: str, end_texts: list[str],
-                         template_kwargs: dict | None = None) -> int:
+                         template_kwargs: dict | None = None, mode: str = "single") -> int:
     """The tokens the template writes for one ``observation_role`` message with empty content after a
     turn (its header, its end, the next generation prompt; for ``tool`` messages, the most over the
     tools' names): what ``rollout.max_observation_tokens`` must exceed for any content to fit."""
@@ -185,19 +239,20 @@ def observation_overhead(tokenizer, *, tools: list[dict] | None, observation_rol
             assistant = {"role": "assistant", "content": turn[:-len("a1")], "tool_calls": [
                 {"id": cid, "type": "function", "function": {"name": name, "arguments": {}}}]}
             message = tool_message(name, "", cid)
-        return len(observation_ids(tokenizer, history, assistant, [message], tools=tools,
-                                   end_texts=end_texts, template_kwargs=template_kwargs))
+        ids_of = observation_ids if mode == "single" else observation_tail_ids  # rollout.multi_turn_mode
+        return len(ids_of(tokenizer, history, assistant, [message], tools=tools, end_texts=end_texts,
+                          template_kwargs=template_kwargs))
 
     return max(one(name) for name in names)
 
 
 def check_observation_room(tokenizer, limit: int, *, tools: list[dict] | None, observation_role: str,
-                           end_texts: list[str], template_kwargs: dict | None = None) -> None:
+                           end_texts: list[str], template_kwargs: dict | None = None, mode: str = "single") -> None:
     """``rollout.max_observation_tokens`` (``limit``) must leave room for content after the
     template's own tokens (:func:`observation_overhead`): an observation is shortened by its content
     only, never by cutting the template's tokens. Raises ``ConfigError``."""
     overhead = observation_overhead(tokenizer, tools=tools, observation_role=observation_role,
-                                    end_texts=end_texts, template_kwargs=template_kwargs)
+                                    end_texts=end_texts, template_kwargs=template_kwargs, mode=mode)
     if limit <= overhead:
         raise ConfigError(
             f"rollout.max_observation_tokens = {limit}: the chat template of {_name(tokenizer)!r} alone needs "

@@ -47,6 +47,19 @@ def assistant_message(text: str, parsed, *, first_index: int, style: str) -> dic
     return {**message, "content": parsed.content, "tool_calls": calls}
 
 
+def text_message(text: str, template: str | None) -> dict:
+    """The assistant message of a turn read as text (an environment's episode): its ``content``, or
+    for a Harmony template (gpt-oss, which raises on channel tags in ``content``) the final channel
+    as ``content`` and the analysis channel as ``thinking``, as the template expects them."""
+    if "<|channel|>" in (template or "") and "<|channel|>" in text:
+        from .parsers import TOOL_PARSERS
+
+        parsed = TOOL_PARSERS["harmony"](text)
+        return {"role": "assistant", "content": parsed.content, **({"thinking": parsed.reasoning}
+                                                                   if parsed.reasoning else {})}
+    return {"role": "assistant", "content": text}
+
+
 def tool_message(name: str, content: str, call_id: str | None = None) -> dict:
     """A tool's result (``call_id``: the call it answers, when it answers one)."""
     message = {"role": "tool", "name": name, "content": content}

@@ -13,17 +13,24 @@ token that does not stop generation ...) and the setting that would handle it.
 
 It also checks that the template shows the tools, renders the observation role, closes an
 assistant turn with a token that stops generation, and (given a parser) that the parser reads
-back the calls the template writes.
+back the calls the template writes. This is the probe of ``rollout.multi_turn_mode: single``; the
+other modes are probed in :mod:`.modes`, which a refusal here consults to name the ones that work.
 """
 
 from __future__ import annotations
 
 from .chat import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, TemplateError, _closer, _first_difference,
                    _name, _next_role_token, _require_template, _suffix, _tool_names, render)
-from .messages import assistant_message, call_id, id_style, tool_message
+from .messages import assistant_message, call_id, id_style, text_message, tool_message
 
-STEP_WISE = ("per-turn samples (each turn trained on the template's rendering of its history, as at "
-             "inference), a mode steadyrl does not have yet")
+MODES = ("single", "stepwise", "as_sampled")
+"""``rollout.multi_turn_mode`` values besides ``auto`` (docs/agents.md, "Multi-turn modes")."""
+
+MODE_WORDS = {
+    "stepwise": "rollout.multi_turn_mode: stepwise (per-turn samples: each turn trained on the template's "
+                "rendering of its history, as at inference)",
+    "as_sampled": "rollout.multi_turn_mode: as_sampled (one sequence, as the policy saw it while sampling)",
+}
 
 
 def _arguments(tool: dict) -> dict:
@@ -117,13 +124,13 @@ def _role_closer(tokenizer, history, message, new, tools, end_texts, kwargs):
                                        + len(found[1]), found[1])
 
 
-def _kept(message: dict, sampled: str, parser, style: str, index: int, strict: bool) -> dict:
+def _kept(message: dict, sampled: str, parser, style: str, index: int, strict: bool, template: str | None = None) -> dict:
     """The assistant message the rollout keeps for a sampled turn: the parser's reading of the text
     (tool use), else the text itself (an environment's episode). A parser that does not read the
     call back is an error when it is the run's (``strict``); the template's own is only a guess, and
     then the scripted call stands, beside the reasoning the model wrote."""
     if parser is None:
-        return {**message, "content": sampled}
+        return text_message(sampled, None if template is None else template)
     parsed = parser(sampled)
     expected = [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]
     if [(c.name, c.arguments) for c in parsed.calls] == expected and not parsed.errors:
@@ -153,7 +160,7 @@ def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwarg
         sampled, end = sampled_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
                                     think=think, i=i)
         assistant = _kept(message, sampled, parser if observation_role == "tool" and tools else None, style, calls,
-                          strict)
+                          strict, tokenizer.chat_template)
         calls += len(message.get("tool_calls") or [])
         text, before_end = text + sampled + end, text + sampled
         if new:
@@ -264,8 +271,13 @@ def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str
         return
     fixes = _alternatives(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
                           kwargs=kwargs)
-    fix = "; ".join(fixes) + ("; or " if fixes else "") + STEP_WISE
+    from .modes import mode_works
+
+    modes = [MODE_WORDS[m] for m in ("stepwise", "as_sampled") if mode_works(
+        tokenizer, m, tools=tools, observation_role=observation_role, end_texts=end_texts, kwargs=kwargs, parser=parser)]
+    fix = "; ".join(fixes + modes) or "none found (no multi-turn mode renders this conversation)"
     raise TemplateDriftError(
         f"the chat template of {_name(tokenizer)!r}, with observations of role {observation_role!r}"
         f"{' and tools' if tools else ''}{f' and {kwargs}' if kwargs else ''}, cannot be trained token in / "
         f"token out: {problem}. What would handle it: {fix}")
+

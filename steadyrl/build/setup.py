@@ -26,6 +26,7 @@ from .. import distributed as dist
 from ..config.schema import Config
 from ..data import PromptSampler
 from ..errors import ConfigError
+from ..gguf_model import model_source
 from ..functional import AdaptiveKLController, FixedKLController, RunningMoments
 from ..models import (
     ValueModel,
@@ -258,7 +259,7 @@ def check_inputs(config: Config, resources: ExitStack) -> Inputs:
     resources.callback(lambda: inputs.agent is not None and inputs.agent.shutdown())  # built with the prompts
     if config.is_demo:
         return inputs
-    inputs.model_path = config.model.name_or_path
+    inputs.model_path = model_source(config)  # model.gguf_file: its converted, cached copy
     check_model_paths(config, inputs.model_path)
     tokenize_prompts(config, inputs)
     check_context_length(config, inputs.model_path, inputs.train_prompts, inputs.eval_prompts)

@@ -150,6 +150,10 @@ class LoraConfig(Section):
 class ModelConfig(Section):
     name_or_path: str | None = F(None, "Policy model: a hub name or a local directory "
                                  "(AutoModelForCausalLM). null = the built-in demo model.")
+    gguf_file: str | None = F(None, "A GGUF file (llama.cpp's format, often quantised) to train from: "
+                              "de-quantised once into a cached model directory (as steadyrl convert "
+                              "writes) that the run loads; with name_or_path, a file name in that local "
+                              "directory. null = none.")
     tokenizer: str | None = F(None, "Tokenizer hub name or directory; null = the model's.")
     revision: str | None = F(None, "Hub revision (branch, tag or commit) of the model.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = F(
@@ -363,6 +367,13 @@ class RolloutConfig(Section):
                                 "(observation, reward, done).")
     observation_role: Literal["user", "tool"] = F("user", "Role of an environment's text observations in "
                                                   "the chat template (tool results are always 'tool').")
+    multi_turn_mode: Literal["auto", "single", "stepwise", "as_sampled"] = F(
+        "auto", "How an episode becomes training samples (docs/agents.md, Multi-turn modes): single (one "
+        "sequence, exactly the chat template's rendering of the whole conversation; needs a template that "
+        "only appends), stepwise (each turn a sample: the template's rendering of the history at that turn, "
+        "as at inference, plus the sampled ids; samples of an episode share its reward), as_sampled (one "
+        "sequence as the policy saw it while sampling, earlier turns never re-rendered), auto (single when "
+        "the start-up probe finds the template append-only, else stepwise).")
     turn_reward: Literal["sum", "last"] = F("sum", "How an environment's per-turn rewards combine into the "
                                            "episode's, which is added to the reward functions' score.")
     max_turns: int = F(8, "Most policy turns in an episode; an episode still calling tools then is "
@@ -745,7 +756,10 @@ class Config(Section):
     @model_validator(mode="after")
     def _check(self) -> "Config":
         _check_sources(self)
-        if self.model.name_or_path is None and not self.is_demo:
+        if self.model.gguf_file is not None and self.is_demo:
+            raise ValueError(f"model.gguf_file = {self.model.gguf_file!r} but data.train_path is not set: the "
+                             "built-in demo trains its own model; set data.train_path to train the GGUF's")
+        if self.model.name_or_path is None and self.model.gguf_file is None and not self.is_demo:
             raise ValueError(
                 "model.name_or_path is null (the built-in demo model) but data.train_path is set: "
                 "name a model for your data, or unset data.train_path for the demo"

@@ -93,6 +93,8 @@ class EpisodeInfo:
     # the same turns as the conversation keeps them (assistant turns parsed, with tool_calls): what
     # TRL's tool loop passes a reward as a completion, and what a TRL-style reward gets here
     chat: list[dict] = field(default_factory=list)
+    # rollout.multi_turn_mode stepwise: each turn as a sample (rollout.stepwise.TurnSample), else None
+    samples: list | None = None
 
 
 def response_mask_from_ids(

@@ -25,6 +25,12 @@ Each turn generates for the still-running episodes only; finished ones drop out.
   cut, so messages whose rendering with empty contents does not fit end the episode, truncated
   (start-up checks that one message fits).
 
+``rollout.multi_turn_mode`` (the agent's ``multi_turn_mode``, resolved at start-up): ``single`` is the
+above; ``as_sampled`` the same sequence, each observation taken from the end of the template's
+rendering whatever it does to earlier turns (:func:`~steadyrl.agents.chat.observation_tail_ids`);
+``stepwise`` generates each later turn from the template's rendering of the conversation so far and
+records each turn as a sample (:mod:`.stepwise`) beside the episode's row.
+
 The transcript (``EpisodeInfo.messages``, the ``turns`` reward functions receive) holds every
 sampled turn once, as an assistant message of the text sampled (the cut text of a cut turn, the
 last turn of a truncated or failed episode included), and the observations the policy saw.
@@ -38,7 +44,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..agents.chat import TemplateError
+from ..agents.messages import text_message
 from .base import EpisodeInfo, Generation
+from .stepwise import step_context, stepwise_drift, turn_samples
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,9 @@ class _Episode:
     running: bool = True
     text: str = ""
     end: str | None = None  # the end-of-turn token the latest turn was closed with, as text
+    starts: list[int] = field(default_factory=list)  # where each turn starts in ids
+    marks: list[int] = field(default_factory=list)  # len(history) when each turn was sampled
+    step_context: list[int] | None = None  # stepwise: the next turn's context (the template's rendering)
 
 
 def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits: TurnLimits,
@@ -80,6 +91,7 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
                          {"prompt": p.messages if p.messages is not None else p.text, **p.columns})
                 for p in prompts for _ in range(n)]
     _start(agent, tokenizer, episodes, seeds or list(range(len(episodes))))
+    mode = getattr(agent, "multi_turn_mode", "single")
     eos = set(engine.eos_ids)
     end_texts = [tokenizer.decode([i]) for i in sorted(eos)]
     shared = all(e.prompt_ids == list(prompts[i // n].ids) for i, e in enumerate(episodes))
@@ -96,19 +108,26 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
                 running = [i for i, e in enumerate(episodes) if e.running]
                 if not running:
                     break
-                _respond(agent, tokenizer, [episodes[i] for i in running], limits, end_texts)
+                _respond(agent, tokenizer, [episodes[i] for i in running], limits, end_texts, mode)
                 running = [i for i in running if episodes[i].running]
                 if not running:
                     break
                 budget = max(min(limits.max_new_tokens, _left(episodes[i], limits)) for i in running)
-                gen = engine.generate([episodes[i].prompt_ids + episodes[i].ids for i in running], 1,
+                gen = engine.generate([next_context(episodes[i]) for i in running], 1,
                                       max_new_tokens=budget, **sampling)
                 _record(episodes, running, gen, limits, eos, tokenizer)
     finally:
         agent.close([e.state for e in episodes])
     for e in episodes:
-        e.info.drift_tokens += _template_drift(tokenizer, e, agent)
-    return _assemble(first, episodes, tokenizer, limits)
+        e.info.drift_tokens += (_template_drift(tokenizer, e, agent) if mode == "single" else
+                                stepwise_drift(tokenizer, e, agent) if mode == "stepwise" else 0)
+    return _assemble(first, episodes, tokenizer, limits, mode)
+
+
+def next_context(e: _Episode) -> list[int]:
+    """What the episode's next turn is generated from: the episode so far (one sequence), or in
+    step-wise mode the template's rendering of the conversation so far."""
+    return e.step_context if e.step_context is not None else e.prompt_ids + e.ids
 
 
 def _template_drift(tokenizer, e: _Episode, agent) -> int:
@@ -156,6 +175,8 @@ def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: 
         e = episodes[i]
         context = gen.prompt_ids[j][gen.prompt_mask[j].bool()].tolist()
         e.contexts.append(context)
+        e.starts.append(len(e.ids))
+        e.marks.append(len(e.history) if e.history is not None else 0)
         valid = gen.response_mask[j].bool()
         ids = gen.response_ids[j][valid].tolist()
         logprobs = gen.rollout_logprobs[j][valid].tolist() if gen.rollout_logprobs is not None else [0.0] * len(ids)
@@ -179,7 +200,8 @@ def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: 
             e.info.chat.append({"role": "assistant", "content": e.text})
 
 
-def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end_texts: list[str]) -> None:
+def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end_texts: list[str],
+             mode: str = "single") -> None:
     """The agent's replies to the latest turns, appended as observation tokens."""
     last = [e.info.turns >= limits.max_turns for e in episodes]  # a tool call then could never be read
     replies = agent.respond([e.state for e in episodes], [e.text for e in episodes], last)
@@ -192,7 +214,7 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         info.turn_rewards.append(reply.reward)
         assistant = {"role": "assistant", "content": e.text}
         info.messages.append(assistant)  # the transcript: the text sampled; the conversation: the parsed turn
-        kept = reply.assistant or assistant
+        kept = reply.assistant or text_message(e.text, getattr(tokenizer, "chat_template", None))
         info.chat.append(dict(kept))
         if reply.failed:
             info.failed, info.error, e.running = True, reply.error, False
@@ -207,7 +229,7 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
             e.running = False
             continue
         try:
-            obs = _observation(tokenizer, e, kept, reply.messages, agent, limits, end_texts)
+            obs = _observation(tokenizer, e, kept, reply.messages, agent, limits, end_texts, mode)
         except TemplateError as err:  # a template behaviour the start-up probe did not see: this episode only
             info.failed, info.error, e.running = True, str(err), False
             continue
@@ -225,17 +247,21 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         e.policy += [0] * len(obs)
         e.logprobs += [0.0] * len(obs)
         info.observation_tokens += len(obs)
+        if mode == "stepwise" and e.history is not None:
+            e.step_context = step_context(tokenizer, e.history, agent)
 
 
 def _observation(tokenizer, e: _Episode, assistant: dict, messages: list[dict], agent, limits: TurnLimits,
-                 end_texts: list[str]) -> list[int] | None:
+                 end_texts: list[str], mode: str = "single") -> list[int] | None:
     """The observation's token ids, its messages' contents shortened until it fits the limit; None
     when even empty contents do not fit (the template's tokens are never cut)."""
-    from ..agents.chat import observation_ids
+    from ..agents.chat import observation_ids, observation_tail_ids
+
+    render_ids = observation_ids if mode == "single" else observation_tail_ids
 
     def ids_of(msgs):
-        return observation_ids(tokenizer, e.history or [], assistant, msgs, tools=agent.tool_schemas,
-                               end_texts=end_texts, template_kwargs=agent.template_kwargs, end=e.end)
+        return render_ids(tokenizer, e.history or [], assistant, msgs, tools=agent.tool_schemas,
+                          end_texts=end_texts, template_kwargs=agent.template_kwargs, end=e.end)
 
     ids = ids_of(messages)
     limit = limits.max_observation_tokens
@@ -271,7 +297,8 @@ def _combine(rewards: list[float | None], how: str) -> float | None:
     return float(sum(given)) if how == "sum" else (rewards[-1] if rewards[-1] is not None else None)
 
 
-def _assemble(first: Generation, episodes: list[_Episode], tokenizer, limits: TurnLimits) -> Generation:
+def _assemble(first: Generation, episodes: list[_Episode], tokenizer, limits: TurnLimits,
+              mode: str = "single") -> Generation:
     """One :class:`Generation` of the episodes: prompts left-padded, everything after them right-padded."""
     pad = tokenizer.pad_token_id
     width = max([first.response_ids.shape[1], *(len(e.ids) for e in episodes)])
@@ -293,8 +320,11 @@ def _assemble(first: Generation, episodes: list[_Episode], tokenizer, limits: Tu
         if logprobs is not None:
             logprobs[i, :r] = torch.tensor(e.logprobs)
         sequence = e.prompt_ids + e.ids
-        e.info.drift_tokens += sum(sum(a != b for a, b in zip(c, sequence)) + max(len(c) - len(sequence), 0)
-                                  for c in e.contexts)
+        if mode == "stepwise":  # each turn is a sample of its own: the context it was sampled from
+            e.info.samples = turn_samples(e)
+        else:  # one sequence: every turn was sampled from a prefix of it
+            e.info.drift_tokens += sum(sum(a != b for a, b in zip(c, sequence)) + max(len(c) - len(sequence), 0)
+                                       for c in e.contexts)
         e.info.env_reward = _combine(e.info.turn_rewards, limits.turn_reward)
     return Generation(
         prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids, response_mask=response_mask,

@@ -238,7 +238,7 @@ def check_saved_config(output_dir: Path) -> None:
                           "(a --resume then checks model and data against nothing)")
 
 
-RESUME_KEYS = ("model.name_or_path", "model.tokenizer", "model.revision", "model.critic_name_or_path",
+RESUME_KEYS = ("model.name_or_path", "model.gguf_file", "model.tokenizer", "model.revision", "model.critic_name_or_path",
                "model.lora", "data.train_path", "data.train_sources", "data.split", "data.prompt_key",
                "rollout.prompts_per_step")
 """What a checkpoint was built from: resuming with another value would load weights into another

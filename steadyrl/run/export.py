@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..gguf_model import model_source
 from . import checkpoint as ckpt
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
@@ -105,7 +106,7 @@ def write_final(config, run_dir: Path) -> Path | None:
     m = config.model
     try:
         return export_checkpoint(find_checkpoint(run_dir, None), run_dir / "final",
-                                 merge_lora=True, base=m.name_or_path,
+                                 merge_lora=True, base=model_source(config),
                                  revision=m.revision, trust_remote_code=m.trust_remote_code)
     except Exception as exc:  # noqa: BLE001 - the checkpoints are written; say how to try again
         print(f"steadyrl: could not write {run_dir / 'final'} ({type(exc).__name__}: {exc}); the checkpoints "

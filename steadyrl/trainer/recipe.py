@@ -32,6 +32,7 @@ from ..build.setup import Run, build_eval, build_run, check_inputs
 from ..config import config_to_dict, load_config
 from ..doctor.live import LiveDoctor
 from ..errors import ConfigError
+from ..gguf_model import model_source
 from ..models import resolve_device
 from ..progress import progress
 from ..rollout import build_engine
@@ -53,6 +54,7 @@ from .dynamic import step_samples
 from .global_batch import gather_samples
 from .processing import process_rewards
 from .step import domain_ids, importance_correction, prepare, step_metrics
+from .turn_samples import episode_view, expand_turn_samples
 from .update import ppo_update
 
 
@@ -150,6 +152,10 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
     # 1. draw: this rank's prompts, rolled out and scored (several draws with dynamic sampling)
     drawn = step_samples(run, engine, step)
     times["scored"] = time.perf_counter()
+    episodes, group_size = drawn, ro.group_size
+    if getattr(run.agent, "multi_turn_mode", "single") == "stepwise":  # each turn a sample of its own
+        drawn, slots = expand_turn_samples(episodes, run.tokenizer)
+        group_size *= slots
 
     # 2. prepare: the rollout policy's and the reference's log-probs, the critic's values
     batch = prepare(run, batch_from_generation(drawn.gen))
@@ -161,7 +167,7 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
     # 4. process rewards: clip, normalise, KL in the reward, advantages; then importance correction
     trainable = whole.result.valid if whole.selected is None else whole.result.valid & whole.selected
     processed = process_rewards(whole.result.scores, trainable, whole.policy_mask, whole.truncated,
-                                algo, ro.group_size, kl_coef=run.kl_controller.value,
+                                algo, group_size, kl_coef=run.kl_controller.value,
                                 old_logprobs=whole.old_logprobs, ref_logprobs=whole.ref_logprobs,
                                 values=whole.values, running=run.running, turn_rewards=whole.turn_rewards,
                                 domains=domain_ids(whole.result.domains))
@@ -194,10 +200,12 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
     run.state.skipped_steps += skipped
     # skipped optimizer steps in a row (trainer.max_consecutive_skips); one that went through resets it
     run.state.consecutive_skips = run.state.consecutive_skips + skipped if skipped == steps else 0
+    if episodes is not drawn:  # reward and episode metrics per episode, not per turn sample
+        whole = episode_view(whole, episodes)
     metrics.update(step_metrics(run, drawn, whole, processed, tis_metrics, lr, times))
     # samples: this rank's own; result: all ranks' (rank 0's rows first, so they line up on rank 0)
-    extras = {"prompts": drawn.samples, "completions": drawn.gen.completions, "result": whole.result,
-              "episodes": drawn.gen.episodes}
+    extras = {"prompts": episodes.samples, "completions": episodes.gen.completions, "result": whole.result,
+              "episodes": episodes.gen.episodes}
     return metrics, extras
 
 
@@ -223,7 +231,7 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         if model is not None:
             overrides = [*overrides, f"model.name_or_path={model}"]
         config = load_config(path, overrides)
-        model_path = config.model.name_or_path
+        model_path = model_source(config)
         if model_path is None:
             raise ConfigError("steadyrl eval needs --output-dir RUN_DIR, --model PATH, or model.name_or_path")
     with ExitStack() as resources:

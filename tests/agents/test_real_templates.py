@@ -1,13 +1,16 @@
 """Conformance on the chat templates models publish (llama.cpp's copies, downloaded once and cached).
 
-Every family of issue 21 the sdist has, with tools and with user-role observations: the start-up
-probe's verdict, a scripted episode through the real rollout against ``apply_chat_template`` of the
-whole conversation, and the parser round trip (tests/support_conformance.py). The promise: every
-case is exact or refused with a message naming the behaviour; none is accepted silently.
+Every family of issue 21 the sdist has, with tools and with user-role observations, in every
+``rollout.multi_turn_mode``: the start-up probe's verdict, a scripted episode through the real
+rollout judged in the mode's own terms (single: against ``apply_chat_template`` of the whole
+conversation; stepwise: each turn's sample against the rendering of its history; as_sampled: the
+contexts and observations against the template), and the parser round trip
+(tests/support_conformance.py). The promise: every case is exact or refused with a message naming
+the behaviour; none is accepted silently.
 """
 
 import pytest
-from support_conformance import MODES, evaluate
+from support_conformance import MODES, TURN_MODES, evaluate
 from support_realtemplates import FAMILIES, TemplatesUnavailable, family_tokenizer, template_dir
 
 pytestmark = [pytest.mark.realdata]
@@ -23,11 +26,11 @@ def templates():
         pytest.skip(f"the real chat templates cannot be fetched: {err}")
 
 
-def case(templates, name: str, mode: str):
-    if (name, mode) not in _CASES:
+def case(templates, name: str, mode: str, turn_mode: str = "single"):
+    if (name, mode, turn_mode) not in _CASES:
         family = next(f for f in FAMILIES if f.name == name)
-        _CASES[name, mode] = evaluate(family, mode, templates)
-    return _CASES[name, mode]
+        _CASES[name, mode, turn_mode] = evaluate(family, mode, templates, turn_mode=turn_mode)
+    return _CASES[name, mode, turn_mode]
 
 
 def test_the_sdist_has_every_family_the_suite_names(templates):
@@ -35,17 +38,19 @@ def test_the_sdist_has_every_family_the_suite_names(templates):
     assert not missing
 
 
+@pytest.mark.parametrize("turn_mode", TURN_MODES)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", [f.name for f in FAMILIES])
-def test_no_template_is_accepted_unless_its_episode_is_exact(templates, name, mode):
-    c = case(templates, name, mode)
+def test_no_template_is_accepted_unless_its_episode_is_exact(templates, name, mode, turn_mode):
+    c = case(templates, name, mode, turn_mode)
     if c.verdict == "exact":
-        assert c.episode == "exact", f"{name}/{mode}: the probe accepts an episode that {c.episode}"
+        assert c.episode == "exact", f"{name}/{mode}/{turn_mode}: the probe accepts an episode that {c.episode}"
         assert c.overhead > 0  # the start-up check of max_observation_tokens works with it too
     if c.episode != "exact":
         assert c.verdict != "exact"
-    if c.verdict != "exact":  # a refusal says what the template does
+    if c.verdict != "exact":  # a refusal says what the template does (and the mode key when it is not single)
         assert f"chat template of {name!r}" in c.verdict or "tool parser" in c.verdict
+        assert turn_mode == "single" or c.verdict.startswith(f"rollout.multi_turn_mode = {turn_mode!r}")
     if c.round_trip is not None:
         assert c.round_trip, f"{name}: the {c.parser} parser does not read back the template's call"
 
@@ -56,6 +61,50 @@ def test_hermes_tool_use_templates_are_refused_for_re_rendering_tool_results(tem
     verdict = case(templates, name, "tools").verdict
     assert "renders the conversation so far differently once an assistant turn follows it" in verdict
     assert "<|im_end|><|im_start|>assistant" in verdict and "per-turn samples" in verdict
+    assert "rollout.multi_turn_mode: stepwise" in verdict and "rollout.multi_turn_mode: as_sampled" in verdict
+
+
+THINKING = [("Qwen3", "user"), ("Qwen3 (no thinking)", "tools"), ("Qwen3 (no thinking)", "user"), ("QwQ", "tools"),
+            ("QwQ", "user"), ("Qwen3.5", "user"), ("DeepSeek-R1-Distill-Qwen", "user"),
+            ("DeepSeek-R1-Distill-Llama", "user"), ("GLM-4.6", "user"), ("gpt-oss", "tools"), ("gpt-oss", "user")]
+
+
+@pytest.mark.parametrize("turn_mode", ["stepwise", "as_sampled"])
+@pytest.mark.parametrize("name, mode", THINKING)
+def test_thinking_templates_train_exactly_in_the_stepwise_and_as_sampled_modes(templates, name, mode, turn_mode):
+    c = case(templates, name, mode, turn_mode)
+    assert (c.verdict, c.episode) == ("exact", "exact"), (c.verdict, c.episode)
+
+
+@pytest.mark.parametrize("name, mode", THINKING + [("Hermes-3", "tools"), ("Command-R7B", "user")])
+def test_single_mode_refuses_them_naming_the_modes_that_work_and_auto_picks_stepwise(templates, name, mode):
+    from steadyrl.agents.parsers import TOOL_PARSERS
+    from steadyrl.agents.modes import check_mode
+    from support_conformance import add_tool
+    from support_realtemplates import family_tokenizer
+
+    verdict = case(templates, name, mode).verdict
+    assert verdict != "exact" and "rollout.multi_turn_mode: stepwise" in verdict
+    family = next(f for f in FAMILIES if f.name == name)
+    tok = family_tokenizer(family, templates)
+    picked = check_mode(tok, "auto", tools=[add_tool().schema] if mode == "tools" else None,
+                        observation_role="tool" if mode == "tools" else "user", end_texts=list(family.stops),
+                        template_kwargs=family.kwargs or None, parser=TOOL_PARSERS[case(templates, name, mode).parser])
+    assert picked == "stepwise"
+
+
+@pytest.mark.parametrize("name", ["Qwen2.5", "Llama-3.1", "Mistral-Nemo", "Kimi-K2", "GLM-4.6"])
+def test_auto_keeps_one_sequence_for_append_only_templates(templates, name):
+    from steadyrl.agents.parsers import TOOL_PARSERS
+    from steadyrl.agents.modes import check_mode
+    from support_conformance import add_tool
+    from support_realtemplates import family_tokenizer
+
+    family = next(f for f in FAMILIES if f.name == name)
+    tok = family_tokenizer(family, templates)
+    assert check_mode(tok, "auto", tools=[add_tool().schema], observation_role="tool", end_texts=list(family.stops),
+                      template_kwargs=family.kwargs or None,
+                      parser=TOOL_PARSERS[case(templates, name, "tools").parser]) == "single"
 
 
 def test_thinking_templates_with_user_observations_are_refused_naming_the_dropped_reasoning(templates):
@@ -116,7 +165,7 @@ def test_the_table_in_docs_is_current(templates):
     spec = importlib.util.spec_from_file_location("template_table", repo / "tools" / "template_table.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    cases = [(f, case(templates, f.name, mode)) for f in FAMILIES for mode in MODES]
+    cases = [(f, case(templates, f.name, mode, tm)) for f in FAMILIES for mode in MODES for tm in TURN_MODES]
     text = (repo / "docs" / "agents.md").read_text()
     assert module.page(cases, text) == text, "docs/agents.md's template table is stale: run python tools/template_table.py"
 
@@ -138,7 +187,9 @@ def test_with_the_real_vocabulary_exact_cases_are_exact_token_for_token(template
         pytest.skip(str(err))
     family = next(f for f in FAMILIES if f.name == name)
     for mode in MODES:
-        real = evaluate(family, mode, templates, tok=tok)
-        assert (real.verdict == "exact") == (case(templates, name, mode).verdict == "exact"), (name, mode)
-        if real.verdict == "exact":
-            assert real.episode == "exact", (name, mode, real.episode)
+        for turn_mode in TURN_MODES:
+            real = evaluate(family, mode, templates, tok=tok, turn_mode=turn_mode)
+            assert (real.verdict == "exact") == (case(templates, name, mode, turn_mode).verdict == "exact"), (
+                name, mode, turn_mode)
+            if real.verdict == "exact":
+                assert real.episode == "exact", (name, mode, turn_mode, real.episode)

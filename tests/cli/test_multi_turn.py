@@ -167,6 +167,7 @@ def test_tool_episodes_train(agent_run, steadyrl_cli, tmp_path):
     ({"tools": ["{root}/tools.py:add"], "tool_parser": "xml"}, "rollout.tool_parser"),
     ({"tools": ["{root}/tools.py:add"], "environment": "{root}/env.py:TwoSteps"}, "both set"),
     ({"environment": "{root}/env.py:TwoSteps", "max_episode_tokens": 1}, "cannot fit one turn"),
+    ({"environment": "{root}/env.py:TwoSteps", "multi_turn_mode": "per_turn"}, "rollout.multi_turn_mode"),
     ({"tools": ["{root}/tools.py:add"], "max_observation_tokens": 40},
      "rollout.max_observation_tokens = 40: the chat template of"),
 ])
@@ -213,21 +214,49 @@ def test_environment_runs_resume_exactly(agent_run, tmp_path):
     assert rows(cut) == expected
 
 
-def test_a_template_that_re_renders_earlier_turns_is_refused_before_training(agent_run, steadyrl_cli, tmp_path):
-    """Qwen3's template drops earlier turns' <think> blocks once a user message follows them: with
-    user-role observations the trained tokens would not be what the template shows, so the run
-    stops at start-up naming the behaviour (with tool-role observations it runs)."""
+def _qwen3_model(root, tmp_path):
     import shutil
 
     from agents.templates import QWEN3, chat_tokenizer
 
-    root, base = agent_run
     model = tmp_path / "qwen3_like"
     shutil.copytree(root / "model", model)
     chat_tokenizer(QWEN3, bos="<|begin_of_text|>").save_pretrained(model)
-    cfg = _write(root, base, "qwen3.yaml", model={"name_or_path": str(model)},
-                 rollout={"environment": f"{root / 'env.py'}:TwoSteps", "observation_role": "user"})
+    return model
+
+
+def test_a_template_that_re_renders_earlier_turns_is_refused_in_single_mode_naming_the_modes_that_work(
+        agent_run, steadyrl_cli, tmp_path):
+    """Qwen3's template drops earlier turns' <think> blocks once a user message follows them: with
+    user-role observations one sequence would not be what the template shows, so
+    ``multi_turn_mode: single`` stops at start-up naming the behaviour and the modes that handle it."""
+    root, base = agent_run
+    cfg = _write(root, base, "qwen3.yaml", model={"name_or_path": str(_qwen3_model(root, tmp_path))},
+                 rollout={"environment": f"{root / 'env.py'}:TwoSteps", "observation_role": "user",
+                          "multi_turn_mode": "single"})
     proc = steadyrl_cli("train", str(cfg), "--output-dir", str(tmp_path / "run"))
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "re-renders earlier assistant turns" in proc.stderr and "<think>" in proc.stderr
+    assert "rollout.multi_turn_mode: stepwise" in proc.stderr and "rollout.multi_turn_mode: as_sampled" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("mode", ["auto", "as_sampled"])
+def test_a_thinking_template_trains_in_multi_turn(agent_run, tmp_path, mode):
+    """The same template trains: auto picks stepwise (each turn a sample of the template's rendering
+    of its history), as_sampled one sequence as sampled; drift 0 either way, reward per episode."""
+    from steadyrl.tracking import read_jsonl
+    from steadyrl.trainer import train
+
+    root, base = agent_run
+    cfg = _write(root, base, f"qwen3_{mode}.yaml", model={"name_or_path": str(_qwen3_model(root, tmp_path))},
+                 rollout={"environment": f"{root / 'env.py'}:TwoSteps", "observation_role": "user",
+                          "multi_turn_mode": mode},
+                 trainer={"max_steps": 1, "save_every": 0, "num_threads": 1, "samples_every": 0},
+                 eval={"num_samples": 0})
+    train(str(cfg), [], output_dir=str(tmp_path / "run"))
+    steps = [m for m in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "rollout/turns_mean" in m]
+    assert len(steps) == 1 and steps[0]["rollout/retokenize_drift"] == 0.0
+    # the environment's reward is per episode (0.5 a turn), whatever the samples are
+    assert steps[0]["reward/environment/mean"] == pytest.approx(0.5 * steps[0]["rollout/turns_mean"], abs=0.5)
+    assert steps[0]["response/length_max"] <= (8 if mode == "auto" else 16)  # a turn's tokens / an episode's

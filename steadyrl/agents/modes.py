@@ -1,0 +1,142 @@
+"""The start-up probe of ``rollout.multi_turn_mode`` ``stepwise`` and ``as_sampled``, and ``auto``'s choice.
+
+A template that re-renders earlier turns (thinking templates drop their reasoning; Hermes re-renders
+a tool result once a turn follows) cannot be trained as one sequence that is its rendering
+(:mod:`.probe`), but it can be trained step-wise (each turn's context rendered afresh) or as sampled
+(the observations taken from the end of the rendering). :func:`check_mode` plays the probe's
+scripted episode in the mode asked: what the model writes each turn (:func:`model_turn`, also for a
+template whose generation prompt opens a block its rendered turns lack), the observations as the
+rollout renders them in that mode, and each step-wise context; any failure refuses the run, naming
+``rollout.multi_turn_mode`` and the modes that would work. ``auto`` is ``single`` when the template
+is append-only, else ``stepwise``.
+"""
+
+from __future__ import annotations
+
+from .chat import (CONTEXT_CHARS, TemplateDriftError, TemplateError, _closer, _first_difference, _name,
+                   _require_template, render)
+from .messages import id_style
+from .probe import MODE_WORDS, _check_renders, _kept, _role_closer, _script, _thinks, check_template, sampled_turn
+
+
+def _boundary(text: str, i: int) -> int:
+    """The start of the tag or line ``text[i]`` falls in (a difference inside ``<think>`` vs ``<tool_call>``)."""
+    return max(text.rfind("\n", 0, i), text.rfind(">", 0, i)) + 1
+
+
+def model_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, think: bool, i: int = 0):
+    """``(text, end)`` as :func:`sampled_turn`, also for a template whose generation prompt starts a
+    turn unlike its rendering of the turn (QwQ and DeepSeek-R1 open ``<think>`` there, and render the
+    turn without it): the model writes after the generation prompt what the rendered turn holds past
+    their common start, its reasoning first."""
+    try:
+        return sampled_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
+                            think=think, i=i)
+    except TemplateDriftError:
+        pass
+    plain = render(tokenizer, history, tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
+    head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
+    base = render(tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
+    if not head.startswith(plain):
+        raise TemplateError(f"the chat template of {_name(tokenizer)!r} renders the conversation so far "
+                            f"differently when a generation prompt follows it")
+    prompt = head[len(plain):]
+    at = next((base.rfind(prompt[:n]) for n in range(len(prompt), 0, -1) if base.rfind(prompt[:n]) > 0), -1)
+    if prompt and base.startswith(plain):
+        turn = base[len(plain):]
+    elif at > 0:  # the turn before renders differently once a turn follows (Hermes' tool results): find the turn
+        turn = base[at:]
+    else:  # a template that writes the generation prompt whatever it is asked (Command-R7B)
+        at = _boundary(head, _first_difference(head, base))
+        prompt, turn = head[at:], base[at:]
+    start = _boundary(prompt, _first_difference(prompt, turn))  # not inside a tag: <think> / <tool_call>
+    closed = _closer(turn, start, end_texts)
+    found = closed or _role_closer(tokenizer, history, message, new, tools, end_texts, kwargs)
+    if found is None:
+        raise TemplateError(
+            f"the chat template of {_name(tokenizer)!r} does not close an assistant turn with any of the tokens "
+            f"that stop generation {end_texts}; add the closing token's id to eos_token_id in the model's "
+            f"generation_config.json")
+    stop, end = found
+    text = turn[start: stop - len(end)] if closed else turn[start:]  # no closer: the next role token ends it
+    if think:
+        text = (f"\nr{i}\n</think>\n\n" if head.rstrip().endswith("<think>") else f"<think>\nr{i}\n</think>\n\n") + text
+    return text, end
+
+
+def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: list[str], kwargs=None,
+              parser=None, strict: bool = True) -> list[str]:
+    """The scripted episode of :func:`play` in ``stepwise`` or ``as_sampled`` mode: what the model
+    writes each turn, the observations rendered as the rollout renders them in that mode (after the
+    turn's end token, whatever the template does to earlier turns), and in step-wise mode each
+    turn's context rendered. Returns the turn contexts' texts; raises ``TemplateError`` where the
+    rollout would."""
+    from .chat import _tail
+
+    history = [{"role": "user", "content": "What is 2 + 3 + 4?"}]
+    head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
+    think, style = _thinks(tokenizer, head[-CONTEXT_CHARS:]), id_style(tokenizer.chat_template)
+    contexts, text, calls = [head], head, 0
+    for i, (message, new) in enumerate(_script(tokenizer, tools, observation_role, style)):
+        sampled, end = model_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
+                                  think=think, i=i)
+        assistant = _kept(message, sampled, parser if observation_role == "tool" and tools else None, style, calls,
+                          strict, tokenizer.chat_template)
+        calls += len(message.get("tool_calls") or [])
+        if not new:
+            break
+        text += sampled + end + _tail(tokenizer, history, assistant, new, tools, end_texts, kwargs, end)
+        history = history + [assistant] + new
+        contexts.append(render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
+                        if mode == "stepwise" else text)
+    return contexts
+
+
+def mode_works(tokenizer, mode: str, **kw) -> bool:
+    """Whether ``mode`` (stepwise, as_sampled) can run the scripted episode with this template."""
+    try:
+        _check_renders(tokenizer, tools=kw["tools"], observation_role=kw["observation_role"], kwargs=kw["kwargs"])
+        play_mode(tokenizer, mode, tools=kw["tools"], observation_role=kw["observation_role"],
+                  end_texts=kw["end_texts"], kwargs=kw["kwargs"], parser=kw.get("parser"), strict=False)
+        return True
+    except TemplateError:
+        return False
+
+
+def check_mode(tokenizer, mode: str, *, tools: list[dict] | None, observation_role: str, end_texts: list[str],
+               template_kwargs: dict | None = None, parser=None) -> str:
+    """Probe ``rollout.multi_turn_mode`` = ``mode`` with this template; returns the mode to run
+    (``auto``: ``single`` when the template renders an episode as one sequence, else ``stepwise``).
+    Raises ``TemplateError`` naming the key and the modes that would work."""
+    if mode == "single":
+        check_template(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
+                       template_kwargs=template_kwargs, parser=parser)
+        return "single"
+    if mode == "auto":
+        try:
+            check_template(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
+                           template_kwargs=template_kwargs, parser=parser)
+            return "single"
+        except TemplateDriftError as err:
+            if "rollout.multi_turn_mode: stepwise" not in str(err):
+                raise
+            mode = "stepwise"
+    _require_template(tokenizer)
+    if parser is None:
+        from .formats import parser_for_template
+        from .parsers import TOOL_PARSERS
+
+        parser, strict = TOOL_PARSERS[parser_for_template(tokenizer.chat_template)], False
+    else:
+        strict = True
+    try:
+        _check_renders(tokenizer, tools=tools, observation_role=observation_role, kwargs=template_kwargs)
+        play_mode(tokenizer, mode, tools=tools, observation_role=observation_role, end_texts=end_texts,
+                  kwargs=template_kwargs, parser=parser, strict=strict)
+    except TemplateError as err:
+        others = [MODE_WORDS[m] for m in ("stepwise", "as_sampled") if m != mode and mode_works(
+            tokenizer, m, tools=tools, observation_role=observation_role, end_texts=end_texts,
+            kwargs=template_kwargs, parser=parser)]
+        raise TemplateError(f"rollout.multi_turn_mode = {mode!r} cannot run with this chat template: {err}"
+                            + (f". What would handle it: {'; '.join(others)}" if others else "")) from None
+    return mode
