@@ -144,18 +144,11 @@ def _run(args: argparse.Namespace) -> int:
             print(_SHOWN_DEMO if demo else _SHOWN_DEFAULTS)
         print(render_config(config, preset_keys), end="")
         return 0
-    # a config error is answered before the trainer is imported (torch and transformers: seconds)
-    from .config import load_config
-
-    model = [f"model.name_or_path={args.model}"] if getattr(args, "model", None) else []
-    load_config(_config_source(args, path), [*overrides, *model])
+    _preflight(args, path, overrides)  # input errors are answered before torch is imported (seconds)
     _quiet_libraries()
     if args.command == "train":
         from .trainer import train
 
-        if (args.resume or args.overwrite) and not args.output_dir:
-            flag = "--resume" if args.resume else "--overwrite"
-            raise ConfigError(f"{flag} needs --output-dir RUN_DIR: the run to {'continue' if args.resume else 'replace'}")
         train(path, overrides, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
         return 0
     if args.command == "eval":
@@ -165,6 +158,30 @@ def _run(args: argparse.Namespace) -> int:
                      trust_run_code=args.trust_run_code)
         return 0
     raise AssertionError(args.command)
+
+
+def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str]) -> None:
+    """``train`` / ``eval``: the config, and every check of the input that needs no model
+    (:mod:`steadyrl.run.preflight`), before the trainer, torch and transformers are imported."""
+    from .config import load_config
+    from .run import preflight
+
+    if args.command == "train" and (args.resume or args.overwrite) and not args.output_dir:
+        flag = "--resume" if args.resume else "--overwrite"
+        raise ConfigError(f"{flag} needs --output-dir RUN_DIR: the run to {'continue' if args.resume else 'replace'}")
+    source = _config_source(args, path)
+    if args.command == "train" and args.resume and source and source != path:
+        from .run.directory import check_saved_config
+
+        check_saved_config(Path(args.output_dir))  # the run's own config.yaml: whole, before it is read
+    model = [f"model.name_or_path={args.model}"] if getattr(args, "model", None) else []
+    config = load_config(source, [*overrides, *model])
+    if args.command == "train":
+        preflight.check_train(config, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
+    elif args.output_dir is None and config.model.name_or_path is not None:  # eval of a model
+        preflight.check_eval(config, config.model.name_or_path, of_run_dir=False)
+    elif path is not None:  # a run's checkpoint with a config of the user's: its data and rewards
+        preflight.check_eval(config, None, of_run_dir=True)
 
 
 def _convert(args: argparse.Namespace) -> int:
