@@ -138,6 +138,9 @@ def _run(args: argparse.Namespace) -> int:
         # no config file: the defaults, unless a demo.* key asks for the built-in demo's config
         demo = path is None and any(item.startswith("demo.") for item in overrides)
         config, preset_keys = load_config(path, overrides, with_sources=True, demo=demo)
+        from .agents.build import check_agent_specs
+
+        check_agent_specs(config)  # rollout.tools / tool_parser / environment, as train checks them
         for note in config_notes(config):
             print(f"# note: {note}")
         if path is None:
