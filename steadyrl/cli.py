@@ -191,7 +191,7 @@ def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str])
         preflight.check_train(config, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
     elif args.output_dir is None and config.model.name_or_path is not None:  # eval of a model
         preflight.check_eval(config, config.model.name_or_path, of_run_dir=False)
-    elif path is not None:  # a run's checkpoint with a config of the user's: its data and rewards
+    elif args.output_dir is not None and path is not None:  # a run's checkpoint, the user's config
         preflight.check_eval(config, None, of_run_dir=True)
 
 

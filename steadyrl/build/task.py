@@ -43,14 +43,15 @@ def check_task(config: Config, *, for_eval: bool = False, demo=None, quiet: bool
     specs)``. Imports no torch unless a reward does (a reward model); ``quiet``: no console notes."""
     train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval, quiet=quiet,
                                                           demo=demo[:2] if demo else None)
-    if demo:
-        default_specs = demo[2]
-    else:
-        default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
     environment = config.rollout.environment is not None
-    if environment and not config.rewards:  # the environment's rewards alone
-        default_specs = []
-    specs = build_rewards(config, default=default_specs)
+    if config.rewards:
+        specs = build_rewards(config, default=[])
+    elif environment:  # the environment's rewards alone
+        specs = []
+    elif demo:
+        specs = demo[2]
+    else:  # built only when used: loading math_verify takes half a second
+        specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
     names = [s.name for s in specs] + (["environment"] if environment else [])
     wanted = config.eval.accuracy_reward
     if wanted is not None and wanted not in names:

@@ -36,8 +36,8 @@ def inputs(tmp_path):
     return tmp_path
 
 
-def _run_in_fresh_process(cases: list[list[str]]) -> list[dict]:
-    """``[{code, err, heavy}]``: each case's exit status, stderr and the heavy modules imported by then."""
+def _run_in_fresh_process(cases: list[list[str]], heavy=("torch", "transformers")) -> list[dict]:
+    """``[{code, err, heavy}]``: each case's exit status, stderr and the ``heavy`` modules imported by then."""
     script = textwrap.dedent(f"""
         import contextlib, io, json, sys
         from steadyrl.cli import main
@@ -47,7 +47,7 @@ def _run_in_fresh_process(cases: list[list[str]]) -> list[dict]:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
                 code = main(argv)
             out.append({{"code": code, "err": err.getvalue(),
-                         "heavy": [m for m in ("torch", "transformers") if m in sys.modules]}})
+                         "heavy": [m for m in {tuple(heavy)!r} if m in sys.modules]}})
         print(json.dumps(out))
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
@@ -112,3 +112,12 @@ def test_the_lock_probe_leaves_a_free_run_directory_free(inputs):
     with RunLock() as lock:
         lock.acquire(run)
         assert lock.fd is not None
+
+
+def test_a_config_that_names_its_rewards_does_not_build_the_default_math_reward(inputs):
+    """The default reward (math, whose math_verify takes half a second to import) is built only
+    when the config names no reward."""
+    cfg = str(inputs / "cfg.yaml")
+    [result] = _run_in_fresh_process([["train", cfg, f"rewards=[{{name: {inputs / 'nope.py'}:score}}]"]],
+                                     heavy=("torch", "math_verify"))
+    assert result["code"] == 2 and "nope.py" in result["err"] and result["heavy"] == []
