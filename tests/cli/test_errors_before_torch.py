@@ -69,7 +69,8 @@ def _hold_lock(run_dir: Path) -> subprocess.Popen:
 def test_input_errors_are_answered_before_torch_is_imported(inputs):
     cfg = str(inputs / "cfg.yaml")
     cases = {
-        "missing data file": (["train", cfg, f"data.train_path={inputs / 'nope.jsonl'}"], ["nope.jsonl", "does not exist"]),
+        "missing data file": (["train", cfg, f"data.train_path={inputs / 'nope.jsonl'}"],
+                              ["nope.jsonl", "does not exist"]),
         "missing column": (["train", cfg, f"data.train_path={inputs / 'no_prompt.jsonl'}"],
                            ["no_prompt.jsonl", "no prompt column 'prompt'"]),
         "missing model directory": (["train", cfg, f"model.name_or_path={inputs / 'no_model'}"],
