@@ -19,6 +19,7 @@ BENCHMARKS = {
     "async": "benchmarks.bench_async",
     "code_reward": "benchmarks.bench_code_reward",
     "smollm2": "benchmarks.bench_smollm2",
+    "errors": "benchmarks.bench_errors",
 }
 
 

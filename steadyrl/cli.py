@@ -3,7 +3,7 @@
     steadyrl train [CONFIG.yaml] [--output-dir DIR] [--resume] [--overwrite] [key=value ...]
     steadyrl eval [CONFIG.yaml] [--output-dir DIR [--trust-run-code] | --model PATH] [key=value ...]
     steadyrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
-    steadyrl export RUN_DIR [--step N] [--merge-lora] [--trust-run-code] OUT
+    steadyrl export RUN_DIR [OUT] [--step N] [--merge-lora] [--trust-run-code] [--push-to-hub REPO [--private]]
     steadyrl doctor RUN_DIR [--output FILE] [--set NAME=VALUE ...]
     steadyrl doctor CONFIG.yaml [key=value ...] [--batches N] [--prompts N] [--tolerance X] [--trust-run-code]
     steadyrl config show [CONFIG.yaml] [key=value ...]
@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write a checkpoint's policy as a plain Hugging Face model directory "
                             "(train writes the last one to RUN_DIR/final)", **page)
     export.add_argument("run_dir", metavar="RUN_DIR", help="a steadyrl train output directory")
-    export.add_argument("out", metavar="OUT", help="the directory to write (replaced if it exists)")
+    export.add_argument("out", metavar="OUT", nargs="?",
+                        help="the directory to write (replaced if it exists); optional with --push-to-hub")
     export.add_argument("--step", type=int, help="the checkpoint of this step (default: the newest)")
     export.add_argument("--merge-lora", action="store_true",
                         help="LoRA runs: merge the adapter into the base model's weights (the adapter is kept in "
@@ -88,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--trust-run-code", action="store_true",
                         help="with --merge-lora: load the base model although the run's config.yaml sets "
                              "model.trust_remote_code (the run directory may come from someone else)")
+    export.add_argument("--push-to-hub", metavar="REPO",
+                        help="upload the exported model to the Hugging Face Hub model repository REPO (NAME or "
+                             "OWNER/NAME; created if needed). Without OUT and --step: RUN_DIR/final, the model "
+                             "train wrote; else what is exported. Needs a token with write access")
+    export.add_argument("--token", help="the Hub token for --push-to-hub (default: HF_TOKEN, or the one "
+                        "huggingface-cli login saved; prefer those: a command line is visible to other users)")
+    export.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
 
     doctor = sub.add_parser("doctor", help="triage a run (RUN_DIR: what went wrong, with evidence and the change to "
                             "make) or check a setup before a run (CONFIG.yaml [key=value ...]: the gap between "
@@ -150,24 +158,20 @@ def _run(args: argparse.Namespace) -> int:
         # no config file: the defaults, unless a demo.* key asks for the built-in demo's config
         demo = path is None and any(item.startswith("demo.") for item in overrides)
         config, preset_keys = load_config(path, overrides, with_sources=True, demo=demo)
+        from .agents.build import check_agent_specs
+
+        check_agent_specs(config)  # rollout.tools / tool_parser / environment, as train checks them
         for note in config_notes(config):
             print(f"# note: {note}")
         if path is None:
             print(_SHOWN_DEMO if demo else _SHOWN_DEFAULTS)
         print(render_config(config, preset_keys), end="")
         return 0
-    # a config error is answered before the trainer is imported (torch and transformers: seconds)
-    from .config import load_config
-
-    model = [f"model.name_or_path={args.model}"] if getattr(args, "model", None) else []
-    load_config(_config_source(args, path), [*overrides, *model])
+    _preflight(args, path, overrides)  # input errors are answered before torch is imported (seconds)
     _quiet_libraries()
     if args.command == "train":
         from .trainer import train
 
-        if (args.resume or args.overwrite) and not args.output_dir:
-            flag = "--resume" if args.resume else "--overwrite"
-            raise ConfigError(f"{flag} needs --output-dir RUN_DIR: the run to {'continue' if args.resume else 'replace'}")
         train(path, overrides, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
         return 0
     if args.command == "eval":
@@ -177,6 +181,30 @@ def _run(args: argparse.Namespace) -> int:
                      trust_run_code=args.trust_run_code)
         return 0
     raise AssertionError(args.command)
+
+
+def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str]) -> None:
+    """``train`` / ``eval``: the config, and every check of the input that needs no model
+    (:mod:`steadyrl.run.preflight`), before the trainer, torch and transformers are imported."""
+    from .config import load_config
+    from .run import preflight
+
+    if args.command == "train" and (args.resume or args.overwrite) and not args.output_dir:
+        flag = "--resume" if args.resume else "--overwrite"
+        raise ConfigError(f"{flag} needs --output-dir RUN_DIR: the run to {'continue' if args.resume else 'replace'}")
+    source = _config_source(args, path)
+    if args.command == "train" and args.resume and source and source != path:
+        from .run.directory import check_saved_config
+
+        check_saved_config(Path(args.output_dir))  # the run's own config.yaml: whole, before it is read
+    model = [f"model.name_or_path={args.model}"] if getattr(args, "model", None) else []
+    config = load_config(source, [*overrides, *model])
+    if args.command == "train":
+        preflight.check_train(config, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
+    elif args.output_dir is None and config.model.name_or_path is not None:  # eval of a model
+        preflight.check_eval(config, config.model.name_or_path, of_run_dir=False)
+    elif args.output_dir is not None and path is not None:  # a run's checkpoint, the user's config
+        preflight.check_eval(config, None, of_run_dir=True)
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -195,17 +223,42 @@ def _export(args: argparse.Namespace) -> int:
     saved = run_dir / "config.yaml"
     if not saved.is_file():
         raise ConfigError(f"RUN_DIR {args.run_dir!r} has no config.yaml: not a steadyrl run directory")
+    if args.out is None and args.push_to_hub is None:
+        raise ConfigError("steadyrl export needs OUT (the directory to write), --push-to-hub REPO, or both")
+    token = None
+    if args.push_to_hub is not None:  # before anything is exported: a merge may take minutes
+        from .run.hub import check_push
+
+        token = check_push(args.push_to_hub, args.token)
     model = load_config(str(saved), []).model
     if args.merge_lora and model.trust_remote_code and not args.trust_run_code:
         raise ConfigError(f"{str(saved)!r} sets model.trust_remote_code: merging loads the base model with its "
                           "custom code; pass --trust-run-code if you trust this run directory")
+    final = run_dir / "final"
+    if args.out is None and args.step is None and final.is_dir():  # the model train wrote
+        return _push(final, args, token, f"steadyrl: the final model of {run_dir.name}")
     _quiet_libraries()
+    import tempfile
+
     from .run.export import export_checkpoint, find_checkpoint
 
     checkpoint = find_checkpoint(run_dir, args.step)
-    out = export_checkpoint(checkpoint, Path(args.out), merge_lora=args.merge_lora, base=model.name_or_path,
-                            revision=model.revision, trust_remote_code=model.trust_remote_code)
-    print(f"exported {checkpoint} to {out}")
+    with tempfile.TemporaryDirectory(prefix="steadyrl-export-") as scratch:
+        target = Path(args.out) if args.out is not None else Path(scratch) / run_dir.name
+        out = export_checkpoint(checkpoint, target, merge_lora=args.merge_lora, base=model.name_or_path,
+                                revision=model.revision, trust_remote_code=model.trust_remote_code)
+        if args.out is not None:
+            print(f"exported {checkpoint} to {out}")
+        if args.push_to_hub is not None:
+            return _push(out, args, token, f"steadyrl: {run_dir.name} {checkpoint.name}")
+    return 0
+
+
+def _push(folder: Path, args: argparse.Namespace, token: str, message: str) -> int:
+    from .run.hub import push_folder
+
+    url = push_folder(folder, args.push_to_hub, token, private=args.private, message=message)
+    print(f"pushed {folder} to {url}")
     return 0
 
 

@@ -44,6 +44,26 @@ def build_agent(config, tokenizer):
     return agent
 
 
+def check_agent_specs(config) -> None:
+    """``rollout.tools`` (each function loaded, its schema read, names unique), ``rollout.tool_parser``
+    and a ``file.py:Class`` / ``module:Class`` ``rollout.environment`` loaded and checked: what
+    :func:`build_agent` loads, without a tokenizer or torch (``config show`` and the checks made
+    before torch is imported). An adapter environment (``openenv:URL``...) is checked when built."""
+    ro = config.rollout
+    if ro.tools:
+        from .parsers import load_parser
+        from .tools import load_tools
+
+        load_tools(list(ro.tools))
+        load_parser(ro.tool_parser)
+    elif ro.environment is not None:
+        from ..envs import is_spec
+        from .environment import load_environment
+
+        if not is_spec(ro.environment):
+            load_environment(ro.environment)
+
+
 def _default_isolation() -> str:
     from ..rewards.runners import default_isolation
 

@@ -28,6 +28,7 @@ from ..data import PromptSampler
 from ..errors import ConfigError
 from ..gguf_model import model_source
 from ..functional import AdaptiveKLController, FixedKLController, RunningMoments
+from ..model_files import check_model_paths
 from ..models import (
     ValueModel,
     apply_lora,
@@ -151,16 +152,6 @@ def lr_lambda(optim_config, max_steps: int):
         return floor + (1.0 - floor) * shape
 
     return factor
-
-
-def check_model_paths(config: Config, model_path: str) -> None:
-    """Every model path the run will load, checked before any is loaded."""
-    m = config.model
-    check_model_source("model.name_or_path", model_path)
-    if m.tokenizer:
-        check_model_source("model.tokenizer", m.tokenizer)
-    if config.algorithm.advantage_estimator == "gae" and m.critic_name_or_path:
-        check_model_source("model.critic_name_or_path", m.critic_name_or_path)
 
 
 def build_models(config: Config, model_path: str, device: torch.device):
@@ -314,18 +305,14 @@ def build_eval(config: Config, model_path: str, resources: ExitStack, *, of_run_
     run directory's checkpoint with ``of_run_dir``); the prompts are a dict of named sets with
     ``data.eval_sources``. ``resources`` owns the scorer's and the agent's workers."""
     from ..rollout import build_engine, check_engine_available
+    from ..run.preflight import NOTHING_TO_EVALUATE, check_eval_source
 
-    if config.is_demo and not of_run_dir and not config.data.eval_path:
-        # the demo's held-out strings are meant for the demo's own model, not for this one
-        raise ConfigError(
-            f"nothing to evaluate model {model_path!r} on: data.eval_path is not set (without a config, "
-            "held-out prompts would be the built-in string-reversal demo's); give a config with "
-            "data.eval_path, or data.eval_path=FILE; a demo run is evaluated with --output-dir RUN_DIR")
+    check_eval_source(config, model_path, of_run_dir=of_run_dir)
     check_engine_available(config.rollout.engine)
     _, evals, scorer, (_, eval_parts) = task_inputs(config, for_eval=True)
     resources.callback(scorer.close)
     if not evals:
-        raise ConfigError("nothing to evaluate: set data.eval_path to a file of held-out prompts")
+        raise ConfigError(NOTHING_TO_EVALUATE)
     if config.trainer.num_threads:
         torch.set_num_threads(config.trainer.num_threads)
     device = resolve_device(config.trainer.device)

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.schema import Config, SourceConfig
-from .. import distributed as dist
 from ..data import EVAL_SPLITS, MixtureSampler, PromptSampler, eval_split_of, load_records
 from ..errors import ConfigError, DataError
 from ..rewards import RewardSpec
@@ -65,19 +64,19 @@ def load_parts(config: Config, key: str) -> list[Part] | None:
     return [Part(s.key, load_source(config, s, f"data.{key}[{i}]"), s.weight) for i, s in enumerate(sources)]
 
 
-def load_data(config: Config, *, eval_only: bool = False) -> tuple[list[dict], list[dict]]:
+def load_data(config: Config, *, eval_only: bool = False, quiet: bool = False) -> tuple[list[dict], list[dict]]:
     """``data.train_path`` (unless ``eval_only``) and ``data.eval_path`` records."""
     data = config.data
     kwargs = {"format": data.format, "prompt_key": data.prompt_key, "answer_key": data.answer_key,
               "extra_keys": extra_keys(config)}
     train = [] if eval_only else load_records(data.train_path, split=data.split, **kwargs)
-    evals = load_eval_records(config) if data.eval_path else []
+    evals = load_eval_records(config, quiet=quiet) if data.eval_path else []
     if data.max_eval_prompts:
         evals = evals[: data.max_eval_prompts]
     return train, evals
 
 
-def load_eval_records(config: Config) -> list[dict]:
+def load_eval_records(config: Config, *, quiet: bool = False) -> list[dict]:
     """The records of ``data.eval_path``; from a DatasetDict folder, the split
     :func:`~steadyrl.data.eval_split_of` picks (``data.eval_split``, else test, else validation),
     named on the console."""
@@ -85,14 +84,21 @@ def load_eval_records(config: Config) -> list[dict]:
     split = eval_split_of(data.eval_path, data.eval_split)
     records = load_records(data.eval_path, format=data.format, prompt_key=data.prompt_key,
                            answer_key=data.answer_key, extra_keys=extra_keys(config), split=split)
-    if split is not None and dist.is_main():
+    if split is not None and not quiet and _is_main():
         how = "data.eval_split" if data.eval_split else f"the first of {' / '.join(EVAL_SPLITS)} it has"
         print(f"data: held-out prompts from split {split!r} of data.eval_path = {data.eval_path!r} ({how})",
               flush=True)
     return records
 
 
-def load_all_data(config: Config, *, for_eval: bool = False, demo: tuple[list, list] | None = None):
+def _is_main() -> bool:
+    from .. import distributed as dist  # torch: not for the checks made before it is imported
+
+    return dist.is_main()
+
+
+def load_all_data(config: Config, *, for_eval: bool = False, demo: tuple[list, list] | None = None,
+                  quiet: bool = False):
     """``(train, evals, train_parts, eval_parts)``: all records, and the records per source when
     ``data.train_sources`` / ``data.eval_sources`` are set (else None; ``data.max_eval_prompts``
     applies to each held-out set). ``demo``: the built-in demo's (train, held-out) records."""
@@ -102,9 +108,9 @@ def load_all_data(config: Config, *, for_eval: bool = False, demo: tuple[list, l
     if demo is not None:
         train, evals = demo
         if data.eval_path:
-            evals = load_eval_records(config)
+            evals = load_eval_records(config, quiet=quiet)
     else:
-        train, evals = load_data(config, eval_only=for_eval or train_parts is not None)
+        train, evals = load_data(config, eval_only=for_eval or train_parts is not None, quiet=quiet)
         if train_parts is not None:
             train = [r for p in train_parts for r in p.records]
     if eval_parts is not None:

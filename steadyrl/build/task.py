@@ -3,43 +3,55 @@ reward functions that score them (the demo's when no config names any), checked 
 other before any model loads.
 
 ``task_inputs`` is the one entry: :mod:`.setup` calls it for training (``check_inputs``) and for
-``steadyrl eval`` (``build_eval``).
+``steadyrl eval`` (``build_eval``). Its checks, :func:`check_task`, import no torch: the command line
+runs them before it loads torch (:mod:`steadyrl.run.preflight`), so a typo is answered in a moment.
 """
 
 from __future__ import annotations
 
-from .. import distributed as dist
 from ..config.schema import Config
 from ..errors import ConfigError
-from ..models import resolve_device, resolve_dtype
 from ..rewards import RewardSpec, load_reward
 from ..sandbox import Limits
-from ..rewards.scorer import Scorer
 from .sources import by_domain, check_domains, load_all_data
 
-__all__ = ["task_inputs", "build_rewards", "check_reward_columns"]
+__all__ = ["task_inputs", "check_task", "build_rewards", "check_reward_columns"]
 
 
 def task_inputs(config: Config, *, for_eval: bool = False):
     """``(train, evals, scorer, (train_parts, eval_parts))``: train and held-out records, the
     scorer, and the records per source (``data.train_sources`` / ``eval_sources``, else None):
-    every data and reward input checked.
+    every data and reward input checked (:func:`check_task`).
 
     Held-out prompts come from ``data.eval_path`` when it is set, else from the demo's split.
     """
-    from ..demo.builders import demo_task
+    from ..rewards.scorer import Scorer
 
-    demo = demo_task(config) if config.is_demo else None  # the built-in task's records and reward
-    train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval,
-                                                          demo=demo[:2] if demo else None)
-    if demo:
-        default_specs = demo[2]
-    else:
-        default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
+    demo = None
+    if config.is_demo:  # the built-in task's records and reward
+        from ..demo.builders import demo_task
+
+        demo = demo_task(config)
+    train, evals, specs, parts = check_task(config, for_eval=for_eval, demo=demo)
     environment = config.rollout.environment is not None
-    if environment and not config.rewards:  # the environment's rewards alone
-        default_specs = []
-    specs = build_rewards(config, default=default_specs)
+    return train, evals, Scorer(specs, allow_empty=environment, domain_key=config.data.domain_key), parts
+
+
+def check_task(config: Config, *, for_eval: bool = False, demo=None, quiet: bool = False):
+    """``(train, evals, reward specs, (train_parts, eval_parts))``, every data and reward input
+    checked: files, columns, reward specs, domains. ``demo``: the built-in task's ``(train, evals,
+    specs)``. Imports no torch unless a reward does (a reward model); ``quiet``: no console notes."""
+    train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval, quiet=quiet,
+                                                          demo=demo[:2] if demo else None)
+    environment = config.rollout.environment is not None
+    if config.rewards:
+        specs = build_rewards(config, default=[])
+    elif environment:  # the environment's rewards alone
+        specs = []
+    elif demo:
+        specs = demo[2]
+    else:  # built only when used: loading math_verify takes half a second
+        specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
     names = [s.name for s in specs] + (["environment"] if environment else [])
     wanted = config.eval.accuracy_reward
     if wanted is not None and wanted not in names:
@@ -55,7 +67,7 @@ def task_inputs(config: Config, *, for_eval: bool = False):
         for domain, rows in by_domain(records, key).items():
             applying = [s for s in specs if key is None or s.domains is None or domain in s.domains]
             check_reward_columns(applying, rows, where, provided)
-    return train, evals, Scorer(specs, allow_empty=environment, domain_key=key), (train_parts, eval_parts)
+    return train, evals, specs, (train_parts, eval_parts)
 
 
 def check_reward_columns(specs: list[RewardSpec], records: list[dict], source: str,
@@ -103,6 +115,9 @@ def place_reward_model(config: Config, index: int, spec: RewardSpec) -> None:
     use_device = getattr(spec.fn, "use_device", None)
     if not callable(use_device):
         return
+    from .. import distributed as dist
+    from ..models import resolve_device, resolve_dtype
+
     device = dist.device_for_rank(resolve_device(config.trainer.device))
     use_device(device, resolve_dtype(config.model.dtype, device))
     if spec.isolation == "process" and spec.fn.device.type == "cuda":

@@ -362,8 +362,9 @@ def _message(err: dict, loc: tuple, raw: dict[str, Any]) -> str:
     return msg
 
 
-def _format_validation_error(exc: ValidationError, raw: dict[str, Any]) -> str:
-    """One line naming each bad field, its value and what would be valid."""
+def _validation_problems(exc: ValidationError, raw: dict[str, Any]) -> list[str]:
+    """One line per bad field, naming it, its value and what would be valid (the command prints
+    each line as its own error: several on one line were hard to read)."""
     by_path: dict[tuple, list[str]] = {}
     for err in exc.errors():
         loc = _clean_loc(tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))), raw)
@@ -383,7 +384,7 @@ def _format_validation_error(exc: ValidationError, raw: dict[str, Any]) -> str:
             lines.append(f"{_path(loc)}: {msg}")
         else:
             lines.append(f"{_path(loc)} = {value!r}: {msg}")
-    return "invalid configuration: " + "; ".join(lines)
+    return [f"invalid configuration: {line}" for line in lines]
 
 
 def _drop_empty_sections(raw: dict[str, Any], model: type[BaseModel] = Config) -> dict[str, Any]:
@@ -435,7 +436,7 @@ def load_config(
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        problems.append(_format_validation_error(exc, raw))
+        problems += _validation_problems(exc, raw)
     if len(problems) == 1:
         raise ConfigError(problems[0])
     if problems:

@@ -1,10 +1,12 @@
 """``steadyrl plot``: a PNG dashboard of a run (or several, overlaid) from its ``metrics.jsonl``.
 
-One panel per question a person asks of an RL run: is the reward going up (mean, ± std band,
-each reward function), does it generalise (eval accuracy and pass@k on one 0–100 % axis, eval
-reward on its own), how far has the policy moved (KL and its coefficient; the raw KL of a KL loss),
-is it still exploring (entropy), how often does PPO clip, are responses growing or hitting the
-length limit, is the optimiser healthy (grad norm, learning rate), where does the time go
+One panel per question a person asks of an RL run: is the reward going up (mean, ± std band; each
+reward function's mean in a panel of its own, on its own scale, when there are several), does it
+generalise (eval accuracy and pass@k on one 0–100 % axis, eval reward on its own), does the policy
+use its tools (multi-turn: tool calls per episode, and tool errors on their own axis), how far
+has the policy moved (KL and its coefficient; the raw KL of a KL loss), is it still exploring
+(entropy), how often does PPO clip, are responses growing or hitting the length limit, is the
+optimiser healthy (grad norm, learning rate), where does the time go
 (generate / score / update), is the batch carrying signal (zero-std groups, kept and valid
 samples, clipped advantages), the losses (policy loss and coef × KL), the critic (PPO) and the
 throughput. Panels whose metrics were not logged are left out and named in the header, as are

@@ -34,8 +34,8 @@ def _draw(ax, xy, s: Series | None, color: str, label, sparse: bool = False):
 
 
 def _draw_reward(ax, runs, colors, compare) -> list:
-    """Mean reward (a ± std band when one run), and each reward function when there are several
-    (or no combined mean)."""
+    """Mean reward (a ± std band when one run). Each reward function's mean has a panel of its
+    own ("Reward functions"): its scale may be far from the combined reward's."""
     for run, color in zip(runs, colors):
         mean, band = run.get("reward/mean"), reward_spread(run)
         if band is not None and not compare:
@@ -47,12 +47,8 @@ def _draw_reward(ax, runs, colors, compare) -> list:
                 ax.fill_between(steps, ema(lo, span), ema(hi, span), color=color, alpha=0.13, lw=0, label=label)
         if mean is not None:
             _draw(ax, mean, None, color, None if compare else "combined" if len(reward_functions(run)) > 1 else "mean")
-        funcs = reward_functions(run)
-        if not compare and (len(funcs) > 1 or mean is None):
-            for j, key in enumerate(funcs):
-                _draw(ax, run.get(key), None, f"C{j + 1}", key.split("/")[1])
     if compare:
-        shown = {j for j, r in enumerate(runs) if r.get("reward/mean") is not None or reward_functions(r)}
+        shown = {j for j, r in enumerate(runs) if r.get("reward/mean") is not None}
         return _handles(run_entries(runs, shown))
     return ax.get_legend_handles_labels()[0]
 

@@ -8,7 +8,7 @@ accuracies read against one scale; ``sparse`` series (evaluation) are logged on 
 and drawn unsmoothed with markers, as bare points when there are :data:`FEW_POINTS` or fewer.
 A panel is left out when none of its metrics was logged, and an ``off_when_zero`` panel also when
 every value is 0 (the PPO clip fractions of a run that takes one optimizer step per batch: the
-ratio is exactly 1, nothing can clip).
+ratio is exactly 1, nothing can clip); the reward functions' panel needs two functions or more.
 """
 
 from __future__ import annotations
@@ -45,12 +45,13 @@ class Panel:
     logy: bool = False  # log scale when the left series span more than two decades
     kind: str = "lines"  # or "reward", "time"
     unit: bool = False  # left axis fixed to [0, 1] (shown as 0–100 %)
-    extra: str = ""  # regex of further keys drawn on the left axis (eval/pass@1, eval/pass@4, ...)
+    extra: str = ""  # regex of further keys drawn on the left axis (eval/pass@1, ...); its group 1: the label
     off_when_zero: bool = False  # left out when every logged value is exactly 0
+    min_series: int = 1  # left out (silently) when runs logged some of its keys, but fewer than this
 
     def keys(self, run: Run) -> list[str]:
         if self.kind == "reward":
-            return ["reward/mean", "reward/std", "reward/min", "reward/max", *reward_functions(run)]
+            return ["reward/mean", "reward/std", "reward/min", "reward/max"]
         if self.kind == "time":
             return [*TIME_PARTS, "time/step_s"]
         extra = sorted(k for k in run.series if re.fullmatch(self.extra, k)) if self.extra else []
@@ -63,7 +64,11 @@ PANELS = (
     Panel("Reward", ylabel="reward", kind="reward"),
     Panel("Evaluation (held out)", (Line("eval/accuracy", "accuracy"), Line("eval/pass@k", "pass@k")),
           "accuracy, pass rate", percent=True, sparse=True, unit=True, extra=r"eval/pass@\d+"),
+    Panel("Reward functions", ylabel="mean reward of each function", extra=r"reward/([^/]+)/mean", min_series=2),
     Panel("Evaluation reward", (Line("eval/reward_mean", "reward mean"),), "reward", sparse=True),
+    Panel("Tool use", (Line("rollout/tool_calls_per_episode", "calls per episode"),
+          Line("rollout/tool_errors", "errors in the step", right=True)), "tool calls per episode",
+          "tool errors per step"),
     Panel("KL to reference", (Line("kl/k3", "k3"), Line("kl/coef", "coefficient", right=True)),
           "KL per token (nats)", "KL coefficient"),
     Panel("KL in the loss (raw)", (Line("actor/kl_loss", "KL estimate, before × coef"),), "KL (nats)"),
@@ -88,7 +93,7 @@ PANELS = (
 
 
 def reward_functions(run: Run) -> list[str]:
-    return sorted(k for k in run.series if re.fullmatch(r"reward/.+/mean", k))
+    return sorted(k for k in run.series if re.fullmatch(r"reward/[^/]+/mean", k))
 
 
 def has_data(panel: Panel, runs: Sequence[Run]) -> bool:
@@ -106,6 +111,9 @@ def select_panels(runs: Sequence[Run]) -> tuple[list[Panel], list[str], list[str
     because every value is 0) for ``runs``."""
     drawn, missing, zero = [], [], []
     for panel in PANELS:
+        logged = max(sum(r.get(k) is not None for k in panel.keys(r)) for r in runs)
+        if 0 < logged < panel.min_series:
+            continue  # one reward function: its mean is the Reward panel's
         if not has_data(panel, runs):
             missing.append(panel.title)
         elif panel.off_when_zero and all_zero(panel, runs):

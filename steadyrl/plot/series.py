@@ -13,6 +13,7 @@ Pure data, no matplotlib: the drawing in ``draw.py`` only carries these out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -59,10 +60,17 @@ def present_lines(panel: Panel, runs: Sequence[Run]) -> tuple[list[Line], bool]:
     right-axis ones (they are then drawn on the left axis, which takes the right one's units)."""
     keys = {k for r in runs for k in panel.keys(r)}
     present = [ln for ln in panel.lines if any(r.get(ln.key) is not None for r in runs)]
-    present += [Line(k, k.split("/", 1)[1]) for k in sorted(keys - {ln.key for ln in panel.lines})]
+    present += [Line(k, _extra_label(panel, k)) for k in sorted(keys - {ln.key for ln in panel.lines})]
     if present and not any(not ln.right for ln in present):
         return [Line(ln.key, ln.label) for ln in present], True
     return present, False
+
+
+def _extra_label(panel: Panel, key: str) -> str:
+    """The legend label of an ``extra`` key: the regex's first group (a reward's name), else the
+    key without its section (``pass@4``)."""
+    match = re.fullmatch(panel.extra, key)
+    return match.group(1) if match is not None and match.groups() else key.split("/", 1)[1]
 
 
 def panel_series(panel: Panel, runs: Sequence[Run]) -> list[Series]:

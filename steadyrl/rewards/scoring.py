@@ -41,9 +41,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
-
-import torch
+from typing import TYPE_CHECKING, Sequence
 
 from ..errors import ConfigError
 from .calling import PlannedReward, call_error, chat_shape_hint, describe_call
@@ -51,6 +49,9 @@ from .loader import load_reward, reward_name
 from .registry import RewardFn
 from ..sandbox import Limits
 from .runners import DEFAULT_CHUNK_SIZE, ISOLATIONS, InlineRunner, Isolation, Outcome, default_isolation, make_runner
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["RewardSpec", "ScoreResult", "RewardScorer", "score_batch", "FAILURE_KINDS", "DEFAULT_TIMEOUT_S"]
 
@@ -194,6 +195,8 @@ class ScoreResult:
 
     def select(self, rows: list[int]) -> "ScoreResult":
         """The result of rows ``rows`` only, in that order (failures counted over them)."""
+        import torch  # the scores are tensors; the checks before a run import none
+
         index = torch.tensor(rows, dtype=torch.long)
         failures = {}
         for name in self.names:
@@ -256,6 +259,8 @@ def _check_batch(prompts, completions, columns, completion_ids=None, chat_prompt
 def _assemble(specs: list[RewardSpec], outcomes: list, size: int, rows: list[list[int]] | None = None,
               domains: list | None = None) -> ScoreResult:
     """``rows[f]``: the batch rows function ``f`` was called on (all of them without domains)."""
+    import torch  # the scores are tensors; the checks before a run import none
+
     rows = rows or [list(range(size)) for _ in specs]
     raw, failures, errors, elapsed = {}, {}, {}, {}
     total = [0.0] * size

@@ -32,7 +32,6 @@ import shutil
 import time
 from pathlib import Path
 
-from .. import distributed as dist
 from ..config import config_to_dict
 from ..config.loading import dump_config, get_dotted, read_yaml
 from ..config.schema import Config
@@ -115,6 +114,8 @@ class RunLock:
 
     def acquire(self, directory: Path) -> None:
         """Take the lock (once; a no-op on other ranks), or raise ConfigError naming the holder's PID."""
+        from .. import distributed as dist  # torch: imported when a run starts, not by the checks before
+
         if self.fd is not None or fcntl is None or not dist.is_main():
             return
         path = directory / LOCK
@@ -129,9 +130,7 @@ class RunLock:
         except (BlockingIOError, PermissionError):  # EAGAIN / EACCES: another process holds it
             holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
-            raise ConfigError(f"--output-dir {str(directory)!r} is in use by another steadyrl run (PID {holder}); "
-                              "two runs in one directory corrupt it: wait for that one to end, or choose "
-                              "another --output-dir") from None
+            raise _in_use(directory, holder) from None
         except OSError as exc:  # a file system without locks (ENOLCK on some network ones): run unlocked
             os.close(fd)
             print(f"steadyrl: note: {path} cannot be locked ({exc.strerror}); nothing stops a second run "
@@ -165,9 +164,39 @@ def _remove(path: Path) -> None:
                           "partly removed: fix that and run the same command again") from None
 
 
+def _in_use(directory: Path, holder: str) -> ConfigError:
+    return ConfigError(f"--output-dir {str(directory)!r} is in use by another steadyrl run (PID {holder}); "
+                       "two runs in one directory corrupt it: wait for that one to end, or choose "
+                       "another --output-dir")
+
+
+def probe_lock(directory: Path) -> None:
+    """Raise :class:`ConfigError` naming the PID when another process holds ``directory``'s lock;
+    take nothing (the lock, if free, is taken and dropped at once). For the checks made before
+    torch is imported: the run takes the lock for real afterwards with :class:`RunLock`."""
+    path = directory / LOCK
+    if fcntl is None or not path.is_file() or path.is_symlink():
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return  # RunLock says why when the run takes it
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a shared lock: granted unless a run holds it
+    except (BlockingIOError, PermissionError):
+        holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+        raise _in_use(directory, holder) from None
+    except OSError:
+        pass  # a file system without locks: RunLock notes it
+    finally:
+        os.close(fd)  # drops the shared lock
+
+
 def on_main(action) -> None:
     """Run ``action()`` on rank 0 only; a ConfigError there is raised on every rank, so no rank
     is left waiting at a barrier for a rank 0 that stopped (the lock is rank 0's)."""
+    from .. import distributed as dist
+
     if not dist.is_initialized():
         action()
         return
@@ -186,6 +215,8 @@ def prepare_output_dir(output_dir: Path, resume: bool, overwrite: bool, lock: Ru
                        fresh: bool = False) -> Path:
     """Create (``fresh``: claim a new name for) the directory, lock it, clear the old run for
     ``--overwrite`` (every input has been checked by then) and mark it. Returns the directory."""
+    from .. import distributed as dist
+
     if fresh:
         claimed = str(claim_new_dir(output_dir)) if dist.is_main() else None
         output_dir = Path(dist.gather_objects(claimed)[0])

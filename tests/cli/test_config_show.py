@@ -117,3 +117,22 @@ def test_config_show_prints_every_problem_of_a_config_on_its_own_error_line(tmp_
         "steadyrl: error: unknown config key 'trainer.max_step'; did you mean 'trainer.max_steps'?",
         "steadyrl: error: invalid configuration: rollout.group_size = 0: Input should be greater than or equal to 1",
     ]
+
+
+def test_config_show_refuses_a_bad_tool_spec_with_the_error_train_gives(tmp_path, capsys, tiny_run):
+    tools = tmp_path / "tools.py"
+    tools.write_text('def add(a: int, b: int) -> int:\n    """Add two numbers.\n\n    Args:\n        a: the first\n'
+                     '        b: the second\n    """\n    return a + b\n')
+    bad = [str(tiny_run.config), f"rollout.tools=[{tools}:sub]"]
+    assert cli.main(["config", "show", *bad]) == 2
+    shown = capsys.readouterr()
+    assert shown.out == "" and len(shown.err.splitlines()) == 1
+    assert cli.main(["train", *bad, "--output-dir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == shown.err  # the same line, naming rollout.tools[0]
+    assert "rollout.tools[0]" in shown.err and "'sub'" in shown.err
+    assert cli.main(["config", "show", "rollout.tools=[calc]"]) == 2  # not a file.py:function spec
+    assert "rollout.tools[0]='calc'" in capsys.readouterr().err
+    assert cli.main(["config", "show", str(tiny_run.config), f"rollout.tools=[{tools}:add]"]) == 0
+    assert cli.main(["config", "show", str(tiny_run.config), f"rollout.tools=[{tools}:add]",
+                     "rollout.tool_parser=no_such_parser"]) == 2
+    assert "no_such_parser" in capsys.readouterr().err

@@ -232,6 +232,18 @@ def test_every_unknown_and_invalid_key_of_a_config_is_reported_at_once(tmp_path)
     ]
 
 
+def test_several_invalid_values_are_one_problem_each_not_one_line_joined_by_semicolons():
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["rollout.group_size=four", "algorithm.lam=1.5", "optim.betas=[1.5, 0.999]"])
+    assert info.value.problems == [
+        "invalid configuration: rollout.group_size = 'four': Input should be a valid integer, unable to parse "
+        "string as an integer",
+        "invalid configuration: algorithm.lam = 1.5: Input should be less than or equal to 1",
+        "invalid configuration: optim.betas[0] = 1.5: Input should be less than 1",
+    ]
+    assert str(info.value).splitlines() == info.value.problems
+
+
 def test_a_single_problem_is_a_plain_config_error_with_its_one_line():
     with pytest.raises(ConfigError) as info:
         load_config(None, ["trainer.max_step=3"])

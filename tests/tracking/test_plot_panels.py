@@ -174,3 +174,47 @@ def test_overlaid_runs_get_a_colour_each_named_in_every_panel_legend(tmp_path, m
     for title in ("Reward", "Policy entropy", "Batch signal", "Step time", "Evaluation (held out)"):
         assert set(names) <= set(legend_texts(fig, title)), title
     assert {"zero-std groups", "samples in loss"} <= set(legend_texts(fig, "Batch signal"))
+
+
+# --- the tool demo: tool use drawn; reward functions on their own axis -----------------------------
+def _tool_run_rows():
+    return [{"step": s, "reward/mean": 0.1 * s, "reward/answer/mean": 0.2 * s, "reward/format/mean": 0.01 * s,
+             "rollout/tool_calls_per_episode": 1.0 + 0.1 * s, "rollout/tool_errors": float(5 - s),
+             "rollout/tool_calls": 10.0} for s in range(1, 5)]
+
+
+def test_tool_calls_per_episode_and_tool_errors_are_drawn_each_on_its_own_axis(tmp_path):
+    run = load_run(write_rows(tmp_path / "tools", _tool_run_rows()))
+    drawn, _, _ = select_panels([run])
+    assert "Tool use" in [p.title for p in drawn]
+    series = panel_series(panel("Tool use"), [run])
+    assert [(s.key, s.right) for s in series] == [("rollout/tool_calls_per_episode", False),
+                                                  ("rollout/tool_errors", True)]
+    ax, twin = axes_of(figure([run]), "Tool use")
+    assert any(np.allclose(v, [1.1, 1.2, 1.3, 1.4]) for v in drawn_values(ax))
+    assert twin is not None and any(np.allclose(v, [4, 3, 2, 1]) for v in drawn_values(twin))
+
+
+def test_a_single_turn_run_has_no_tool_panel(tmp_path):
+    run = load_run(write_rows(tmp_path / "plain", [{"step": 1, "reward/mean": 0.5}]))
+    _, missing, _ = select_panels([run])
+    assert "Tool use" in missing
+
+
+def test_each_reward_function_mean_is_drawn_on_its_own_panel_not_the_combined_rewards(tmp_path):
+    run = load_run(write_rows(tmp_path / "two", _tool_run_rows()))
+    series = panel_series(panel("Reward functions"), [run])
+    assert [(s.key, s.label) for s in series] == [("reward/answer/mean", "answer"), ("reward/format/mean", "format")]
+    fig = figure([run])
+    funcs, _ = axes_of(fig, "Reward functions")
+    assert sorted(legend_texts(fig, "Reward functions")) == ["answer", "format"]
+    assert any(np.allclose(v, [0.01, 0.02, 0.03, 0.04]) for v in drawn_values(funcs))
+    reward, _ = axes_of(fig, "Reward")
+    assert not any(np.allclose(v, [0.01, 0.02, 0.03, 0.04]) or np.allclose(v, [0.2, 0.4, 0.6, 0.8])
+                   for v in drawn_values(reward) if len(v) == 4)  # the combined mean only
+
+
+def test_one_reward_function_gets_no_panel_of_its_own(tmp_path):
+    rows = [{"step": s, "reward/mean": 0.1 * s, "reward/answer/mean": 0.1 * s} for s in range(1, 4)]
+    drawn, missing, _ = select_panels([load_run(write_rows(tmp_path / "one", rows))])
+    assert "Reward functions" not in [p.title for p in drawn] + missing
