@@ -41,7 +41,7 @@ from ..data.prompts import PromptItem, prepare_prompts
 from ..rewards.scorer import Scorer
 from .sources import Part, make_sampler, tokenize_parts
 from .prompts import build_tokenizer, check_context_length, named_template_errors, prompt_options, tokenize_prompts
-from .support import check_parallel
+from ..config.compat import check_parallel
 from .task import task_inputs
 
 if TYPE_CHECKING:
