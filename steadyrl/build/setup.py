@@ -40,9 +40,9 @@ from ..trainer.packing import check_padding_free
 from ..data.prompts import PromptItem, prepare_prompts
 from ..rewards.scorer import Scorer
 from .sources import Part, make_sampler, tokenize_parts
-from .prompts import build_tokenizer, check_context_length, named_template_errors, prompt_options, tokenize_prompts
+from .prompts import build_tokenizer, check_context_length, named_template_errors, prompt_options
 from ..config.compat import check_parallel
-from .task import task_inputs
+from .task import DataTask, Task, _show_nothing, task_inputs, task_of
 
 if TYPE_CHECKING:
     from ..agents.protocol import Agent
@@ -63,10 +63,6 @@ class RunState:
     wall_time_s: float = 0.0
     eval_before: dict | None = None
     dropped_prompts: int = 0
-
-
-def _show_nothing(engine, when: str) -> None:
-    """A task that shows nothing before and after RL (every task but the tool demo)."""
 
 
 @dataclass
@@ -223,7 +219,8 @@ class Inputs:
     train_records: list[dict]
     eval_records: list[dict]
     scorer: Scorer
-    model_path: str | None = None  # None for the demo: its model is built in the run directory
+    task: Task = field(default_factory=DataTask)  # the user's, or the demo's (build/task.py task_of)
+    model_path: str | None = None  # None until the task's model is known (the demo's: built in the run directory)
     tokenizer: object = None
     train_prompts: list[PromptItem] | None = None
     eval_prompts: list[PromptItem] | None = None
@@ -253,31 +250,22 @@ def check_inputs(config: Config, resources: ExitStack) -> Inputs:
     train_records, eval_records, scorer, (train_parts, eval_parts) = task_inputs(config)
     resources.callback(scorer.close)
     inputs = Inputs(device=device, train_records=train_records, eval_records=eval_records, scorer=scorer,
-                    train_parts=train_parts, eval_parts=eval_parts)
+                    train_parts=train_parts, eval_parts=eval_parts, task=task_of(config))
     resources.callback(lambda: inputs.agent is not None and inputs.agent.shutdown())  # built with the prompts
-    if config.is_demo:
-        return inputs
-    inputs.model_path = config.model.name_or_path
-    check_model_paths(config, inputs.model_path)
-    tokenize_prompts(config, inputs)
-    check_context_length(config, inputs.model_path, inputs.train_prompts, inputs.eval_prompts)
+    inputs.task.check_model(config, inputs)  # a user's model and prompts; the demo's model is built later
     return inputs
 
 
 def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) -> Run:
     """Everything a run needs, from the inputs :func:`check_inputs` checked (checked here when
     not given: then nothing closes the scorer's workers, which is for tests and notebooks). The
-    demo's model is built and warm-started here, in ``output_dir/warmstart``."""
+    task's model is resolved here (the demo's: built and warm-started in ``output_dir/warmstart``)."""
     inputs = check_inputs(config, ExitStack()) if inputs is None else inputs
     trainer = config.trainer
     seed_everything(trainer.seed)
     device, scorer = inputs.device, inputs.scorer
-    if config.is_demo:
-        from ..demo.builders import demo_model
-
-        inputs.model_path = demo_model(config, output_dir, inputs.train_records)
-        tokenize_prompts(config, inputs)
-    policy, reference, critic, adapter_ref = build_models(config, inputs.model_path, device)
+    model_path = inputs.task.model(config, output_dir, inputs)  # the demo's: built in output_dir/warmstart
+    policy, reference, critic, adapter_ref = build_models(config, model_path, device)
     train_policy, train_critic, reference, generator = parallelize(config, policy, reference, critic, device)
     train_prompts = inputs.train_prompts
     optimizer = build_optimizer(policy.parameters(), config.optim, config.optim.lr)
@@ -294,10 +282,7 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
               sampler=sampler, kl_controller=kl, running=RunningMoments(), uses_adapter_reference=adapter_ref,
               train_policy=train_policy, train_critic=train_critic, generator=generator, total_steps=total,
               agent=inputs.agent, eval_sets=inputs.eval_sets)
-    if config.is_demo:
-        from ..demo.builders import transcript_printer
-
-        run.show = transcript_printer(config, run.eval_prompts, run.tokenizer, run.agent, device)
+    run.show = inputs.task.show(config, run)
     run.state.dropped_prompts = inputs.dropped
     if inputs.dropped and dist.is_main():
         print(f"data: dropped {inputs.dropped} of {len(inputs.train_records)} training prompts longer than "
@@ -313,12 +298,7 @@ def build_eval(config: Config, model_path: str, resources: ExitStack, *, of_run_
     ``data.eval_sources``. ``resources`` owns the scorer's and the agent's workers."""
     from ..rollout import build_engine, check_engine_available
 
-    if config.is_demo and not of_run_dir and not config.data.eval_path:
-        # the demo's held-out strings are meant for the demo's own model, not for this one
-        raise ConfigError(
-            f"nothing to evaluate model {model_path!r} on: data.eval_path is not set (without a config, "
-            "held-out prompts would be the built-in string-reversal demo's); give a config with "
-            "data.eval_path, or data.eval_path=FILE; a demo run is evaluated with --output-dir RUN_DIR")
+    task_of(config).check_eval(config, model_path, of_run_dir)
     check_engine_available(config.rollout.engine)
     _, evals, scorer, (_, eval_parts) = task_inputs(config, for_eval=True)
     resources.callback(scorer.close)

@@ -1,12 +1,26 @@
 """What a run trains on and is scored by: the data records (train, held-out, per source), the
-reward functions that score them (the demo's when no config names any), checked against each
-other before any model loads.
+reward functions that score them (the task's default when no config names any), checked against
+each other before any model loads.
 
-``task_inputs`` is the one entry: :mod:`.setup` calls it for training (``check_inputs``) and for
-``steadyrl eval`` (``build_eval``).
+A run's task is a :class:`Task`: a user's (:class:`DataTask`: data files, ``model.name_or_path``)
+or the built-in demo's (:class:`steadyrl.demo.builders.DemoTask`: records, reward and model built
+locally); :func:`task_of` is the one place that chooses (no data in the config: the demo). The
+build step calls the same hooks, in the same order, whichever it is:
+
+1. ``records`` (records and default rewards) -> ``check_model`` (before the run directory is
+   touched: the user's model paths and prompts checked against it);
+2. ``model`` (after it: the path to load, built there by the demo) -> ``show`` (what the task
+   prints before and after RL); ``check_eval`` for ``steadyrl eval``; ``resume_keys`` for
+   ``--resume``.
+
+``task_inputs`` is the one entry for records and rewards: :mod:`.setup` calls it for training
+(``check_inputs``) and for ``steadyrl eval`` (``build_eval``).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from .. import distributed as dist
 from ..config.schema import Config
@@ -17,7 +31,76 @@ from ..sandbox import Limits
 from ..rewards.scorer import Scorer
 from .sources import by_domain, check_domains, load_all_data
 
-__all__ = ["task_inputs", "build_rewards", "check_reward_columns"]
+if TYPE_CHECKING:
+    from ..rollout.base import Engine
+    from .setup import Inputs, Run
+
+__all__ = ["Task", "DataTask", "task_of", "task_inputs", "build_rewards", "check_reward_columns"]
+
+
+class Task(Protocol):
+    """A run's task: what it trains on, where its model comes from, what it shows."""
+
+    resume_keys: tuple[str, ...]
+    """Config keys a checkpoint of this task was built from, beyond ``run.directory.RESUME_KEYS``."""
+
+    def records(self, config: Config, for_eval: bool) -> tuple[list, list, list | None, list | None, list[RewardSpec]]:
+        """``(train, evals, train_parts, eval_parts, default rewards)``."""
+
+    def check_model(self, config: Config, inputs: Inputs) -> None:
+        """Before the run directory is touched: the model's source and the prompts against it."""
+
+    def model(self, config: Config, output_dir: Path, inputs: Inputs) -> str:
+        """After: the path of the model to load (``inputs`` tokenized with its tokenizer)."""
+
+    def show(self, config: Config, run: Run) -> Callable[[Engine, str], None]:
+        """``show(engine, when)``: what the task prints before and after RL."""
+
+    def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
+        """``steadyrl eval``: refuses what the task cannot be evaluated on."""
+
+
+def _show_nothing(engine, when: str) -> None:
+    """A task that shows nothing before and after RL."""
+
+
+class DataTask:
+    """A user's task: records from ``data.*``, rewards from ``rewards`` (default ``math``), the
+    model ``model.name_or_path``, checked with its prompts before anything is written."""
+
+    resume_keys: tuple[str, ...] = ()
+
+    def records(self, config: Config, for_eval: bool):
+        train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval)
+        return train, evals, train_parts, eval_parts, [RewardSpec(name="math", fn=load_reward("math"), weight=1.0,
+                                                                  timeout_s=60.0)]
+
+    def check_model(self, config: Config, inputs: Inputs) -> None:
+        from .prompts import check_context_length, tokenize_prompts
+        from .setup import check_model_paths
+
+        inputs.model_path = config.model.name_or_path
+        check_model_paths(config, inputs.model_path)
+        tokenize_prompts(config, inputs)
+        check_context_length(config, inputs.model_path, inputs.train_prompts, inputs.eval_prompts)
+
+    def model(self, config: Config, output_dir: Path, inputs: Inputs) -> str:
+        return inputs.model_path
+
+    def show(self, config: Config, run: Run) -> Callable[[Engine, str], None]:
+        return _show_nothing
+
+    def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
+        return None
+
+
+def task_of(config: Config) -> Task:
+    """The run's task: the built-in demo's when the config names no training data, else the user's."""
+    if config.data.train_path is None and config.data.train_sources is None:
+        from ..demo.builders import DemoTask
+
+        return DemoTask()
+    return DataTask()
 
 
 def task_inputs(config: Config, *, for_eval: bool = False):
@@ -25,17 +108,9 @@ def task_inputs(config: Config, *, for_eval: bool = False):
     scorer, and the records per source (``data.train_sources`` / ``eval_sources``, else None):
     every data and reward input checked.
 
-    Held-out prompts come from ``data.eval_path`` when it is set, else from the demo's split.
+    Held-out prompts come from ``data.eval_path`` when it is set, else from the task's own split.
     """
-    from ..demo.builders import demo_task
-
-    demo = demo_task(config) if config.is_demo else None  # the built-in task's records and reward
-    train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval,
-                                                          demo=demo[:2] if demo else None)
-    if demo:
-        default_specs = demo[2]
-    else:
-        default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
+    train, evals, train_parts, eval_parts, default_specs = task_of(config).records(config, for_eval)
     environment = config.rollout.environment is not None
     if environment and not config.rewards:  # the environment's rewards alone
         default_specs = []

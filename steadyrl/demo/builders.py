@@ -1,4 +1,5 @@
-"""The built-in demo as a task like any user's: the builders that the build step calls.
+"""The built-in demo as a task like any user's: :class:`DemoTask`, whose hooks the build step
+calls as it calls a user's task's (:class:`steadyrl.build.task.Task`), and the builders behind them.
 
 * :func:`demo_task` — its records (train, held-out) and its reward, in place of data files and
   ``rewards`` (``demo.task``: string reversal, or the calculator tool);
@@ -116,3 +117,40 @@ def transcript_printer(config: Config, eval_prompts: list, tokenizer, agent, dev
         print(f"held-out transcript {when} RL:\n{text}", flush=True)
 
     return show
+
+
+class DemoTask:
+    """The built-in demo (:class:`steadyrl.build.task.Task`): its records and reward in place of
+    data files and ``rewards``, its model built and warm-started in the run directory in place of
+    ``model.name_or_path`` (so nothing is checked before the directory is touched: the model does
+    not exist yet), the tool demo's transcript before and after RL."""
+
+    resume_keys: tuple[str, ...] = ("demo",)  # the demo's settings built its model and its records
+
+    def records(self, config: Config, for_eval: bool):
+        from ..build.sources import load_all_data
+
+        train, evals, specs = demo_task(config)
+        train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval, demo=(train, evals))
+        return train, evals, train_parts, eval_parts, specs
+
+    def check_model(self, config: Config, inputs) -> None:
+        return None  # built by :meth:`model`, in the run directory
+
+    def model(self, config: Config, output_dir: Path, inputs) -> str:
+        from ..build.prompts import tokenize_prompts
+
+        inputs.model_path = demo_model(config, output_dir, inputs.train_records)
+        tokenize_prompts(config, inputs)
+        return inputs.model_path
+
+    def show(self, config: Config, run):
+        return transcript_printer(config, run.eval_prompts, run.tokenizer, run.agent, run.device)
+
+    def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
+        if not of_run_dir and not config.data.eval_path:
+            # the demo's held-out strings are meant for the demo's own model, not for this one
+            raise ConfigError(
+                f"nothing to evaluate model {model_path!r} on: data.eval_path is not set (without a config, "
+                "held-out prompts would be the built-in string-reversal demo's); give a config with "
+                "data.eval_path, or data.eval_path=FILE; a demo run is evaluated with --output-dir RUN_DIR")
