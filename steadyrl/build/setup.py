@@ -15,7 +15,7 @@ import copy
 import math
 import random
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -46,7 +46,7 @@ from .task import DataTask, Task, _show_nothing, task_inputs, task_of
 
 if TYPE_CHECKING:
     from ..agents.protocol import Agent
-    from ..rollout.base import Engine, Tokenizer
+    from ..rollout.base import Engine, Generator, Tokenizer
     from ..run.asynchronous import AsyncRollouts
 
 
@@ -66,56 +66,101 @@ class RunState:
 
 
 @dataclass
-class Run:
-    """Everything a run holds, in four parts (built by :func:`build_run`):
+class RunModels:
+    """The models of a run: ``policy`` (the trained model), ``reference`` (frozen; None without
+    KL, or with LoRA, whose reference is the policy with its adapter off:
+    ``uses_adapter_reference``), ``critic`` (GAE only); ``train_policy`` / ``train_critic`` (what
+    the update runs through: the data-parallel wrappers, None in one process), ``generator``
+    (what the engine generates with: the policy, or its FSDP view) and the ``tokenizer``."""
 
-    * **where**: ``config``, ``output_dir``, ``device``, ``total_steps``;
-    * **models**: ``tokenizer``; ``policy`` (the trained model), ``reference`` (frozen, None without
-      KL or with LoRA, whose reference is the policy with its adapter off), ``critic`` (GAE only);
-      ``train_policy`` / ``train_critic`` (what the update runs through: the data-parallel wrappers,
-      None in one process) and ``generator`` (what the engine generates with: the policy, or its
-      FSDP view);
-    * **task**: ``scorer`` (the reward functions), ``train_prompts`` / ``eval_prompts`` /
-      ``eval_sets``, ``sampler`` (draws each step's prompts), ``agent`` (multi-turn: answers the
-      policy's turns; None = one turn), ``show`` (what the task prints before and after RL);
-    * **optimisation and state**: ``optimizer``, ``critic_optimizer``, ``scheduler``,
-      ``kl_controller``, ``running`` (reward statistics), ``state`` (counters), ``rollouts`` (the
-      asynchronous rollout worker when ``rollout.asynchronous.max_staleness`` is set) — what a
-      checkpoint carries.
-    """
-
-    config: Config
-    output_dir: Path
-    device: torch.device
     tokenizer: Tokenizer
     policy: torch.nn.Module
     reference: torch.nn.Module | None
     critic: torch.nn.Module | None
-    optimizer: torch.optim.Optimizer
-    critic_optimizer: torch.optim.Optimizer | None
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    scorer: Scorer
-    train_prompts: list[PromptItem]
-    eval_prompts: list[PromptItem]
-    sampler: PromptSampler  # a MixtureSampler with data.train_sources
-    kl_controller: FixedKLController | AdaptiveKLController
-    running: RunningMoments
-    state: RunState = field(default_factory=RunState)
-    uses_adapter_reference: bool = False
-    total_steps: int = 0  # trainer.max_steps, or fewer when trainer.max_epochs ends first
     train_policy: torch.nn.Module | None = None
     train_critic: torch.nn.Module | None = None
-    generator: torch.nn.Module | None = None  # the policy, or a distributed.FSDPGenerator
-    rollouts: AsyncRollouts | None = None
-    agent: Agent | None = None
-    eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources: each set on its own
-    show: Callable[[Engine, str], None] = _show_nothing
+    generator: Generator | None = None
+    uses_adapter_reference: bool = False
 
     def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
         """``(policy, critic)`` to run forward/backward passes through."""
         policy = self.policy if self.train_policy is None else self.train_policy
         critic = self.critic if self.train_critic is None else self.train_critic
         return policy, critic
+
+
+@dataclass
+class RunTask:
+    """What a run trains on: ``scorer`` (the reward functions), ``train_prompts`` /
+    ``eval_prompts`` / ``eval_sets`` (``data.eval_sources``: each set on its own), ``sampler``
+    (draws each step's prompts; a MixtureSampler with ``data.train_sources``), ``agent``
+    (multi-turn: answers the policy's turns; None = one turn), ``show`` (what the task prints
+    before and after RL)."""
+
+    scorer: Scorer
+    train_prompts: list[PromptItem]
+    eval_prompts: list[PromptItem]
+    sampler: PromptSampler
+    agent: Agent | None = None
+    eval_sets: dict[str, list[PromptItem]] | None = None
+    show: Callable[[Engine, str], None] = _show_nothing
+
+
+@dataclass
+class RunOptim:
+    """What updates the models, and what a checkpoint carries of it: ``optimizer``,
+    ``critic_optimizer``, ``scheduler``, ``kl_controller``, ``running`` (reward statistics)."""
+
+    optimizer: torch.optim.Optimizer
+    critic_optimizer: torch.optim.Optimizer | None
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    kl_controller: FixedKLController | AdaptiveKLController
+    running: RunningMoments
+
+
+@dataclass
+class Run:
+    """Everything a run holds (built by :func:`build_run`), in parts:
+
+    * **where**: ``config``, ``output_dir``, ``device``, ``total_steps`` (``trainer.max_steps``,
+      or fewer when ``trainer.max_epochs`` ends first);
+    * ``models`` (:class:`RunModels`), ``task`` (:class:`RunTask`), ``optim`` (:class:`RunOptim`);
+    * **state**: ``state`` (the counters a checkpoint carries) and ``rollouts`` (the asynchronous
+      rollout worker when ``rollout.asynchronous.max_staleness`` is set).
+
+    Every attribute of a part is read on the run too (``run.policy`` is ``run.models.policy``,
+    ``run.scorer`` is ``run.task.scorer``, ``run.optimizer`` is ``run.optim.optimizer``).
+    """
+
+    config: Config
+    output_dir: Path
+    device: torch.device
+    models: RunModels
+    task: RunTask
+    optim: RunOptim
+    total_steps: int = 0
+    state: RunState = field(default_factory=RunState)
+    rollouts: AsyncRollouts | None = None
+
+    def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
+        """``(policy, critic)`` to run forward/backward passes through."""
+        return self.models.training_models()
+
+
+def _forwarded(part: str, name: str) -> property:
+    def get(self):
+        return getattr(getattr(self, part), name)
+
+    def put(self, value) -> None:
+        setattr(getattr(self, part), name, value)
+
+    return property(get, put, doc=f"``run.{part}.{name}``")
+
+
+for _part, _cls in (("models", RunModels), ("task", RunTask), ("optim", RunOptim)):
+    for _field in fields(_cls):
+        setattr(Run, _field.name, _forwarded(_part, _field.name))
+del _part, _cls, _field
 
 
 def seed_everything(seed: int) -> None:
@@ -221,11 +266,11 @@ class Inputs:
     scorer: Scorer
     task: Task = field(default_factory=DataTask)  # the user's, or the demo's (build/task.py task_of)
     model_path: str | None = None  # None until the task's model is known (the demo's: built in the run directory)
-    tokenizer: object = None
+    tokenizer: Tokenizer | None = None
     train_prompts: list[PromptItem] | None = None
     eval_prompts: list[PromptItem] | None = None
     dropped: int = 0
-    agent: object = None
+    agent: Agent | None = None
     train_parts: list[Part] | None = None  # data.train_sources, tokenized by _tokenize_prompts
     eval_parts: list[Part] | None = None  # data.eval_sources, records
     eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources
@@ -276,13 +321,16 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     kl = (AdaptiveKLController(algo.kl_coef, algo.kl_target, algo.kl_horizon) if algo.kl_target
           else FixedKLController(algo.kl_coef))
     sampler = make_sampler(config, train_prompts, inputs.train_parts)
-    run = Run(config=config, output_dir=output_dir, device=device, tokenizer=inputs.tokenizer, policy=policy,
-              reference=reference, critic=critic, optimizer=optimizer, critic_optimizer=critic_optimizer,
-              scheduler=scheduler, scorer=scorer, train_prompts=train_prompts, eval_prompts=inputs.eval_prompts,
-              sampler=sampler, kl_controller=kl, running=RunningMoments(), uses_adapter_reference=adapter_ref,
-              train_policy=train_policy, train_critic=train_critic, generator=generator, total_steps=total,
-              agent=inputs.agent, eval_sets=inputs.eval_sets)
-    run.show = inputs.task.show(config, run)
+    models = RunModels(tokenizer=inputs.tokenizer, policy=policy, reference=reference, critic=critic,
+                       train_policy=train_policy, train_critic=train_critic, generator=generator,
+                       uses_adapter_reference=adapter_ref)
+    task = RunTask(scorer=scorer, train_prompts=train_prompts, eval_prompts=inputs.eval_prompts, sampler=sampler,
+                   agent=inputs.agent, eval_sets=inputs.eval_sets)
+    optim = RunOptim(optimizer=optimizer, critic_optimizer=critic_optimizer, scheduler=scheduler,
+                     kl_controller=kl, running=RunningMoments())
+    run = Run(config=config, output_dir=output_dir, device=device, models=models, task=task, optim=optim,
+              total_steps=total)
+    task.show = inputs.task.show(config, run)
     run.state.dropped_prompts = inputs.dropped
     if inputs.dropped and dist.is_main():
         print(f"data: dropped {inputs.dropped} of {len(inputs.train_records)} training prompts longer than "
