@@ -95,8 +95,10 @@ class DataTask:
 
 
 def task_of(config: Config) -> Task:
-    """The run's task: the built-in demo's when the config names no training data, else the user's."""
-    if config.data.train_path is None and config.data.train_sources is None:
+    """The run's task: the built-in demo's when the config names no training data
+    (``Config.is_demo``), else the user's. The one place that reads ``is_demo`` to choose: the build
+    step and the trainer call the task's hooks and never branch on it."""
+    if config.is_demo:
         from ..demo.builders import DemoTask
 
         return DemoTask()

@@ -712,11 +712,14 @@ class Config(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     demo: DemoConfig = Field(default_factory=DemoConfig)
 
+    @property
+    def is_demo(self) -> bool:
+        return self.data.train_path is None and self.data.train_sources is None
+
     @model_validator(mode="after")
     def _check(self) -> "Config":
         _check_sources(self)
-        has_data = self.data.train_path is not None or self.data.train_sources is not None
-        if self.model.name_or_path is None and has_data:  # no data and no model: the built-in demo
+        if self.model.name_or_path is None and not self.is_demo:
             raise ValueError(
                 "model.name_or_path is null (the built-in demo model) but data.train_path is set: "
                 "name a model for your data, or unset data.train_path for the demo"
