@@ -41,6 +41,17 @@ def _key(path: Path) -> str:
     return f"{path.stem[:60]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
+def check_gguf_file(config) -> None:
+    """``model.gguf_file`` names a GGUF that can become a causal LM: checked from its header, without
+    converting it (nor importing torch). ``ConfigError`` naming ``model.gguf_file`` if not."""
+    from .convert import check_causal_lm, read_gguf
+
+    try:
+        check_causal_lm(read_gguf(gguf_path(config.model)))
+    except ModelLoadError as exc:
+        raise ConfigError(f"model.gguf_file = {config.model.gguf_file!r}: {exc}") from None
+
+
 def model_source(config) -> str | None:
     """The directory or hub name the run's model loads from: ``model.name_or_path``, or for a
     ``model.gguf_file`` its converted copy (converted now if not cached). ``ConfigError`` naming
@@ -50,14 +61,10 @@ def model_source(config) -> str | None:
         return m.name_or_path
     from filelock import FileLock
 
-    from .convert import check_causal_lm, convert_gguf, read_gguf
+    from .convert import convert_gguf
 
+    check_gguf_file(config)
     path = gguf_path(m)
-    try:
-        info = read_gguf(path)
-        check_causal_lm(info)
-    except ModelLoadError as exc:
-        raise ConfigError(f"model.gguf_file = {m.gguf_file!r}: {exc}") from None
     root = cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     out = root / _key(path)

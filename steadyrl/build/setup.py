@@ -15,7 +15,7 @@ import copy
 import math
 import random
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -26,9 +26,7 @@ from .. import distributed as dist
 from ..config.schema import Config
 from ..data import PromptSampler
 from ..errors import ConfigError
-from ..gguf_model import model_source
 from ..functional import AdaptiveKLController, FixedKLController, RunningMoments
-from ..model_files import check_model_paths
 from ..models import (
     ValueModel,
     apply_lora,
@@ -42,13 +40,13 @@ from ..trainer.packing import check_padding_free
 from ..data.prompts import PromptItem, prepare_prompts
 from ..rewards.scorer import Scorer
 from .sources import Part, make_sampler, tokenize_parts
-from .prompts import build_tokenizer, check_context_length, named_template_errors, prompt_options, tokenize_prompts
-from .support import check_parallel
-from .task import task_inputs
+from .prompts import build_tokenizer, check_context_length, named_template_errors, prompt_options
+from ..config.compat import check_parallel
+from .task import DataTask, Task, _show_nothing, task_inputs, task_of
 
 if TYPE_CHECKING:
     from ..agents.protocol import Agent
-    from ..rollout.base import Engine, Tokenizer
+    from ..rollout.base import Engine, Generator, Tokenizer
     from ..run.asynchronous import AsyncRollouts
 
 
@@ -67,61 +65,102 @@ class RunState:
     dropped_prompts: int = 0
 
 
-def _show_nothing(engine, when: str) -> None:
-    """A task that shows nothing before and after RL (every task but the tool demo)."""
-
-
 @dataclass
-class Run:
-    """Everything a run holds, in four parts (built by :func:`build_run`):
+class RunModels:
+    """The models of a run: ``policy`` (the trained model), ``reference`` (frozen; None without
+    KL, or with LoRA, whose reference is the policy with its adapter off:
+    ``uses_adapter_reference``), ``critic`` (GAE only); ``train_policy`` / ``train_critic`` (what
+    the update runs through: the data-parallel wrappers, None in one process), ``generator``
+    (what the engine generates with: the policy, or its FSDP view) and the ``tokenizer``."""
 
-    * **where**: ``config``, ``output_dir``, ``device``, ``total_steps``;
-    * **models**: ``tokenizer``; ``policy`` (the trained model), ``reference`` (frozen, None without
-      KL or with LoRA, whose reference is the policy with its adapter off), ``critic`` (GAE only);
-      ``train_policy`` / ``train_critic`` (what the update runs through: the data-parallel wrappers,
-      None in one process) and ``generator`` (what the engine generates with: the policy, or its
-      FSDP view);
-    * **task**: ``scorer`` (the reward functions), ``train_prompts`` / ``eval_prompts`` /
-      ``eval_sets``, ``sampler`` (draws each step's prompts), ``agent`` (multi-turn: answers the
-      policy's turns; None = one turn), ``show`` (what the task prints before and after RL);
-    * **optimisation and state**: ``optimizer``, ``critic_optimizer``, ``scheduler``,
-      ``kl_controller``, ``running`` (reward statistics), ``state`` (counters), ``rollouts`` (the
-      asynchronous rollout worker when ``rollout.asynchronous.max_staleness`` is set) — what a
-      checkpoint carries.
-    """
-
-    config: Config
-    output_dir: Path
-    device: torch.device
     tokenizer: Tokenizer
     policy: torch.nn.Module
     reference: torch.nn.Module | None
     critic: torch.nn.Module | None
-    optimizer: torch.optim.Optimizer
-    critic_optimizer: torch.optim.Optimizer | None
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    scorer: Scorer
-    train_prompts: list[PromptItem]
-    eval_prompts: list[PromptItem]
-    sampler: PromptSampler  # a MixtureSampler with data.train_sources
-    kl_controller: FixedKLController | AdaptiveKLController
-    running: RunningMoments
-    state: RunState = field(default_factory=RunState)
-    uses_adapter_reference: bool = False
-    total_steps: int = 0  # trainer.max_steps, or fewer when trainer.max_epochs ends first
     train_policy: torch.nn.Module | None = None
     train_critic: torch.nn.Module | None = None
-    generator: torch.nn.Module | None = None  # the policy, or a distributed.FSDPGenerator
-    rollouts: AsyncRollouts | None = None
-    agent: Agent | None = None
-    eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources: each set on its own
-    show: Callable[[Engine, str], None] = _show_nothing
+    generator: Generator | None = None
+    uses_adapter_reference: bool = False
 
     def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
         """``(policy, critic)`` to run forward/backward passes through."""
         policy = self.policy if self.train_policy is None else self.train_policy
         critic = self.critic if self.train_critic is None else self.train_critic
         return policy, critic
+
+
+@dataclass
+class RunTask:
+    """What a run trains on: ``scorer`` (the reward functions), ``train_prompts`` /
+    ``eval_prompts`` / ``eval_sets`` (``data.eval_sources``: each set on its own), ``sampler``
+    (draws each step's prompts; a MixtureSampler with ``data.train_sources``), ``agent``
+    (multi-turn: answers the policy's turns; None = one turn), ``show`` (what the task prints
+    before and after RL)."""
+
+    scorer: Scorer
+    train_prompts: list[PromptItem]
+    eval_prompts: list[PromptItem]
+    sampler: PromptSampler
+    agent: Agent | None = None
+    eval_sets: dict[str, list[PromptItem]] | None = None
+    show: Callable[[Engine, str], None] = _show_nothing
+
+
+@dataclass
+class RunOptim:
+    """What updates the models, and what a checkpoint carries of it: ``optimizer``,
+    ``critic_optimizer``, ``scheduler``, ``kl_controller``, ``running`` (reward statistics)."""
+
+    optimizer: torch.optim.Optimizer
+    critic_optimizer: torch.optim.Optimizer | None
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    kl_controller: FixedKLController | AdaptiveKLController
+    running: RunningMoments
+
+
+@dataclass
+class Run:
+    """Everything a run holds (built by :func:`build_run`), in parts:
+
+    * **where**: ``config``, ``output_dir``, ``device``, ``total_steps`` (``trainer.max_steps``,
+      or fewer when ``trainer.max_epochs`` ends first);
+    * ``models`` (:class:`RunModels`), ``task`` (:class:`RunTask`), ``optim`` (:class:`RunOptim`);
+    * **state**: ``state`` (the counters a checkpoint carries) and ``rollouts`` (the asynchronous
+      rollout worker when ``rollout.asynchronous.max_staleness`` is set).
+
+    Every attribute of a part is read on the run too (``run.policy`` is ``run.models.policy``,
+    ``run.scorer`` is ``run.task.scorer``, ``run.optimizer`` is ``run.optim.optimizer``).
+    """
+
+    config: Config
+    output_dir: Path
+    device: torch.device
+    models: RunModels
+    task: RunTask
+    optim: RunOptim
+    total_steps: int = 0
+    state: RunState = field(default_factory=RunState)
+    rollouts: AsyncRollouts | None = None
+
+    def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
+        """``(policy, critic)`` to run forward/backward passes through."""
+        return self.models.training_models()
+
+
+def _forwarded(part: str, name: str) -> property:
+    def get(self):
+        return getattr(getattr(self, part), name)
+
+    def put(self, value) -> None:
+        setattr(getattr(self, part), name, value)
+
+    return property(get, put, doc=f"``run.{part}.{name}``")
+
+
+for _part, _cls in (("models", RunModels), ("task", RunTask), ("optim", RunOptim)):
+    for _field in fields(_cls):
+        setattr(Run, _field.name, _forwarded(_part, _field.name))
+del _part, _cls, _field
 
 
 def seed_everything(seed: int) -> None:
@@ -215,12 +254,13 @@ class Inputs:
     train_records: list[dict]
     eval_records: list[dict]
     scorer: Scorer
-    model_path: str | None = None  # None for the demo: its model is built in the run directory
-    tokenizer: object = None
+    task: Task = field(default_factory=DataTask)  # the user's, or the demo's (build/task.py task_of)
+    model_path: str | None = None  # None until the task's model is known (the demo's: built in the run directory)
+    tokenizer: Tokenizer | None = None
     train_prompts: list[PromptItem] | None = None
     eval_prompts: list[PromptItem] | None = None
     dropped: int = 0
-    agent: object = None
+    agent: Agent | None = None
     train_parts: list[Part] | None = None  # data.train_sources, tokenized by _tokenize_prompts
     eval_parts: list[Part] | None = None  # data.eval_sources, records
     eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources
@@ -246,31 +286,22 @@ def check_inputs(config: Config, resources: ExitStack) -> Inputs:
     train_records, eval_records, scorer, (train_parts, eval_parts) = task_inputs(config)
     resources.callback(scorer.close)
     inputs = Inputs(device=device, train_records=train_records, eval_records=eval_records, scorer=scorer,
-                    train_parts=train_parts, eval_parts=eval_parts)
+                    train_parts=train_parts, eval_parts=eval_parts, task=task_of(config))
     resources.callback(lambda: inputs.agent is not None and inputs.agent.shutdown())  # built with the prompts
-    if config.is_demo:
-        return inputs
-    inputs.model_path = model_source(config)  # model.gguf_file: its converted, cached copy
-    check_model_paths(config, inputs.model_path)
-    tokenize_prompts(config, inputs)
-    check_context_length(config, inputs.model_path, inputs.train_prompts, inputs.eval_prompts)
+    inputs.task.check_model(config, inputs)  # a user's model and prompts; the demo's model is built later
     return inputs
 
 
 def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) -> Run:
     """Everything a run needs, from the inputs :func:`check_inputs` checked (checked here when
     not given: then nothing closes the scorer's workers, which is for tests and notebooks). The
-    demo's model is built and warm-started here, in ``output_dir/warmstart``."""
+    task's model is resolved here (the demo's: built and warm-started in ``output_dir/warmstart``)."""
     inputs = check_inputs(config, ExitStack()) if inputs is None else inputs
     trainer = config.trainer
     seed_everything(trainer.seed)
     device, scorer = inputs.device, inputs.scorer
-    if config.is_demo:
-        from ..demo.builders import demo_model
-
-        inputs.model_path = demo_model(config, output_dir, inputs.train_records)
-        tokenize_prompts(config, inputs)
-    policy, reference, critic, adapter_ref = build_models(config, inputs.model_path, device)
+    model_path = inputs.task.model(config, output_dir, inputs)  # the demo's: built in output_dir/warmstart
+    policy, reference, critic, adapter_ref = build_models(config, model_path, device)
     train_policy, train_critic, reference, generator = parallelize(config, policy, reference, critic, device)
     train_prompts = inputs.train_prompts
     optimizer = build_optimizer(policy.parameters(), config.optim, config.optim.lr)
@@ -281,16 +312,16 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     kl = (AdaptiveKLController(algo.kl_coef, algo.kl_target, algo.kl_horizon) if algo.kl_target
           else FixedKLController(algo.kl_coef))
     sampler = make_sampler(config, train_prompts, inputs.train_parts)
-    run = Run(config=config, output_dir=output_dir, device=device, tokenizer=inputs.tokenizer, policy=policy,
-              reference=reference, critic=critic, optimizer=optimizer, critic_optimizer=critic_optimizer,
-              scheduler=scheduler, scorer=scorer, train_prompts=train_prompts, eval_prompts=inputs.eval_prompts,
-              sampler=sampler, kl_controller=kl, running=RunningMoments(), uses_adapter_reference=adapter_ref,
-              train_policy=train_policy, train_critic=train_critic, generator=generator, total_steps=total,
-              agent=inputs.agent, eval_sets=inputs.eval_sets)
-    if config.is_demo:
-        from ..demo.builders import transcript_printer
-
-        run.show = transcript_printer(config, run.eval_prompts, run.tokenizer, run.agent, device)
+    models = RunModels(tokenizer=inputs.tokenizer, policy=policy, reference=reference, critic=critic,
+                       train_policy=train_policy, train_critic=train_critic, generator=generator,
+                       uses_adapter_reference=adapter_ref)
+    task = RunTask(scorer=scorer, train_prompts=train_prompts, eval_prompts=inputs.eval_prompts, sampler=sampler,
+                   agent=inputs.agent, eval_sets=inputs.eval_sets)
+    optim = RunOptim(optimizer=optimizer, critic_optimizer=critic_optimizer, scheduler=scheduler,
+                     kl_controller=kl, running=RunningMoments())
+    run = Run(config=config, output_dir=output_dir, device=device, models=models, task=task, optim=optim,
+              total_steps=total)
+    task.show = inputs.task.show(config, run)
     run.state.dropped_prompts = inputs.dropped
     if inputs.dropped and dist.is_main():
         print(f"data: dropped {inputs.dropped} of {len(inputs.train_records)} training prompts longer than "
@@ -305,9 +336,9 @@ def build_eval(config: Config, model_path: str, resources: ExitStack, *, of_run_
     run directory's checkpoint with ``of_run_dir``); the prompts are a dict of named sets with
     ``data.eval_sources``. ``resources`` owns the scorer's and the agent's workers."""
     from ..rollout import build_engine, check_engine_available
-    from ..run.preflight import NOTHING_TO_EVALUATE, check_eval_source
+    from ..run.preflight import NOTHING_TO_EVALUATE
 
-    check_eval_source(config, model_path, of_run_dir=of_run_dir)
+    task_of(config).check_eval(config, model_path, of_run_dir)
     check_engine_available(config.rollout.engine)
     _, evals, scorer, (_, eval_parts) = task_inputs(config, for_eval=True)
     resources.callback(scorer.close)

@@ -1,13 +1,28 @@
 """What a run trains on and is scored by: the data records (train, held-out, per source), the
-reward functions that score them (the demo's when no config names any), checked against each
-other before any model loads.
+reward functions that score them (the task's default when no config names any), checked against
+each other before any model loads.
 
-``task_inputs`` is the one entry: :mod:`.setup` calls it for training (``check_inputs``) and for
-``steadyrl eval`` (``build_eval``). Its checks, :func:`check_task`, import no torch: the command line
-runs them before it loads torch (:mod:`steadyrl.run.preflight`), so a typo is answered in a moment.
+A run's task is a :class:`Task`: a user's (:class:`DataTask`: data files, ``model.name_or_path``)
+or the built-in demo's (:class:`steadyrl.demo.builders.DemoTask`: records, reward and model built
+locally); :func:`task_of` is the one place that chooses (no data in the config: the demo). The
+build step calls the same hooks, in the same order, whichever it is:
+
+1. ``records`` (records and default rewards) -> ``check_model`` (before the run directory is
+   touched: the user's model paths and prompts checked against it);
+2. ``model`` (after it: the path to load, built there by the demo) -> ``show`` (what the task
+   prints before and after RL); ``check_eval`` for ``steadyrl eval``; ``resume_keys`` for
+   ``--resume``.
+
+``task_inputs`` is the one entry for records and rewards: :mod:`.setup` calls it for training
+(``check_inputs``) and for ``steadyrl eval`` (``build_eval``). Its checks, :func:`check_task`, import
+no torch: the command line runs them before it loads torch (:mod:`steadyrl.run.preflight`), so a
+typo is answered in a moment.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from ..config.schema import Config
 from ..errors import ConfigError
@@ -15,7 +30,83 @@ from ..rewards import RewardSpec, load_reward
 from ..sandbox import Limits
 from .sources import by_domain, check_domains, load_all_data
 
-__all__ = ["task_inputs", "check_task", "build_rewards", "check_reward_columns"]
+if TYPE_CHECKING:
+    from ..rollout.base import Engine
+    from .setup import Inputs, Run
+
+__all__ = ["Task", "DataTask", "task_of", "task_inputs", "check_task", "build_rewards", "check_reward_columns"]
+
+
+class Task(Protocol):
+    """A run's task: what it trains on, where its model comes from, what it shows."""
+
+    resume_keys: tuple[str, ...]
+    """Config keys a checkpoint of this task was built from, beyond ``run.directory.RESUME_KEYS``."""
+
+    def records(self, config: Config, for_eval: bool, quiet: bool = False
+                ) -> tuple[list, list, list | None, list | None, list[RewardSpec]]:
+        """``(train, evals, train_parts, eval_parts, default rewards)``; ``quiet``: no console notes.
+        Default rewards are built only when the config names none and has no environment."""
+
+    def check_model(self, config: Config, inputs: Inputs) -> None:
+        """Before the run directory is touched: the model's source and the prompts against it."""
+
+    def model(self, config: Config, output_dir: Path, inputs: Inputs) -> str:
+        """After: the path of the model to load (``inputs`` tokenized with its tokenizer)."""
+
+    def show(self, config: Config, run: Run) -> Callable[[Engine, str], None]:
+        """``show(engine, when)``: what the task prints before and after RL."""
+
+    def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
+        """``steadyrl eval``: refuses what the task cannot be evaluated on."""
+
+
+def _show_nothing(engine, when: str) -> None:
+    """A task that shows nothing before and after RL."""
+
+
+class DataTask:
+    """A user's task: records from ``data.*``, rewards from ``rewards`` (default ``math``), the
+    model ``model.name_or_path``, checked with its prompts before anything is written."""
+
+    resume_keys: tuple[str, ...] = ()
+
+    def records(self, config: Config, for_eval: bool, quiet: bool = False):
+        train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval, quiet=quiet)
+        default = []
+        if not config.rewards and config.rollout.environment is None:  # built only when used: math_verify
+            default = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]  # takes 0.5 s
+        return train, evals, train_parts, eval_parts, default
+
+    def check_model(self, config: Config, inputs: Inputs) -> None:
+        from ..gguf_model import model_source
+        from ..model_files import check_model_paths
+        from .prompts import check_context_length, tokenize_prompts
+
+        inputs.model_path = model_source(config)  # model.gguf_file: its converted, cached copy
+        check_model_paths(config, inputs.model_path)
+        tokenize_prompts(config, inputs)
+        check_context_length(config, inputs.model_path, inputs.train_prompts, inputs.eval_prompts)
+
+    def model(self, config: Config, output_dir: Path, inputs: Inputs) -> str:
+        return inputs.model_path
+
+    def show(self, config: Config, run: Run) -> Callable[[Engine, str], None]:
+        return _show_nothing
+
+    def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
+        return None
+
+
+def task_of(config: Config) -> Task:
+    """The run's task: the built-in demo's when the config names no training data
+    (``Config.is_demo``), else the user's. The one place that reads ``is_demo`` to choose: the build
+    step and the trainer call the task's hooks and never branch on it."""
+    if config.is_demo:
+        from ..demo.builders import DemoTask
+
+        return DemoTask()
+    return DataTask()
 
 
 def task_inputs(config: Config, *, for_eval: bool = False):
@@ -23,35 +114,22 @@ def task_inputs(config: Config, *, for_eval: bool = False):
     scorer, and the records per source (``data.train_sources`` / ``eval_sources``, else None):
     every data and reward input checked (:func:`check_task`).
 
-    Held-out prompts come from ``data.eval_path`` when it is set, else from the demo's split.
+    Held-out prompts come from ``data.eval_path`` when it is set, else from the task's own split.
     """
     from ..rewards.scorer import Scorer
 
-    demo = None
-    if config.is_demo:  # the built-in task's records and reward
-        from ..demo.builders import demo_task
-
-        demo = demo_task(config)
-    train, evals, specs, parts = check_task(config, for_eval=for_eval, demo=demo)
+    train, evals, specs, parts = check_task(config, for_eval=for_eval)
     environment = config.rollout.environment is not None
     return train, evals, Scorer(specs, allow_empty=environment, domain_key=config.data.domain_key), parts
 
 
-def check_task(config: Config, *, for_eval: bool = False, demo=None, quiet: bool = False):
+def check_task(config: Config, *, for_eval: bool = False, quiet: bool = False):
     """``(train, evals, reward specs, (train_parts, eval_parts))``, every data and reward input
-    checked: files, columns, reward specs, domains. ``demo``: the built-in task's ``(train, evals,
-    specs)``. Imports no torch unless a reward does (a reward model); ``quiet``: no console notes."""
-    train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval, quiet=quiet,
-                                                          demo=demo[:2] if demo else None)
+    checked: files, columns, reward specs, domains. Imports no torch unless a reward does (a reward
+    model); ``quiet``: no console notes."""
+    train, evals, train_parts, eval_parts, default_specs = task_of(config).records(config, for_eval, quiet)
     environment = config.rollout.environment is not None
-    if config.rewards:
-        specs = build_rewards(config, default=[])
-    elif environment:  # the environment's rewards alone
-        specs = []
-    elif demo:
-        specs = demo[2]
-    else:  # built only when used: loading math_verify takes half a second
-        specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
+    specs = build_rewards(config, default=default_specs)
     names = [s.name for s in specs] + (["environment"] if environment else [])
     wanted = config.eval.accuracy_reward
     if wanted is not None and wanted not in names:

@@ -25,14 +25,16 @@ from ..functional.constants import (
     dual_clip_default,
 )
 from ..rewards.loader import reward_name, url_option_problems
+from .compat import check_config
 
 NormType = Literal["batch", "group", "running", "none"]
-AdvantageName = Literal[
-    "grpo", "gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "grpo_passk"
-]
-GROUPED_ESTIMATORS = frozenset({"grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "grpo_passk"})
-"""The estimators that compare a prompt's responses with each other (``grouped=True`` in
-:data:`steadyrl.functional.ADVANTAGE_ESTIMATORS`, which imports torch; a test keeps the two equal)."""
+GROUPED_BY_ESTIMATOR = {"grpo": True, "gae": False, "rloo": True, "reinforce_plus_plus": False,
+                        "reinforce_plus_plus_baseline": True, "opo": True, "grpo_passk": True}
+"""The config's torch-free view of :data:`steadyrl.functional.ADVANTAGE_ESTIMATORS`: each
+estimator's name (the choices of ``algorithm.advantage_estimator``) and whether it compares a
+prompt's responses with each other (``grouped`` at its registration). Loading a config must not
+import torch, which the registry does; a test keeps the two equal."""
+AdvantageName = Literal[tuple(GROUPED_BY_ESTIMATOR)]
 PolicyLossName = Literal["ppo", "gspo", "cispo", "vanilla_pg"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "k2", "k3", "abs"]
@@ -764,19 +766,7 @@ class Config(Section):
                 "model.name_or_path is null (the built-in demo model) but data.train_path is set: "
                 "name a model for your data, or unset data.train_path for the demo"
             )
-        if self.algorithm.advantage_estimator == "gae" and self.model.lora.enabled:
-            raise ValueError("algorithm.advantage_estimator 'gae' needs a critic, which is not "
-                             "supported with model.lora.enabled yet; use grpo/rloo or full fine-tuning")
-        estimator = self.algorithm.advantage_estimator
-        if estimator in GROUPED_ESTIMATORS and self.rollout.group_size < 2:
-            per_sample = sorted(set(typing.get_args(AdvantageName)) - GROUPED_ESTIMATORS)
-            raise ValueError(
-                f"rollout.group_size = {self.rollout.group_size}: algorithm.advantage_estimator {estimator!r} "
-                f"compares the responses to one prompt with each other and needs rollout.group_size >= 2 "
-                f"(with one response every advantage is 0 and nothing is learned); raise group_size or "
-                f"use an estimator that needs no group ({', '.join(per_sample)})"
-            )
-        _check_asynchronous(self)
+        check_config(self)  # what is not supported together (config/compat.py)
         _check_reward_options(self)
         keys = [reward.key for reward in self.rewards]
         for i, key in enumerate(keys):
@@ -788,22 +778,3 @@ class Config(Section):
                     f"tell them apart, e.g. label: {key}_{i} on rewards[{i}]"
                 )
         return self
-
-
-def _check_asynchronous(config: Config) -> None:
-    """What asynchronous rollouts do not support (yet): each refused with its reason."""
-    if config.rollout.asynchronous.max_staleness is None:
-        return
-    refused = [
-        (config.rollout.engine != "hf", f"rollout.engine = {config.rollout.engine!r} (the worker runs the hf "
-         "engine; a vLLM engine as the rollout worker is not written yet)"),
-        (config.rollout.multi_turn, "multi-turn episodes (rollout.tools / rollout.environment: the agent's "
-         "tools and environments do not run in the rollout worker yet)"),
-        (config.algorithm.dynamic_sampling, "algorithm.dynamic_sampling (its extra draws are decided after "
-         "scoring, which the worker's queue of batches cannot wait for yet)"),
-        (config.model.lora.enabled, "model.lora.enabled (the worker receives full weights only)"),
-    ]
-    for bad, what in refused:
-        if bad:
-            raise ValueError(f"rollout.asynchronous.max_staleness = {config.rollout.asynchronous.max_staleness} "
-                             f"cannot be combined with {what}; set rollout.asynchronous.max_staleness=null")

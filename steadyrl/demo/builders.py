@@ -1,4 +1,5 @@
-"""The built-in demo as a task like any user's: the builders that the build step calls.
+"""The built-in demo as a task like any user's: :class:`DemoTask`, whose hooks the build step
+calls as it calls a user's task's (:class:`steadyrl.build.task.Task`), and the builders behind them.
 
 * :func:`demo_task` — its records (train, held-out) and its reward, in place of data files and
   ``rewards`` (``demo.task``: string reversal, or the calculator tool);
@@ -116,3 +117,40 @@ def transcript_printer(config: Config, eval_prompts: list, tokenizer, agent, dev
         print(f"held-out transcript {when} RL:\n{text}", flush=True)
 
     return show
+
+
+class DemoTask:
+    """The built-in demo (:class:`steadyrl.build.task.Task`): its records and reward in place of
+    data files and ``rewards``, its model built and warm-started in the run directory in place of
+    ``model.name_or_path`` (so nothing is checked before the directory is touched: the model does
+    not exist yet), the tool demo's transcript before and after RL."""
+
+    resume_keys: tuple[str, ...] = ("demo",)  # the demo's settings built its model and its records
+
+    def records(self, config: Config, for_eval: bool, quiet: bool = False):
+        from ..build.sources import load_all_data
+
+        train, evals, specs = demo_task(config)
+        train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval, quiet=quiet,
+                                                              demo=(train, evals))
+        if config.rollout.environment is not None:  # the environment's rewards alone
+            specs = []
+        return train, evals, train_parts, eval_parts, specs
+
+    def check_model(self, config: Config, inputs) -> None:
+        return None  # built by :meth:`model`, in the run directory
+
+    def model(self, config: Config, output_dir: Path, inputs) -> str:
+        from ..build.prompts import tokenize_prompts
+
+        inputs.model_path = demo_model(config, output_dir, inputs.train_records)
+        tokenize_prompts(config, inputs)
+        return inputs.model_path
+
+    def show(self, config: Config, run):
+        return transcript_printer(config, run.eval_prompts, run.tokenizer, run.agent, run.device)
+
+    def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
+        from ..run.preflight import check_eval_source  # the demo's held-out strings: for its own model
+
+        check_eval_source(config, model_path, of_run_dir=of_run_dir)

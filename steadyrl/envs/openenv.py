@@ -28,6 +28,7 @@ import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
 
+from .options import OpenEnvServer
 from ..errors import ConfigError
 from .spec import parse_spec, require, take
 
@@ -68,10 +69,8 @@ def check_server(text: str) -> dict:
                           "base URL, no query)")
     options = dict(spec.options)
     settings = {"base_url": spec.target,
-                "action_key": take(options, "action_key", "message", str, spec, KEY),
-                "observation_key": take(options, "observation_key", None, (str, type(None)), spec, KEY),
-                "seed": take(options, "seed", True, bool, spec, KEY),
-                "timeout_s": float(take(options, "timeout_s", 60, (int, float), spec, KEY, minimum=1))}
+                **{name: take(options, name, spec, KEY, OpenEnvServer) for name in OpenEnvServer.model_fields}}
+    settings["timeout_s"] = float(settings["timeout_s"])
     if options:
         raise ConfigError(f"{where}: unknown option(s) {sorted(options)}; valid: action_key, observation_key, "
                           "seed, timeout_s")

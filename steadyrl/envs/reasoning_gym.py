@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import difflib
 
+from .options import ReasoningGymRows
 from ..errors import ConfigError, DataError
 from .spec import Spec, require, take
 
@@ -35,16 +36,13 @@ COLUMN = "reasoning_gym"
 HELD_OUT_OFFSET = 1_000_000_007
 """The held-out rows' seed is the data seed plus this (the training rows use seeds ``seed + i``)."""
 SPLITS = ("train", "test")
-RESERVED = ("seed", "size", "test_size", "system_prompt")
+RESERVED = tuple(ReasoningGymRows.model_fields)  # the adapter's own options; the rest are the task's
 
 
 def task_config(spec: Spec, key: str) -> tuple[dict, dict]:
     """``(adapter options, the task's config options)`` of ``spec``, checked."""
     options = dict(spec.options)
-    own = {"seed": take(options, "seed", 0, int, spec, key, minimum=0),
-           "size": take(options, "size", 1000, int, spec, key, minimum=1),
-           "test_size": take(options, "test_size", 100, int, spec, key, minimum=1),
-           "system_prompt": take(options, "system_prompt", "default", str, spec, key)}
+    own = {name: take(options, name, spec, key, ReasoningGymRows) for name in RESERVED}
     return own, options
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import typing
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -78,7 +79,18 @@ def require(adapter: str, where: str):
                           f"imported ({err}); install it with: pip install 'steadyrl[{extra}]'") from None
 
 
-def take(options: dict, name: str, default, kind: type, spec: Spec, key: str, *, minimum=None):
+def take(options: dict, name: str, spec: Spec, key: str, model) -> object:
+    """Pop option ``name`` of ``spec``, as the adapter's typed options ``model``
+    (:mod:`steadyrl.envs.options`) declares it: its default when absent, else checked to be
+    of its type and within its lower bound."""
+    field = model.model_fields[name]
+    declared = typing.get_args(field.annotation) or (field.annotation,)
+    kinds = tuple(k for d in declared for k in ((int, float) if d is float else (d,)))  # a number: 60 or 60.0
+    minimum = next((m.ge for m in field.metadata if getattr(m, "ge", None) is not None), None)
+    return _take(options, name, field.default, kinds, spec, key, minimum=minimum)
+
+
+def _take(options: dict, name: str, default, kind, spec: Spec, key: str, *, minimum=None):
     """Pop option ``name`` (``default`` when absent), checked to be a ``kind`` >= ``minimum``."""
     value = options.pop(name, default)
     kinds = kind if isinstance(kind, tuple) else (kind,)

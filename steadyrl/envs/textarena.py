@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 
+from .options import TextArenaRows
 from ..errors import ConfigError, DataError
 from .spec import Spec, parse_spec, require, take
 
@@ -176,9 +177,7 @@ def game_records(spec: Spec, split: str | None, key: str) -> list[dict]:
     length limits see what the policy sees."""
     where = spec.where(key)
     options = dict(spec.options)
-    seed = take(options, "seed", 0, int, spec, key, minimum=0)
-    size = take(options, "size", 1000, int, spec, key, minimum=1)
-    test_size = take(options, "test_size", 100, int, spec, key, minimum=1)
+    seed, size, test_size = (take(options, name, spec, key, TextArenaRows) for name in ("seed", "size", "test_size"))
     unknown = sorted(set(options) - {"player"})
     if unknown:
         raise ConfigError(f"{where}: unknown option(s) {unknown}; valid: seed, size, test_size, player")

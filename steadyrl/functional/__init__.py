@@ -41,6 +41,7 @@ _LAZY = {
     "logprobs_from_logits": "logprobs",
     # .losses
     "POLICY_LOSSES": "losses",
+    "POLICY_LOSS_METRIC_REDUCTIONS": "losses",
     "cispo_policy_loss": "losses",
     "gspo_policy_loss": "losses",
     "ppo_policy_loss": "losses",
@@ -138,6 +139,7 @@ __all__ = [
     "grpo_passk_advantages",
     # losses
     "POLICY_LOSSES",
+    "POLICY_LOSS_METRIC_REDUCTIONS",
     "register_policy_loss",
     "ppo_policy_loss",
     "gspo_policy_loss",

@@ -26,6 +26,7 @@ enter no group statistic and get advantage 0.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -59,20 +60,34 @@ class AdvantageEstimator:
     uses: Literal["scores", "token_rewards"]
     needs_values: bool = False
     grouped: bool = False
+    options: tuple[str, ...] = ()
+    masks_samples: bool = True
 
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
 
 
 def register_advantage(
-    name: str, uses: Literal["scores", "token_rewards"], needs_values: bool = False, grouped: bool = False
+    name: str, uses: Literal["scores", "token_rewards"], needs_values: bool = False, grouped: bool = False,
+    options: tuple[str, ...] = (), masks_samples: bool = True,
 ):
-    """Decorator: register an advantage estimator under ``name``."""
+    """Decorator: register an advantage estimator under ``name``: all the trainer and the config
+    need to know about it is declared here.
+
+    ``grouped``: it compares a prompt's responses with each other (the config refuses
+    ``rollout.group_size < 2`` for it); ``options``: the ``algorithm.*`` settings it takes, passed
+    as keyword arguments of the same name; ``masks_samples``: it takes ``sample_mask [B]`` (samples
+    whose reward is invalid stay out of its statistics).
+    """
 
     def wrap(fn):
         if name in ADVANTAGE_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, uses, needs_values, grouped)
+        accepted = inspect.signature(fn).parameters
+        missing = [o for o in options + (("sample_mask",) if masks_samples else ()) if o not in accepted]
+        if missing:
+            raise ValueError(f"advantage estimator {name!r} declares {missing}, which {fn.__name__} does not take")
+        ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, uses, needs_values, grouped, options, masks_samples)
         return fn
 
     return wrap
@@ -104,7 +119,7 @@ def _scores(
     return torch.where(keep, s, torch.zeros((), dtype=s.dtype, device=s.device)), keep
 
 
-@register_advantage("gae", uses="token_rewards", needs_values=True)
+@register_advantage("gae", uses="token_rewards", needs_values=True, options=("gamma", "lam"), masks_samples=False)
 def gae_advantages(
     token_rewards: torch.Tensor,
     values: torch.Tensor,
@@ -142,7 +157,7 @@ def gae_advantages(
     return advantages, returns
 
 
-@register_advantage("grpo", uses="scores", grouped=True)
+@register_advantage("grpo", uses="scores", grouped=True, options=("norm_by_std",))
 def grpo_advantages(
     scores: torch.Tensor,
     response_mask: torch.Tensor,
@@ -175,7 +190,7 @@ def rloo_advantages(
     return _broadcast(adv, response_mask)
 
 
-@register_advantage("reinforce_plus_plus", uses="token_rewards")
+@register_advantage("reinforce_plus_plus", uses="token_rewards", options=("gamma",))
 def reinforce_plus_plus_advantages(
     token_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = GAMMA,
     sample_mask: torch.Tensor | None = None,
@@ -226,7 +241,7 @@ def opo_advantages(
     return _broadcast(torch.where(keep, adv, torch.zeros_like(adv)), response_mask)
 
 
-@register_advantage("grpo_passk", uses="scores", grouped=True)
+@register_advantage("grpo_passk", uses="scores", grouped=True, options=("norm_by_std",))
 def grpo_passk_advantages(
     scores: torch.Tensor,
     response_mask: torch.Tensor,

@@ -30,6 +30,7 @@ from .stats import acc_dtype, masked_mean
 
 __all__ = [
     "POLICY_LOSSES",
+    "POLICY_LOSS_METRIC_REDUCTIONS",
     "register_policy_loss",
     "ppo_policy_loss",
     "gspo_policy_loss",
@@ -80,7 +81,14 @@ def _masked_extreme(x: torch.Tensor, keep: torch.Tensor, largest: bool) -> torch
     return filled.max() if largest else filled.min()
 
 
+POLICY_LOSS_METRIC_REDUCTIONS: dict[str, str] = {"ratio_max": "max", "ratio_min": "min"}
+"""How the trainer reduces a policy loss's metric over micro-batches, mini-batches and ranks, for
+the metrics that are not a token-weighted mean (every other one): declared here, where they are made."""
+
+
 def _ratio_metrics(ratio, logprobs, old_logprobs, keep) -> dict[str, torch.Tensor]:
+    """The ratio's mean, its extremes (``ratio_max`` / ``ratio_min``: reduced by max / min, see
+    :data:`POLICY_LOSS_METRIC_REDUCTIONS`) and the k3 estimate of KL(old || new)."""
     ratio = ratio.detach()
     return {
         "ratio_mean": masked_mean(ratio, keep),

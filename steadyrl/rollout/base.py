@@ -62,6 +62,24 @@ class Engine(Protocol):
         ...
 
 
+class Generator(Protocol):
+    """What the HF engine generates with (``Run.generator``): the policy itself (a Hugging Face
+    causal LM), or :class:`~steadyrl.distributed.FSDPGenerator` when the policy is sharded."""
+
+    generation_config: object
+
+    @property
+    def training(self) -> bool: ...
+
+    def generate(self, **kwargs) -> torch.Tensor: ...
+
+    def parameters(self): ...
+
+    def eval(self) -> "Generator": ...
+
+    def train(self, mode: bool = True) -> "Generator": ...
+
+
 class Tokenizer(Protocol):
     """The part of a Hugging Face tokenizer a run uses: encode, decode, pad and end tokens, templates."""
 

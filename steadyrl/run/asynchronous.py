@@ -50,7 +50,7 @@ class AsyncRollouts:
     """The trainer's side: requests batches ahead, receives them, pushes weights, checkpoints."""
 
     def __init__(self, run, saved: dict | None = None):
-        # on one CPU process only: refused otherwise before any model loads (steadyrl.build.support)
+        # on one CPU process only: refused otherwise before any model loads (steadyrl.config.compat)
         cfg = run.config
         self.run, self.staleness = run, cfg.rollout.asynchronous.max_staleness
         self.ready: dict[int, dict] = {}  # step -> the worker's result (decoded), not yet trained on

@@ -282,7 +282,9 @@ def check_resume_matches(config: Config, output_dir: Path) -> None:
     if not saved_path.is_file():
         return
     saved, now = read_yaml(saved_path), config_to_dict(config)
-    keys = list(RESUME_KEYS) + (["demo"] if config.is_demo else [])
+    from ..build.task import task_of
+
+    keys = list(RESUME_KEYS) + list(task_of(config).resume_keys)  # the demo's: its settings too
     for key in keys:
         old, new = get_dotted(saved, key.split(".")), get_dotted(now, key.split("."))
         if old != new:

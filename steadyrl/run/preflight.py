@@ -28,6 +28,7 @@ from ..agents.build import check_agent_specs
 from ..build.task import check_task
 from ..config.schema import Config
 from ..errors import ConfigError
+from ..gguf_model import check_gguf_file
 from ..model_files import check_model_paths, check_model_source
 from ..tracking import check_backends_available
 from .directory import check_output_dir, probe_lock
@@ -44,7 +45,10 @@ def check_train(config: Config, *, output_dir: str | None, resume: bool, overwri
         return
     check_task(config, quiet=True)
     check_agent_specs(config)
-    check_model_paths(config, config.model.name_or_path)
+    if config.model.gguf_file:  # converted when the run starts; its header is checked now
+        check_gguf_file(config)
+    else:
+        check_model_paths(config, config.model.name_or_path)
 
 
 def check_eval(config: Config, model_path: str | None, *, of_run_dir: bool) -> None:

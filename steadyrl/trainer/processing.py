@@ -22,7 +22,6 @@ hostile inputs (rewards of ±1e6, equal rewards, groups of one, empty responses)
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
@@ -92,11 +91,12 @@ def _token_rewards(raw, valid, mask, algo: AlgorithmConfig, group_size: int, *, 
 
 
 def _estimator_options(algo: AlgorithmConfig, valid: torch.Tensor) -> dict:
-    """The options the estimator takes, by the names of its parameters: a new estimator is one
-    decorated function in :mod:`steadyrl.functional.advantages`, nothing to add here."""
-    offered = {"norm_by_std": algo.norm_by_std, "gamma": algo.gamma, "lam": algo.lam, "sample_mask": valid}
-    accepted = inspect.signature(ADVANTAGE_ESTIMATORS[algo.advantage_estimator].fn).parameters
-    return {name: value for name, value in offered.items() if name in accepted}
+    """The ``algorithm.*`` options the estimator declared at its registration, and the valid
+    samples' mask when it takes one: a new estimator is one decorated function in
+    :mod:`steadyrl.functional.advantages`, nothing to add here."""
+    est = ADVANTAGE_ESTIMATORS[algo.advantage_estimator]
+    options = {name: getattr(algo, name) for name in est.options}
+    return {**options, "sample_mask": valid} if est.masks_samples else options
 
 
 def _sample_masks(raw, valid, truncated, algo: AlgorithmConfig, group_size: int, metrics: dict):

@@ -38,7 +38,7 @@ import torch
 
 from .. import distributed as dist
 from ..config.schema import Config
-from ..functional import POLICY_LOSSES, aggregate_loss, kl_penalty, masked_mean, value_loss
+from ..functional import POLICY_LOSS_METRIC_REDUCTIONS, POLICY_LOSSES, aggregate_loss, kl_penalty, masked_mean, value_loss
 from .batch import TrainBatch
 from .forward import critic_values, response_logprobs
 from .packing import micro_batch_plan, trim
@@ -138,14 +138,11 @@ def _policy_micro_step(policy, m: TrainBatch, config: Config, agg: dict, kl_coef
     metrics.total("actor/pg_loss", loss.detach())
     for name, value in pg.items():
         key = "actor/pg_" + name if name.startswith("clipfrac") else "actor/" + name
-        if name.endswith("_max"):
-            if tokens > 0:
-                metrics.largest(key, value)
-        elif name.endswith("_min"):
-            if tokens > 0:
-                metrics.smallest(key, value)
-        else:
+        reduce = POLICY_LOSS_METRIC_REDUCTIONS.get(name, "mean")  # declared by the loss, where it is made
+        if reduce == "mean":
             metrics.mean(key, value, tokens)
+        elif tokens > 0:  # an extreme of no token is no value
+            (metrics.largest if reduce == "max" else metrics.smallest)(key, value)
     metrics.mean("actor/entropy", masked_mean(entropy.detach(), m.loss_mask), tokens)
     if m.ref_logprobs is not None:
         if algo.kl_mode == "loss":

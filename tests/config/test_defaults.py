@@ -107,5 +107,11 @@ def test_the_schemas_choices_are_the_registered_names():
     assert _choices(schema.KLEstimator) <= set(KL_ESTIMATORS)  # the registry adds aliases (kl, mse, low_var_kl)
 
 
-def test_the_schemas_grouped_estimators_are_the_registrys():
-    assert schema.GROUPED_ESTIMATORS == {name for name, est in ADVANTAGE_ESTIMATORS.items() if est.grouped}
+def test_the_configs_view_of_the_estimators_is_the_registrys():
+    assert schema.GROUPED_BY_ESTIMATOR == {name: est.grouped for name, est in ADVANTAGE_ESTIMATORS.items()}
+
+
+def test_the_options_an_estimator_declares_are_algorithm_settings():
+    fields = set(schema.AlgorithmConfig.model_fields)
+    for name, est in ADVANTAGE_ESTIMATORS.items():
+        assert set(est.options) <= fields, (name, est.options)

@@ -236,3 +236,13 @@ def test_trls_cispo_epsilon_high_is_mapped_to_pg_clip_high_minus_one():
     row = next(line for line in (DOCS / "migrating.md").read_text().splitlines() if line.startswith("| `epsilon_high`"))
     assert "cispo" in row and "pg_clip_high = epsilon_high - 1" in row
     assert "pg_clip_high = epsilon_high - 1" in FOREIGN_NAMES["epsilon_high"][1]
+
+
+def test_the_option_tables_of_the_environments_page_are_the_generated_ones():
+    from steadyrl.envs.options import ENV_OPTIONS
+
+    committed = (DOCS / "environments.md").read_text()
+    assert committed == _generator().render_environments(committed), \
+        "docs/environments.md is stale: run python tools/gen_config_docs.py"
+    blocks = _generator().OPTIONS_BLOCK.findall(committed)
+    assert sorted(name for _, name, _ in blocks) == sorted(ENV_OPTIONS)

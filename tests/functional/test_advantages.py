@@ -309,3 +309,33 @@ def test_estimators_do_not_mutate_their_inputs():
     for name in ADVANTAGE_ESTIMATORS:
         compute_advantages(name, mask, scores=s, token_rewards=r, values=v, group_size=4)
     assert all(torch.equal(a, b) for a, b in zip(before, (r, v, mask, s)))
+
+
+def test_an_estimator_declaring_an_option_it_does_not_take_is_refused_at_registration():
+    from steadyrl.functional.advantages import register_advantage
+
+    with pytest.raises(ValueError, match=r"declares \['lam'\]"):
+        @register_advantage("needs_lam_but_takes_none", uses="scores", options=("lam",), masks_samples=False)
+        def _estimator(scores, response_mask, group_size):
+            return scores
+    assert "needs_lam_but_takes_none" not in ADVANTAGE_ESTIMATORS
+
+
+def test_the_trainer_passes_an_estimator_what_it_declared(monkeypatch):
+    """A new estimator is one decorated function: the reward pipeline passes it the algorithm
+    options it declared (and the sample mask when it takes one), nothing else."""
+    from steadyrl.config.schema import AlgorithmConfig
+    from steadyrl.functional.advantages import AdvantageEstimator
+    from steadyrl.trainer.processing import _estimator_options
+
+    def fn(scores, response_mask, group_size, gamma=1.0):
+        return scores
+
+    monkeypatch.setitem(ADVANTAGE_ESTIMATORS, "new_one", AdvantageEstimator("new_one", fn, "scores", options=("gamma",),
+                                                                            masks_samples=False))
+    algo = AlgorithmConfig(gamma=0.5).model_copy(update={"advantage_estimator": "new_one"})
+    valid = torch.ones(4, dtype=torch.bool)
+    assert _estimator_options(algo, valid) == {"gamma": 0.5}
+    grpo = AlgorithmConfig(norm_by_std=False)
+    options = _estimator_options(grpo, valid)
+    assert options.keys() == {"norm_by_std", "sample_mask"} and options["norm_by_std"] is False

@@ -229,7 +229,7 @@ def test_an_exception_in_the_worker_comes_back_with_its_traceback(write_config, 
 
 
 def test_a_trainer_on_a_gpu_is_refused_before_any_worker_starts():
-    from steadyrl.build.support import check_parallel
+    from steadyrl.config.compat import check_parallel
 
     config = load_config(None, ["rollout.asynchronous.max_staleness=1"])
     with pytest.raises(ConfigError, match="trainer.device on cuda"):
@@ -237,7 +237,7 @@ def test_a_trainer_on_a_gpu_is_refused_before_any_worker_starts():
 
 
 def test_asynchronous_rollouts_under_torchrun_are_refused_before_any_model_loads():
-    from steadyrl.build.support import check_parallel
+    from steadyrl.config.compat import check_parallel
 
     config = load_config(None, ["rollout.asynchronous.max_staleness=1"])
     with pytest.raises(ConfigError, match="under torchrun"):

@@ -116,3 +116,26 @@ def test_ratio_max_and_min_are_the_extremes_of_the_whole_step(tiny_model_dir):
                                kl_coef=0.0, device=CPU)
     assert metrics["actor/ratio_max"] == pytest.approx(ratio.max().item(), rel=1e-6)
     assert metrics["actor/ratio_min"] == pytest.approx(ratio.min().item(), rel=1e-6)
+
+
+def test_a_metric_is_reduced_as_its_loss_declares_not_by_its_name(tiny_model_dir, monkeypatch):
+    """ratio_mean declared a max where the loss makes it: the step reports the largest
+    micro-batch mean, whatever its name says."""
+    from steadyrl.functional import POLICY_LOSS_METRIC_REDUCTIONS
+    from steadyrl.trainer.forward import response_logprobs
+
+    policy = _policy(tiny_model_dir)
+    batch = _batch(seed=4)
+    with torch.no_grad():
+        logp, _ = response_logprobs(policy, batch, temperature=1.0)
+    g = torch.Generator().manual_seed(0)
+    batch.old_logprobs = logp + 0.3 * torch.randn(logp.shape, generator=g, dtype=logp.dtype)
+    ratio, mask = torch.exp(logp - batch.old_logprobs), batch.loss_mask.bool()
+    per_micro = [ratio[i : i + 2][mask[i : i + 2]].mean().item() for i in range(0, len(batch), 2)
+                 if mask[i : i + 2].any()]
+    monkeypatch.setitem(POLICY_LOSS_METRIC_REDUCTIONS, "ratio_mean", "max")
+    config = _config("trainer.micro_batch_size=2")
+    metrics, _, _ = ppo_update(policy, torch.optim.SGD(policy.parameters(), lr=0.0), batch, config,
+                               kl_coef=0.0, device=CPU)
+    assert len(per_micro) > 1
+    assert metrics["actor/ratio_mean"] == pytest.approx(max(per_micro), rel=1e-6)
