@@ -83,7 +83,12 @@ error that suggests the nearest valid one (`trainer.lr` -> `optim.lr`; the names
 use are recognised, see [migrating.md](migrating.md)); a wrong type, a value out of range or
 an unknown name is an error naming the field, the value and what would be valid. `steadyrl`
 then exits with status 2 and that one line on stderr. Every problem of a config is reported at
-once, one `steadyrl: error:` line each (the unknown keys first, then the invalid values).
+once, one `steadyrl: error:` line each (the unknown keys first, then the invalid values, one
+line per value). `steadyrl config show` checks what `train` checks of the config itself, and the
+`rollout.tools`, `rollout.tool_parser` and `rollout.environment` specs: a tool that does not import
+or has no usable schema is the same exit-2 error in both. Then `train` and `eval` check the data
+files and columns, the reward specs, the model paths and the run directory, all before torch is
+imported, so a mistake is answered in well under a second.
 
 **Presets.** `algorithm.preset` names a set of defaults for the `algorithm` section only. A
 preset fills the keys you did not write; every key you write wins, and `steadyrl config show`
