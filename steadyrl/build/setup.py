@@ -239,7 +239,7 @@ def check_inputs(config: Config, resources: ExitStack) -> Inputs:
     prompt lengths against the model's context — before anything in the run directory is
     touched or any model weights are loaded. ``resources`` owns the reward scorer's workers and
     the agent's, from the moment they exist (also when a check fails)."""
-    from ..rollout import check_engine_available
+    from ..rollout import check_engine_available, check_rollout_dtype
     from ..tracking import check_backends_available
 
     trainer = config.trainer
@@ -249,6 +249,7 @@ def check_inputs(config: Config, resources: ExitStack) -> Inputs:
     resolve_dtype(config.model.dtype, device)
     check_parallel(config, device, dist.world_size())
     check_engine_available(config.rollout.engine)
+    check_rollout_dtype(config.rollout.dtype, device)
     check_backends_available(trainer.trackers)
     train_records, eval_records, scorer, (train_parts, eval_parts) = task_inputs(config)
     resources.callback(scorer.close)

@@ -28,6 +28,9 @@ def check_parallel(config: Config, device: torch.device, world: int) -> None:
         if config.model.lora.enabled:
             raise ConfigError("trainer.parallel = 'fsdp' with model.lora.enabled is not supported yet; "
                               "use trainer.parallel=ddp (LoRA weights are small)")
+        if ro.dtype is not None and ro.engine == "hf":
+            raise ConfigError(f"trainer.parallel = 'fsdp' with rollout.dtype = {ro.dtype!r} is not supported "
+                              "(the HF engine's copy of a sharded policy); leave rollout.dtype null")
         if config.algorithm.advantage_estimator == "gae":
             raise ConfigError("trainer.parallel = 'fsdp' with a critic (algorithm.advantage_estimator = 'gae') "
                               "is not supported yet; use trainer.parallel=ddp or a critic-free estimator")

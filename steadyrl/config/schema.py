@@ -340,6 +340,14 @@ class RolloutConfig(Section):
                               "token by exp(clamp(logp_train - logp_behaviour, -10, 10)) capped at this "
                               "value; null = off (only the mismatch metrics). Unset: "
                               f"{ASYNC_TIS_CAP} with asynchronous rollouts (stale batches), else null.", gt=0)
+    dtype: Literal["float32", "bfloat16", "float16"] | None = F(
+        None, "Precision the engine samples in and reports its log-probs from, when it differs from "
+        "the trainer's (model.dtype): the HF engine then generates with a copy of the policy in this "
+        "dtype, refreshed from the trainer's weights after every update (one more copy of the weights "
+        "in memory, one weight copy and one extra forward pass per step), and returns the sampled "
+        "tokens' log-probs in it (rollout log-probs: mismatch metrics and rollout.correction apply); "
+        "the asynchronous worker and vLLM load the policy in it. null = the trainer's dtype, no copy. "
+        "float16 needs a GPU.")
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     asynchronous: AsynchronousConfig = Field(default_factory=AsynchronousConfig)
     # --- multi-turn episodes (docs/agents.md); with neither tools nor an environment an episode

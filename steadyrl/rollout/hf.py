@@ -8,31 +8,49 @@ repetition penalty of 1.05), and then from its own global defaults (top-k 50). S
 each call every ``generation_config`` in the model is swapped for a blank one that keeps only the
 token ids (EOS, BOS, padding), and ``top_k=0`` / ``top_p=1.0`` are passed explicitly when the user
 turned them off. Greedy evaluation is plain argmax decoding for the same reason.
+
+``rollout.dtype`` (``dtype=`` here) makes the gap between the engine and the trainer real on any
+machine: the engine generates with its own copy of the policy in that precision (e.g. bfloat16
+beside a float32 trainer), whose weights :meth:`HFEngine.update_weights` refreshes from the
+trainer's after every update, and it returns the sampled tokens' log-probs under that copy,
+``log softmax(logits / temperature)[token]`` of one teacher-forced forward pass in the precision
+it sampled in (``Generation.rollout_logprobs``, 0 on padding). Cost: one more copy of the
+weights, one weight copy per update and that forward pass per batch. Greedy decoding reports none.
 """
 
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 
 import torch
 
+from ..functional import logprobs_from_logits
 from .base import Generation, concat_generations, eos_token_ids, response_mask_from_ids
 from .prefix import prefill_once
 
 
 class HFEngine:
-    """Samples ``n`` responses per prompt with ``model.generate`` (the training model itself)."""
+    """Samples ``n`` responses per prompt with ``model.generate``: the training model itself, or
+    with ``dtype`` a copy of it in that precision that also reports its log-probs (module doc)."""
 
-    def __init__(self, model, tokenizer, *, batch_size: int | None = None, share_prefix: bool = True):
-        self.model = model
+    def __init__(self, model, tokenizer, *, batch_size: int | None = None, share_prefix: bool = True,
+                 dtype: torch.dtype | None = None):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.share_prefix = share_prefix
+        self.dtype = dtype
+        self.model = model if dtype is None else engine_copy(model, dtype)
         self.eos_ids = eos_token_ids(tokenizer, model)
 
     def update_weights(self, model) -> None:
-        """The HF engine generates with the training model itself: nothing to sync."""
-        self.model = model
+        """Without ``dtype`` the engine generates with the training model itself: nothing to sync.
+        With it, the training weights are copied (cast) into the engine's copy."""
+        if self.dtype is None:
+            self.model = model
+        elif self.model is not model:
+            with torch.no_grad():
+                self.model.load_state_dict(model.state_dict())
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, *, max_new_tokens: int,
@@ -82,7 +100,13 @@ class HFEngine:
         completions = self.tokenizer.batch_decode(
             [ids[m.bool()] for ids, m in zip(response_ids, response_mask)], skip_special_tokens=True
         )
+        rollout_logprobs = None
+        if self.dtype is not None and do_sample:
+            rows = (input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0))
+            rollout_logprobs = sampled_logprobs(model, *rows, response_ids.to(device), response_mask.to(device),
+                                                temperature).cpu()
         return Generation(
+            rollout_logprobs=rollout_logprobs,
             prompt_ids=input_ids.repeat_interleave(n, 0).cpu(),
             prompt_mask=attention_mask.repeat_interleave(n, 0).cpu(),
             response_ids=response_ids,
@@ -90,6 +114,38 @@ class HFEngine:
             truncated=truncated,
             completions=completions,
         )
+
+
+def engine_copy(model, dtype: torch.dtype):
+    """The engine's own copy of ``model`` in ``dtype`` (the model itself when it already is)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"rollout.dtype needs the policy as a torch module, got {type(model).__name__} "
+                        "(a sharded FSDP policy cannot be copied: leave rollout.dtype null)")
+    if next(model.parameters()).dtype == dtype:
+        return model
+    clone = copy.deepcopy(model).to(dtype)
+    clone.requires_grad_(False)
+    clone.eval()
+    return clone
+
+
+@torch.no_grad()
+def sampled_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, temperature: float) -> torch.Tensor:
+    """``[B, R]`` float32: each response token's ``log softmax(logits / temperature)`` under
+    ``model`` (in its own precision), one teacher-forced forward pass; 0 on padding."""
+    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=1)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    r = response_ids.shape[1]
+    was_training = model.training
+    model.eval()
+    try:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                       use_cache=False, logits_to_keep=r + 1).logits[:, :-1]
+    finally:
+        model.train(was_training)
+    logp = logprobs_from_logits(logits, response_ids, temperature)
+    return torch.where(response_mask.bool(), logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
 
 
 # Settings of a generation config that name tokens rather than change the sampling distribution.

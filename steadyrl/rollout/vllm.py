@@ -170,7 +170,7 @@ class VLLMEngine:
         self.model, self.tokenizer, self.config = model, tokenizer, rollout_config
         self.eos_ids = eos_token_ids(tokenizer, hf)
         self.sleep_mode = bool(rollout_config.vllm.sleep_mode)
-        dtype = next(hf.parameters()).dtype
+        dtype = next(hf.parameters()).dtype if rollout_config.dtype is None else rollout_config.dtype
         kwargs = {
             "model": path,
             "tokenizer": getattr(tokenizer, "name_or_path", None) or path,

@@ -34,6 +34,7 @@ from ..errors import ConfigError, RolloutWorkerError
 from ..models import unwrap
 from ..data.prompts import PromptItem
 from ..rewards.scorer import score_episodes
+from ..rollout import DTYPES
 from ..rollout.driver import Draw
 from .rollout_worker import decode, encode, generation_from_dict, main
 
@@ -69,7 +70,8 @@ class AsyncRollouts:
     def _start(self, run, rng: torch.Tensor) -> None:
         cfg, policy = run.config, unwrap(run.policy)
         init = {"model_config": policy.config, "generation_config": getattr(policy, "generation_config", None),
-                "dtype": next(policy.parameters()).dtype, "tokenizer": run.tokenizer,
+                "dtype": DTYPES[cfg.rollout.dtype] if cfg.rollout.dtype else next(policy.parameters()).dtype,
+                "tokenizer": run.tokenizer,
                 "attn_implementation": getattr(policy.config, "_attn_implementation", None),
                 "batch_size": cfg.rollout.generation_batch_size, "share_prefix": cfg.trainer.share_prompt_prefix,
                 "micro_batch_size": cfg.trainer.micro_batch_size,
