@@ -51,7 +51,8 @@ from .batch import batch_from_generation
 from .dynamic import step_samples
 from .global_batch import gather_samples
 from .processing import process_rewards
-from .step import domain_ids, importance_correction, prepare, step_metrics
+from .mismatch import importance_correction, worst_tokens
+from .step import domain_ids, prepare, step_metrics
 from .update import ppo_update
 
 
@@ -191,7 +192,10 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
     metrics.update(step_metrics(run, drawn, whole, processed, tis_metrics, lr, times))
     # samples: this rank's own; result: all ranks' (rank 0's rows first, so they line up on rank 0)
     extras = {"prompts": drawn.samples, "completions": drawn.gen.completions, "result": whole.result,
-              "episodes": drawn.gen.episodes}
+              "episodes": drawn.gen.episodes, "decode": run.tokenizer.decode,
+              "mismatch_tokens": None if ro.correction.bypass else worst_tokens(
+                  batch.old_logprobs, batch.rollout_logprobs,
+                  batch.response_mask if batch.policy_mask is None else batch.policy_mask, batch.response_ids)}
     return metrics, extras
 
 
