@@ -295,3 +295,33 @@ def test_asynchronous_rollouts_keep_their_default_cap_unless_the_correction_repl
     assert config.rollout.correction.modes(None) == ("token", {"mask": {"low": 0.5, "high": 5.0}})
     geometric = load_config(None, ["rollout.correction.mode=geometric"]).rollout.correction
     assert (geometric.low, geometric.high) == (0.99, 1.01)
+
+
+@pytest.mark.slow
+def test_the_asynchronous_worker_samples_in_rollout_dtype_and_its_batches_are_corrected(tiny_model_dir, tmp_path):
+    """The worker builds its policy in bf16 and returns its log-probs; the trainer (float32) masks
+    and measures with rollout.correction, its default cap 2.0 replaced."""
+    from steadyrl.demo.task import make_splits
+    from steadyrl.tracking import read_jsonl
+    from steadyrl.trainer import train
+
+    rows, _ = make_splits(16, 0, min_len=3, max_len=4, seed=0)
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "rewards.py").write_text(
+        "def length(prompts, completions, **columns):\n    return [float(len(c) % 3) for c in completions]\n")
+    config = {"model": {"name_or_path": str(tiny_model_dir)}, "data": {"train_path": str(tmp_path / "train.jsonl")},
+              "rewards": [{"name": f"{tmp_path / 'rewards.py'}:length"}],
+              "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 5, "dtype": "bfloat16",
+                          "asynchronous": {"max_staleness": 0}, "correction": {"mode": "truncate+mask"}},
+              "algorithm": {"kl_mode": "none"},
+              "trainer": {"max_steps": 2, "save_every": 0, "device": "cpu", "num_threads": 1, "samples_every": 0},
+              "eval": {"num_samples": 0}}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    train(str(path), [], output_dir=str(tmp_path / "run"))
+    steps = [m for m in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "mismatch/k3" in m]
+    assert len(steps) == 2
+    assert all(m["mismatch/k3"] > 0 and m["mismatch/ratio_max"] != 1 for m in steps)  # bf16 worker, fp32 trainer
+    assert all("rollout/tis_weight_mean" not in m for m in steps)  # the correction replaced the default cap
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert saved["rollout"]["tis_cap"] is None and saved["rollout"]["correction"]["high"] == 5.0
