@@ -511,10 +511,11 @@ class RolloutConfig(Section):
                              "nothing to correct; set rollout.correction.mode=null or bypass=false")
         returns_logprobs = (self.engine == "vllm" or self.asynchronous.max_staleness is not None
                             or self.dtype is not None)
-        if c.bypass and not returns_logprobs:
-            raise ValueError("rollout.correction.bypass = true needs the engine's log-probs, which the hf engine "
-                             "returns only with rollout.dtype set (or use rollout.engine=vllm, or asynchronous "
-                             "rollouts)")
+        if (c.bypass or c.mode is not None) and not returns_logprobs:
+            what = "rollout.correction.bypass = true" if c.bypass else f"rollout.correction.mode = {c.mode!r}"
+            raise ValueError(f"{what} needs the engine's log-probs, which the hf engine returns only with "
+                             "rollout.dtype set (or use rollout.engine=vllm, or asynchronous rollouts); without "
+                             "them the engine is the trained model and there is no mismatch to correct")
         return self
 
     @property

@@ -62,7 +62,9 @@ def make_run(tiny_model_dir, tmp_path):
     def build(*overrides):
         config = {"model": {"name_or_path": str(tiny_model_dir)}, "data": {"train_path": str(tmp_path / "train.jsonl")},
                   "rewards": [{"name": f"{tmp_path / 'rewards.py'}:length"}],
-                  "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 5, "temperature": 0.8},
+                  # rollout.dtype: a setting whose engine returns log-probs (the ShiftEngine stands in for it)
+                  "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 5, "temperature": 0.8,
+                              "dtype": "float32"},
                   "trainer": {"device": "cpu", "max_steps": 1, "seed": 3}}
         path = tmp_path / "config.yaml"
         path.write_text(yaml.safe_dump(config))
@@ -218,7 +220,8 @@ def _whole(old, rollout, policy, domains=None):
 
 
 def _run(**correction):
-    config = load_config(None, [f"rollout.correction.{k}={v}" for k, v in correction.items()])
+    settings = [f"rollout.correction.{k}={v}" for k, v in correction.items()]
+    config = load_config(None, ["rollout.dtype=float32", *settings])
     return SimpleNamespace(config=config)
 
 
@@ -272,6 +275,7 @@ def test_a_nonfinite_engine_logprob_is_dropped_and_counted_never_weighted_one():
     (["rollout.correction.level=episode"], ["rollout.correction.level", "token", "sequence"]),
     (["rollout.tis_cap=2", "rollout.correction.mode=mask"], ["rollout.tis_cap", "rollout.correction.mode"]),
     (["rollout.correction.bypass=true"], ["rollout.correction.bypass", "rollout.dtype"]),
+    (["rollout.correction.mode=truncate"], ["rollout.correction.mode", "'truncate'", "rollout.dtype"]),
     (["rollout.dtype=bfloat16", "rollout.correction.bypass=true", "rollout.correction.mode=mask"],
      ["bypass", "rollout.correction.mode"]),
 ])
@@ -293,7 +297,7 @@ def test_asynchronous_rollouts_keep_their_default_cap_unless_the_correction_repl
     config = load_config(None, ["rollout.asynchronous.max_staleness=1", "rollout.correction.mode=mask"])
     assert config.rollout.tis_cap is None
     assert config.rollout.correction.modes(None) == ("token", {"mask": {"low": 0.5, "high": 5.0}})
-    geometric = load_config(None, ["rollout.correction.mode=geometric"]).rollout.correction
+    geometric = load_config(None, ["rollout.dtype=bfloat16", "rollout.correction.mode=geometric"]).rollout.correction
     assert (geometric.low, geometric.high) == (0.99, 1.01)
 
 
