@@ -332,8 +332,7 @@ IcePop's token bounds for mask, tight bounds around 1 for the length-normalised 
 
 
 class CorrectionConfig(Section):
-    """Training-inference mismatch correction (docs/stability.md), where the engine returns its own
-    log-probs (vLLM, asynchronous rollouts, or rollout.dtype with the HF engine)."""
+    """Training-inference mismatch correction (docs/stability.md): vLLM, asynchronous or rollout.dtype runs."""
 
     mode: CorrectionMode | None = F(
         None, "How tokens are re-weighted or dropped by w = pi_train / pi_rollout: truncate (TIS: weight "
