@@ -421,7 +421,8 @@ class RolloutConfig(Section):
         None, "Precision the engine samples in and reports its log-probs from, when it differs from "
         "the trainer's (model.dtype): the HF engine then generates with a copy of the policy in this "
         "dtype, refreshed from the trainer's weights after every update (one more copy of the weights "
-        "in memory, one weight copy and one extra forward pass per step), and returns the sampled "
+        "in memory, one weight copy per step, a forward pass for the engine's log-probs and the trainer's "
+        "old_logprobs pass that a one-epoch run otherwise skips), and returns the sampled "
         "tokens' log-probs in it (rollout log-probs: mismatch metrics and rollout.correction apply); "
         "the asynchronous worker and vLLM load the policy in it. null = the trainer's dtype, no copy. "
         "float16 needs a GPU.")
