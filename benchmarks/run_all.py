@@ -17,6 +17,7 @@ BENCHMARKS = {
     "agents": "benchmarks.bench_agents",
     "dynamic": "benchmarks.bench_dynamic",
     "async": "benchmarks.bench_async",
+    "mismatch": "benchmarks.bench_mismatch",
     "code_reward": "benchmarks.bench_code_reward",
     "smollm2": "benchmarks.bench_smollm2",
     "errors": "benchmarks.bench_errors",

@@ -1,4 +1,4 @@
-"""Names other trainers (TRL, verl, OpenRLHF) use for steadyrl's settings, and what to write here.
+"""Names other trainers (TRL, verl, OpenRLHF, NeMo-RL, SkyRL) use for steadyrl's settings, and what to write here.
 
 :data:`FOREIGN_NAMES` answers an unknown config key that is another trainer's name with the
 steadyrl key (or a short instruction) instead of a bare "unknown key"; :func:`foreign_name` looks
@@ -47,10 +47,15 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "reward_weights": (_TRL, "rewards[].weight"),
     "use_vllm": (_TRL, "rollout.engine=vllm"),
     "vllm_gpu_memory_utilization": (_TRL, "rollout.vllm.gpu_memory_utilization"),
-    "vllm_importance_sampling_correction": (_TRL, "rollout.tis_cap (null = off)"),
-    "vllm_importance_sampling_cap": (_TRL, "rollout.tis_cap"),
-    "vllm_importance_sampling_clip_max": (_TRL, "rollout.tis_cap"),
-    "vllm_importance_sampling_mode": (_TRL, "rollout.tis_cap (the one mode here: TRL's token_truncate)"),
+    "vllm_importance_sampling_correction": (_TRL, "rollout.correction.mode (null = off; rollout.tis_cap is "
+                                                  "the older token-truncate key)"),
+    "vllm_importance_sampling_cap": (_TRL, "rollout.correction.cap (mode truncate) or rollout.correction.high "
+                                           "(mode mask); rollout.tis_cap"),
+    "vllm_importance_sampling_clip_max": (_TRL, "rollout.correction.cap (mode truncate) or "
+                                                "rollout.correction.high (mode mask); rollout.tis_cap"),
+    "vllm_importance_sampling_mode": (_TRL, "rollout.correction.mode and rollout.correction.level "
+                                            "(token_truncate = level token, mode truncate; sequence_mask = "
+                                            "level sequence, mode mask)"),
     "max_tool_calling_iterations": (_TRL, "rollout.max_turns (policy turns: TRL's tool-calling iterations + 1)"),
     "environment_factory": (_TRL, "rollout.environment (a class, file.py:Class)"),
     "num_train_epochs": (_TRL, "trainer.max_epochs"),
@@ -142,7 +147,29 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "default_local_dir": (_VERL, "the --output-dir flag of steadyrl train"),
     "resume_mode": (_VERL, "the --resume flag of steadyrl train (with --output-dir)"),
     "val_before_train": (_VERL, "nothing: with held-out data, steadyrl evaluates before and after training"),
+    # verl rollout correction (algorithm.rollout_correction.*)
+    "rollout_is": (_VERL, "rollout.correction.mode=truncate with rollout.correction.level (token or sequence)"),
+    "rollout_is_threshold": (_VERL, "rollout.correction.cap"),
+    "rollout_rs": (_VERL, "rollout.correction.mode (token / sequence = mask at that rollout.correction.level, "
+                          "geometric = geometric)"),
+    "rollout_rs_threshold": (_VERL, "rollout.correction.high"),
+    "rollout_rs_threshold_lower": (_VERL, "rollout.correction.low"),
+    "bypass_mode": (_VERL, "rollout.correction.bypass"),
     # others
+    "enable_vllm_is_correction": (_OTHER, "rollout.correction.mode (OpenRLHF's switch; null = off)"),
+    "use_importance_sampling_correction": (_OTHER, "rollout.correction.mode (NeMo-RL's switch; null = off)"),
+    "vllm_is_correction_type": (_OTHER, "rollout.correction.mode (tis = truncate, icepop = mask, "
+                                        "seq-mask-tis = geometric+truncate)"),
+    "truncated_importance_sampling_type": (_OTHER, "rollout.correction.mode (tis = truncate, icepop = mask, "
+                                                   "seq-mask-tis = geometric+truncate)"),
+    "vllm_is_truncated_threshold": (_OTHER, "rollout.correction.low and rollout.correction.high (and "
+                                            "rollout.correction.cap for truncation)"),
+    "truncated_importance_sampling_ratio": (_OTHER, "rollout.correction.cap (or rollout.correction.high for "
+                                                    "the masks)"),
+    "truncated_importance_sampling_ratio_min": (_OTHER, "rollout.correction.low"),
+    "sequence_mask_metric": (_OTHER, "rollout.correction.mode=geometric"),
+    "geo_mask_low": (_OTHER, "rollout.correction.low (with rollout.correction.mode=geometric)"),
+    "geo_mask_high": (_OTHER, "rollout.correction.high (with rollout.correction.mode=geometric)"),
     "kl_coeff": (_OTHER, "algorithm.kl_coef"),
     "lambd": (_OTHER, "algorithm.lam"),
     "rank": (_OTHER, "model.lora.r"),

@@ -20,8 +20,11 @@ from ..functional.constants import (
     DIFFICULTY_LOW,
     GAE_LAMBDA,
     GAMMA,
+    LOGPROB_DIFF_CLAMP,
     MAX_GRAD_NORM,
     PG_CLIP,
+    SEQ_LOG_RATIO_CLAMP,
+    TIS_LOG_RATIO_CLAMP,
     dual_clip_default,
 )
 from ..rewards.loader import reward_name, url_option_problems
@@ -328,6 +331,80 @@ class AsynchronousConfig(Section):
                                   "as without it); null = off (generation in the trainer).", ge=0)
 
 
+CorrectionMode = Literal["truncate", "mask", "truncate+mask", "geometric", "geometric+truncate"]
+CORRECTION_BOUNDS = {"mask": (0.5, 5.0), "geometric": (0.99, 1.01)}
+"""Default ``[low, high]`` of ``rollout.correction`` per masking mode (filled in the resolved config):
+IcePop's token bounds for mask, tight bounds around 1 for the length-normalised geometric ratio."""
+
+
+class CorrectionConfig(Section):
+    """Training-inference mismatch correction (docs/stability.md): vLLM, asynchronous or rollout.dtype runs."""
+
+    mode: CorrectionMode | None = F(
+        None, "How tokens are re-weighted or dropped by w = pi_train / pi_rollout: truncate (TIS: weight "
+        "min(w, cap)), mask (MIS / IcePop: drop tokens or sequences whose w leaves [low, high], weight the "
+        "others by w), truncate+mask (drop outside [low, high], weight min(w, cap)), geometric (drop a whole "
+        "sequence whose exp(mean_t log w_t) leaves [low, high]), geometric+truncate (that, and token weights "
+        "min(w_t, cap)). null = rollout.tis_cap's token truncation, or none.")
+    level: Literal["token", "sequence"] = F(
+        "token", "What w is for truncate and mask: each token's ratio, or its sequence's (the product over "
+        "its policy tokens, given to every token). geometric always tests the sequence.")
+    cap: float = F(2.0, "Cap of the truncated weight (truncate modes).", gt=0)
+    low: float | None = F(None, "Lower bound of the kept ratio (mask and geometric modes). Unset: "
+                          f"{CORRECTION_BOUNDS['mask'][0]} for mask, {CORRECTION_BOUNDS['geometric'][0]} "
+                          "for geometric.", gt=0)
+    high: float | None = F(None, "Upper bound of the kept ratio (mask and geometric modes). Unset: "
+                           f"{CORRECTION_BOUNDS['mask'][1]} for mask, {CORRECTION_BOUNDS['geometric'][1]} "
+                           "for geometric.", gt=0)
+    bypass: bool = F(False, "Use the engine's log-probs as old_logprobs: no recompute pass before the "
+                     "update (the PPO ratio is then pi_theta / pi_rollout, its clip bounds the gap; nothing "
+                     "is left for mode or rollout.tis_cap to correct, and the mismatch/ metrics are not logged).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_bounds(cls, data: Any) -> Any:
+        # the bounds in force depend on the mode; filled here so the resolved config shows them
+        if isinstance(data, dict) and isinstance(data.get("mode"), str):
+            kind = "geometric" if data["mode"].startswith("geometric") else "mask"
+            if data["mode"] != "truncate":
+                low, high = CORRECTION_BOUNDS[kind]
+                data = {"low": low, "high": high, **{k: v for k, v in data.items() if v is not None}}
+        return data
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> "CorrectionConfig":
+        if self.mode is None:
+            return self
+        geometric = self.mode.startswith("geometric")
+        limit = TIS_LOG_RATIO_CLAMP if self.level == "token" else SEQ_LOG_RATIO_CLAMP
+        if "truncate" in self.mode and self.cap > math.exp(limit):
+            raise ValueError(f"rollout.correction.cap = {self.cap} is above what a {self.level} ratio can reach "
+                             f"(exp({limit:g}) = {math.exp(limit):.6g}); valid: 0 < cap <= {math.exp(limit):.6g}")
+        if self.mode != "truncate":
+            bound = math.exp(LOGPROB_DIFF_CLAMP if geometric else limit)
+            if not (self.low < self.high):
+                raise ValueError(f"rollout.correction.low = {self.low} must be below rollout.correction.high = "
+                                 f"{self.high} (the kept ratios are [low, high])")
+            if self.low < 1 / bound or self.high > bound:
+                raise ValueError(f"rollout.correction.low = {self.low}, high = {self.high}: valid bounds are in "
+                                 f"[{1 / bound:.6g}, {bound:.6g}] for mode {self.mode!r} at level {self.level!r}")
+        return self
+
+    def modes(self, tis_cap: float | None) -> tuple[str, dict[str, dict]] | None:
+        """``(level, {mode: params})`` for :func:`steadyrl.functional.correct_mismatch`, or None:
+        ``mode``, else ``rollout.tis_cap`` as token truncation, else no correction."""
+        if self.mode is None:
+            return ("token", {"truncate": {"cap": tis_cap}}) if tis_cap is not None and not self.bypass else None
+        out: dict[str, dict] = {}
+        if "truncate" in self.mode:
+            out["truncate"] = {"cap": self.cap}
+        if self.mode.startswith("geometric"):
+            out["geo_mask"] = {"low": self.low, "high": self.high}
+        elif "mask" in self.mode:
+            out["mask"] = {"low": self.low, "high": self.high}
+        return self.level, out
+
+
 class RolloutConfig(Section):
     engine: Literal["hf", "vllm"] = F("hf", "Generation engine: hf (transformers generate, CPU or "
                                       "GPU) or vllm (GPU, optional extra).")
@@ -350,10 +427,13 @@ class RolloutConfig(Section):
         None, "Precision the engine samples in and reports its log-probs from, when it differs from "
         "the trainer's (model.dtype): the HF engine then generates with a copy of the policy in this "
         "dtype, refreshed from the trainer's weights after every update (one more copy of the weights "
-        "in memory, one weight copy and one extra forward pass per step), and returns the sampled "
+        "in memory, one weight copy per step, a forward pass for the engine's log-probs and the trainer's "
+        "old_logprobs pass that a one-epoch run otherwise skips), and returns the sampled "
         "tokens' log-probs in it (rollout log-probs: mismatch metrics and rollout.correction apply); "
         "the asynchronous worker and vLLM load the policy in it. null = the trainer's dtype, no copy. "
         "float16 needs a GPU.")
+    correction: CorrectionConfig = Field(default_factory=CorrectionConfig,
+                                         description="Training-inference mismatch correction (docs/stability.md).")
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     asynchronous: AsynchronousConfig = Field(default_factory=AsynchronousConfig)
     # --- multi-turn episodes (docs/agents.md); with neither tools nor an environment an episode
@@ -417,13 +497,39 @@ class RolloutConfig(Section):
     def _async_tis_cap(cls, data: Any) -> Any:
         # rollout.tis_cap's default depends on asynchronous rollouts; filled here (the resolved and
         # the saved config show the cap in force, so a resumed run keeps it)
+        # (not when rollout.correction says what to do instead)
         if isinstance(data, dict) and "tis_cap" not in data:
             asynchronous = data.get("asynchronous")
             staleness = (asynchronous.get("max_staleness") if isinstance(asynchronous, dict)
                          else getattr(asynchronous, "max_staleness", None))
-            if staleness is not None:
+            correction = data.get("correction")
+            replaced = (correction.get("mode") is not None or correction.get("bypass") is True
+                        if isinstance(correction, dict)
+                        else getattr(correction, "mode", None) is not None or getattr(correction, "bypass", False))
+            if staleness is not None and not replaced:
                 data = {**data, "tis_cap": ASYNC_TIS_CAP}
         return data
+
+    @model_validator(mode="after")
+    def _check_correction(self) -> "RolloutConfig":
+        c = self.correction
+        if self.tis_cap is not None and (c.mode is not None or c.bypass):
+            what = f"rollout.correction.mode = {c.mode!r}" if c.mode is not None else "rollout.correction.bypass"
+            raise ValueError(f"rollout.tis_cap = {self.tis_cap} and {what} are both set: rollout.tis_cap is the "
+                             "token-truncate case of rollout.correction (mode: truncate, cap: the same value); "
+                             "set only one")
+        if c.bypass and c.mode is not None:
+            raise ValueError(f"rollout.correction.bypass = true with rollout.correction.mode = {c.mode!r}: with "
+                             "bypass old_logprobs are the engine's, the ratio the mode reads is 1 and there is "
+                             "nothing to correct; set rollout.correction.mode=null or bypass=false")
+        returns_logprobs = (self.engine == "vllm" or self.asynchronous.max_staleness is not None
+                            or self.dtype is not None)
+        if (c.bypass or c.mode is not None) and not returns_logprobs:
+            what = "rollout.correction.bypass = true" if c.bypass else f"rollout.correction.mode = {c.mode!r}"
+            raise ValueError(f"{what} needs the engine's log-probs, which the hf engine returns only with "
+                             "rollout.dtype set (or use rollout.engine=vllm, or asynchronous rollouts); without "
+                             "them the engine is the trained model and there is no mismatch to correct")
+        return self
 
     @property
     def multi_turn(self) -> bool:

@@ -129,22 +129,35 @@ def engine_copy(model, dtype: torch.dtype):
     return clone
 
 
+LOGITS_BUDGET = 2**27
+"""Most logits (rows x response tokens x vocabulary) one forward pass of :func:`sampled_logprobs`
+holds: 256 MiB in bf16; a larger batch is cut into row chunks."""
+
+
 @torch.no_grad()
 def sampled_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, temperature: float) -> torch.Tensor:
     """``[B, R]`` float32: each response token's ``log softmax(logits / temperature)`` under
-    ``model`` (in its own precision), one teacher-forced forward pass; 0 on padding."""
+    ``model`` (in its own precision), teacher-forced, in row chunks of at most ``LOGITS_BUDGET``
+    logits; 0 on padding."""
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=1)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     r = response_ids.shape[1]
+    vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else 1
+    rows = max(1, LOGITS_BUDGET // ((r + 1) * vocab))
     was_training = model.training
     model.eval()
+    parts = []
     try:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                       use_cache=False, logits_to_keep=r + 1).logits[:, :-1]
+        for i in range(0, input_ids.shape[0], rows):
+            part = slice(i, i + rows)
+            logits = model(input_ids=input_ids[part], attention_mask=attention_mask[part],
+                           position_ids=position_ids[part], use_cache=False, logits_to_keep=r + 1).logits[:, :-1]
+            parts.append(logprobs_from_logits(logits, response_ids[part], temperature))
+            del logits
     finally:
         model.train(was_training)
-    logp = logprobs_from_logits(logits, response_ids, temperature)
+    logp = torch.cat(parts)
     return torch.where(response_mask.bool(), logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
 
 

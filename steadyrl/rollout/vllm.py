@@ -187,10 +187,13 @@ class VLLMEngine:
         if dist.world_size() > 1:
             kwargs["distributed_executor_backend"] = "external_launcher"
         self.llm, processed = _build_llm(vllm.LLM, kwargs)
-        if not processed and (rollout_config.temperature != 1.0 or rollout_config.tis_cap is not None):
+        correction = getattr(rollout_config, "correction", None)
+        corrects = rollout_config.tis_cap is not None or (
+            correction is not None and (correction.mode is not None or correction.bypass))
+        if not processed and (rollout_config.temperature != 1.0 or corrects):
             raise ConfigError("this vLLM returns log-probs before temperature scaling (no logprobs_mode); "
-                              "rollout.engine=vllm with rollout.temperature != 1 or rollout.tis_cap needs "
-                              "vllm >= 0.10.2")
+                              "rollout.engine=vllm with rollout.temperature != 1, rollout.tis_cap or "
+                              "rollout.correction needs vllm >= 0.10.2")
         self._sampling_params = vllm.SamplingParams
         self._stale = True  # the training weights may differ from the checkpoint vLLM loaded (resume)
         self._asleep = False

@@ -136,7 +136,9 @@ class AsyncRollouts:
         sampling = {"max_new_tokens": ro.max_new_tokens, "temperature": ro.temperature, "top_p": ro.top_p,
                     "top_k": ro.top_k}
         self._send({"kind": "generate", "step": step, "prompt_ids": [list(p.ids) for p in prompts],
-                    "n": ro.group_size, "sampling": sampling, "logprobs": self.staleness > 0, "rng": rng})
+                    "n": ro.group_size, "sampling": sampling, "rng": rng,
+                    # the behaviour policy differs from the trainer's when stale or in another precision
+                    "logprobs": self.staleness > 0 or ro.dtype is not None})
         self.submitted = step
 
     def _receive(self) -> None:

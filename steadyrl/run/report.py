@@ -37,6 +37,12 @@ def sample_rows(extras: dict, limit: int = 8) -> list[dict]:
         if episodes:  # the transcript turn by turn: assistant turns, tool results, observations
             row.update(turns=episodes[i].messages, truncated_by=episodes[i].truncation)
         rows.append(row)
+    worst = extras.get("mismatch_tokens")
+    if worst is not None:  # the engine's log-probs came back: each sample's worst-disagreeing tokens
+        from ..trainer.mismatch import worst_token_rows
+
+        for row, tokens in zip(rows, worst_token_rows(worst, extras["decode"], len(rows))):
+            row["mismatch_tokens"] = tokens
     return rows
 
 

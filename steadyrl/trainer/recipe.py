@@ -53,7 +53,8 @@ from .batch import batch_from_generation
 from .dynamic import step_samples
 from .global_batch import gather_samples
 from .processing import process_rewards
-from .step import domain_ids, importance_correction, prepare, step_metrics
+from .mismatch import importance_correction, worst_tokens
+from .step import domain_ids, prepare, step_metrics
 from .turn_samples import episode_view, expand_turn_samples
 from .update import ppo_update
 
@@ -204,8 +205,13 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
         whole = episode_view(whole, episodes)
     metrics.update(step_metrics(run, drawn, whole, processed, tis_metrics, lr, times))
     # samples: this rank's own; result: all ranks' (rank 0's rows first, so they line up on rank 0)
+    per_row = episodes is drawn and not ro.correction.bypass  # step-wise rows are turns, not the samples shown
     extras = {"prompts": episodes.samples, "completions": episodes.gen.completions, "result": whole.result,
-              "episodes": episodes.gen.episodes}
+              "episodes": episodes.gen.episodes, "decode": run.tokenizer.decode,
+              "mismatch_tokens": worst_tokens(
+                  batch.old_logprobs, batch.rollout_logprobs,
+                  batch.response_mask if batch.policy_mask is None else batch.policy_mask,
+                  batch.response_ids) if per_row else None}
     return metrics, extras
 
 

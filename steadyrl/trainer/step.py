@@ -1,5 +1,6 @@
 """The pieces of a training step that :func:`steadyrl.trainer.recipe.train_step` calls: log-probs and
-values of a batch (:func:`prepare`), the importance correction, and the step's metrics.
+values of a batch (:func:`prepare`), the step's metrics; the importance correction is
+:mod:`.mismatch`'s (re-exported here).
 
 With several data-parallel ranks each rank takes its contiguous share of the step's prompts
 (every rank draws the same global batch from the sampler; whole groups per rank), generates
@@ -17,12 +18,12 @@ import torch
 
 from .. import distributed as dist
 from ..functional import explained_variance, masked_mean
-from ..functional.importance import behaviour_logprob_mask, rollout_mismatch_metrics, truncated_importance_weights
 from ..rewards import reward_metrics
 from ..rollout.episodes import episode_metrics
 from .batch import TrainBatch
 from .forward import critic_values, response_logprobs
 from .global_batch import GlobalSamples
+from .mismatch import bypass_old_logprobs, importance_correction  # noqa: F401 - re-exported
 from .packing import micro_batch_plan, trim
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ def needs_old_logprobs(run: Run, batch: TrainBatch) -> bool:
 
 
 def prepare(run: Run, batch: TrainBatch) -> TrainBatch:
-    """Fill in the rollout policy's and reference's log-probs and the critic's values."""
+    """Fill in the rollout policy's and reference's log-probs and the critic's values. With
+    ``rollout.correction.bypass`` the rollout policy's log-probs are the engine's (no forward pass)."""
     cfg, device = run.config, run.device
     size, budget = cfg.trainer.micro_batch_size, cfg.trainer.max_tokens_per_micro_batch
     pad_free = cfg.trainer.padding_free
@@ -69,7 +71,9 @@ def prepare(run: Run, batch: TrainBatch) -> TrainBatch:
               "chunk_size": cfg.trainer.logprob_chunk_size, "padding_free": cfg.trainer.padding_free}
     old = ref = values = None
     policy, critic = run.training_models()  # through the DDP / FSDP wrappers when there are any
-    if needs_old_logprobs(run, batch):
+    if cfg.rollout.correction.bypass and batch.rollout_logprobs is not None:
+        old = bypass_old_logprobs(batch.rollout_logprobs)  # the engine's: no recompute pass
+    elif needs_old_logprobs(run, batch):
         old = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device, budget, pad_free)
     if run.reference is not None:
         ref = _per_token(lambda m: response_logprobs(run.reference, m, **kwargs)[0], batch, size, device, budget, pad_free)
@@ -100,22 +104,6 @@ def _sample_metrics(whole: GlobalSamples, processed, tis_metrics: dict[str, floa
         metrics["critic/explained_variance"] = float(explained_variance(whole.values, processed.returns,
                                                                         processed.loss_mask))
     return metrics
-
-
-def importance_correction(run: Run, whole: GlobalSamples, advantages: torch.Tensor,
-                          loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-    """Truncated importance sampling when the engine returned its log-probs (vLLM, or the
-    asynchronous rollout worker) and ``rollout.tis_cap`` is set (by default with asynchronous
-    rollouts): advantages times ``w``, and tokens whose behaviour log-prob is NaN out of the loss
-    mask; else only the mismatch metrics. Returns ``(advantages, loss_mask, metrics)``."""
-    if whole.rollout_logprobs is None:
-        return advantages, loss_mask, {}
-    cap = run.config.rollout.tis_cap
-    if cap is None:
-        return advantages, loss_mask, rollout_mismatch_metrics(whole.old_logprobs, whole.rollout_logprobs, loss_mask)
-    weights, metrics = truncated_importance_weights(whole.old_logprobs, whole.rollout_logprobs, loss_mask, cap)
-    loss_mask = behaviour_logprob_mask(whole.rollout_logprobs, loss_mask).to(loss_mask.dtype)
-    return advantages * weights, loss_mask, metrics
 
 
 def domain_ids(domains: list | None) -> torch.Tensor | None:

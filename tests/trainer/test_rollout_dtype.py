@@ -89,3 +89,16 @@ def test_float16_rollouts_are_refused_on_the_cpu_naming_the_key_and_valid_values
         check_rollout_dtype("float16", CPU)
     check_rollout_dtype("bfloat16", CPU)
     check_rollout_dtype(None, CPU)
+
+
+def test_the_rollout_logprobs_are_the_same_whatever_the_row_chunks(tiny_model_dir, monkeypatch):
+    import steadyrl.rollout.hf as hf
+
+    _, tokenizer, engine = _engine(tiny_model_dir, torch.bfloat16)
+    torch.manual_seed(1)
+    gen = engine.generate([tokenizer("abc=")["input_ids"], tokenizer("7+8=")["input_ids"]], 3, max_new_tokens=4)
+    args = (engine.model, gen.prompt_ids, gen.prompt_mask, gen.response_ids, gen.response_mask, 1.0)
+    whole = hf.sampled_logprobs(*args)
+    monkeypatch.setattr(hf, "LOGITS_BUDGET", 1)  # one row a forward pass
+    torch.testing.assert_close(hf.sampled_logprobs(*args), whole, rtol=0, atol=2e-2)
+    torch.testing.assert_close(whole, gen.rollout_logprobs)
