@@ -89,15 +89,17 @@ def mismatch(run: RunData, t: Thresholds) -> Finding | None:
         return None
     evidence = [_from_to("|rollout/logprob_diff_mean|", early, late, e, l) +
                 f" (mismatch_max {fmt(t.mismatch_max)}, mismatch_growth {fmt(t.mismatch_growth)})"]
-    clip = run.series("rollout/tis_clip_frac")
-    if clip:
-        evidence.append(f"`rollout/tis_clip_frac` late mean {fmt(mean(values(windows(clip, t.window_frac)[1])))}")
+    for key in ("mismatch/k3", "mismatch/masked_token_frac", "mismatch/masked_seq_frac", "rollout/tis_clip_frac"):
+        got_key = _early_late(run, key, t)  # the KL and what the correction cut, where the run logs them
+        if got_key is not None:
+            evidence.append(_from_to(key, got_key[3], got_key[4], got_key[1], got_key[2]))
     return Finding(
         "mismatch", "Training-inference mismatch growing", span(series), evidence,
-        "The engine's log-probs drift away from the trainer's. Turn on truncated importance sampling "
-        f"(`rollout.tis_cap`{run.setting('rollout.tis_cap')}: 2.0, the default with asynchronous "
-        "rollouts), sample and train in the same precision, and see "
-        "docs/stability.md for the masking corrections.",
+        "The engine's log-probs drift away from the trainer's. Find out why with `steadyrl doctor "
+        "CONFIG` (it ranks the causes: precision, sampling parameters, attention, stale weights); "
+        "sample and train in the same precision; and correct what is left with "
+        f"`rollout.correction.mode`{run.setting('rollout.correction.mode')} (mask or truncate; "
+        f"`rollout.tis_cap`{run.setting('rollout.tis_cap')} is token truncation), see docs/stability.md.",
         max(l / t.mismatch_max if t.mismatch_max else 1.0,
             l / (t.mismatch_growth * max(e, 1e-12)) if grown else 1.0), examples=span(late))
 

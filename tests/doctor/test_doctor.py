@@ -158,3 +158,16 @@ def test_the_doctor_command_imports_no_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_mismatch_finding_quotes_the_kl_and_what_the_correction_cut_when_the_run_logs_them(tmp_path):
+    rows, samples = healthy_rows(0), healthy_samples(0)
+    INJECTIONS["mismatch"](rows, samples)
+    for row in rows:
+        row["mismatch/k3"] = 1e-4 * row["step"]
+        row["mismatch/masked_token_frac"] = 0.001 * row["step"]
+    finding = next(f for f in diagnose(load_run(write_run(tmp_path / "run", rows, samples)))
+                   if f.detector == "mismatch")
+    text = "\n".join(finding.evidence)
+    assert "`mismatch/k3`" in text and "`mismatch/masked_token_frac`" in text
+    assert "steadyrl doctor CONFIG" in finding.advice and "rollout.correction.mode" in finding.advice
