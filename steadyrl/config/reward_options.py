@@ -100,6 +100,9 @@ class ReasoningGymOptions(Options):
                                "completion.", min_length=1, pattern=r"\S")
     column: str = O("reasoning_gym", "Column holding the task and its entry (rows of data.train_path: "
                     "reasoning_gym:<task>).", min_length=1)
+    marker: str | None = O(None, "Instead of the tag: the answer is the rest of the line after the last occurrence "
+                           "of marker (e.g. 'The answer is'), trailing full stop dropped; a completion without "
+                           "it scores 0.0.", min_length=1, pattern=r"\S")
 
 
 class CachedOptions(Options):

@@ -40,6 +40,11 @@ class ReasoningGymRows(_Options):
     system_prompt: str = O("default", "One of reasoning-gym's system prompts (default, simple, direct, DeepSeekZero, "
                            "chain_of_draft; they ask for the answer in <answer></answer>): the prompt is [system, "
                            "user] messages, rendered by the chat template. none: the bare question as a plain string.")
+    instruction: str = O("", "Text appended to every question (after a space), e.g. 'Reply in the form: The answer "
+                         "is N.' for a small model that never writes answer tags (read it with the reward's marker; "
+                         "write an & in it as %26); the scored entry keeps the task's question. With "
+                         "system_prompt=none and data.chat_template: true the prompt is one user message under "
+                         "the chat template's own system prompt.")
 
 
 class TextArenaEpisodes(_Options):

@@ -9,7 +9,12 @@ downloaded. Options (all optional):
 * ``size`` (int, default 1000): training rows; ``test_size`` (int, default 100): held-out rows;
 * ``system_prompt`` (default ``default``): one of reasoning-gym's ``SYSTEM_PROMPTS`` (they ask for
   the answer in ``<answer></answer>`` tags), making each prompt ``[system, user]`` messages, or
-  ``none``: the question alone, as a plain string (for a tokenizer without a chat template);
+  ``none``: the question alone, as a plain string (for a tokenizer without a chat template; with
+  ``data.chat_template: true`` it becomes one user message under the template's own system prompt);
+* ``instruction`` (default empty): text appended to every question (after a space) in the prompt,
+  e.g. ``Reply in the form: The answer is N.`` for a small model that never writes answer tags
+  (score it with the reward's ``marker`` option). The entry the reward scores keeps the task's
+  question as it was;
 * everything else goes to the task's own config (``min_terms=2&max_terms=3``); the task refuses
   what it does not know.
 
@@ -63,8 +68,11 @@ def make_dataset(task: str, config: dict, *, seed: int, size: int, where: str):
                           f"{type(err).__name__}: {err}") from None
 
 
-def _prompt(question: str, system_prompt: str, where: str):
+def _prompt(question: str, system_prompt: str, instruction: str, where: str):
     from reasoning_gym.utils import SYSTEM_PROMPTS
+
+    if instruction.strip():
+        question = f"{question.rstrip()} {instruction.strip()}"
 
     if system_prompt == "none":
         return question
@@ -102,7 +110,7 @@ def task_records(spec: Spec, split: str | None, key: str) -> list[dict]:
                             "space is too small for test_size, lower it or widen the task's options")
     rows = []
     for entry in entries:
-        rows.append({"prompt": _prompt(entry["question"], own["system_prompt"], where),
+        rows.append({"prompt": _prompt(entry["question"], own["system_prompt"], own["instruction"], where),
                      "answer": entry["answer"],
                      COLUMN: {"task": spec.target, "config": config, "question": entry["question"],
                               "answer": entry["answer"], "metadata": entry.get("metadata", {})}})

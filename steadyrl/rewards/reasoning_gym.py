@@ -3,7 +3,9 @@
 Rows from ``data.train_path: reasoning_gym:<task>`` (:mod:`steadyrl.envs.reasoning_gym`) carry
 their entry in the column ``reasoning_gym``. The reward reads the answer out of the completion with
 reasoning-gym's ``extract_answer`` (the last ``<answer>...</answer>``; option ``answer_tag``, or
-``answer_tag: null`` for the whole completion, stripped) and returns
+``answer_tag: null`` for the whole completion, stripped; or option ``marker``, e.g.
+``"The answer is"``: the rest of the line after its last occurrence, without the trailing
+full stop, for a model that answers in a sentence instead of tags) and returns
 ``score_answer(answer, entry)`` of a dataset built with the row's task and config, so the score is
 exactly the package's: 1.0 right, 0.0 wrong or no answer, partial credit where the task gives it.
 Rows of several tasks can be mixed: each row names its own.
@@ -14,10 +16,18 @@ from __future__ import annotations
 import json
 
 from .registry import RewardFn, register_reward
+from .verifiers import TRAILING_PUNCTUATION, extract_answer as rest_of_line
+
+
+def _after_marker(completion: str, marker: str) -> str | None:
+    """The rest of the line after the last ``marker``, stripped of spaces and trailing punctuation."""
+    answer = rest_of_line(completion, marker=marker)
+    return None if answer is None else answer.strip().rstrip(TRAILING_PUNCTUATION).strip()
 
 
 @register_reward("reasoning_gym")
-def reasoning_gym_reward(*, answer_tag: str | None = "answer", column: str = "reasoning_gym") -> RewardFn:
+def reasoning_gym_reward(*, answer_tag: str | None = "answer", column: str = "reasoning_gym",
+                         marker: str | None = None) -> RewardFn:
     """Score by the task's ``score_answer`` (module docstring)."""
     from ..envs.spec import require
 
@@ -44,7 +54,12 @@ def reasoning_gym_reward(*, answer_tag: str | None = "answer", column: str = "re
             if not isinstance(entry, dict) or "task" not in entry:
                 out.append(None)  # not a reasoning-gym row: cannot score it
                 continue
-            answer = completion.strip() if answer_tag is None else extract_answer(completion, tag_name=answer_tag)
+            if marker is not None:
+                answer = _after_marker(completion, marker)
+            elif answer_tag is None:
+                answer = completion.strip()
+            else:
+                answer = extract_answer(completion, tag_name=answer_tag)
             out.append(float(scorer(entry)(answer, entry)))
         return out
 

@@ -1,6 +1,7 @@
 """A real model end to end: SmolLM2-135M-Instruct, downloaded once as a Q4_1 GGUF (support_smollm),
 becomes a model directory with ``steadyrl convert`` that keeps the GGUF's tokenizer, ChatML template
-and end token, generates, and trains two GRPO steps with ``steadyrl train``.
+and end token, generates, and trains two GRPO steps with ``steadyrl train``; and the reasoning-gym
+example (examples/smollm2_reasoning_gym.yaml) runs as shipped, cut to two steps, and evaluates.
 
 Marked slow (about a minute on two cores, most of it the de-quantisation); skipped, with the
 reason, only when the model cannot be downloaded.
@@ -96,3 +97,26 @@ def test_steadyrl_train_runs_grpo_steps_on_smollm2(smollm2, tmp_path):
     from steadyrl.models import load_tokenizer
 
     assert load_tokenizer(str(saved)).chat_template == load_tokenizer(str(model_dir)).chat_template
+
+
+def test_the_reasoning_gym_example_trains_and_evaluates_on_smollm2(smollm2, tmp_path):
+    """examples/smollm2_reasoning_gym.yaml as shipped, cut to two small steps: the held-out accuracy
+    (before and after) and the task's reward are logged and finite (README: the full run's numbers)."""
+    pytest.importorskip("reasoning_gym", reason="pip install 'steadyrl[reasoning-gym]'")
+    from pathlib import Path
+
+    _, model_dir = smollm2
+    example = Path(__file__).resolve().parents[2] / "examples" / "smollm2_reasoning_gym.yaml"
+    run = tmp_path / "run"
+    assert cli.main(["train", str(example), "--output-dir", str(run), f"model.name_or_path={model_dir}",
+                     "trainer.max_steps=2", "trainer.num_threads=1", "trainer.eval_every=0", "trainer.samples_every=0",
+                     "rollout.prompts_per_step=2", "rollout.group_size=4", "data.max_eval_prompts=8"]) == 0
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    evals = [row for row in metrics if "eval/accuracy" in row]
+    assert [row["step"] for row in evals] == [0, 2] and all(row["eval/num_prompts"] == 8 for row in evals)
+    assert all(0.0 <= row["eval/accuracy"] <= 1.0 for row in evals)
+    steps = [row for row in metrics if "actor/grad_norm" in row]
+    assert [row["step"] for row in steps] == [1, 2]
+    for row in steps:
+        assert math.isfinite(row["actor/grad_norm"]) and 0.0 <= row["reward/reasoning_gym/mean"] <= 1.0
+        assert row["reward/valid_frac"] == 1.0 and row["response/length_mean"] > 0

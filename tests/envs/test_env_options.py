@@ -29,7 +29,7 @@ def test_an_absent_option_is_its_models_default():
     spec = parse_spec("reasoning_gym:basic_arithmetic?size=5", "data.train_path")
     options = dict(spec.options)
     got = {name: take(options, name, spec, "data.train_path", ReasoningGymRows) for name in ReasoningGymRows.model_fields}
-    assert got == {"seed": 0, "size": 5, "test_size": 100, "system_prompt": "default"}
+    assert got == {"seed": 0, "size": 5, "test_size": 100, "system_prompt": "default", "instruction": ""}
     assert options == {}
 
 

@@ -73,6 +73,29 @@ def test_the_reward_without_a_tag_scores_the_whole_completion():
     assert fn([""] * 3, [f" {r['answer']}\n" for r in rows], reasoning_gym=[r["reasoning_gym"] for r in rows]) == [1.0] * 3
 
 
+def test_an_instruction_is_appended_to_the_prompt_but_not_to_the_scored_question():
+    spec = SPEC + "&instruction=Reply in the form: The answer is N."
+    plain, told = load_records(SPEC), load_records(spec)
+    assert told[0]["prompt"][1]["content"] == plain[0]["reasoning_gym"]["question"] + " Reply in the form: The answer is N."
+    assert told[0]["reasoning_gym"]["question"] == plain[0]["reasoning_gym"]["question"]
+    assert "instruction" not in told[0]["reasoning_gym"]["config"]  # not passed to the task's generator
+    bare = load_records(spec + "&system_prompt=none")[0]
+    assert bare["prompt"] == told[0]["prompt"][1]["content"]
+
+
+def test_the_reward_with_a_marker_scores_what_follows_the_last_marker():
+    rows = load_records("reasoning_gym:basic_arithmetic?size=4&test_size=1&max_terms=2&max_digits=1")
+    entries = [r["reasoning_gym"] for r in rows]
+    completions = [f"The answer is 999. No wait. The answer is {rows[0]['answer']}.",  # the last one counts
+                   f"<answer>{rows[1]['answer']}</answer>",  # no marker: 0 (tags are not read)
+                   f"The answer is  {rows[2]['answer']} \nThe end",  # rest of the line only
+                   "The answer is -99999."]
+    fn = load_reward("reasoning_gym", marker="The answer is")
+    assert fn([""] * 4, completions, reasoning_gym=entries) == [1.0, 0.0, 1.0, 0.0]
+    with pytest.raises(Exception, match="option marker"):
+        load_reward("reasoning_gym", marker=" ")
+
+
 @pytest.mark.parametrize("spec, needle", [
     ("reasoning_gym:basic_arithmetc", "did you mean 'basic_arithmetic'"),
     ("reasoning_gym:basic_arithmetic?bogus=1", "refuses its options {'bogus': 1}"),
@@ -80,6 +103,7 @@ def test_the_reward_without_a_tag_scores_the_whole_completion():
     ("reasoning_gym:basic_arithmetic?size=0", "option size=0 must be an integer >= 1"),
     ("reasoning_gym:basic_arithmetic?size", "is not key=value"),
     ("reasoning_gym:basic_arithmetic?system_prompt=loud", "option system_prompt='loud'"),
+    ("reasoning_gym:basic_arithmetic?instruction=42", "option instruction=42 must be text"),
     ("reasoning_gym:?size=3", "names no reasoning-gym task"),
 ])
 def test_bad_specs_are_config_errors_naming_the_spec(spec, needle):
