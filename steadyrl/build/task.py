@@ -37,10 +37,11 @@ def task_inputs(config: Config, *, for_eval: bool = False):
     else:
         default_specs = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
     environment = config.rollout.environment is not None
-    if environment and not config.rewards:  # the environment's rewards alone
+    agent = config.rollout.agent is not None
+    if (environment or agent and not demo) and not config.rewards:  # the environment's (agent's) rewards alone
         default_specs = []
     specs = build_rewards(config, default=default_specs)
-    names = [s.name for s in specs] + (["environment"] if environment else [])
+    names = [s.name for s in specs] + (["environment"] if environment else []) + (["agent"] if agent else [])
     wanted = config.eval.accuracy_reward
     if wanted is not None and wanted not in names:
         raise ConfigError(f"eval.accuracy_reward = {wanted!r} is not one of the configured rewards {names}")
@@ -55,7 +56,7 @@ def task_inputs(config: Config, *, for_eval: bool = False):
         for domain, rows in by_domain(records, key).items():
             applying = [s for s in specs if key is None or s.domains is None or domain in s.domains]
             check_reward_columns(applying, rows, where, provided)
-    return train, evals, Scorer(specs, allow_empty=environment, domain_key=key), (train_parts, eval_parts)
+    return train, evals, Scorer(specs, allow_empty=environment or agent, domain_key=key), (train_parts, eval_parts)
 
 
 def check_reward_columns(specs: list[RewardSpec], records: list[dict], source: str,

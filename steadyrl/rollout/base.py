@@ -93,6 +93,13 @@ class EpisodeInfo:
     # the same turns as the conversation keeps them (assistant turns parsed, with tool_calls): what
     # TRL's tool loop passes a reward as a completion, and what a TRL-style reward gets here
     chat: list[dict] = field(default_factory=list)
+    # rollout.agent episodes (steadyrl.gateway): what the agent returned and how its calls went
+    gateway: bool = False
+    agent_reward: float | None = None  # None: the reward functions score the transcript
+    agent_calls: int = 0
+    non_append_calls: int = 0  # calls that extended no earlier call's context
+    off_policy_calls: int = 0  # calls sampled with a temperature / top-p other than the run's
+    timed_out: bool = False
 
 
 def response_mask_from_ids(
