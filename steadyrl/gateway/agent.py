@@ -36,7 +36,7 @@ from ..userfn import SPEC_FORMS, resolve_spec
 from .assemble import assemble, check_reward
 from .record import EpisodeRecord
 from .server import Gateway
-from .waves import Waves
+from .waves import WAVE_WAIT_S, Waves
 
 EXAMPLE = "async def run_episode(row, client) -> float | None"
 
@@ -92,10 +92,11 @@ class GatewayAgent:
     tool_schemas = None
     tools: dict = {}
 
-    def __init__(self, spec: str, *, parser, concurrency: int, timeout_s: float, template_kwargs: dict | None = None):
+    def __init__(self, spec: str, *, parser, concurrency: int, timeout_s: float, template_kwargs: dict | None = None,
+                 wave_wait_s: float = WAVE_WAIT_S):
         self.spec = spec
         self.fn, self.is_async, self.how = load_agent(spec)
-        self.parser, self.concurrency, self.timeout_s = parser, concurrency, timeout_s
+        self.parser, self.concurrency, self.timeout_s, self.wave_wait_s = parser, concurrency, timeout_s, wave_wait_s
         self.template_kwargs = dict(template_kwargs or {})
         self.gateway: Gateway | None = None
         self.generate_calls = 0  # engine.generate calls of the last rollout (one per wave and setting)
@@ -110,7 +111,8 @@ class GatewayAgent:
                                   Gateway.new_token()) for p in prompts for _ in range(n)]
         waves = Waves(engine, tokenizer, {e.token: e for e in episodes}, sampling=sampling,
                       max_new_tokens=min(limits.max_new_tokens, limits.episode_tokens), parser=self.parser,
-                      template_kwargs=self.template_kwargs, timeout_s=self.timeout_s)
+                      template_kwargs=self.template_kwargs, timeout_s=self.timeout_s, concurrency=self.concurrency,
+                      wave_wait_s=self.wave_wait_s)
         runner = threading.Thread(target=self._run_all, args=(episodes, waves), name="steadyrl-agents", daemon=True)
         self.gateway.submit = waves.submit
         runner.start()
@@ -153,8 +155,7 @@ class GatewayAgent:
     async def _one(self, e: EpisodeRecord, waves: Waves, limit: asyncio.Semaphore, pool) -> None:
         async with limit:
             if e.closed:  # the rollout was interrupted before this episode started
-                return
-            waves.episode_started()
+                return waves.episode_over(e)
             kwargs, client = self._arguments(e)
             row = copy.deepcopy(e.row)
             try:

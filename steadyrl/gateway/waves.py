@@ -42,15 +42,16 @@ class Waves:
     """The calls of one rollout: queued by :meth:`submit` (HTTP threads), answered by :meth:`serve`."""
 
     def __init__(self, engine, tokenizer, episodes: dict[str, EpisodeRecord], *, sampling: dict, max_new_tokens: int,
-                 parser, template_kwargs: dict, timeout_s: float):
+                 parser, template_kwargs: dict, timeout_s: float, concurrency: int, wave_wait_s: float = WAVE_WAIT_S):
         self.engine, self.tokenizer, self.episodes = engine, tokenizer, episodes
         self.sampling, self.max_new_tokens, self.parser = sampling, max_new_tokens, parser
-        self.template_kwargs, self.timeout_s = template_kwargs, timeout_s
+        self.template_kwargs, self.timeout_s, self.wave_wait_s = template_kwargs, timeout_s, wave_wait_s
         self.eos = set(engine.eos_ids)
         self.end_texts = [tokenizer.decode([i]) for i in sorted(self.eos)]
         self.cond = threading.Condition()
         self.pending: list[_Pending] = []
-        self.running = 0  # episodes started and not over
+        self.concurrency, self.left = concurrency, len(episodes)  # episodes not over yet
+        self.running = min(concurrency, self.left)  # episodes running (or starting): a full wave has their calls
         self.finished = False  # every episode is over
         self.generate_calls = 0
 
@@ -71,14 +72,11 @@ class Waves:
         return item.answer
 
     # --- the episode runner -------------------------------------------------------------------
-    def episode_started(self) -> None:
-        with self.cond:
-            self.running += 1
-
     def episode_over(self, episode: EpisodeRecord) -> None:
         """``episode`` returned, raised or timed out: its pending calls are refused from now on."""
         with self.cond:
-            self.running -= 1
+            self.left -= 1
+            self.running = min(self.concurrency, self.left)
             episode.closed = True
             for item in [p for p in self.pending if p.episode is episode]:
                 self.pending.remove(item)
@@ -101,7 +99,7 @@ class Waves:
                 if not self.pending and self.finished:
                     return
                 while self.pending and len(self.pending) < self.running:
-                    left = self.pending[0].since + WAVE_WAIT_S - time.monotonic()
+                    left = self.pending[0].since + self.wave_wait_s - time.monotonic()
                     if left <= 0:
                         break
                     self.cond.wait(left)
