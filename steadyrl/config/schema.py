@@ -356,7 +356,7 @@ class RolloutConfig(Section):
     agent: str | None = F(None, "An agent function (file.py:run_episode) that runs each episode against the "
                           "OpenAI-compatible gateway serving the policy (docs/environments.md): (row, client) or "
                           "(row, base_url, api_key) -> reward or None (None: the reward functions score it).")
-    agent_concurrency: int = F(64, "Episodes of rollout.agent that run at once; the calls of all running "
+    agent_concurrency: int = F(256, "Episodes of rollout.agent that run at once; the calls of all running "
                                "episodes are batched into one generate per wave.", ge=1, le=MAX_PROCESSES)
     agent_timeout_s: float = F(600.0, "Time limit of one rollout.agent episode; one that exceeds it (or raises) "
                                "is left out of the update and counted in rollout/agent/timeouts.", gt=0)

@@ -100,6 +100,12 @@ class GatewayAgent:
         self.template_kwargs = dict(template_kwargs or {})
         self.gateway: Gateway | None = None
         self.generate_calls = 0  # engine.generate calls of the last rollout (one per wave and setting)
+        # kept for the run: the event loop the agents run on, one connection pool, and the episode
+        # slots (a base URL and its client; an openai client costs milliseconds to make, per episode)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._http = None
+        self._slots: list[tuple[str, dict]] = []
 
     def rollout(self, engine, tokenizer, prompts: list, n: int, limits, *, seeds=None, **sampling):
         """``n`` episodes of each prompt (rows in group order) as a ``Generation``."""
@@ -107,57 +113,63 @@ class GatewayAgent:
 
         if self.gateway is None:
             self.gateway = Gateway()
-        episodes = [EpisodeRecord({"prompt": p.messages if p.messages is not None else p.text, **p.columns},
-                                  Gateway.new_token()) for p in prompts for _ in range(n)]
-        waves = Waves(engine, tokenizer, {e.token: e for e in episodes}, sampling=sampling,
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, name="steadyrl-agents", daemon=True)
+            self._thread.start()
+        episodes = [EpisodeRecord({"prompt": p.messages if p.messages is not None else p.text, **p.columns}, "")
+                    for p in prompts for _ in range(n)]
+        waves = Waves(engine, tokenizer, episodes, sampling=sampling,
                       max_new_tokens=min(limits.max_new_tokens, limits.episode_tokens), parser=self.parser,
                       template_kwargs=self.template_kwargs, timeout_s=self.timeout_s, concurrency=self.concurrency,
                       wave_wait_s=self.wave_wait_s)
-        runner = threading.Thread(target=self._run_all, args=(episodes, waves), name="steadyrl-agents", daemon=True)
         self.gateway.submit = waves.submit
-        runner.start()
+        running = asyncio.run_coroutine_threadsafe(self._main(episodes, waves), self._loop)
+        running.add_done_callback(lambda _: waves.all_over())
         try:
             waves.serve()
         finally:
             self.gateway.submit = Gateway._closed
-            for e in episodes:
-                e.closed = True
-            runner.join()
+            waves.abort()  # after an interruption: episodes not over are refused from here on
+            running.result()
         self.generate_calls = waves.generate_calls
         return assemble(episodes, tokenizer, limits.episode_tokens, keep_logprobs=not isinstance(engine, HFEngine))
-
-    def _run_all(self, episodes: list[EpisodeRecord], waves: Waves) -> None:
-        try:
-            asyncio.run(self._main(episodes, waves))
-        finally:
-            waves.all_over()
 
     async def _main(self, episodes: list[EpisodeRecord], waves: Waves) -> None:
         limit = asyncio.Semaphore(self.concurrency)
         pool = None if self.is_async else ThreadPoolExecutor(max_workers=min(self.concurrency, len(episodes)),
                                                              thread_name_prefix="steadyrl-agent")
+        if self._http is None and self.how == "client":  # one connection pool for every episode's client
+            import openai
+
+            self._http = (openai.DefaultAsyncHttpxClient if self.is_async else openai.DefaultHttpxClient)(
+                timeout=self.timeout_s)
         try:
             await asyncio.gather(*(self._one(e, waves, limit, pool) for e in episodes))
         finally:
             if pool is not None:  # an abandoned (timed-out) plain function is not waited for
                 pool.shutdown(wait=False, cancel_futures=True)
 
-    def _arguments(self, e: EpisodeRecord) -> tuple[dict, object]:
-        base_url, key = self.gateway.base_url(e.token), self.gateway.api_key
+    def _slot(self) -> tuple[str, dict]:
+        """A free episode slot: its token (in its base URL) and the arguments the agent gets."""
+        if self._slots:
+            return self._slots.pop()
+        token = Gateway.new_token()
+        base_url, key = self.gateway.base_url(token), self.gateway.api_key
         if self.how == "url":
-            return {"base_url": base_url, "api_key": key}, None
+            return token, {"base_url": base_url, "api_key": key}
         import openai
 
         make = openai.AsyncOpenAI if self.is_async else openai.OpenAI
-        client = make(base_url=base_url, api_key=key, max_retries=0, timeout=self.timeout_s)
-        return {"client": client}, client
+        return token, {"client": make(base_url=base_url, api_key=key, max_retries=0, timeout=self.timeout_s,
+                                      http_client=self._http)}
 
     async def _one(self, e: EpisodeRecord, waves: Waves, limit: asyncio.Semaphore, pool) -> None:
         async with limit:
-            if e.closed:  # the rollout was interrupted before this episode started
-                return waves.episode_over(e)
-            kwargs, client = self._arguments(e)
-            row = copy.deepcopy(e.row)
+            slot = self._slot()
+            if not waves.bind(slot[0], e):  # the rollout was interrupted before this episode started
+                self._slots.append(slot)
+                return
+            row, kwargs = copy.deepcopy(e.row), slot[1]
             try:
                 if self.is_async:
                     call = self.fn(row, **kwargs)
@@ -173,14 +185,25 @@ class GatewayAgent:
                 e.failed, e.error = True, f"the agent raised {type(err).__name__}: {str(err)[:500]}"
             finally:
                 waves.episode_over(e)
-                if client is not None and self.is_async:
-                    await client.close()
+                if not e.timed_out:  # an abandoned agent may still hold its slot's client: that slot retires
+                    self._slots.append(slot)
 
     def close(self, states) -> None:
         pass
 
     def shutdown(self) -> None:
-        """The end of the run: the gateway stops listening."""
-        if self.gateway is not None:
-            self.gateway.close()
-            self.gateway = None
+        """The end of the run: the gateway stops listening, the agents' loop and connections go."""
+        if self.gateway is None:
+            return
+        self.gateway.close()
+        self.gateway = None
+        if self._http is not None:
+            if self.is_async:
+                asyncio.run_coroutine_threadsafe(self._http.aclose(), self._loop).result(timeout=10)
+            else:
+                self._http.close()
+            self._http = None
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+        self._slots.clear()

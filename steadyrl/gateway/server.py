@@ -33,6 +33,7 @@ MODEL_NAME = "steadyrl-policy"
 class _Handler(BaseHTTPRequestHandler):
     server_version = "steadyrl-gateway"
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # kept-alive connections: a small answer must not wait for the client's ACK
 
     def log_message(self, format, *args):  # noqa: A002 - quiet: a run's log is its metrics
         pass
@@ -42,8 +43,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._headers_buffer.append(b"\r\n" + data)  # headers and body in one write
+        self.flush_headers()
 
     def _fail(self, err: RequestError) -> None:
         self._send(err.status, error_body(err))
@@ -99,6 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = False
+    request_queue_size = 1024  # connections waiting to be accepted: every running episode may connect at once
 
 
 class Gateway:

@@ -2,11 +2,14 @@
 
 The HTTP threads only queue checked requests (:meth:`Waves.submit` blocks until the answer). The
 rollout's own thread (:meth:`Waves.serve`) takes *waves*: it waits until every running episode has
-a call pending, or :data:`WAVE_WAIT_S` after the first call of the wave came in (an agent busy with
-its own work does not hold the others back), then renders each call's prompt ids, and sends all of
-them to the engine at once, one ``generate`` per distinct sampling setting (``n``, temperature,
-top-p; usually one), with the largest ``max_tokens`` of the group (each call's answer is cut to its
-own). Every answer is recorded in its episode (:mod:`.record`) before it is sent.
+a call pending, or until the first call of the wave has waited as long as the last ``generate``
+took (at least :data:`WAVE_WAIT_S`, at most :data:`MAX_WAVE_WAIT_S`: an agent busy with its own work
+does not hold the others back for long, and a wave sent early costs about one more generate), then
+renders each call's prompt ids, and sends all of them to the engine at once, one ``generate`` per
+distinct sampling setting (``n``, temperature, top-p; usually one), with the largest ``max_tokens``
+of the group (each call's answer is cut to its own); calls with the same prompt ids are one prompt
+sampled several times (:func:`shared_prompts`). Every answer is recorded in its episode
+(:mod:`.record`) before it is sent.
 
 Sampling: a call samples with the run's ``rollout.temperature`` / ``top_p`` / ``top_k`` unless it
 sets ``temperature`` / ``top_p`` (honoured; a call whose setting differs from the run's is counted
@@ -25,7 +28,9 @@ from .record import EpisodeRecord, Served, appended_chat_ids, appended_text_ids
 from .server import MODEL_NAME
 
 WAVE_WAIT_S = 0.05
-"""Longest a pending call waits for the other running episodes' calls before its wave is sent."""
+"""Least time a pending call waits for the other running episodes' calls before its wave is sent."""
+MAX_WAVE_WAIT_S = 1.0
+"""Most time it waits: as long as the last generate took (a wave sent early costs another one), within this."""
 
 
 @dataclass
@@ -41,19 +46,22 @@ class _Pending:
 class Waves:
     """The calls of one rollout: queued by :meth:`submit` (HTTP threads), answered by :meth:`serve`."""
 
-    def __init__(self, engine, tokenizer, episodes: dict[str, EpisodeRecord], *, sampling: dict, max_new_tokens: int,
+    def __init__(self, engine, tokenizer, episodes: list[EpisodeRecord], *, sampling: dict, max_new_tokens: int,
                  parser, template_kwargs: dict, timeout_s: float, concurrency: int, wave_wait_s: float = WAVE_WAIT_S):
-        self.engine, self.tokenizer, self.episodes = engine, tokenizer, episodes
+        self.engine, self.tokenizer = engine, tokenizer
+        self.episodes: dict[str, EpisodeRecord] = {}  # the token of each running episode's slot
         self.sampling, self.max_new_tokens, self.parser = sampling, max_new_tokens, parser
         self.template_kwargs, self.timeout_s, self.wave_wait_s = template_kwargs, timeout_s, wave_wait_s
         self.eos = set(engine.eos_ids)
         self.end_texts = [tokenizer.decode([i]) for i in sorted(self.eos)]
         self.cond = threading.Condition()
         self.pending: list[_Pending] = []
+        self.all = episodes
         self.concurrency, self.left = concurrency, len(episodes)  # episodes not over yet
         self.running = min(concurrency, self.left)  # episodes running (or starting): a full wave has their calls
         self.finished = False  # every episode is over
         self.generate_calls = 0
+        self.last_generate_s = 0.0
 
     # --- HTTP threads -------------------------------------------------------------------------
     def submit(self, token: str, request: Request) -> tuple[int, dict]:
@@ -72,17 +80,40 @@ class Waves:
         return item.answer
 
     # --- the episode runner -------------------------------------------------------------------
+    def bind(self, token: str, episode: EpisodeRecord) -> bool:
+        """Calls to base URL ``token`` are ``episode``'s from now on (False: the rollout was interrupted)."""
+        with self.cond:
+            if episode.closed:
+                self.left -= 1
+                self.running = min(self.concurrency, self.left)
+                self.cond.notify_all()
+                return False
+            episode.token = token
+            self.episodes[token] = episode
+            return True
+
     def episode_over(self, episode: EpisodeRecord) -> None:
         """``episode`` returned, raised or timed out: its pending calls are refused from now on."""
         with self.cond:
             self.left -= 1
             self.running = min(self.concurrency, self.left)
             episode.closed = True
+            self.episodes.pop(episode.token, None)
             for item in [p for p in self.pending if p.episode is episode]:
                 self.pending.remove(item)
                 self._answer(item, 410, {"error": {"message": "this episode is over", "type": "invalid_request_error",
                                                    "param": None, "code": None}})
             self.cond.notify_all()
+
+    def abort(self) -> None:
+        """Every episode not over yet is: its pending and later calls are refused (the rollout stops)."""
+        with self.cond:
+            for episode in self.all:
+                episode.closed = True
+            for item in self.pending:
+                self._answer(item, 410, {"error": {"message": "the rollout stopped", "type": "invalid_request_error",
+                                                   "param": None, "code": None}})
+            self.pending = []
 
     def all_over(self) -> None:
         with self.cond:
@@ -98,8 +129,9 @@ class Waves:
                     self.cond.wait()
                 if not self.pending and self.finished:
                     return
+                wait = min(max(self.wave_wait_s, self.last_generate_s), MAX_WAVE_WAIT_S)
                 while self.pending and len(self.pending) < self.running:
-                    left = self.pending[0].since + self.wave_wait_s - time.monotonic()
+                    left = self.pending[0].since + wait - time.monotonic()
                     if left <= 0:
                         break
                     self.cond.wait(left)
@@ -154,8 +186,10 @@ class Waves:
             groups.setdefault(self._settings(item.request), []).append(item)
         for (n, temperature, top_p, sample), items in groups.items():
             budget = max(min(i.request.max_tokens or self.max_new_tokens, self.max_new_tokens) for i in items)
+            prompts, copies, rows = shared_prompts([i.prompt_ids for i in items], n, sample)
+            started = time.monotonic()
             try:
-                gen = generate(self.engine, [i.prompt_ids for i in items], n, max_new_tokens=budget,
+                gen = generate(self.engine, prompts, copies, max_new_tokens=budget,
                                temperature=temperature, top_p=top_p, top_k=self.sampling.get("top_k", 0),
                                do_sample=sample)
             except Exception as err:  # noqa: BLE001 - the engine failed these calls; the run decides on the episodes
@@ -164,11 +198,11 @@ class Waves:
                                                        "type": "server_error", "param": None, "code": None}})
                 continue
             self.generate_calls += 1
+            self.last_generate_s = time.monotonic() - started
             off_policy = sample and (temperature != float(self.sampling.get("temperature", 1.0))
                                      or top_p != float(self.sampling.get("top_p", 1.0)))
-            for k, item in enumerate(items):
-                rows = range(k * n, (k + 1) * n)
-                self._finish(item, [self._choice(item.request, gen, r) for r in rows], off_policy)
+            for item, item_rows in zip(items, rows):
+                self._finish(item, [self._choice(item.request, gen, r) for r in item_rows], off_policy)
 
     def _choice(self, req: Request, gen, row: int) -> tuple[Choice, str | None]:
         from .sampled import choice_of
@@ -198,6 +232,28 @@ class Waves:
                 episode.transcript = [{"role": "assistant", "content": first.text}]
         body = (chat_body if req.chat else completion_body)(req, item.prompt_ids, choices, MODEL_NAME)
         self._answer(item, 200, body)
+
+
+def shared_prompts(prompt_ids: list[list[int]], n: int, sample: bool = True) -> tuple[list[list[int]], int, list[range]]:
+    """``(prompts, copies, rows)``: the calls of a wave as one ``generate(prompts, copies)``, and the
+    rows of its result that answer each call. Calls with the same prompt ids (a GRPO group's first
+    calls) become one prompt sampled ``copies`` times, so the engine computes it once per group; that
+    needs every distinct prompt to come equally often, else each call is its own prompt. Greedy
+    decoding (``sample`` False) gives each of a call's ``n`` choices a row of its own prompt."""
+    if not sample:
+        return [ids for ids in prompt_ids for _ in range(n)], 1, [range(k * n, (k + 1) * n) for k in range(len(prompt_ids))]
+    order: dict[tuple, list[int]] = {}
+    for i, ids in enumerate(prompt_ids):
+        order.setdefault(tuple(ids), []).append(i)
+    counts = {len(v) for v in order.values()}
+    if len(order) == len(prompt_ids) or len(counts) != 1:
+        return prompt_ids, n, [range(k * n, (k + 1) * n) for k in range(len(prompt_ids))]
+    copies = counts.pop() * n
+    rows: list[range] = [range(0)] * len(prompt_ids)
+    for d, calls in enumerate(order.values()):
+        for j, i in enumerate(calls):
+            rows[i] = range(d * copies + j * n, d * copies + (j + 1) * n)
+    return [list(k) for k in order], copies, rows
 
 
 def generate(engine, prompt_ids, n, **kwargs):

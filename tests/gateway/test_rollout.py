@@ -195,3 +195,13 @@ async def run_episode(row, client):
     assert not any(e.failed for e in gen.episodes), [e.error for e in gen.episodes]
     assert all(e.agent_calls == 2 for e in gen.episodes)
     assert episode_metrics(gen.episodes)["rollout/agent/non_append_calls"] == 2.0  # the text call is another context
+
+
+def test_calls_with_the_same_prompt_are_one_prompt_sampled_for_each():
+    from steadyrl.gateway.waves import shared_prompts
+
+    prompts, copies, rows = shared_prompts([[1, 2], [3], [1, 2], [3]], 2)
+    assert prompts == [[1, 2], [3]] and copies == 4
+    assert [list(r) for r in rows] == [[0, 1], [4, 5], [2, 3], [6, 7]]  # each call its own rows of its prompt
+    assert shared_prompts([[1], [1], [2]], 1)[1:] == (1, [range(0, 1), range(1, 2), range(2, 3)])  # unequal counts
+    assert shared_prompts([[1], [1]], 2, sample=False) == ([[1], [1], [1], [1]], 1, [range(0, 2), range(2, 4)])
