@@ -31,6 +31,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT = f"{REPO / 'examples' / 'calculator_agent.py'}:run_episode"
+HTTP_AGENT = f"{REPO / 'benchmarks' / 'gateway_agents.py'}:run_episode"
+AGENTS = {"gateway": AGENT, "gateway-http": HTTP_AGENT}
 
 
 def _setup(quick: bool):
@@ -47,10 +49,11 @@ def _setup(quick: bool):
     train, _ = make_tool_splits(2000, 10, seed=0)
     model, tokenizer, info = build_tool_demo(config.demo, train, seed=0)
     driver = build_agent(config, tokenizer)
-    gateway_config = load_config(None, [*overrides, "rollout.tools=[]", f"rollout.agent={AGENT}"])
-    gateway = build_agent(gateway_config, tokenizer)
+    agents = {"driver": driver}
+    for name, spec in AGENTS.items():
+        agents[name] = build_agent(load_config(None, [*overrides, "rollout.tools=[]", f"rollout.agent={spec}"]), tokenizer)
     prompts, _ = prepare_prompts(train[:64], tokenizer, source="bench", **prompt_options(config, driver))
-    return config, HFEngine(model, tokenizer), tokenizer, driver, gateway, prompts
+    return config, HFEngine(model, tokenizer), tokenizer, agents, prompts
 
 
 def _time(fn) -> tuple[float, object]:
@@ -65,9 +68,10 @@ def train_steps(steps: int, skill_steps: int, out: Path) -> dict[str, dict[str, 
     from steadyrl.tracking import read_jsonl
     from steadyrl.trainer import train
 
-    common = ["demo.task=tool", f"demo.tool_skill_steps={skill_steps}", f"trainer.max_steps={steps}",
+    common = ["demo.task=tool", f"demo.tool_skill_steps={skill_steps}", f"trainer.max_steps={steps}", "demo.num_eval=16",
               "trainer.eval_every=0", "rollout.tool_isolation=inline", "trainer.save_every=0"]
-    runs = {"driver": common, "gateway": [*common, "rollout.tools=[]", f"rollout.agent={AGENT}"]}
+    runs = {"driver": common, **{name: [*common, "rollout.tools=[]", f"rollout.agent={spec}"]
+                                 for name, spec in AGENTS.items()}}
     result = {}
     for name, overrides in runs.items():
         train(None, overrides, output_dir=str(out / name), overwrite=True)
@@ -87,47 +91,45 @@ def main(argv=None) -> int:
     from steadyrl.rollout.driver import rollout
     from steadyrl.rollout.episodes import episode_metrics
 
-    config, engine, tokenizer, driver, gateway, prompts = _setup(args.quick)
+    config, engine, tokenizer, agents, prompts = _setup(args.quick)
     ro = config.rollout
     sampling = {"temperature": ro.temperature, "top_p": ro.top_p, "top_k": ro.top_k}
     rounds = 1 if args.quick else args.rounds
-    times = {"driver": [], "gateway": []}
-    calls = {"driver": [], "gateway": []}
-    step_prompts = prompts[:ro.prompts_per_step]  # the demo's step: 8 prompts x 8
-    for r in range(rounds + 1):  # round 0 warms both paths up and is not counted
-        for name, agent in (("driver", driver), ("gateway", gateway)):
+    times = {name: [] for name in agents}
+    calls = {name: [] for name in agents}
+    step_prompts = prompts[:ro.prompts_per_step]  # the demo's step: 16 prompts x 8
+    for r in range(rounds + 1):  # round 0 warms every path up and is not counted
+        for name, agent in agents.items():  # interleaved: the machine's load falls on all alike
             torch.manual_seed(r)
             seconds, gen = _time(lambda: rollout(engine, tokenizer, agent, step_prompts, ro.group_size, ro,
                                                  seeds=list(range(len(step_prompts) * ro.group_size)), **sampling))
             if r:
                 times[name].append(seconds)
                 calls[name].append(episode_metrics(gen.episodes)["rollout/tool_calls_per_episode"])
-    gateway.concurrency = 64
-    torch.manual_seed(100)
-    wide, gen = _time(lambda: rollout(engine, tokenizer, gateway, prompts[:16], 4, ro, seeds=list(range(64)),
-                                      **sampling))
-    failed = sum(e.failed for e in gen.episodes)
-    errors = sorted({e.error for e in gen.episodes if e.failed})
-    if errors:
-        print("failed episodes:", errors[:3])
-    d, g = statistics.median(times["driver"]), statistics.median(times["gateway"])
     print(f"episodes per step: {len(step_prompts) * ro.group_size} ({len(step_prompts)} prompts x {ro.group_size}); "
           f"rounds: {rounds}")
-    print(f"driver  rollout s/step: median {d:.3f} (all {[round(t, 3) for t in times['driver']]}), "
-          f"tool calls/episode {statistics.mean(calls['driver']):.2f}")
-    print(f"gateway rollout s/step: median {g:.3f} (all {[round(t, 3) for t in times['gateway']]}), "
-          f"tool calls/episode {statistics.mean(calls['gateway']):.2f}")
-    print(f"gateway / driver: {g / d:.2f}x")
-    print(f"64 concurrent agents: 64 episodes in {wide:.2f} s = {64 / wide:.1f} episodes/s, "
-          f"{gateway.generate_calls} generate calls, {failed} failed")
-    gateway.shutdown()
-    driver.shutdown()
+    base = statistics.median(times["driver"])
+    for name in agents:
+        m = statistics.median(times[name])
+        print(f"{name:13s} rollout s/step: median {m:.3f} ({m / base:.2f}x the driver; all "
+              f"{[round(t, 3) for t in times[name]]}), tool calls/episode {statistics.mean(calls[name]):.2f}")
+    for name in AGENTS:
+        gateway = agents[name]
+        gateway.concurrency = 64
+        torch.manual_seed(100)
+        wide, gen = _time(lambda: rollout(engine, tokenizer, gateway, prompts[:16], 4, ro, seeds=list(range(64)),
+                                          **sampling))
+        errors = sorted({e.error for e in gen.episodes if e.failed})
+        print(f"{name}: 64 concurrent agents: 64 episodes in {wide:.2f} s = {64 / wide:.1f} episodes/s, "
+              f"{gateway.generate_calls} generate calls, {len(errors)} failed {errors[:2]}")
+    for agent in agents.values():
+        agent.shutdown()
     if args.steps:
         steps = train_steps(2 if args.quick else args.steps, 60 if args.quick else 300, args.out)
-        d, g = steps["driver"], steps["gateway"]
-        print(f"train step (median of steps 2..): driver {d['time/step_s']:.3f} s (generate {d['time/generate_s']:.3f}), "
-              f"gateway {g['time/step_s']:.3f} s (generate {g['time/generate_s']:.3f}); "
-              f"step ratio {g['time/step_s'] / d['time/step_s']:.2f}x")
+        d = steps["driver"]
+        for name, g in steps.items():
+            print(f"{name:13s} train step (median of steps 2..): {g['time/step_s']:.3f} s (generate "
+                  f"{g['time/generate_s']:.3f} s); {g['time/step_s'] / d['time/step_s']:.2f}x the driver's step")
     return 0
 
 

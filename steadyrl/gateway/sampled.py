@@ -51,9 +51,10 @@ def _tool_calls(parser, text: str, kimi: bool) -> tuple[str | None, list[dict] |
 
 
 def choice_of(tokenizer, gen, row: int, *, limit: int, eos: set[int], stops: list[str],
-              parser) -> tuple[Choice, str | None]:
+              parser, token_texts: bool = True) -> tuple[Choice, str | None]:
     """``(choice, end)``: row ``row`` of ``gen`` as a choice, and the end-of-turn text it ended
-    with (None: cut by the limit or a stop sequence)."""
+    with (None: cut by the limit or a stop sequence); each token's text only with ``token_texts``
+    (what ``logprobs`` answers show)."""
     valid = gen.response_mask[row].bool()
     ids = gen.response_ids[row][valid].tolist()[:limit]
     if gen.rollout_logprobs is not None:
@@ -74,6 +75,8 @@ def choice_of(tokenizer, gen, row: int, *, limit: int, eos: set[int], stops: lis
         content, calls = _tool_calls(parser, text, kimi)
         if calls:
             finish, content = "tool_calls", content or ""
-    token_texts = [tokenizer.decode([i], skip_special_tokens=False) for i in ids]
-    return Choice(text=text, ids=ids, logprobs=logprobs, finish_reason=finish, token_texts=token_texts,
+    texts = tokenizer.convert_ids_to_tokens(ids) if token_texts else []
+    if token_texts and hasattr(tokenizer, "convert_tokens_to_string"):
+        texts = [tokenizer.convert_tokens_to_string([t]) for t in texts]
+    return Choice(text=text, ids=ids, logprobs=logprobs, finish_reason=finish, token_texts=texts,
                   content=content, tool_calls=calls), end

@@ -19,6 +19,7 @@ in ``rollout/agent/off_policy_calls``: the loss assumes the run's); ``temperatur
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass
@@ -61,6 +62,7 @@ class Waves:
         self.running = min(concurrency, self.left)  # episodes running (or starting): a full wave has their calls
         self.finished = False  # every episode is over
         self.generate_calls = 0
+        self.rendered: dict[str, list[int]] = {}  # a fresh chat call's prompt ids, by its messages and tools
         self.last_generate_s = 0.0
 
     # --- HTTP threads -------------------------------------------------------------------------
@@ -152,12 +154,15 @@ class Waves:
                                     template_kwargs=self.template_kwargs)
             if ids is not None:
                 return ids
-            try:
-                text = render(tok, req.messages, tools=req.tools, add_generation_prompt=True,
-                              purpose="the request's messages", template_kwargs=self.template_kwargs)
-            except TemplateError as err:
-                raise RequestError(str(err), param="messages") from None
-            return tok(text, add_special_tokens=False)["input_ids"]
+            key = json.dumps([req.messages, req.tools], sort_keys=True, default=str)
+            if key not in self.rendered:  # a group's episodes open with the same messages: rendered once
+                try:
+                    text = render(tok, req.messages, tools=req.tools, add_generation_prompt=True,
+                                  purpose="the request's messages", template_kwargs=self.template_kwargs)
+                except TemplateError as err:
+                    raise RequestError(str(err), param="messages") from None
+                self.rendered[key] = tok(text, add_special_tokens=False)["input_ids"]
+            return list(self.rendered[key])
         if req.prompt_ids is not None:
             vocab = len(tok)
             if max(req.prompt_ids) >= vocab:
@@ -209,7 +214,7 @@ class Waves:
 
         limit = min(req.max_tokens or self.max_new_tokens, self.max_new_tokens)
         return choice_of(self.tokenizer, gen, row, limit=limit, eos=self.eos, stops=req.stop,
-                         parser=self.parser if req.parse_tools else None)
+                         parser=self.parser if req.parse_tools else None, token_texts=req.logprobs)
 
     def _finish(self, item: _Pending, made: list[tuple[Choice, str | None]], off_policy: bool) -> None:
         req, episode = item.request, item.episode
