@@ -56,9 +56,12 @@ def _setup(quick: bool):
     return config, HFEngine(model, tokenizer), tokenizer, agents, prompts
 
 
-def _time(fn) -> tuple[float, object]:
-    t0 = time.perf_counter()
+def _time(fn, cpu: list | None = None) -> tuple[float, object]:
+    """Wall seconds of ``fn()`` and its result; the process's CPU seconds (every thread) appended to ``cpu``."""
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn()
+    if cpu is not None:
+        cpu.append(time.process_time() - c0)
     return time.perf_counter() - t0, out
 
 
@@ -96,23 +99,27 @@ def main(argv=None) -> int:
     sampling = {"temperature": ro.temperature, "top_p": ro.top_p, "top_k": ro.top_k}
     rounds = 1 if args.quick else args.rounds
     times = {name: [] for name in agents}
+    cpu = {name: [] for name in agents}
     calls = {name: [] for name in agents}
     step_prompts = prompts[:ro.prompts_per_step]  # the demo's step: 16 prompts x 8
     for r in range(rounds + 1):  # round 0 warms every path up and is not counted
         for name, agent in agents.items():  # interleaved: the machine's load falls on all alike
             torch.manual_seed(r)
+            spent = cpu[name] if r else []
             seconds, gen = _time(lambda: rollout(engine, tokenizer, agent, step_prompts, ro.group_size, ro,
-                                                 seeds=list(range(len(step_prompts) * ro.group_size)), **sampling))
+                                                 seeds=list(range(len(step_prompts) * ro.group_size)), **sampling),
+                                 spent)
             if r:
                 times[name].append(seconds)
                 calls[name].append(episode_metrics(gen.episodes)["rollout/tool_calls_per_episode"])
     print(f"episodes per step: {len(step_prompts) * ro.group_size} ({len(step_prompts)} prompts x {ro.group_size}); "
           f"rounds: {rounds}")
-    base = statistics.median(times["driver"])
+    base, base_cpu = statistics.median(times["driver"]), statistics.median(cpu["driver"])
     for name in agents:
-        m = statistics.median(times[name])
+        m, c = statistics.median(times[name]), statistics.median(cpu[name])
         print(f"{name:13s} rollout s/step: median {m:.3f} ({m / base:.2f}x the driver; all "
-              f"{[round(t, 3) for t in times[name]]}), tool calls/episode {statistics.mean(calls[name]):.2f}")
+              f"{[round(t, 3) for t in times[name]]}); CPU s/step {c:.3f} ({c / base_cpu:.2f}x); "
+              f"tool calls/episode {statistics.mean(calls[name]):.2f}")
     for name in AGENTS:
         gateway = agents[name]
         gateway.concurrency = 64
@@ -130,6 +137,12 @@ def main(argv=None) -> int:
         for name, g in steps.items():
             print(f"{name:13s} train step (median of steps 2..): {g['time/step_s']:.3f} s (generate "
                   f"{g['time/generate_s']:.3f} s); {g['time/step_s'] / d['time/step_s']:.2f}x the driver's step")
+        rest = d["time/step_s"] - d["time/generate_s"]  # scoring and the update: the same work for every agent
+        for name in AGENTS:
+            for what, spent in (("wall", times), ("CPU", cpu)):
+                mine, base = statistics.median(spent[name]), statistics.median(spent["driver"])
+                print(f"{name:13s} step from the interleaved rollouts ({what}) + the driver's scoring and update "
+                      f"({rest:.3f} s): {(rest + mine) / (rest + base):.2f}x the driver's step")
     return 0
 
 

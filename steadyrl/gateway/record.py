@@ -121,9 +121,9 @@ def matching_choice(served: Served, message: dict) -> int | None:
     if message.get("role") != "assistant":
         return None
     calls = message.get("tool_calls") or []
-    for i, c in enumerate(served.choices):
-        theirs = [message_for_template({"role": "assistant", "tool_calls": c.tool_calls or []})["tool_calls"]
-                  if c.tool_calls else []][0]
+    for i, c in enumerate(served.choices):  # the served calls as the agent's came in: arguments as objects
+        theirs = message_for_template({"role": "assistant", "tool_calls": c.tool_calls})["tool_calls"] \
+            if c.tool_calls else []
         content = c.content if c.content is not None else c.text
         if message.get("content", "") == content and len(calls) == len(theirs) and \
                 all(_same_call(x, y) for x, y in zip(calls, theirs)):

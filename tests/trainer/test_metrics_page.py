@@ -5,7 +5,7 @@ need what these runs lack (``NOT_RUN_HERE``, each with the test that logs it).
 
 The runs cover GRPO with a KL loss and clipping, PPO with a KL reward, the token budget with
 padding-free micro-batches, dynamic sampling, asynchronous rollouts, and multi-turn episodes with
-tools and with an environment; two steps each on the tiny model, a few seconds in all.
+tools, with an environment and with an agent through the gateway; two steps each on the tiny model, a few seconds in all.
 """
 
 from __future__ import annotations
