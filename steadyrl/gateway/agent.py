@@ -26,10 +26,11 @@ are refused (410), so a client raises there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import inspect
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 
 from ..errors import ConfigError
 from ..userfn import SPEC_FORMS, resolve_spec
@@ -127,10 +128,14 @@ class GatewayAgent:
         running.add_done_callback(lambda _: waves.all_over())
         try:
             waves.serve()
+        except BaseException:  # interrupted (Ctrl-C, a failing engine): the episodes are cancelled
+            self._loop.call_soon_threadsafe(running.cancel)
+            raise
         finally:
             self.gateway.submit = Gateway._closed
-            waves.abort()  # after an interruption: episodes not over are refused from here on
-            running.result()
+            waves.abort()  # episodes not over are refused from here on
+            with contextlib.suppress(CancelledError):
+                running.result()
         self.generate_calls = waves.generate_calls
         return assemble(episodes, tokenizer, limits.episode_tokens, keep_logprobs=not isinstance(engine, HFEngine))
 

@@ -116,12 +116,13 @@ def test_trained_ids_are_the_served_ids_and_appending_calls_make_one_trajectory(
     assert episode_metrics(gen.episodes)["rollout/agent/calls"] == 16.0
 
 
-def test_returned_log_probs_are_the_sampled_tokens_log_probs_under_the_policy(engine, tiny, agent_file):
+@pytest.mark.parametrize("n", [1, 3])  # 3: a group's first calls share one prefilled prompt
+def test_returned_log_probs_are_the_sampled_tokens_log_probs_under_the_policy(engine, tiny, agent_file, n):
     model, tokenizer = tiny
     torch.manual_seed(1)
     spec = agent_file(APPEND)
     prompts = make_prompts(tokenizer, ["What is 3*7?", "What is 4*8?"])
-    rollout(engine, tokenizer, spec, prompts)
+    rollout(engine, tokenizer, spec, prompts, n=n)
     for first, _ in module_of(spec).CALLS.values():
         ids, choice = first["prompt_token_ids"], first["choices"][0]
         sampled = choice["token_ids"]
@@ -205,3 +206,40 @@ def test_calls_with_the_same_prompt_are_one_prompt_sampled_for_each():
     assert [list(r) for r in rows] == [[0, 1], [4, 5], [2, 3], [6, 7]]  # each call its own rows of its prompt
     assert shared_prompts([[1], [1], [2]], 1)[1:] == (1, [range(0, 1), range(1, 2), range(2, 3)])  # unequal counts
     assert shared_prompts([[1], [1]], 2, sample=False) == ([[1], [1], [1], [1]], 1, [range(0, 2), range(2, 4)])
+
+
+def test_the_gateway_stops_listening_when_the_agent_shuts_down(engine, tiny, agent_file):
+    import urllib.error
+    import urllib.request
+
+    model, tokenizer = tiny
+    agent = GatewayAgent(agent_file(FAILING), parser=load_parser("hermes"), concurrency=4, timeout_s=30)
+    limits = TurnLimits(max_turns=8, max_new_tokens=8, max_observation_tokens=64, observation_truncation="right",
+                        episode_tokens=64)
+    agent.rollout(engine, tokenizer, make_prompts(tokenizer, ["q2"]), 1, limits, temperature=1.0)
+    url = agent.gateway.base_url("any") + "/models"
+    agent.shutdown()
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url, timeout=5)
+
+
+def test_an_interrupted_rollout_cancels_its_episodes_and_the_next_one_runs(engine, tiny, agent_file):
+    model, tokenizer = tiny
+    spec = agent_file(APPEND)
+    agent = GatewayAgent(spec, parser=load_parser("hermes"), concurrency=8, timeout_s=60, wave_wait_s=0.05)
+    limits = TurnLimits(max_turns=8, max_new_tokens=8, max_observation_tokens=64, observation_truncation="right",
+                        episode_tokens=64)
+    generate = engine.generate
+
+    def broken(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    engine.generate = broken
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            agent.rollout(engine, tokenizer, make_prompts(tokenizer, ["a", "b"]), 2, limits, temperature=1.0)
+        engine.generate = generate
+        gen = agent.rollout(engine, tokenizer, make_prompts(tokenizer, ["c"]), 2, limits, temperature=1.0)
+    finally:
+        agent.shutdown()
+    assert [e.failed for e in gen.episodes] == [False, False] and all(e.agent_calls == 2 for e in gen.episodes)
