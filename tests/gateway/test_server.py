@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from steadyrl.gateway.protocol import parse_request, RequestError
+from steadyrl.gateway.protocol import RequestError, parse_request
 from steadyrl.gateway.server import Gateway
 
 
