@@ -1,5 +1,6 @@
 """Building a run's agent from its config: ``rollout.tools`` (with ``rollout.tool_parser``) or
-``rollout.environment``, with the chat template checked to carry them, before any model loads."""
+``rollout.environment``, with the chat template checked to carry them, before any model loads; or
+``rollout.agent``, a function run against the gateway (:mod:`steadyrl.gateway`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,12 @@ def build_agent(config, tokenizer):
     ro = config.rollout
     if not ro.multi_turn:
         return None
+    if ro.agent is not None:  # the agent drives its episodes through the gateway (steadyrl.gateway)
+        from ..gateway import GatewayAgent
+        from .parsers import load_parser
+
+        return GatewayAgent(ro.agent, parser=load_parser(ro.tool_parser), concurrency=ro.agent_concurrency,
+                            timeout_s=ro.agent_timeout_s, template_kwargs=dict(config.data.chat_template_kwargs))
     from .chat import check_observation_room
     from .modes import check_mode
 

@@ -74,8 +74,9 @@ class DataTask:
     def records(self, config: Config, for_eval: bool, quiet: bool = False):
         train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval, quiet=quiet)
         default = []
-        if not config.rewards and config.rollout.environment is None:  # built only when used: math_verify
-            default = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]  # takes 0.5 s
+        alone = config.rollout.environment is not None or config.rollout.agent is not None  # their rewards alone
+        if not config.rewards and not alone:  # built only when used: math_verify takes 0.5 s to load
+            default = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
         return train, evals, train_parts, eval_parts, default
 
     def check_model(self, config: Config, inputs: Inputs) -> None:
@@ -119,8 +120,8 @@ def task_inputs(config: Config, *, for_eval: bool = False):
     from ..rewards.scorer import Scorer
 
     train, evals, specs, parts = check_task(config, for_eval=for_eval)
-    environment = config.rollout.environment is not None
-    return train, evals, Scorer(specs, allow_empty=environment, domain_key=config.data.domain_key), parts
+    alone = config.rollout.environment is not None or config.rollout.agent is not None  # their rewards alone
+    return train, evals, Scorer(specs, allow_empty=alone, domain_key=config.data.domain_key), parts
 
 
 def check_task(config: Config, *, for_eval: bool = False, quiet: bool = False):
@@ -129,8 +130,9 @@ def check_task(config: Config, *, for_eval: bool = False, quiet: bool = False):
     model); ``quiet``: no console notes."""
     train, evals, train_parts, eval_parts, default_specs = task_of(config).records(config, for_eval, quiet)
     environment = config.rollout.environment is not None
+    agent = config.rollout.agent is not None
     specs = build_rewards(config, default=default_specs)
-    names = [s.name for s in specs] + (["environment"] if environment else [])
+    names = [s.name for s in specs] + (["environment"] if environment else []) + (["agent"] if agent else [])
     wanted = config.eval.accuracy_reward
     if wanted is not None and wanted not in names:
         raise ConfigError(f"eval.accuracy_reward = {wanted!r} is not one of the configured rewards {names}")

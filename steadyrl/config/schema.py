@@ -447,6 +447,13 @@ class RolloutConfig(Section):
     environment: str | None = F(None, "An environment class (file.py:Class): one instance per episode, "
                                 "reset(**row) -> first observation or None, step(text) -> "
                                 "(observation, reward, done).")
+    agent: str | None = F(None, "An agent function (file.py:run_episode) that runs each episode against the "
+                          "OpenAI-compatible gateway serving the policy (docs/environments.md): (row, client) or "
+                          "(row, base_url, api_key) -> reward or None (None: the reward functions score it).")
+    agent_concurrency: int = F(256, "Episodes of rollout.agent that run at once; the calls of all running "
+                               "episodes are batched into one generate per wave.", ge=1, le=MAX_PROCESSES)
+    agent_timeout_s: float = F(600.0, "Time limit of one rollout.agent episode; one that exceeds it (or raises) "
+                               "is left out of the update and counted in rollout/agent/timeouts.", gt=0)
     observation_role: Literal["user", "tool"] = F("user", "Role of an environment's text observations in "
                                                   "the chat template (tool results are always 'tool').")
     multi_turn_mode: Literal["auto", "single", "stepwise", "as_sampled"] = F(
@@ -533,7 +540,7 @@ class RolloutConfig(Section):
 
     @property
     def multi_turn(self) -> bool:
-        return bool(self.tools) or self.environment is not None
+        return bool(self.tools) or self.environment is not None or self.agent is not None
 
     @property
     def episode_token_limit(self) -> int:
@@ -550,6 +557,10 @@ class RolloutConfig(Section):
         if self.tools and self.environment is not None:
             raise ValueError("rollout.tools and rollout.environment are both set: an episode is driven by "
                              "either tools or an environment; an environment can call functions itself")
+        if self.agent is not None and (self.tools or self.environment is not None):
+            raise ValueError(f"rollout.agent = {self.agent!r} cannot be combined with rollout.tools or "
+                             "rollout.environment: the agent drives its episodes itself (it passes its tools to "
+                             "the gateway with tools=); set rollout.tools=[] and rollout.environment=null")
         if self.multi_turn and self.episode_token_limit < 2:
             raise ValueError(f"rollout.max_episode_tokens = {self.max_episode_tokens} cannot fit one turn; "
                              "valid: at least 2 (and enough for a turn and an observation)")

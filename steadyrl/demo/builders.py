@@ -42,7 +42,7 @@ def _tool_demo_task(config: Config) -> tuple[list[dict], list[dict], list[Reward
     from .tool_task import make_tool_splits, tool_answer_reward
 
     demo = config.demo
-    if not config.rollout.tools:
+    if not config.rollout.tools and config.rollout.agent is None:  # an agent brings its own calculator
         from .tool_demo import TOOL_SPEC
 
         raise ConfigError(f"demo.task = 'tool' needs the calculator in rollout.tools (rollout.tools=[{TOOL_SPEC}]); "

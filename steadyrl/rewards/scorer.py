@@ -20,6 +20,8 @@ from .scoring import FAILURE_KINDS, RewardScorer, RewardSpec, ScoreResult
 
 ENVIRONMENT_REWARD = "environment"
 """The name the environment's episode reward is logged (``reward/environment/mean``) and chosen by."""
+AGENT_REWARD = "agent"
+"""The name a ``rollout.agent``'s returned rewards are logged (``reward/agent/mean``) and chosen by."""
 
 
 def completion_token_ids(response_ids, response_mask) -> list[list[int]]:
@@ -82,6 +84,8 @@ def score_episodes(scorer, samples: list, gen, *, environment: bool) -> ScoreRes
     result = scorer(samples, gen.completions, ids, extra_columns=extra, chat_completions=chat)
     if not gen.episodes:
         return result
+    if any(e.gateway for e in gen.episodes):
+        return _with_agent(result, gen.episodes)
     if environment:
         return _with_environment(result, gen.episodes)
     return _without_failed(result, gen.episodes)
@@ -119,5 +123,39 @@ def _with_environment(result: ScoreResult, episodes) -> ScoreResult:
         errors=errors,
         elapsed_s={**result.elapsed_s, ENVIRONMENT_REWARD: sum(e.env_time_s for e in episodes)},
         domains=result.domains,  # the environment's reward applies to every domain
+        routes=result.routes,
+    )
+
+
+def _with_agent(result: ScoreResult, episodes) -> ScoreResult:
+    """``rollout.agent`` episodes: the reward the agent returned is added to the reward functions'
+    score (as an environment's is; with ``rewards: []`` it is the score); an agent that returned
+    None leaves the score to the reward functions (invalid when there are none); a failed episode
+    (the agent raised, timed out, returned something else) is invalid."""
+    failed = torch.tensor([e.failed for e in episodes], dtype=torch.bool)
+    given = torch.tensor([e.agent_reward is not None for e in episodes], dtype=torch.bool)
+    returned = torch.tensor([e.agent_reward or 0.0 for e in episodes], dtype=torch.float64)
+    functions = bool(result.names)
+    valid = ~failed & (result.valid if functions else given)
+    errors = dict(result.errors)
+    first_error = next((e.error for e in episodes if e.failed and e.error), None)
+    if first_error:
+        errors[AGENT_REWARD] = first_error
+    elif not functions and bool((~given & ~failed).any()):
+        errors[AGENT_REWARD] = "the agent returned None and no reward function is configured (rewards: [])"
+    failures = dict.fromkeys(FAILURE_KINDS, 0)
+    failures["exception"] = int(failed.sum())
+    failures["none"] = 0 if functions else int((~given & ~failed).sum())
+    raw = [r if g and not f else None for f, g, r in zip(failed.tolist(), given.tolist(), returned.tolist())]
+    return ScoreResult(
+        names=[*result.names, AGENT_REWARD],
+        weights={**result.weights, AGENT_REWARD: 1.0},
+        raw={**result.raw, AGENT_REWARD: raw},
+        scores=torch.where(valid, result.scores + returned, torch.zeros_like(returned)),
+        valid=valid,
+        failures={**result.failures, AGENT_REWARD: failures},
+        errors=errors,
+        elapsed_s={**result.elapsed_s, AGENT_REWARD: 0.0},
+        domains=result.domains,
         routes=result.routes,
     )

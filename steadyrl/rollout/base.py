@@ -113,6 +113,13 @@ class EpisodeInfo:
     chat: list[dict] = field(default_factory=list)
     # rollout.multi_turn_mode stepwise: each turn as a sample (rollout.stepwise.TurnSample), else None
     samples: list | None = None
+    # rollout.agent episodes (steadyrl.gateway): what the agent returned and how its calls went
+    gateway: bool = False
+    agent_reward: float | None = None  # None: the reward functions score the transcript
+    agent_calls: int = 0
+    non_append_calls: int = 0  # calls that extended no earlier call's context
+    off_policy_calls: int = 0  # calls sampled with a temperature / top-p other than the run's
+    timed_out: bool = False
 
 
 def response_mask_from_ids(

@@ -46,6 +46,10 @@ def episode_seeds(seed: int, step: int, first_row: int, rows: int) -> list[int]:
 
 def rollout(engine, tokenizer, agent, prompts: list, n: int, rollout_config, *, seeds: list[int] | None = None,
             max_new_tokens: int | None = None, **sampling):
-    """The episodes of ``prompts`` (``n`` each) as one :class:`~steadyrl.rollout.base.Generation`."""
+    """The episodes of ``prompts`` (``n`` each) as one :class:`~steadyrl.rollout.base.Generation`;
+    a ``rollout.agent`` runs them itself, through the gateway (:mod:`steadyrl.gateway`)."""
+    if getattr(agent, "drives_episodes", False):
+        return agent.rollout(engine, tokenizer, prompts, n, turn_limits(rollout_config, max_new_tokens), seeds=seeds,
+                             **sampling)
     return run_episodes(engine, tokenizer, prompts, n, agent=agent,
                         limits=turn_limits(rollout_config, max_new_tokens), seeds=seeds, **sampling)

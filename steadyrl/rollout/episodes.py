@@ -358,6 +358,14 @@ def episode_metrics(episodes: list[EpisodeInfo] | None, tool_names: list[str] = 
         metrics[f"rollout/tool_errors/{name}"] = float(count)
     for reason in ("max_new_tokens", "max_episode_tokens", "max_observation_tokens", "max_turns"):
         metrics[f"rollout/truncated/{reason}"] = float(sum(e.truncation == reason for e in episodes))
+    if any(e.gateway for e in episodes):  # rollout.agent episodes (steadyrl.gateway)
+        metrics.update({
+            "rollout/agent/calls": float(sum(e.agent_calls for e in episodes)),
+            "rollout/agent/non_append_calls": float(sum(e.non_append_calls for e in episodes)),
+            "rollout/agent/off_policy_calls": float(sum(e.off_policy_calls for e in episodes)),
+            "rollout/agent/timeouts": float(sum(e.timed_out for e in episodes)),
+            "rollout/agent/errors": float(sum(e.failed and not e.timed_out for e in episodes)),
+        })
     return metrics
 
 

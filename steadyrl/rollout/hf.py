@@ -55,13 +55,15 @@ class HFEngine:
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, *, max_new_tokens: int,
                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                 do_sample: bool = True) -> Generation:
+                 do_sample: bool = True, logprobs: bool = False) -> Generation:
+        """``logprobs``: also the sampled tokens' log-probs under the distribution they were sampled
+        from (``rollout_logprobs``; the gateway returns them to its clients)."""
         step = self.batch_size or len(prompt_ids)
         parts = [self._generate(prompt_ids[i : i + step], n, max_new_tokens, temperature, top_p,
-                                top_k, do_sample) for i in range(0, len(prompt_ids), step)]
+                                top_k, do_sample, logprobs) for i in range(0, len(prompt_ids), step)]
         return concat_generations(parts, self.tokenizer.pad_token_id)
 
-    def _generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, top_k, do_sample):
+    def _generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, top_k, do_sample, logprobs=False):
         from transformers import GenerationConfig
 
         model = self.model
@@ -79,6 +81,8 @@ class HFEngine:
             eos_token_id=self.eos_ids,
             pad_token_id=self.tokenizer.pad_token_id,
             use_cache=True,
+            output_scores=logprobs,
+            return_dict_in_generate=logprobs,
         )
         was_training = model.training
         model.eval()
@@ -93,6 +97,8 @@ class HFEngine:
                                          generation_config=config)
         finally:
             model.train(was_training)
+        scores = out.scores if logprobs else None
+        out = out.sequences if logprobs else out
         prompt_len = input_ids.shape[1]
         response_ids = out[:, prompt_len:].cpu()
         response_mask, truncated = response_mask_from_ids(response_ids, self.eos_ids, max_new_tokens)
@@ -101,7 +107,9 @@ class HFEngine:
             [ids[m.bool()] for ids, m in zip(response_ids, response_mask)], skip_special_tokens=True
         )
         rollout_logprobs = None
-        if self.dtype is not None and do_sample:
+        if scores is not None:  # asked for (the gateway): the processed distributions they were drawn from
+            rollout_logprobs = _sampled_logprobs(scores, response_ids, response_mask)
+        elif self.dtype is not None and do_sample:
             rows = (input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0))
             rollout_logprobs = sampled_logprobs(model, *rows, response_ids.to(device), response_mask.to(device),
                                                 temperature).cpu()
@@ -159,6 +167,16 @@ def sampled_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask
         model.train(was_training)
     logp = torch.cat(parts)
     return torch.where(response_mask.bool(), logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+
+
+def _sampled_logprobs(scores, response_ids: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """``[B, R]`` float32: each sampled token's log-prob under the processed logits it was drawn
+    from (``scores``, one ``[B, V]`` per position; 0 on padding)."""
+    out = torch.zeros(response_ids.shape, dtype=torch.float32)
+    for t, step_scores in enumerate(scores[: response_ids.shape[1]]):
+        logp = torch.log_softmax(step_scores.float(), dim=-1).cpu()
+        out[:, t] = logp.gather(1, response_ids[:, t : t + 1].clamp(min=0)).squeeze(1)
+    return torch.where(response_mask.bool(), out, torch.zeros((), dtype=torch.float32))
 
 
 # Settings of a generation config that name tokens rather than change the sampling distribution.

@@ -32,7 +32,7 @@ import torch
 
 from .. import distributed as dist
 from ..progress import progress
-from ..rewards.scorer import ENVIRONMENT_REWARD, score_episodes
+from ..rewards.scorer import AGENT_REWARD, ENVIRONMENT_REWARD, score_episodes
 from ..rollout.driver import episode_seeds, rollout
 
 __all__ = ["evaluate", "evaluate_sets", "pass_at_k"]
@@ -140,7 +140,8 @@ def _tally(engine, scorer, prompts: list, eval_config, rollout_config, agent) ->
     """Per prompt: greedy correctness (None: not applicable) and correct samples of ``num_samples``."""
     max_new = eval_config.max_new_tokens or rollout_config.max_new_tokens
     environment = rollout_config.environment is not None
-    names = scorer.names + ([ENVIRONMENT_REWARD] if environment else [])
+    names = scorer.names + ([ENVIRONMENT_REWARD] if environment else []) + \
+        ([AGENT_REWARD] if rollout_config.agent is not None else [])
     name = eval_config.accuracy_reward or names[0]
     if name not in names:
         raise ValueError(f"eval.accuracy_reward {name!r} is not one of the rewards {names}")

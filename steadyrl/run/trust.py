@@ -2,7 +2,7 @@
 
 A run directory is not only data: its saved config names reward functions by file or module
 (``rewards/my.py:score`` is executed when loaded), tools, a tool-call parser or an environment
-the same way (``rollout.tools``, ``rollout.tool_parser``, ``rollout.environment``), and may set
+the same way (``rollout.tools``, ``rollout.tool_parser``, ``rollout.environment``, ``rollout.agent``), and may set
 ``model.trust_remote_code`` (the model's own Python files are executed when it loads). The
 built-in rewards' options can do as much (:func:`option_findings`): ``trust_remote_code`` at any
 depth (``reward_model`` imports the reward model's files), ``python`` (the ``code`` reward runs
@@ -129,6 +129,8 @@ def run_code(config: Config, saved: dict) -> list[str]:
             code.append(f"environment {ro.environment!r} (a server the episodes are sent to)")
         elif not ro.environment.startswith(BUILTIN_ENVIRONMENTS):  # an installed package's games run no new code
             code.append(f"environment {ro.environment!r}")
+    if ro.agent is not None and ro.agent == get_dotted(saved, ["rollout", "agent"]):
+        code.append(f"agent {ro.agent!r}")
     if ":" in ro.tool_parser and ro.tool_parser == get_dotted(saved, ["rollout", "tool_parser"]):
         code.append(f"tool parser {ro.tool_parser!r}")
     if config.model.trust_remote_code and get_dotted(saved, ["model", "trust_remote_code"]) is True:

@@ -5,7 +5,7 @@ need what these runs lack (``NOT_RUN_HERE``, each with the test that logs it).
 
 The runs cover GRPO with a KL loss and clipping, PPO with a KL reward, the token budget with
 padding-free micro-batches, dynamic sampling, asynchronous rollouts, and multi-turn episodes with
-tools and with an environment; two steps each on the tiny model, a few seconds in all.
+tools, with an environment and with an agent through the gateway; two steps each on the tiny model, a few seconds in all.
 """
 
 from __future__ import annotations
@@ -40,6 +40,19 @@ class TwoSteps:
 
     def step(self, text):
         return "seen", 0.5, True
+'''
+
+AGENT = '''
+import json, urllib.request
+
+
+def run_episode(row, base_url, api_key):
+    body = {"messages": row["prompt"] if isinstance(row["prompt"], list) else [{"role": "user", "content": row["prompt"]}]}
+    request = urllib.request.Request(base_url + "/chat/completions", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Authorization": "Bearer " + api_key})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        json.loads(response.read())
+    return 0.5
 '''
 
 
@@ -84,6 +97,7 @@ def chat_model(tmp_path_factory):
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (root / "tools.py").write_text(ADD_TOOL_SOURCE)
     (root / "env.py").write_text(ENVIRONMENT)
+    (root / "agent.py").write_text(AGENT)
     return root
 
 
@@ -103,6 +117,7 @@ def _runs(task_dir: Path, chat: Path) -> dict[str, tuple[dict, list[str]]]:
         "asynchronous": ({"rewards": dense}, ["rollout.asynchronous.max_staleness=1"]),
         "tools": ({**multi_turn, "rollout": {"tools": [f"{chat / 'tools.py'}:add"], "max_turns": 2}}, []),
         "environment": ({**multi_turn, "rollout": {"environment": f"{chat / 'env.py'}:TwoSteps", "max_turns": 2}}, []),
+        "agent": ({**multi_turn, "rollout": {"agent": f"{chat / 'agent.py'}:run_episode", "max_episode_tokens": 64}}, []),
     }
 
 
@@ -136,7 +151,7 @@ def logged(tiny_model_dir, task_dir, chat_model, tmp_path_factory) -> dict[str, 
     return keys
 
 
-RUNS = ["grpo", "ppo", "packed", "dynamic", "asynchronous", "tools", "environment"]
+RUNS = ["grpo", "ppo", "packed", "dynamic", "asynchronous", "tools", "environment", "agent"]
 
 
 @pytest.mark.parametrize("run", RUNS)
@@ -167,6 +182,8 @@ def test_every_plainly_named_metric_is_logged_by_some_run(logged):
                "rollout/retokenize_drift")),
     ("environment", ("rollout/turns_mean", "rollout/env_time_s", "rollout/failed_episodes",
                      "reward/environment/mean", "reward/environment/failed")),
+    ("agent", ("rollout/agent/calls", "rollout/agent/non_append_calls", "rollout/agent/off_policy_calls",
+               "rollout/agent/timeouts", "rollout/agent/errors", "reward/agent/mean", "reward/agent/failed")),
 ])
 def test_each_configuration_logs_its_own_metrics(logged, run, family):
     assert sorted(set(family) - logged[run]) == []
