@@ -89,6 +89,7 @@ class GatewayAgent:
     the gateway (started on first use, stopped by :meth:`shutdown` at the end of the run)."""
 
     drives_episodes = True  # steadyrl.rollout.driver hands it the whole rollout
+    splits_trajectories = True  # an episode that rewrote its history trains each trajectory (trainer.turn_samples)
     observation_role = "user"
     tool_schemas = None
     tools: dict = {}

@@ -13,7 +13,19 @@ import math
 import torch
 
 from ..rollout.base import EpisodeInfo, Generation
+from ..rollout.stepwise import TurnSample
 from .record import EpisodeRecord
+
+
+def trajectories(e: EpisodeRecord, episode_tokens: int) -> list[TurnSample]:
+    """Every chain of the episode as a sample of its own (its prompt ids as the context, what came
+    after as the response, trained where ``policy`` is 1), in the order they started; the trainer
+    lays them out as the episode's samples when any episode of the step has more than one
+    (:func:`steadyrl.trainer.turn_samples.needs_turn_samples`), all sharing its reward."""
+    if e.failed:
+        return []
+    return [TurnSample(list(c.prompt_ids), c.ids[:episode_tokens], c.logprobs[:episode_tokens],
+                       c.policy[:episode_tokens]) for c in e.chains]
 
 
 def _info(e: EpisodeRecord, chain, truncation: str | None) -> EpisodeInfo:
@@ -78,6 +90,7 @@ def assemble(episodes: list[EpisodeRecord], tokenizer, episode_tokens: int, keep
         cut = chain is not None and len(chain.ids) > episode_tokens
         truncation = "max_episode_tokens" if cut else ("max_new_tokens" if chain and not chain.ended else None)
         infos.append(_info(e, chain, truncation))
+        infos[-1].samples = trajectories(e, episode_tokens)
         truncated.append(truncation is not None)
     return Generation(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
                       response_mask=response_mask, truncated=torch.tensor(truncated, dtype=torch.bool),

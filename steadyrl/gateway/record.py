@@ -13,9 +13,10 @@ Trajectories (*chains*) follow from the ids alone: a call whose prompt ids start
 ids (its prompt, then everything after it) extends that chain: the ids between are an observation
 (attended to, not trained, ``policy_mask`` 0), the sampled ones are trained. A call that extends
 no chain (the agent rewrote, summarised or dropped its history; the template re-renders earlier
-turns) starts a new chain and is counted in ``rollout/agent/non_append_calls``. The episode's
-trained sample is the chain of its last call (the one that ends the episode); the other chains are
-kept here, with their ids, and are not trained yet (see docs/environments.md, "Limits").
+turns) starts a new chain and is counted in ``rollout/agent/non_append_calls``. The episode's row
+is the chain of its last call (the one that ends the episode: what its transcript shows); when an
+episode of the step has more than one chain, every chain is trained as a sample of its episode,
+sharing its reward (:func:`steadyrl.gateway.assemble.trajectories`, docs/environments.md).
 """
 
 from __future__ import annotations

@@ -35,6 +35,8 @@ class TurnSample:
     context: list[int]  # the template's rendering of the history at that call (what the model saw)
     ids: list[int]  # the sampled ids (trained on), its end token included when it ended
     logprobs: list[float] | None = None  # the engine's log-probs of ``ids`` (None: not returned)
+    policy: list[int] | None = None  # 1 on the ids trained on (None: all of them); a gateway trajectory
+    # that several calls extended holds the observations between them, attended to, not trained
 
 
 def step_context(tokenizer, history: list[dict], agent) -> list[int]:
@@ -77,7 +79,8 @@ def turn_samples(e) -> list[TurnSample]:
 def samples_generation(samples: list[TurnSample | None], pad_id: int, tokenizer=None,
                        truncated: list[bool] | None = None) -> Generation:
     """A :class:`Generation` of one row per sample (``None``: an empty row, nothing in it): the
-    context as the prompt (left-padded), the sampled ids as the response, all trained on."""
+    context as the prompt (left-padded), the sampled ids as the response, trained on where the
+    sample's ``policy`` says (all of them without one)."""
     rows = len(samples)
     width = max([1, *(len(s.ids) for s in samples if s is not None)])
     prompt_width = max([1, *(len(s.context) for s in samples if s is not None)])
@@ -87,6 +90,7 @@ def samples_generation(samples: list[TurnSample | None], pad_id: int, tokenizer=
     response_mask = torch.zeros((rows, width), dtype=torch.long)
     with_logprobs = any(s is not None and s.logprobs is not None for s in samples)
     logprobs = torch.zeros((rows, width), dtype=torch.float32) if with_logprobs else None
+    policy_mask = torch.zeros((rows, width), dtype=torch.long)
     for i, s in enumerate(samples):
         if s is None:
             continue
@@ -95,13 +99,14 @@ def samples_generation(samples: list[TurnSample | None], pad_id: int, tokenizer=
         prompt_mask[i, prompt_width - p:] = 1
         response_ids[i, :r] = torch.tensor(s.ids, dtype=torch.long)
         response_mask[i, :r] = 1
+        policy_mask[i, :r] = 1 if s.policy is None else torch.tensor(s.policy, dtype=torch.long)
         if logprobs is not None and s.logprobs is not None:
             logprobs[i, :r] = torch.tensor(s.logprobs, dtype=torch.float32)
     texts = [tokenizer.decode(s.ids, skip_special_tokens=True) if tokenizer is not None and s is not None else ""
              for s in samples]
     return Generation(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
                       response_mask=response_mask, truncated=torch.tensor(truncated or [False] * rows),
-                      completions=texts, rollout_logprobs=logprobs, policy_mask=response_mask.clone())
+                      completions=texts, rollout_logprobs=logprobs, policy_mask=policy_mask)
 
 
 def split_episodes(gen: Generation, slots: int, pad_id: int, tokenizer=None) -> Generation:

@@ -55,7 +55,7 @@ from .global_batch import gather_samples
 from .processing import process_rewards
 from .mismatch import importance_correction, worst_tokens
 from .step import domain_ids, prepare, step_metrics
-from .turn_samples import episode_view, expand_turn_samples
+from .turn_samples import episode_view, expand_turn_samples, needs_turn_samples
 from .update import ppo_update
 
 
@@ -154,7 +154,7 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
     drawn = step_samples(run, engine, step)
     times["scored"] = time.perf_counter()
     episodes, group_size = drawn, ro.group_size
-    if getattr(run.agent, "multi_turn_mode", "single") == "stepwise":  # each turn a sample of its own
+    if needs_turn_samples(run.agent, drawn):  # each turn (gateway: each trajectory) a sample of its own
         drawn, slots = expand_turn_samples(episodes, run.tokenizer)
         group_size *= slots
 

@@ -21,6 +21,18 @@ from .. import distributed as dist
 from ..rollout.stepwise import split_episodes
 
 
+def needs_turn_samples(agent, drawn) -> bool:
+    """Whether this step trains turn samples: always in step-wise mode; with an agent through the
+    gateway (``rollout.agent``), when an episode of the step on any rank made more than one
+    trajectory (it rewrote its history: each trajectory is then a sample of the episode)."""
+    if getattr(agent, "multi_turn_mode", "single") == "stepwise":
+        return True
+    if not getattr(agent, "splits_trajectories", False):
+        return False
+    many = any(len(e.samples or []) > 1 for e in drawn.gen.episodes or [])
+    return bool(dist.all_reduce_max(int(many)))
+
+
 def expand_turn_samples(drawn, tokenizer):
     """``(drawn with one row per turn sample, slots)``: ``gen``, ``result``, ``selected`` and
     ``samples`` repeated or split ``slots`` times per episode (see the module docstring)."""

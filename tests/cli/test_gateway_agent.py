@@ -37,3 +37,38 @@ def test_an_agent_with_the_wrong_signature_exits_2_before_any_model_is_built(ste
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "rollout.agent" in proc.stderr and "neither 'client' nor 'base_url'" in proc.stderr
     assert "warm-start" not in proc.stdout  # the demo's model was never built
+
+
+REWRITING_AGENT = '''
+import json
+import urllib.request
+
+
+def _chat(base_url, api_key, messages):
+    body = json.dumps({"messages": messages, "max_tokens": 8}).encode()
+    request = urllib.request.Request(base_url + "/chat/completions", data=body, headers={
+        "Authorization": f"Bearer {api_key}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        return json.loads(reply.read())["choices"][0]["message"]["content"] or ""
+
+
+def run_episode(row, base_url, api_key):
+    first = _chat(base_url, api_key, list(row["prompt"]))
+    again = _chat(base_url, api_key, [{"role": "user", "content": "Say it again: " + first[:12]}])
+    return float(len(first + again) % 2)  # a reward that varies within a group
+'''
+
+
+def test_an_agent_that_rewrites_its_history_trains_both_trajectories_end_to_end(steadyrl_cli, tmp_path):
+    agent = tmp_path / "rewriting_agent.py"
+    agent.write_text(REWRITING_AGENT)
+    out = tmp_path / "run"
+    proc = steadyrl_cli("train", "demo.task=tool", "rollout.tools=[]", f"rollout.agent={agent}:run_episode",
+                        "--output-dir", str(out), *FAST, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/agent/calls" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:  # every episode: one rewrite; its two trajectories trained (twice the samples' tokens)
+        assert r["rollout/agent/non_append_calls"] == 4.0 and r["rollout/failed_episodes"] == 0  # 2 x 2 episodes
+        assert r["reward/valid_frac"] == 1.0 and r["actor/grad_norm"] == r["actor/grad_norm"]  # finite, not NaN

@@ -243,3 +243,51 @@ def test_an_interrupted_rollout_cancels_its_episodes_and_the_next_one_runs(engin
     finally:
         agent.shutdown()
     assert [e.failed for e in gen.episodes] == [False, False] and all(e.agent_calls == 2 for e in gen.episodes)
+
+
+def test_an_episode_that_rewrote_its_history_trains_each_trajectory_sharing_its_reward(engine, tiny, agent_file):
+    from types import SimpleNamespace
+
+    from steadyrl.trainer.dynamic import StepSamples
+    from steadyrl.trainer.turn_samples import expand_turn_samples, needs_turn_samples
+
+    model, tokenizer = tiny
+    torch.manual_seed(2)
+    spec = agent_file(REWRITE)
+    prompts = make_prompts(tokenizer, ["What is 2*9?", "What is 6*6?"])
+    agent, gen = rollout(engine, tokenizer, spec, prompts, n=2)
+    served = module_of(spec).SECOND
+    for e in gen.episodes:  # the first call's trajectory, then the summary call's, each as served
+        assert len(e.samples) == 2
+        first, second = e.samples
+        assert (first.context, first.ids) not in served and (second.context, second.ids) in served
+        assert first.policy == [1] * len(first.ids) and second.policy == [1] * len(second.ids)
+    valid = torch.ones(len(gen), dtype=torch.bool)
+    result = SimpleNamespace(valid=valid, select=lambda rows: SimpleNamespace(valid=valid[torch.tensor(rows)],
+                                                                               rows=rows))
+    drawn = StepSamples(prompts=prompts, samples=list(range(len(gen))), gen=gen, result=result, selected=None,
+                        generate_s=0.0, score_s=0.0, metrics={})
+    assert needs_turn_samples(agent, drawn)
+    expanded, slots = expand_turn_samples(drawn, tokenizer)
+    assert slots == 2 and len(expanded.gen) == 2 * len(gen)
+    assert expanded.result.rows == [0, 0, 1, 1, 2, 2, 3, 3]  # each trajectory carries its episode's score
+    for i, e in enumerate(gen.episodes):
+        for k, sample in enumerate(e.samples):
+            r = i * 2 + k
+            prompt = expanded.gen.prompt_ids[r][expanded.gen.prompt_mask[r].bool()].tolist()
+            response = expanded.gen.response_ids[r][expanded.gen.response_mask[r].bool()].tolist()
+            assert (prompt, response) == (sample.context, sample.ids)
+            assert expanded.gen.policy_mask[r].sum() == len(sample.ids)
+
+
+def test_a_step_whose_episodes_each_made_one_trajectory_keeps_one_row_per_episode(engine, tiny, agent_file):
+    from types import SimpleNamespace
+
+    from steadyrl.trainer.turn_samples import needs_turn_samples
+
+    model, tokenizer = tiny
+    torch.manual_seed(0)
+    spec = agent_file(APPEND)
+    agent, gen = rollout(engine, tokenizer, spec, make_prompts(tokenizer, ["What is 2*9?"]), n=2)
+    assert all(len(e.samples) == 1 for e in gen.episodes)
+    assert not needs_turn_samples(agent, SimpleNamespace(gen=gen))
