@@ -57,7 +57,7 @@ def _config_with_environment(spec: str):
     from types import SimpleNamespace
 
     return SimpleNamespace(rewards=[], model=SimpleNamespace(trust_remote_code=False),
-                           rollout=SimpleNamespace(tools=[], environment=spec, tool_parser="hermes"))
+                           rollout=SimpleNamespace(tools=[], environment=spec, agent=None, tool_parser="hermes"))
 
 
 def test_a_foreign_textarena_game_runs_no_new_code_but_an_openenv_server_or_a_user_class_needs_the_flag():
