@@ -60,6 +60,13 @@ class Task(Protocol):
     def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
         """``steadyrl eval``: refuses what the task cannot be evaluated on."""
 
+    def preflight_train(self, config: Config) -> None:
+        """``steadyrl train``'s checks of the task that need no model, before torch is imported
+        (:mod:`steadyrl.run.preflight`)."""
+
+    def preflight_eval(self, config: Config, model_path: str | None, of_run_dir: bool) -> None:
+        """``steadyrl eval``'s, the same way (``model_path`` None: a run directory's checkpoint)."""
+
 
 def _show_nothing(engine, when: str) -> None:
     """A task that shows nothing before and after RL."""
@@ -97,6 +104,30 @@ class DataTask:
 
     def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
         return None
+
+    def preflight_train(self, config: Config) -> None:
+        from ..agents.build import check_agent_specs
+        from ..gguf_model import check_gguf_file
+        from ..model_files import check_model_paths
+
+        check_task(config, quiet=True)
+        check_agent_specs(config)
+        if config.model.gguf_file:  # converted when the run starts; its header is checked now
+            check_gguf_file(config)
+        else:
+            check_model_paths(config, config.model.name_or_path)
+
+    def preflight_eval(self, config: Config, model_path: str | None, of_run_dir: bool) -> None:
+        from ..agents.build import check_agent_specs
+        from ..model_files import check_model_source
+        from ..run.preflight import NOTHING_TO_EVALUATE
+
+        _, evals, _, _ = check_task(config, for_eval=True, quiet=True)
+        if not evals:
+            raise ConfigError(NOTHING_TO_EVALUATE)
+        check_agent_specs(config)
+        if model_path is not None:
+            check_model_source("model.name_or_path", model_path)
 
 
 def task_of(config: Config) -> Task:

@@ -15,9 +15,6 @@ import os
 import shutil
 from pathlib import Path
 
-import torch
-
-from .. import distributed as dist
 from ..config.schema import Config
 from ..errors import ConfigError
 from ..rewards import RewardSpec
@@ -82,6 +79,8 @@ def _build_demo_model(config: Config, train: list[dict]):
 def demo_model(config: Config, output_dir: Path, train: list[dict]) -> str:
     """A tiny model, warm-started on the demo task and saved to ``output_dir/warmstart``
     (reused when it is already there, e.g. on ``--resume``). Returns its directory."""
+    from .. import distributed as dist
+
     warm = output_dir / "warmstart"
     if not (warm / "config.json").is_file() and dist.is_main():
         model, tokenizer = _build_demo_model(config, train)
@@ -94,13 +93,17 @@ def demo_model(config: Config, output_dir: Path, train: list[dict]) -> str:
     return str(warm)
 
 
-def transcript_printer(config: Config, eval_prompts: list, tokenizer, agent, device: torch.device):
+def transcript_printer(config: Config, eval_prompts: list, tokenizer, agent, device):
     """``show(engine, when)``: prints the tool demo's greedy episode on its first held-out prompt
     (``when``: before / after RL); does nothing for other tasks."""
     if not (config.demo.task == "tool" and eval_prompts):
         return lambda engine, when: None
 
     def show(engine, when: str) -> None:
+        import torch
+
+        from .. import distributed as dist
+
         if not dist.is_main():
             return
         from ..rollout.driver import rollout
@@ -151,6 +154,15 @@ class DemoTask:
         return transcript_printer(config, run.eval_prompts, run.tokenizer, run.agent, run.device)
 
     def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
-        from ..run.preflight import check_eval_source  # the demo's held-out strings: for its own model
+        if not of_run_dir and not config.data.eval_path:
+            # the demo's held-out strings are meant for the demo's own model, not for this one
+            raise ConfigError(
+                f"nothing to evaluate model {model_path!r} on: data.eval_path is not set (without a config, "
+                "held-out prompts would be the built-in string-reversal demo's); give a config with "
+                "data.eval_path, or data.eval_path=FILE; a demo run is evaluated with --output-dir RUN_DIR")
 
-        check_eval_source(config, model_path, of_run_dir=of_run_dir)
+    def preflight_train(self, config: Config) -> None:
+        return None  # its records are generated and its model built in the run directory
+
+    def preflight_eval(self, config: Config, model_path: str | None, of_run_dir: bool) -> None:
+        self.check_eval(config, model_path, of_run_dir)

@@ -98,16 +98,11 @@ def default_spec(config: Config, trainer: torch.nn.Module, tokenizer) -> EngineS
 def _prompts(config: Config, tokenizer, count: int):
     """``count`` training prompts rendered as the run renders them, and the chat each came from."""
     from ..build.prompts import prompt_options
-    from ..build.sources import load_all_data
+    from ..build.task import task_of
     from ..data.chat import prompt_messages, uses_chat_template
     from ..data.prompts import prepare_prompts
 
-    demo = None
-    if config.is_demo:
-        from ..demo.builders import demo_task
-
-        demo = demo_task(config)[:2]
-    train, _, _, _ = load_all_data(config, demo=demo)
+    train = task_of(config).records(config, False)[0]  # the user's data, or the demo's generated records
     if not train:
         raise ConfigError("doctor: the config has no training prompt (data.train_path / data.train_sources)")
     records = train[:count]
