@@ -14,6 +14,21 @@ def _late(series, t: Thresholds) -> float:
     return mean(values(windows(series, t.window_frac)[1]))
 
 
+def reward_position(run: RunData, t: Thresholds) -> float:
+    """Where the late mean reward/mean sits between the late means of reward/min and reward/max:
+    0 at the bottom, 1 at the top; NaN when the run does not log them or they are equal."""
+    reward, top, bottom = (_late(run.series(k), t) if run.series(k) else math.nan
+                           for k in ("reward/mean", "reward/max", "reward/min"))
+    if not (math.isfinite(reward) and math.isfinite(top) and math.isfinite(bottom) and top > bottom):
+        return math.nan
+    return (reward - bottom) / (top - bottom)
+
+
+def solved(run: RunData, t: Thresholds) -> bool:
+    """The run has learned its training prompts (``solved_frac``): convergence, not a problem."""
+    return reward_position(run, t) >= t.solved_frac
+
+
 @register_detector("zero_variance")
 def zero_variance(run: RunData, t: Thresholds) -> Finding | None:
     series = run.series("batch/zero_std_group_frac")
@@ -21,7 +36,7 @@ def zero_variance(run: RunData, t: Thresholds) -> Finding | None:
         return None
     late = windows(series, t.window_frac)[1]
     share = mean(values(late))
-    if share <= t.zero_var_max:
+    if share <= t.zero_var_max or solved(run, t):  # all-solved groups at the end of a solved run: done
         return None
     reward, top, bottom = (_late(run.series(k), t) if run.series(k) else math.nan
                            for k in ("reward/mean", "reward/max", "reward/min"))

@@ -4,6 +4,7 @@ spikes, skipped steps and staleness. Each reads the metrics of docs/metrics.md b
 from __future__ import annotations
 
 from .findings import Finding, register_detector
+from .learning import solved
 from .run import RunData, fmt, mean, median, span, values, windows
 from .thresholds import Thresholds
 
@@ -29,7 +30,7 @@ def entropy_collapse(run: RunData, t: Thresholds) -> Finding | None:
     if got is None:
         return None
     series, e, l, early, late = got
-    if not (e > 0 and l < t.entropy_collapse_ratio * e):
+    if not (e > 0 and l < t.entropy_collapse_ratio * e) or solved(run, t):  # a solved task: converged
         return None
     return Finding(
         "entropy_collapse", "Entropy collapsed", span(series),

@@ -24,6 +24,10 @@ class Thresholds:
                                         "multiple of the early mean.")
     clip_frac_max: float = _t(0.2, "Clip drift: late mean actor/pg_clipfrac above this ...")
     clip_frac_rise: float = _t(0.1, "... or risen by more than this since the early window.")
+    solved_frac: float = _t(0.9, "Solved: a run whose late reward/mean sits this far up [reward/min, reward/max] "
+                            "(late means) has learned its prompts; its entropy falling and its groups all "
+                            "solved are then convergence, so entropy_collapse and zero_variance stay quiet. "
+                            "Above 1: never.")
     zero_var_max: float = _t(0.6, "No signal: late mean batch/zero_std_group_frac (groups whose "
                              "rewards are all equal) above this.")
     truncation_max: float = _t(0.1, "Truncation: late mean response/truncated_frac above this ...")

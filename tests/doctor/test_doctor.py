@@ -171,3 +171,19 @@ def test_a_mismatch_finding_quotes_the_kl_and_what_the_correction_cut_when_the_r
     text = "\n".join(finding.evidence)
     assert "`mismatch/k3`" in text and "`mismatch/masked_token_frac`" in text
     assert "steadyrl doctor CONFIG" in finding.advice and "rollout.correction.mode" in finding.advice
+
+
+def test_a_run_that_solved_its_prompts_is_healthy_though_its_entropy_fell_and_its_groups_are_all_solved(tmp_path):
+    rows, samples = healthy_rows(0), healthy_samples(0)
+    for row in rows[1:]:  # what `make demo` does: reward to ~0.93, entropy to a sixth, groups all solved
+        s = row["step"]
+        row["reward/mean"] = min(0.3 + 0.03 * s, 0.93)
+        row["actor/entropy"] = 0.3 * (1 - s / 48)
+        row["batch/zero_std_group_frac"] = min(0.2 + 0.03 * s, 0.8)
+    assert diagnose(load_run(write_run(tmp_path / "solved", rows, samples))) == []
+    unsolved = [dict(r, **{"reward/mean": 0.5}) if "reward/mean" in r else r for r in rows]
+    found = {f.detector for f in diagnose(load_run(write_run(tmp_path / "stuck", unsolved, samples)))}
+    assert {"entropy_collapse", "zero_variance"} <= found  # the same run that did not solve them: problems
+    loose = Thresholds(solved_frac=1.5)
+    found = {f.detector for f in diagnose(load_run(write_run(tmp_path / "solved2", rows, samples)), loose)}
+    assert {"entropy_collapse", "zero_variance"} <= found
