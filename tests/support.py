@@ -7,6 +7,7 @@ put on ``sys.path`` by the root conftest, so a test imports this as ``import sup
 
 from __future__ import annotations
 
+import json
 import shutil
 import string
 from pathlib import Path
@@ -119,3 +120,54 @@ def crashed_copy(run_dir: Path, into: Path, *, last_step: int, steps_kept: int) 
     lines = (into / "metrics.jsonl").read_text().splitlines(keepends=True)
     (into / "metrics.jsonl").write_text("".join(lines[: 1 + steps_kept]))
     return into
+
+
+def length_reward_runs(model_dir, tmp_path, rollout: dict | None = None, trainer: dict | None = None):
+    """``build(*overrides) -> Run``: a run of the tiny model at ``model_dir`` on 16 reversal prompts,
+    scored by response length (varied rewards in every group), 2 prompts x 4 samples, one step;
+    ``rollout`` / ``trainer``: keys added to those sections."""
+    import yaml
+
+    from steadyrl.build.setup import build_run
+    from steadyrl.config import load_config
+    from steadyrl.demo.task import make_splits
+
+    train, _ = make_splits(16, 4, min_len=3, max_len=4, seed=0)
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
+    (tmp_path / "rewards.py").write_text(
+        "def length(prompts, completions, **columns):\n    return [float(len(c)) for c in completions]\n")
+
+    def build(*overrides):
+        config = {"model": {"name_or_path": str(model_dir)}, "data": {"train_path": str(tmp_path / "train.jsonl")},
+                  "rewards": [{"name": f"{tmp_path / 'rewards.py'}:length"}],
+                  "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 5, "temperature": 0.8,
+                              **(rollout or {})},
+                  "trainer": {"device": "cpu", "max_steps": 1, **(trainer or {})}}
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return build_run(load_config(str(path), list(overrides)), tmp_path / "run")
+
+    return build
+
+
+def capture_step(monkeypatch) -> dict:
+    """Patch the recipe so that a ``train_step`` leaves, in the dict returned, what reward
+    processing returned (``processed``), the batch the update ran on (``batch``) and its metrics
+    (``update``)."""
+    from steadyrl.trainer import recipe
+
+    seen = {}
+    real_process, real_update = recipe.process_rewards, recipe.ppo_update
+
+    def process(*args, **kwargs):
+        seen["processed"] = real_process(*args, **kwargs)
+        return seen["processed"]
+
+    def update(policy, optimizer, batch, *args, **kwargs):
+        seen["batch"] = batch
+        seen["update"] = real_update(policy, optimizer, batch, *args, **kwargs)
+        return seen["update"]
+
+    monkeypatch.setattr(recipe, "process_rewards", process)
+    monkeypatch.setattr(recipe, "ppo_update", update)
+    return seen

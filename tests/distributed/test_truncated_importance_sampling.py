@@ -4,20 +4,17 @@ float64 oracle, and through a real training step whose engine returns its own lo
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
+from support import capture_step, length_reward_runs
 import torch
-import yaml
 
-from steadyrl.config import load_config
 from steadyrl.functional.importance import rollout_mismatch_metrics, truncated_importance_weights
 from steadyrl.rollout import HFEngine
 from steadyrl.trainer import recipe as step_module
 from steadyrl.trainer.batch import batch_from_generation
 from steadyrl.trainer.forward import response_logprobs
-from steadyrl.build.setup import build_run
 
 
 def _oracle(logp, rollout, mask, cap):
@@ -118,40 +115,11 @@ class LogprobEngine(HFEngine):
 
 @pytest.fixture
 def tis_run(tiny_model_dir, tmp_path):
-    from steadyrl.demo.task import make_splits
-
-    train, _ = make_splits(16, 4, min_len=3, max_len=4, seed=0)
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
-    (tmp_path / "rewards.py").write_text(
-        "def length(prompts, completions, **columns):\n    return [float(len(c)) for c in completions]\n")
-
-    def build(*overrides):
-        config = {"model": {"name_or_path": str(tiny_model_dir)}, "data": {"train_path": str(tmp_path / "train.jsonl")},
-                  "rewards": [{"name": f"{tmp_path / 'rewards.py'}:length"}],
-                  "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 5, "temperature": 0.8},
-                  "trainer": {"device": "cpu", "max_steps": 1}}
-        path = tmp_path / "config.yaml"
-        path.write_text(yaml.safe_dump(config))
-        return build_run(load_config(str(path), list(overrides)), tmp_path / "run")
-
-    return build
+    return length_reward_runs(tiny_model_dir, tmp_path)
 
 
 def _capture(monkeypatch):
-    seen = {}
-    real_process, real_update = step_module.process_rewards, step_module.ppo_update
-
-    def process(*args, **kwargs):
-        seen["processed"] = real_process(*args, **kwargs)
-        return seen["processed"]
-
-    def update(policy, optimizer, batch, *args, **kwargs):
-        seen["batch"] = batch
-        return real_update(policy, optimizer, batch, *args, **kwargs)
-
-    monkeypatch.setattr(step_module, "process_rewards", process)
-    monkeypatch.setattr(step_module, "ppo_update", update)
-    return seen
+    return capture_step(monkeypatch)
 
 
 @pytest.mark.parametrize("shift, weight", [(0.0, 1.0), (-1.0, 2.0), (0.5, math.exp(-0.5))])

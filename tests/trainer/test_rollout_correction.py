@@ -12,10 +12,10 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from support import capture_step, length_reward_runs
 import torch
 import yaml
 
-from steadyrl.build.setup import build_run
 from steadyrl.config import load_config
 from steadyrl.errors import ConfigError
 from steadyrl.rollout import HFEngine
@@ -52,43 +52,12 @@ class ShiftEngine(HFEngine):
 
 @pytest.fixture
 def make_run(tiny_model_dir, tmp_path):
-    from steadyrl.demo.task import make_splits
-
-    train, _ = make_splits(16, 4, min_len=3, max_len=4, seed=0)
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
-    (tmp_path / "rewards.py").write_text(
-        "def length(prompts, completions, **columns):\n    return [float(len(c)) for c in completions]\n")
-
-    def build(*overrides):
-        config = {"model": {"name_or_path": str(tiny_model_dir)}, "data": {"train_path": str(tmp_path / "train.jsonl")},
-                  "rewards": [{"name": f"{tmp_path / 'rewards.py'}:length"}],
-                  # rollout.dtype: a setting whose engine returns log-probs (the ShiftEngine stands in for it)
-                  "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 5, "temperature": 0.8,
-                              "dtype": "float32"},
-                  "trainer": {"device": "cpu", "max_steps": 1, "seed": 3}}
-        path = tmp_path / "config.yaml"
-        path.write_text(yaml.safe_dump(config))
-        return build_run(load_config(str(path), list(overrides)), tmp_path / "run")
-
-    return build
+    # rollout.dtype: a setting whose engine returns log-probs (the ShiftEngine stands in for it)
+    return length_reward_runs(tiny_model_dir, tmp_path, rollout={"dtype": "float32"}, trainer={"seed": 3})
 
 
 def _capture(monkeypatch):
-    seen = {}
-    real_process, real_update = recipe_module.process_rewards, recipe_module.ppo_update
-
-    def process(*args, **kwargs):
-        seen["processed"] = real_process(*args, **kwargs)
-        return seen["processed"]
-
-    def update(policy, optimizer, batch, *args, **kwargs):
-        seen["batch"] = batch
-        seen["update"] = real_update(policy, optimizer, batch, *args, **kwargs)
-        return seen["update"]
-
-    monkeypatch.setattr(recipe_module, "process_rewards", process)
-    monkeypatch.setattr(recipe_module, "ppo_update", update)
-    return seen
+    return capture_step(monkeypatch)
 
 
 def _shift_step(make_run, monkeypatch, *overrides):
