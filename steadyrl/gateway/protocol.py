@@ -199,11 +199,7 @@ def chat_body(req: Request, prompt_ids: list[int], choices: list[Choice], model:
         if req.return_token_ids:
             choice["token_ids"] = list(c.ids)
         out.append(choice)
-    body = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-            "model": model, "choices": out, "usage": _usage(len(prompt_ids), choices)}
-    if req.return_token_ids:
-        body["prompt_token_ids"] = list(prompt_ids)
-    return body
+    return _body("chatcmpl", "chat.completion", req, prompt_ids, choices, out, model)
 
 
 def completion_body(req: Request, prompt_ids: list[int], choices: list[Choice], model: str) -> dict:
@@ -221,7 +217,13 @@ def completion_body(req: Request, prompt_ids: list[int], choices: list[Choice], 
         if req.return_token_ids:
             choice["token_ids"] = list(c.ids)
         out.append(choice)
-    body = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+    return _body("cmpl", "text_completion", req, prompt_ids, choices, out, model)
+
+
+def _body(prefix: str, kind: str, req: Request, prompt_ids: list[int], choices: list[Choice], out: list[dict],
+          model: str) -> dict:
+    """The response object around its ``choices`` (vLLM's ``prompt_token_ids`` when asked for)."""
+    body = {"id": f"{prefix}-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()),
             "model": model, "choices": out, "usage": _usage(len(prompt_ids), choices)}
     if req.return_token_ids:
         body["prompt_token_ids"] = list(prompt_ids)
