@@ -113,7 +113,7 @@ def grad_spikes(run: RunData, t: Thresholds) -> Finding | None:
     for i in range(3, len(series)):
         before = median(values(series[max(0, i - window):i]))
         step, value = series[i]
-        if before > 0 and value > t.grad_spike_factor * before:
+        if before > 0 and value > t.grad_spike_factor * before and value > t.grad_spike_min:
             spikes.append((step, value, before))
     if not spikes:
         return None
@@ -122,7 +122,8 @@ def grad_spikes(run: RunData, t: Thresholds) -> Finding | None:
     return Finding(
         "grad_spikes", f"Gradient-norm spikes ({len(spikes)})", (spikes[0][0], spikes[-1][0]),
         [f"`actor/grad_norm` above grad_spike_factor {fmt(t.grad_spike_factor)} x the median of the "
-         f"{window} steps before: {listed}" + (" ..." if len(spikes) > 5 else "")],
+         f"{window} steps before (and above grad_spike_min {fmt(t.grad_spike_min)}): {listed}"
+         + (" ..." if len(spikes) > 5 else "")],
         f"Lower `optim.lr`{run.setting('optim.lr')}, keep `optim.max_grad_norm`"
         f"{run.setting('optim.max_grad_norm')} at 1.0 or below, and read the spike steps' samples "
         "(a degenerate completion or an extreme advantage).",

@@ -42,7 +42,9 @@ class Thresholds:
     mismatch_floor: float = _t(0.01, "... and above this (below it, growth is noise).")
     grad_spike_factor: float = _t(5.0, "Grad spike: actor/grad_norm above this multiple of the median of "
                                   "the preceding steps' ...")
-    grad_spike_window: float = _t(10, "... this many steps (at least 3 needed).")
+    grad_spike_window: float = _t(10, "... this many steps (at least 3 needed) ...")
+    grad_spike_min: float = _t(1.0, "... and above this norm (optim.max_grad_norm's default: a jump between "
+                               "small norms, late in a converged run, is noise).")
     skipped_steps_max: float = _t(0, "Skipped steps: more than this many optimizer steps skipped for a "
                                   "non-finite loss or gradient (health/skipped_steps).")
     dominance_share: float = _t(0.9, "Dominance: one reward component carries more than this share of "

@@ -187,3 +187,13 @@ def test_a_run_that_solved_its_prompts_is_healthy_though_its_entropy_fell_and_it
     loose = Thresholds(solved_frac=1.5)
     found = {f.detector for f in diagnose(load_run(write_run(tmp_path / "solved2", rows, samples)), loose)}
     assert {"entropy_collapse", "zero_variance"} <= found
+
+
+def test_a_jump_between_small_gradient_norms_is_no_spike(tmp_path):
+    rows, samples = healthy_rows(0), healthy_samples(0)
+    for row in rows[1:]:  # a converged run: tiny norms, then one batch with signal (the tool demo's step 46)
+        row["actor/grad_norm"] = 0.15
+    rows[30]["actor/grad_norm"] = 0.93
+    assert "grad_spikes" not in {f.detector for f in diagnose(load_run(write_run(tmp_path / "r", rows, samples)))}
+    rows[30]["actor/grad_norm"] = 3.0
+    assert "grad_spikes" in {f.detector for f in diagnose(load_run(write_run(tmp_path / "r2", rows, samples)))}
