@@ -116,8 +116,9 @@ def baseline_s(env: dict, repeats: int) -> float:
 
 def table(rows: list[dict], floor: float, command: str, source: Path, repeats: int) -> str:
     load = os.getloadavg()
+    where = "this checkout" if source.resolve() == REPO.resolve() else f"the checkout {source}"
     lines = [f"Command: `{command}`", "",
-             f"steadyrl from {source}; {os.cpu_count()} cores shared with other jobs (load average "
+             f"steadyrl from {where}; {os.cpu_count()} cores, maybe shared with other jobs (load average "
              f"1/5/15 min at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}), so the times are "
              f"upper bounds of a quiet machine's (the CPU time, user + system of the process, is what the "
              f"command itself used); median and min of {repeats} fresh processes per case; "
