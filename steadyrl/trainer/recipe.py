@@ -204,14 +204,14 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
     if episodes is not drawn:  # reward and episode metrics per episode, not per turn sample
         whole = episode_view(whole, episodes)
     metrics.update(step_metrics(run, drawn, whole, processed, tis_metrics, lr, times))
+    # samples.jsonl: each sample's worst-disagreeing tokens (not for step-wise rows: they are turns)
+    mismatch = None
+    if episodes is drawn and not ro.correction.bypass:
+        mask = batch.response_mask if batch.policy_mask is None else batch.policy_mask
+        mismatch = worst_tokens(batch.old_logprobs, batch.rollout_logprobs, mask, batch.response_ids)
     # samples: this rank's own; result: all ranks' (rank 0's rows first, so they line up on rank 0)
-    per_row = episodes is drawn and not ro.correction.bypass  # step-wise rows are turns, not the samples shown
     extras = {"prompts": episodes.samples, "completions": episodes.gen.completions, "result": whole.result,
-              "episodes": episodes.gen.episodes, "decode": run.tokenizer.decode,
-              "mismatch_tokens": worst_tokens(
-                  batch.old_logprobs, batch.rollout_logprobs,
-                  batch.response_mask if batch.policy_mask is None else batch.policy_mask,
-                  batch.response_ids) if per_row else None}
+              "episodes": episodes.gen.episodes, "decode": run.tokenizer.decode, "mismatch_tokens": mismatch}
     return metrics, extras
 
 
