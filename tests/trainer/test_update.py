@@ -100,16 +100,23 @@ def test_a_mini_batch_without_valid_tokens_takes_no_optimizer_step(tiny_model_di
         assert torch.equal(value, params[name]), name
 
 
-def test_ratio_max_and_min_are_the_extremes_of_the_whole_step(tiny_model_dir):
-    """Not a token-weighted mean of each micro-batch's extreme."""
+def _off_policy_batch(policy):
+    """A batch whose old log-probs are the policy's own plus noise (ratios spread around 1), and
+    the policy's log-probs."""
     from steadyrl.trainer.forward import response_logprobs
 
-    policy = _policy(tiny_model_dir)
     batch = _batch(seed=4)
     with torch.no_grad():
         logp, _ = response_logprobs(policy, batch, temperature=1.0)
     g = torch.Generator().manual_seed(0)
     batch.old_logprobs = logp + 0.3 * torch.randn(logp.shape, generator=g, dtype=logp.dtype)
+    return batch, logp
+
+
+def test_ratio_max_and_min_are_the_extremes_of_the_whole_step(tiny_model_dir):
+    """Not a token-weighted mean of each micro-batch's extreme."""
+    policy = _policy(tiny_model_dir)
+    batch, logp = _off_policy_batch(policy)
     ratio = torch.exp(logp - batch.old_logprobs)[batch.loss_mask.bool()]
     config = _config("trainer.micro_batch_size=2")
     metrics, _, _ = ppo_update(policy, torch.optim.SGD(policy.parameters(), lr=0.0), batch, config,
@@ -122,14 +129,9 @@ def test_a_metric_is_reduced_as_its_loss_declares_not_by_its_name(tiny_model_dir
     """ratio_mean declared a max where the loss makes it: the step reports the largest
     micro-batch mean, whatever its name says."""
     from steadyrl.functional import POLICY_LOSS_METRIC_REDUCTIONS
-    from steadyrl.trainer.forward import response_logprobs
 
     policy = _policy(tiny_model_dir)
-    batch = _batch(seed=4)
-    with torch.no_grad():
-        logp, _ = response_logprobs(policy, batch, temperature=1.0)
-    g = torch.Generator().manual_seed(0)
-    batch.old_logprobs = logp + 0.3 * torch.randn(logp.shape, generator=g, dtype=logp.dtype)
+    batch, logp = _off_policy_batch(policy)
     ratio, mask = torch.exp(logp - batch.old_logprobs), batch.loss_mask.bool()
     per_micro = [ratio[i : i + 2][mask[i : i + 2]].mean().item() for i in range(0, len(batch), 2)
                  if mask[i : i + 2].any()]
