@@ -86,7 +86,13 @@ KL_CTL_PROPORTIONAL_CLIP = 0.2
 SEQ_LOG_RATIO_CLAMP = 20.0
 """A sequence's log importance ratio ``sum_t (logp_train - logp_rollout)`` is clamped to ``[-20, 20]``
 before ``exp``: ``exp(20)`` (~4.9e8) is finite in float32, the same bound as :data:`LOG_RATIO_CLAMP`.
-Each token's difference is first clamped to ``[-40, 40]`` (seed 002), so the sum itself is finite."""
+The clamp is applied to the sum of the raw differences, not to each token's (as verl): a sequence of
+true ratio ``e^-30`` is not the ``e^0`` of two clamped tokens ``+40, -40``."""
+
+LOGPROB_SUM_BOUND = 1e150
+"""Before a sequence's raw log-ratios are summed (in float64), each log-prob is clamped to
+``[-1e150, 1e150]``: a float64 input of ``+-1.8e308`` would make the difference, then the sum, inf.
+No log-prob a model gives comes near it; float32, bfloat16 and fp16 values are never changed by it."""
 
 PPL_LOG_CLAMP = 40.0
 """A sequence's mean negative log-prob is clamped to ``[-40, 40]`` before ``exp`` gives its

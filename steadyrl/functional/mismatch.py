@@ -5,12 +5,18 @@ computes log-probs run the same policy through different kernels, so the samplin
 ``pi_rollout`` is not the trained one ``pi_train``. Per valid token, with ``d`` the difference
 
     d_t = clamp(logp_train_t - logp_rollout_t, -40, 40)          (seed 002, float32 or wider)
+    D_t = logp_train_t - logp_rollout_t                          (unclamped, summed in float64)
 
 the importance ratio of the token, of the sequence and its geometric mean are
 
     token      w_t   = exp(clamp(d_t, -10, 10))                   (as TIS: TIS_LOG_RATIO_CLAMP)
-    sequence   W     = exp(clamp(sum_t d_t, -20, 20))            (SEQ_LOG_RATIO_CLAMP)
-    geometric  G     = exp(mean_t d_t)                            (|mean| <= 40: finite)
+    sequence   W     = exp(clamp(sum_t D_t, -20, 20))            (SEQ_LOG_RATIO_CLAMP)
+    geometric  G     = exp(clamp(mean_t D_t, -40, 40))
+
+The sums are of the raw differences, clamped after summing (as verl): clamping each token first
+would turn a sequence of true ratio ``e^-30`` (tokens ``+60, -90``) into ``e^0``. A mask compares the
+unclamped log-ratio (``d_t``, ``sum_t D_t``, ``mean_t D_t``) with its bounds, so bounds at the allowed
+limit (``e^10`` for a token) still drop a ratio beyond them (``e^15``); only the weight is clamped.
 
 Corrections, each a mode in :data:`CORRECTION_MODES` (name -> function, filled by
 :func:`register_correction`), applied at one ``level`` (``"token"`` uses ``w_t``, ``"sequence"``
@@ -50,6 +56,7 @@ import torch
 from .constants import (
     K3_VALUE_CLAMP,
     LOGPROB_DIFF_CLAMP,
+    LOGPROB_SUM_BOUND,
     MASK_EPS,
     PPL_LOG_CLAMP,
     SEQ_LOG_RATIO_CLAMP,
@@ -80,8 +87,10 @@ class MismatchRatios(NamedTuple):
     nonfinite: torch.Tensor  # [B, T] bool: mask but a log-prob is NaN or inf
     seq_ok: torch.Tensor     # [B] bool: the sequence has a valid token and no non-finite one
     token_log: torch.Tensor  # [B, T] clamp(d_t, -10, 10)
-    seq_log: torch.Tensor    # [B] clamp(sum_t d_t, -20, 20)
-    geo_log: torch.Tensor    # [B] mean_t d_t
+    seq_log: torch.Tensor    # [B] clamp(sum_t D_t, -20, 20)
+    geo_log: torch.Tensor    # [B] clamp(mean_t D_t, -40, 40)
+    seq_sum: torch.Tensor    # [B] float64: sum_t D_t, unclamped (finite: see LOGPROB_SUM_BOUND)
+    geo_mean: torch.Tensor   # [B] float64: mean_t D_t, unclamped
 
 
 class ModeResult(NamedTuple):
@@ -140,21 +149,31 @@ def mismatch_ratios(logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask
     zero = torch.zeros((), dtype=dtype, device=lp.device)
     # replace before subtracting: inf - inf is NaN, and a NaN in an unselected branch of a where
     # still poisons the gradient
-    diff = torch.where(valid, lp, zero) - torch.where(valid, rlp, zero)
-    diff = diff.clamp(-LOGPROB_DIFF_CLAMP, LOGPROB_DIFF_CLAMP)
+    raw = torch.where(valid, lp, zero) - torch.where(valid, rlp, zero)
+    diff = raw.clamp(-LOGPROB_DIFF_CLAMP, LOGPROB_DIFF_CLAMP)
     count = valid.sum(-1)
     seq_ok = (count > 0) & ~nonfinite.any(-1)
-    geo_log = diff.sum(-1) / (count.to(dtype) + MASK_EPS)
+    # the sequence's sum of the raw differences, then the clamp (module doc); float64 holds any
+    # float32 difference exactly enough, and the bound keeps a float64 input's sum finite
+    wide = torch.zeros((), dtype=torch.float64, device=lp.device)
+    seq_sum = (torch.where(valid, logprobs.double().clamp(-LOGPROB_SUM_BOUND, LOGPROB_SUM_BOUND), wide)
+               - torch.where(valid, rollout_logprobs.double().clamp(-LOGPROB_SUM_BOUND, LOGPROB_SUM_BOUND), wide)
+               ).sum(-1)
+    geo_mean = seq_sum / count.clamp(min=1).double()
+    seq_log = seq_sum.clamp(-SEQ_LOG_RATIO_CLAMP, SEQ_LOG_RATIO_CLAMP).to(dtype)
+    geo_log = geo_mean.clamp(-LOGPROB_DIFF_CLAMP, LOGPROB_DIFF_CLAMP).to(dtype)
     return MismatchRatios(diff, valid, nonfinite, seq_ok, diff.clamp(-TIS_LOG_RATIO_CLAMP, TIS_LOG_RATIO_CLAMP),
-                          diff.sum(-1).clamp(-SEQ_LOG_RATIO_CLAMP, SEQ_LOG_RATIO_CLAMP), geo_log)
+                          seq_log, geo_log, seq_sum, geo_mean)
 
 
-def _level_log(ratios: MismatchRatios, level: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(log ratio [B, T], tokens it is defined on [B, T])`` at ``level``: a sequence's ratio is
-    broadcast to its tokens, and defined only where the whole sequence is (``seq_ok``)."""
+def _level_log(ratios: MismatchRatios, level: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(log weight [B, T], unclamped log ratio [B, T], tokens it is defined on [B, T])`` at
+    ``level``: the weight's log is clamped, the bounds compare the unclamped one; a sequence's ratio
+    is broadcast to its tokens, and defined only where the whole sequence is (``seq_ok``)."""
     if level == "token":
-        return ratios.token_log, ratios.valid
-    return ratios.seq_log.unsqueeze(-1).expand_as(ratios.diff), ratios.valid & ratios.seq_ok.unsqueeze(-1)
+        return ratios.token_log, ratios.diff, ratios.valid
+    return (ratios.seq_log.unsqueeze(-1).expand_as(ratios.diff), ratios.seq_sum.unsqueeze(-1).expand_as(ratios.diff),
+            ratios.valid & ratios.seq_ok.unsqueeze(-1))
 
 
 def _check_bounds(name: str, low: float, high: float, limit: float) -> None:
@@ -170,8 +189,8 @@ def tis_truncate(ratios: MismatchRatios, level: str, cap: float) -> ModeResult:
     limit = TIS_LOG_RATIO_CLAMP if level == "token" else SEQ_LOG_RATIO_CLAMP
     if not (isinstance(cap, (int, float)) and 0 < cap <= math.exp(limit)):
         raise ValueError(f"truncate: cap must be in (0, {math.exp(limit):.3g}], got {cap!r}")
-    log_w, defined = _level_log(ratios, level)
-    over = defined & (log_w > math.log(cap))
+    log_w, log_r, defined = _level_log(ratios, level)
+    over = defined & (log_r > math.log(cap))
     zero = torch.zeros((), dtype=log_w.dtype, device=log_w.device)
     weight = torch.where(defined, log_w.exp().clamp(max=cap), zero)
     return ModeResult(weight, defined, over)
@@ -181,8 +200,8 @@ def tis_truncate(ratios: MismatchRatios, level: str, cap: float) -> ModeResult:
 def ratio_mask(ratios: MismatchRatios, level: str, low: float, high: float) -> ModeResult:
     """MIS / IcePop: keep tokens (sequences) whose ratio is in ``[low, high]``, weighted by it."""
     _check_bounds("mask", low, high, TIS_LOG_RATIO_CLAMP if level == "token" else SEQ_LOG_RATIO_CLAMP)
-    log_w, defined = _level_log(ratios, level)
-    inside = (log_w >= math.log(low)) & (log_w <= math.log(high))
+    log_w, log_r, defined = _level_log(ratios, level)
+    inside = (log_r >= math.log(low)) & (log_r <= math.log(high))
     keep = defined & inside
     zero = torch.zeros((), dtype=log_w.dtype, device=log_w.device)
     return ModeResult(torch.where(keep, log_w.exp(), zero), keep, defined & ~inside)
@@ -193,7 +212,7 @@ def geometric_mask(ratios: MismatchRatios, level: str, low: float, high: float) 
     """Geometric sequence mask: drop every token of a sequence whose ``exp(mean_t d_t)`` leaves
     ``[low, high]`` (``level`` is ignored: the test is per sequence). Sets no weight."""
     _check_bounds("geo_mask", low, high, LOGPROB_DIFF_CLAMP)
-    inside = (ratios.geo_log >= math.log(low)) & (ratios.geo_log <= math.log(high)) & ratios.seq_ok
+    inside = (ratios.geo_mean >= math.log(low)) & (ratios.geo_mean <= math.log(high)) & ratios.seq_ok
     keep = ratios.valid & inside.unsqueeze(-1)
     return ModeResult(None, keep, ratios.valid & ~keep)
 
