@@ -24,9 +24,11 @@ from __future__ import annotations
 import torch
 
 from .constants import TIS_LOG_RATIO_CLAMP
+from .mismatch import Correction
 from .stats import masked_mean
 
-__all__ = ["behaviour_logprob_mask", "truncated_importance_weights", "rollout_mismatch_metrics"]
+__all__ = ["behaviour_logprob_mask", "truncated_importance_weights", "rollout_mismatch_metrics",
+           "truncation_correction"]
 
 
 def behaviour_logprob_mask(rollout_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -75,3 +77,22 @@ def rollout_mismatch_metrics(logprobs: torch.Tensor, rollout_logprobs: torch.Ten
     diff = _clamped_diff(logprobs, rollout_logprobs, keep)
     return {"rollout/logprob_diff_mean": float(masked_mean(diff, keep)),
             "rollout/nan_logprob_tokens": float(((mask != 0) & ~keep).sum())}
+
+
+def truncation_correction(logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor,
+                          cap: float) -> Correction:
+    """What :func:`truncated_importance_weights` does to ``mask``'s tokens, as a
+    :class:`~steadyrl.functional.mismatch.Correction` for :func:`~steadyrl.functional.mismatch_metrics`:
+    a NaN behaviour log-prob drops its token; every other token is kept at ``min(w, cap)``, and counts
+    as truncated where ``w > cap`` (a ``-inf`` behaviour log-prob: ``w`` is ``e^10``, so the cap)."""
+    weights, _ = truncated_importance_weights(logprobs, rollout_logprobs, mask, cap)
+    keep = behaviour_logprob_mask(rollout_logprobs, mask)
+    given = mask != 0
+    over = (_clamped_diff(logprobs, rollout_logprobs, keep).exp() > cap) & keep
+    finite = torch.isfinite(logprobs.float()) & torch.isfinite(rollout_logprobs.float())
+    return Correction(weights, keep, {
+        "truncated": over.sum().float(),
+        "masked": (given & ~keep & finite).sum().float(),
+        "nonfinite": (given & ~finite).sum().float(),
+        "masked_seqs": (given.any(-1) & ~keep.any(-1)).sum().float(),
+    })

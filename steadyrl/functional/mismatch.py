@@ -275,9 +275,11 @@ def mismatch_metrics(logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mas
       sequences of ``ppl_train / ppl_rollout = exp(-mean_t d_t)`` (1 = no gap);
     * ``ess``: ``(sum w)^2 / (n sum w^2)`` of the token ratios ``w_t``, in ``[1/n, 1]`` (1 = all equal);
     * ``ratio_max``, ``ratio_min``: of the token ratios;
-    * ``truncated_frac``, ``masked_token_frac``: over valid policy tokens, from ``correction``;
-      ``masked_seq_frac``: sequences with a policy token that lost every one; ``nonfinite_tokens``:
-      policy tokens with a NaN or inf log-prob (dropped, never weighted 1).
+    * ``truncated_frac``, ``masked_token_frac``: over policy tokens, from ``correction`` (what was
+      done to the loss: the kept tokens whose weight hit the cap, the tokens that left the loss);
+      ``masked_seq_frac``: sequences with a policy token that lost every one; all 0 with no
+      ``correction`` (nothing was dropped); ``nonfinite_tokens``: policy tokens with a NaN or inf
+      log-prob (a measurement: :func:`correct_mismatch` drops them, no correction trains them).
 
     With no valid token every value is the neutral one (KL 0, ratios and ESS 1, fractions 0).
     The values are a measurement, never a loss term: they are computed from detached inputs (a
@@ -307,7 +309,8 @@ def mismatch_metrics(logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mas
     counts = correction.counts if correction is not None else {}
     none = torch.zeros((), dtype=torch.float32, device=dev)
     out["truncated_frac"] = counts.get("truncated", none) / (n_given + MASK_EPS)
-    out["masked_token_frac"] = (counts.get("masked", none) + r.nonfinite.sum().float()) / (n_given + MASK_EPS)
+    dropped = (given & ~correction.keep).sum().float() if correction is not None else none
+    out["masked_token_frac"] = dropped / (n_given + MASK_EPS)
     out["masked_seq_frac"] = counts.get("masked_seqs", none) / (n_seq + MASK_EPS)
     out["nonfinite_tokens"] = r.nonfinite.sum().float()
     return {prefix + k: v for k, v in out.items()}

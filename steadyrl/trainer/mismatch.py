@@ -16,7 +16,13 @@ count). Three cases, decided by the config:
   weighted by the cap);
 * ``rollout.correction.bypass``: ``old_logprobs`` are the engine's (:func:`bypass_old_logprobs`),
   there is no train log-prob to compare with; tokens whose behaviour log-prob is not finite leave
-  the loss and are counted in ``rollout/nan_logprob_tokens``.
+  the loss and are counted in ``rollout/nan_logprob_tokens``, and their ``old_logprobs`` are the
+  reference's, so the KL in the reward charges them nothing.
+
+The ``mismatch/`` fractions report what the step did: ``rollout.correction``'s drops and
+truncations, ``rollout.tis_cap``'s (a NaN token dropped, a ``-inf`` one trained at the cap: truncated),
+or none at all without a correction (non-finite tokens are then counted in
+``mismatch/nonfinite_tokens`` and train at weight 1 on the trainer's log-probs).
 
 The measurement (``mismatch/k1`` ... ``mismatch/masked_seq_frac``, see docs/metrics.md) is over all
 the step's policy tokens, trained on or not: the gap is the engines', not the batch's selection.
@@ -29,7 +35,12 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from ..functional.importance import behaviour_logprob_mask, rollout_mismatch_metrics, truncated_importance_weights
+from ..functional.importance import (
+    behaviour_logprob_mask,
+    rollout_mismatch_metrics,
+    truncated_importance_weights,
+    truncation_correction,
+)
 from ..functional.mismatch import correct_mismatch, mismatch_metrics
 from ..rewards.metrics import domain_name
 
@@ -41,20 +52,41 @@ WORST_TOKENS = 3
 """Tokens per sample in ``samples.jsonl``'s ``mismatch_tokens``: those with the largest |gap|."""
 
 
-def bypass_old_logprobs(rollout_logprobs: torch.Tensor) -> torch.Tensor:
-    """``old_logprobs`` under ``rollout.correction.bypass``: the engine's, float32, a non-finite one
-    replaced by 0 (its token leaves the loss in :func:`importance_correction`)."""
+def bypass_old_logprobs(rollout_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None = None) -> torch.Tensor:
+    """``old_logprobs`` under ``rollout.correction.bypass``: the engine's, float32. A non-finite one
+    is replaced by the reference's log-prob of the token (0 without a reference, or where that is not
+    finite either): its token leaves the loss in :func:`importance_correction`, and with the KL in
+    the reward it must not be charged either, which ``kl(ref, ref) = 0`` ensures for every estimator
+    (a 0 in its place was charged ``kl(0, ref)``, a return of 0.71 where 0.96 was right)."""
     lp = rollout_logprobs.float()
-    return torch.where(torch.isfinite(lp), lp, torch.zeros((), dtype=lp.dtype))
+    zero = torch.zeros((), dtype=lp.dtype, device=lp.device)
+    if ref_logprobs is None:
+        fill = zero
+    else:
+        ref = ref_logprobs.to(device=lp.device, dtype=lp.dtype)
+        fill = torch.where(torch.isfinite(ref), ref, zero)
+    return torch.where(torch.isfinite(lp), lp, fill)
 
 
-def _measure(old: torch.Tensor, rollout: torch.Tensor, policy: torch.Tensor, plan, domains) -> dict[str, float]:
+def _applied(o: torch.Tensor, r: torch.Tensor, p: torch.Tensor, plan, legacy_cap: float | None):
+    """What the step did to these rows' policy tokens, as a ``Correction`` (None: nothing), so the
+    ``mismatch/`` fractions report it: ``rollout.correction``'s, ``rollout.tis_cap``'s truncation
+    (a NaN token dropped, ``-inf`` at the cap), or no correction at all (every token trains)."""
+    if legacy_cap is not None:
+        return truncation_correction(o, r, p, legacy_cap)
+    if plan is None:
+        return None
+    level, modes = plan
+    return correct_mismatch(o, r, p, level=level, modes=modes)
+
+
+def _measure(old: torch.Tensor, rollout: torch.Tensor, policy: torch.Tensor, plan, domains,
+             legacy_cap: float | None = None) -> dict[str, float]:
     """``mismatch/...`` over ``policy`` tokens, and per domain when there are domains."""
-    level, modes = plan if plan is not None else ("token", None)
 
     def over(rows, prefix: str) -> dict[str, float]:
         o, r, p = old[rows], rollout[rows], policy[rows]
-        corr = correct_mismatch(o, r, p, level=level, modes=modes)
+        corr = _applied(o, r, p, plan, legacy_cap)
         return {k: float(v) for k, v in mismatch_metrics(o, r, p, corr, prefix=prefix).items()}
 
     metrics = over(slice(None), "mismatch/")
@@ -91,7 +123,8 @@ def importance_correction(run: Run, whole: GlobalSamples, advantages: torch.Tens
         weights, metrics = truncated_importance_weights(old, rollout, loss_mask, ro.tis_cap)
         loss_mask = behaviour_logprob_mask(rollout, loss_mask).to(loss_mask.dtype)
         advantages = advantages * weights
-    metrics.update(_measure(old, rollout, whole.policy_mask, plan, whole.result.domains))
+    legacy_cap = ro.tis_cap if ro.correction.mode is None else None
+    metrics.update(_measure(old, rollout, whole.policy_mask, plan, whole.result.domains, legacy_cap))
     return advantages, loss_mask, metrics
 
 

@@ -71,15 +71,16 @@ def prepare(run: Run, batch: TrainBatch) -> TrainBatch:
               "chunk_size": cfg.trainer.logprob_chunk_size, "padding_free": cfg.trainer.padding_free}
     old = ref = values = None
     policy, critic = run.training_models()  # through the DDP / FSDP wrappers when there are any
-    if cfg.rollout.correction.bypass and batch.rollout_logprobs is not None:
-        old = bypass_old_logprobs(batch.rollout_logprobs)  # the engine's: no recompute pass
-    elif needs_old_logprobs(run, batch):
+    bypass = cfg.rollout.correction.bypass and batch.rollout_logprobs is not None
+    if not bypass and needs_old_logprobs(run, batch):
         old = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device, budget, pad_free)
     if run.reference is not None:
         ref = _per_token(lambda m: response_logprobs(run.reference, m, **kwargs)[0], batch, size, device, budget, pad_free)
     elif run.uses_adapter_reference:
         with _reference_context(run):
             ref = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device, budget, pad_free)
+    if bypass:  # the engine's: no recompute pass; a non-finite one is the reference's (never KL-charged)
+        old = bypass_old_logprobs(batch.rollout_logprobs, ref)
     if critic is not None:
         values = _per_token(lambda m: critic_values(critic, m), batch, size, device, budget, pad_free)
     return replace(batch, old_logprobs=old, ref_logprobs=ref, values=values)
