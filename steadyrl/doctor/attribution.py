@@ -1,9 +1,13 @@
 """The pre-flight's attribution: the engine's side rescored with factors set to the trainer's one at a
 time (sampling processors, precision, attention, padding side, weights), the template round trip, and
-the ranked causes with their share of the gap and the config change that removes each
+the ranked causes with their signed share of the gap and the config change that removes each
 (formula: :mod:`.preflight`)."""
 
 from __future__ import annotations
+
+import itertools
+import math
+from typing import Callable
 
 import torch
 
@@ -89,6 +93,51 @@ def _round_trip_cause(side: _Side) -> tuple[Cause | None, str]:
     return cause, f"template round trip (changes {changed} of {samples} samples, {gap:.2g} per token)"
 
 
+def shapley_gaps(names: list[str], value: Callable[[frozenset], float]) -> dict[str, float]:
+    """Each factor's exact Shapley value in the game ``value(kept factors) -> G``: its marginal gain
+    ``value(S + f) - value(S)`` weighted by ``|S|! (n - |S| - 1)! / n!`` over the subsets ``S`` of the
+    others. Signed (a factor that offsets another is negative); they sum to ``value(all) -
+    value(none)``. ``2^n`` calls of ``value`` (cached), ``n`` at most 5 here."""
+    cache: dict[frozenset, float] = {}
+
+    def v(kept: frozenset) -> float:
+        if kept not in cache:
+            cache[kept] = float(value(kept))
+        return cache[kept]
+
+    n, out = len(names), {}
+    for f in names:
+        others = [x for x in names if x != f]
+        total = 0.0
+        for size in range(n):
+            weight = math.factorial(size) * math.factorial(n - size - 1) / math.factorial(n)
+            total += weight * math.fsum(v(frozenset(s) | {f}) - v(frozenset(s))
+                                        for s in itertools.combinations(others, size))
+        out[f] = total
+    return out
+
+
+def _factor_causes(side: _Side, present: dict, baseline: float, n: int, tolerance: float):
+    """``(causes, ruled out, matched)``: each present factor's signed Shapley gap (module formula)."""
+    names = list(present)
+    game = {frozenset(names): baseline}
+    value = lambda kept: game.setdefault(kept, _gap_with(side, set(kept), n))  # noqa: E731
+    matched = value(frozenset()) if names else baseline
+    phi = shapley_gaps(names, value)
+    causes, ruled_out = [], []
+    for name, (title, evidence, change) in present.items():
+        without, alone = value(frozenset(names) - {name}), value(frozenset({name}))
+        if phi[name] < 0:  # the factor offsets another: setting it to the trainer's would not help
+            change = (f"none: it reduces the gap; setting it to the trainer's would widen the gap by "
+                      f"{-phi[name]:.4g} per token (it offsets another cause)")
+        cause = Cause(name, title, phi[name], f"{evidence}; the gap is {baseline:.4g} with it and {without:.4g} "
+                      f"without it (alone: {alone:.4g} against {matched:.4g} with none)", change)
+        (causes if abs(phi[name]) >= tolerance else ruled_out).append(cause)
+    if not any(c.gap > 0 for c in causes):  # an offset with nothing it offsets worth naming
+        ruled_out, causes = ruled_out + causes, []
+    return causes, [f"{c.title.lower()} ({c.gap:.2g} per token)" for c in ruled_out], matched
+
+
 def attribute(side: _Side, tolerance: float = TOLERANCE, setup: str = "") -> Preflight:
     """Measure, attribute and rank (formula: :mod:`.preflight`)."""
     total, n = _gap_sum(side, side.engine, side.spec)
@@ -96,26 +145,19 @@ def attribute(side: _Side, tolerance: float = TOLERANCE, setup: str = "") -> Pre
     shown_total, _ = _gap_sum(side, side.engine, side.spec, reported=True)
     present = _present(side)
     names = set(present)
-    matched = _gap_with(side, set(), n) if names else baseline
-    causes, ruled_out = [], []
-    for name, (title, evidence, change) in present.items():
-        without = _gap_with(side, names - {name}, n)
-        alone = _gap_with(side, {name}, n)
-        share = max(0.5 * ((baseline - without) + (alone - matched)), 0.0)
-        cause = Cause(name, title, share, f"{evidence}; the gap is {baseline:.4g} with it and {without:.4g} "
-                      f"without it (alone: {alone:.4g} against {matched:.4g} with none)", change)
-        (causes.append(cause) if share >= tolerance else ruled_out.append(f"{title.lower()} ({share:.2g} per token)"))
+    causes, ruled_out, matched = _factor_causes(side, present, baseline, n, tolerance)
     if names and matched >= tolerance:
         causes.append(Cause("unexplained", "Not explained by these factors", matched,
                             "the gap that remains when the engine matches the trainer in every factor above "
                             "(kernels, the decode path)", "correct the gap (docs/stability.md)"))
     trip, line = _round_trip_cause(side)
+    whole = baseline
     if trip is not None and trip.gap >= tolerance:
         causes.append(trip)
+        whole += trip.gap  # the round trip's gap is measured on its own, beside the engine's
     else:
         ruled_out.append(line)
-    whole = sum(c.gap for c in causes)
-    for c in causes:
+    for c in causes:  # signed shares of the whole: with the ruled-out ones they sum to 1
         c.share = c.gap / whole if whole > 0 else 0.0
     causes.sort(key=lambda c: -c.gap)
     absent = {"sampling": "sampling parameters (no top-k / top-p)", "precision": "precision (same dtype)",
@@ -124,7 +166,7 @@ def attribute(side: _Side, tolerance: float = TOLERANCE, setup: str = "") -> Pre
     if not names and baseline >= tolerance:  # no factor differs, yet the numbers do
         causes.insert(0, Cause("unexplained", "Not explained by these factors", baseline, "the engine matches the "
                                "trainer in every factor checked (kernels, the decode path)",
-                               "correct the gap (docs/stability.md)", 1.0))
+                               "correct the gap (docs/stability.md)", baseline / whole if whole > 0 else 1.0))
     return Preflight(setup=setup, tokens=n, baseline=baseline, metrics=_metrics(side),
                      reported=f"{side.spec.reported}: mean |log-ratio| {shown_total / max(n, 1):.4g} per token",
                      causes=causes, ruled_out=ruled_out, tolerance=tolerance)

@@ -9,16 +9,18 @@ engine that will sample and the trainer that will recompute the log-probs, and s
 
 The gap measure shared by every cause is the mean absolute per-token log-ratio
 ``G = |log pi_behaviour - log pi_train|`` over the sampled tokens. Factors do not add up (a top-k gap
-swamps a precision gap measured alone against the whole), so a factor's gap is the mean of the two
-one-at-a-time changes: what setting it to the trainer's removes from the engine as configured, and
-what it adds to an engine matched to the trainer in everything else,
+swamps a precision gap measured alone against the whole), so a factor's gap is its Shapley value in
+the game ``G(S)`` (the engine keeping the factors in ``S``, matching the trainer in the others),
 
-    gap_f = ( G(all) - G(all but f) + G(f alone) - G(none) ) / 2     (at least 0)
+    gap_f = sum_{S not containing f} |S|! (n - |S| - 1)! / n! * ( G(S + f) - G(S) )
 
-(with two factors, exactly their Shapley values). ``G(none)``, the gap of an engine matched in every
-factor, is what no factor explains (kernels, the decode path). The template round trip adds its own
-(:mod:`.roundtrip`). Each cause's share is its gap over the sum of all. Causes below ``tolerance`` are
-ruled out. Nothing is written; no reward code runs.
+(with two factors, the mean of what removing f from the engine removes and what adding it to a
+matched engine adds). Signed: a factor that offsets another (bfloat16 noise that happens to hide
+part of a top-k gap) is negative, and ``sum_f gap_f = G(all) - G(none)``. ``G(none)``, the gap of an
+engine matched in every factor, is what no factor explains (kernels, the decode path); with it the
+gaps sum to the whole gap. The template round trip adds its own (:mod:`.roundtrip`). Each cause's
+share is its gap over ``G(all)`` (plus the round trip's), so the shares sum to 1 with the ruled-out
+causes (``|gap| < tolerance``). Nothing is written; no reward code runs.
 """
 
 from __future__ import annotations

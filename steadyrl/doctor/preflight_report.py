@@ -24,6 +24,10 @@ def render(result: Preflight) -> str:
     for i, c in enumerate(result.causes, 1):
         lines += [f"{i}. {c.title} (`{c.name}`): {100 * c.share:.0f}% of the gap ({c.gap:.4g} per token)",
                   f"   - evidence: {c.evidence}", f"   - change: {c.change}"]
+    if len(result.causes) > 1 or any(c.gap < 0 for c in result.causes):
+        listed = sum(c.share for c in result.causes)
+        lines += ["", f"The shares are signed Shapley values of the factors (a negative one reduces the gap: that "
+                  f"factor offsets another); with the ruled-out ones they sum to the gap (listed: {100 * listed:.0f}%)."]
     lines += ["", f"Ruled out: {ruled}."]
     return "\n".join(lines) + "\n"
 
