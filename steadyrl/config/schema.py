@@ -331,7 +331,7 @@ class AsynchronousConfig(Section):
                                   "as without it); null = off (generation in the trainer).", ge=0)
 
 
-CorrectionMode = Literal["truncate", "mask", "truncate+mask", "geometric", "geometric+truncate"]
+CorrectionMode = Literal["truncate", "mask", "reject", "truncate+mask", "geometric", "geometric+truncate"]
 CORRECTION_BOUNDS = {"mask": (0.5, 5.0), "geometric": (0.99, 1.01)}
 """Default ``[low, high]`` of ``rollout.correction`` per masking mode (filled in the resolved config):
 IcePop's token bounds for mask, tight bounds around 1 for the length-normalised geometric ratio."""
@@ -341,20 +341,23 @@ class CorrectionConfig(Section):
     """Training-inference mismatch correction (docs/stability.md): vLLM, asynchronous or rollout.dtype runs."""
 
     mode: CorrectionMode | None = F(
-        None, "How tokens are re-weighted or dropped by w = pi_train / pi_rollout: truncate (TIS: weight "
-        "min(w, cap)), mask (MIS / IcePop: drop tokens or sequences whose w leaves [low, high], weight the "
-        "others by w), truncate+mask (drop outside [low, high], weight min(w, cap)), geometric (drop a whole "
-        "sequence whose exp(mean_t log w_t) leaves [low, high]), geometric+truncate (that, and token weights "
-        "min(w_t, cap)). null = rollout.tis_cap's token truncation, or none.")
+        None, "How tokens are re-weighted or dropped by w = pi_train / pi_rollout (w at rollout.correction."
+        "level): truncate (TIS: weight min(w, cap)), mask (MIS / IcePop: drop tokens or sequences whose w "
+        "leaves [low, high], weight the others by w), reject (verl's rollout_rs: the drops of mask, the others "
+        "at weight 1), truncate+mask (drop outside [low, high], weight min(w, cap)), geometric (drop a whole "
+        "sequence whose exp(mean_t log w_t) leaves [low, high], the others at weight 1), geometric+truncate "
+        "(that, and weight min(w, cap): each token's w at level token, its sequence's product at level "
+        "sequence). null = rollout.tis_cap's token truncation, or none.")
     level: Literal["token", "sequence"] = F(
-        "token", "What w is for truncate and mask: each token's ratio, or its sequence's (the product over "
-        "its policy tokens, given to every token). geometric always tests the sequence.")
+        "token", "What w is for truncate, mask and reject (and geometric+truncate's weight): each token's "
+        "ratio, or its sequence's (the product over its policy tokens, given to every token). geometric's "
+        "drop always tests the sequence's geometric mean.")
     cap: float = F(2.0, "Cap of the truncated weight (truncate modes).", gt=0)
     low: float | None = F(None, "Lower bound of the kept ratio (mask and geometric modes). Unset: "
-                          f"{CORRECTION_BOUNDS['mask'][0]} for mask, {CORRECTION_BOUNDS['geometric'][0]} "
+                          f"{CORRECTION_BOUNDS['mask'][0]} for mask and reject, {CORRECTION_BOUNDS['geometric'][0]} "
                           "for geometric.", gt=0)
     high: float | None = F(None, "Upper bound of the kept ratio (mask and geometric modes). Unset: "
-                           f"{CORRECTION_BOUNDS['mask'][1]} for mask, {CORRECTION_BOUNDS['geometric'][1]} "
+                           f"{CORRECTION_BOUNDS['mask'][1]} for mask and reject, {CORRECTION_BOUNDS['geometric'][1]} "
                            "for geometric.", gt=0)
     bypass: bool = F(False, "Use the engine's log-probs as old_logprobs: no recompute pass before the "
                      "update (the PPO ratio is then pi_theta / pi_rollout, its clip bounds the gap; nothing "
@@ -400,6 +403,8 @@ class CorrectionConfig(Section):
             out["truncate"] = {"cap": self.cap}
         if self.mode.startswith("geometric"):
             out["geo_mask"] = {"low": self.low, "high": self.high}
+        elif self.mode == "reject":
+            out["reject"] = {"low": self.low, "high": self.high}
         elif "mask" in self.mode:
             out["mask"] = {"low": self.low, "high": self.high}
         return self.level, out
@@ -572,6 +577,13 @@ class AlgorithmConfig(Section):
                            "reinforce_plus_plus, gspo, cispo. Keys you set yourself always win.")
     advantage_estimator: AdvantageName = F("grpo", "Advantage estimator (see steadyrl.functional.advantages).")
     norm_by_std: bool = F(True, "GRPO / pass@k: divide by the group std (false = Dr. GRPO).")
+    group_stats: Literal["episode", "sample"] = F(
+        "episode", "How a multi-turn episode trained as several samples (rollout.multi_turn_mode: stepwise, or "
+        "a gateway agent's several trajectories) counts in its group's statistics (grpo's mean and std, rloo's "
+        "and reinforce_plus_plus_baseline's baseline): episode = once (its reward is one outcome; as SkyRL and "
+        "prime-rl), sample = once per turn sample (an episode of t turns t times: the default until this key "
+        "existed). RLOO leaves the sample's whole episode out of its baseline either way. Runs with one sample "
+        "per episode: no difference.")
     policy_loss: PolicyLossName = F("ppo", "Policy loss: ppo (clipped surrogate), gspo, cispo, vanilla_pg.")
     loss_agg_mode: LossAggMode = F("token-mean", "How per-token losses become one scalar.")
     norm_length: int | None = F(None, "Constant length of seq-mean-token-sum-norm; null = "

@@ -22,6 +22,12 @@ Token-reward estimators (from ``token_rewards``):
 A group of one, or a group whose scores are all equal, gets advantage 0 (never NaN). Grouped
 estimators take an optional ``sample_mask [B]``: invalid samples (a reward function failed)
 enter no group statistic and get advantage 0.
+
+Episodes of several rows (step-wise multi-turn: ``episode_size`` contiguous rows per episode, see
+:mod:`.group_stats`): ``grpo``, ``rloo`` and ``reinforce_plus_plus_baseline`` take ``episode_size`` and
+``group_stats`` (``"episode"``: each episode counts once in the group's mean, std and RLOO baseline;
+``"sample"``: each row does). RLOO's baseline always leaves the row's whole episode out. With one
+row per episode both countings are the formulas above, exactly.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Callable, Literal
 import torch
 
 from .constants import GAE_LAMBDA, GAMMA, NORM_EPS
+from .group_stats import episode_group_mean_std, leave_episode_out_baseline
 from .rewards import _check_groups, group_mean_std
 from .stats import acc_dtype, masked_whiten
 
@@ -62,6 +69,7 @@ class AdvantageEstimator:
     grouped: bool = False
     options: tuple[str, ...] = ()
     masks_samples: bool = True
+    episodic: bool = False
 
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
@@ -69,7 +77,7 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
 
 def register_advantage(
     name: str, uses: Literal["scores", "token_rewards"], needs_values: bool = False, grouped: bool = False,
-    options: tuple[str, ...] = (), masks_samples: bool = True,
+    options: tuple[str, ...] = (), masks_samples: bool = True, episodic: bool = False,
 ):
     """Decorator: register an advantage estimator under ``name``: all the trainer and the config
     need to know about it is declared here.
@@ -77,17 +85,20 @@ def register_advantage(
     ``grouped``: it compares a prompt's responses with each other (the config refuses
     ``rollout.group_size < 2`` for it); ``options``: the ``algorithm.*`` settings it takes, passed
     as keyword arguments of the same name; ``masks_samples``: it takes ``sample_mask [B]`` (samples
-    whose reward is invalid stay out of its statistics).
+    whose reward is invalid stay out of its statistics); ``episodic``: it takes ``episode_size``, the
+    rows per episode (step-wise multi-turn), which the trainer passes.
     """
 
     def wrap(fn):
         if name in ADVANTAGE_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
         accepted = inspect.signature(fn).parameters
-        missing = [o for o in options + (("sample_mask",) if masks_samples else ()) if o not in accepted]
+        needed = options + (("sample_mask",) if masks_samples else ()) + (("episode_size",) if episodic else ())
+        missing = [o for o in needed if o not in accepted]
         if missing:
             raise ValueError(f"advantage estimator {name!r} declares {missing}, which {fn.__name__} does not take")
-        ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, uses, needs_values, grouped, options, masks_samples)
+        ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, uses, needs_values, grouped, options, masks_samples,
+                                                        episodic)
         return fn
 
     return wrap
@@ -157,7 +168,7 @@ def gae_advantages(
     return advantages, returns
 
 
-@register_advantage("grpo", uses="scores", grouped=True, options=("norm_by_std",))
+@register_advantage("grpo", uses="scores", grouped=True, options=("norm_by_std", "group_stats"), episodic=True)
 def grpo_advantages(
     scores: torch.Tensor,
     response_mask: torch.Tensor,
@@ -165,26 +176,36 @@ def grpo_advantages(
     norm_by_std: bool = True,
     eps: float = NORM_EPS,
     sample_mask: torch.Tensor | None = None,
+    episode_size: int = 1,
+    group_stats: str = "episode",
 ) -> torch.Tensor:
     """GRPO: ``(s_i - group mean) / (unbiased group std + eps)`` on every valid token.
 
     ``norm_by_std=False`` drops the division (Dr. GRPO). A group of one or of equal scores gives 0.
+    Episodes of ``episode_size`` rows count as ``group_stats`` says (module doc).
     """
     s, keep = _scores(scores, response_mask, group_size, sample_mask)
-    mean, std = group_mean_std(s, group_size, keep)
+    mean, std = episode_group_mean_std(s, keep, group_size, episode_size, group_stats)
     adv = s - mean
     if norm_by_std:
         adv = adv / (std + eps)
     return _broadcast(torch.where(keep, adv, torch.zeros_like(adv)), response_mask)
 
 
-@register_advantage("rloo", uses="scores", grouped=True)
+@register_advantage("rloo", uses="scores", grouped=True, options=("group_stats",), episodic=True)
 def rloo_advantages(
-    scores: torch.Tensor, response_mask: torch.Tensor, group_size: int, sample_mask: torch.Tensor | None = None
+    scores: torch.Tensor, response_mask: torch.Tensor, group_size: int, sample_mask: torch.Tensor | None = None,
+    episode_size: int = 1, group_stats: str = "episode",
 ) -> torch.Tensor:
-    """RLOO: ``A_i = s_i - mean_{j != i} s_j = n / (n - 1) * (s_i - group mean)``; 0 for n = 1."""
+    """RLOO: ``A_i = s_i - mean_{j != i} s_j = n / (n - 1) * (s_i - group mean)``; 0 for n = 1.
+    With episodes of ``episode_size > 1`` rows the baseline is the mean over the *other episodes*
+    (their rows or their values, as ``group_stats`` says; module doc), 0 without another."""
     s, keep = _scores(scores, response_mask, group_size, sample_mask)
-    mean, _ = group_mean_std(s, group_size, keep)
+    if episode_size != 1:
+        baseline, others = leave_episode_out_baseline(s, keep, group_size, episode_size, group_stats)
+        adv = torch.where(keep & others, s - baseline, torch.zeros_like(s))
+        return _broadcast(adv, response_mask)
+    mean, _ = episode_group_mean_std(s, keep, group_size, episode_size, group_stats)
     n = keep.reshape(-1, group_size).sum(-1, keepdim=True).expand(-1, group_size).reshape(-1).to(s.dtype)
     adv = torch.where(keep & (n > 1), (s - mean) * n / (n - 1).clamp(min=1), torch.zeros_like(s))
     return _broadcast(adv, response_mask)
@@ -211,14 +232,16 @@ def reinforce_plus_plus_advantages(
     return masked_whiten(returns, counted)
 
 
-@register_advantage("reinforce_plus_plus_baseline", uses="scores", grouped=True)
+@register_advantage("reinforce_plus_plus_baseline", uses="scores", grouped=True, options=("group_stats",),
+                    episodic=True)
 def reinforce_plus_plus_baseline_advantages(
-    scores: torch.Tensor, response_mask: torch.Tensor, group_size: int, sample_mask: torch.Tensor | None = None
+    scores: torch.Tensor, response_mask: torch.Tensor, group_size: int, sample_mask: torch.Tensor | None = None,
+    episode_size: int = 1, group_stats: str = "episode",
 ) -> torch.Tensor:
-    """REINFORCE++ with a group baseline: ``s_i - group mean`` broadcast to tokens, then whitened
-    over all valid tokens of the batch."""
+    """REINFORCE++ with a group baseline: ``s_i - group mean`` (episodes counted as ``group_stats``
+    says) broadcast to tokens, then whitened over all valid tokens of the batch."""
     s, keep = _scores(scores, response_mask, group_size, sample_mask)
-    mean, _ = group_mean_std(s, group_size, keep)
+    mean, _ = episode_group_mean_std(s, keep, group_size, episode_size, group_stats)
     token_mask = (response_mask != 0) & keep.unsqueeze(-1)
     return masked_whiten(_broadcast(s - mean, token_mask), token_mask)
 

@@ -26,6 +26,8 @@ uses ``W`` for every token of the sequence):
 * ``mask`` (MIS, IcePop): a token (sequence) whose ratio leaves ``[low, high]`` is dropped from the
   loss and counted; a kept one is weighted by its ratio ``w`` (bounded by ``high``), unless
   ``truncate`` is also on, whose ``min(w, cap)`` then weighs it.
+* ``reject`` (verl's rejection sampling, ``rollout_rs``): the drops of ``mask``, the kept tokens at
+  weight 1 (it sets no weight).
 * ``geo_mask`` (geometric sequence mask): a sequence whose ``G`` leaves ``[low, high]`` is dropped
   whole, whatever ``level``; it sets no weight (a pure filter).
 
@@ -205,6 +207,14 @@ def ratio_mask(ratios: MismatchRatios, level: str, low: float, high: float) -> M
     keep = defined & inside
     zero = torch.zeros((), dtype=log_w.dtype, device=log_w.device)
     return ModeResult(torch.where(keep, log_w.exp(), zero), keep, defined & ~inside)
+
+
+@register_correction("reject")
+def ratio_reject(ratios: MismatchRatios, level: str, low: float, high: float) -> ModeResult:
+    """Rejection (verl's ``rollout_rs``): the drops of :func:`ratio_mask`, the kept tokens at
+    weight 1 (it sets no weight: ``truncate``'s applies when it is on)."""
+    masked = ratio_mask(ratios, level, low, high)
+    return ModeResult(None, masked.keep, masked.hit)
 
 
 @register_correction("geo_mask")

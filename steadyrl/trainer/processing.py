@@ -90,12 +90,14 @@ def _token_rewards(raw, valid, mask, algo: AlgorithmConfig, group_size: int, *, 
     return token_rewards - penalty, p - masked_sum(penalty, mask, dim=-1)
 
 
-def _estimator_options(algo: AlgorithmConfig, valid: torch.Tensor) -> dict:
-    """The ``algorithm.*`` options the estimator declared at its registration, and the valid
-    samples' mask when it takes one: a new estimator is one decorated function in
-    :mod:`steadyrl.functional.advantages`, nothing to add here."""
+def _estimator_options(algo: AlgorithmConfig, valid: torch.Tensor, episode_size: int = 1) -> dict:
+    """The ``algorithm.*`` options the estimator declared at its registration, the valid samples'
+    mask when it takes one, and the rows per episode when it counts episodes: a new estimator is one
+    decorated function in :mod:`steadyrl.functional.advantages`, nothing to add here."""
     est = ADVANTAGE_ESTIMATORS[algo.advantage_estimator]
     options = {name: getattr(algo, name) for name in est.options}
+    if est.episodic:
+        options["episode_size"] = episode_size
     return {**options, "sample_mask": valid} if est.masks_samples else options
 
 
@@ -138,6 +140,7 @@ def process_rewards(
     running: RunningMoments | None = None,
     turn_rewards: torch.Tensor | None = None,
     domains: torch.Tensor | None = None,
+    episode_size: int = 1,
 ) -> Processed:
     """Run steps 1-8 (module docstring) on one step's samples. Inputs are not modified.
 
@@ -148,7 +151,9 @@ def process_rewards(
     tokens that can be trained on (in an episode, the policy's own tokens: observations are never
     rewarded, counted or trained on); ``turn_rewards [B, R]`` the earlier turns' rewards at
     their last tokens (zeros elsewhere), or None. ``domains [B]``: an integer domain id per sample,
-    used with ``algo.reward_norm_by_domain`` (None: one domain).
+    used with ``algo.reward_norm_by_domain`` (None: one domain). ``episode_size``: the rows per
+    episode inside a group (step-wise turn samples, :mod:`.turn_samples`), for the estimators that
+    count episodes (``algorithm.group_stats``).
     """
     mask = response_mask.bool()
     valid = valid.bool() & mask.any(-1) & torch.isfinite(scores)
@@ -167,7 +172,7 @@ def process_rewards(
     advantages, returns = compute_advantages(
         algo.advantage_estimator, response_mask, scores=seq_scores, token_rewards=token_rewards,
         values=None if values is None else values.double(), group_size=group_size,
-        **_estimator_options(algo, valid))
+        **_estimator_options(algo, valid, episode_size))
 
     # 7-8. whitening, advantage clip
     loss_mask = mask & keep.unsqueeze(-1)

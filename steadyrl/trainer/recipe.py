@@ -153,7 +153,7 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
     # 1. draw: this rank's prompts, rolled out and scored (several draws with dynamic sampling)
     drawn = step_samples(run, engine, step)
     times["scored"] = time.perf_counter()
-    episodes, group_size = drawn, ro.group_size
+    episodes, group_size, slots = drawn, ro.group_size, 1
     if needs_turn_samples(run.agent, drawn):  # each turn (gateway: each trajectory) a sample of its own
         drawn, slots = expand_turn_samples(episodes, run.tokenizer)
         group_size *= slots
@@ -171,7 +171,7 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
                                 algo, group_size, kl_coef=run.kl_controller.value,
                                 old_logprobs=whole.old_logprobs, ref_logprobs=whole.ref_logprobs,
                                 values=whole.values, running=run.running, turn_rewards=whole.turn_rewards,
-                                domains=domain_ids(whole.result.domains))
+                                domains=domain_ids(whole.result.domains), episode_size=slots)
     advantages, loss_mask, tis_metrics = importance_correction(run, whole, processed.advantages, processed.loss_mask)
     batch = replace(batch, loss_mask=whole.mine(loss_mask), advantages=whole.mine(advantages),
                     returns=whole.mine(processed.returns), sample_weights=whole.mine(processed.sample_weights))

@@ -5,9 +5,11 @@ with each turn's sample in ``EpisodeInfo.samples``. Before the update, :func:`ex
 lays the step out as turn samples: ``slots`` rows per episode, ``slots`` = the most turns of any
 episode of the step on any rank (a slot past an episode's last turn is an empty row that enters
 nothing). Every sample carries its episode's score and validity, so the samples of one episode
-share its reward; groups stay contiguous, ``group_size * slots`` rows per prompt, and group
-statistics (GRPO's mean and std, RLOO's baseline, the difficulty mask) are over the turn samples
-of the group's episodes: an episode of ``t`` turns counts ``t`` times, as its tokens do in the loss.
+share its reward; groups stay contiguous, ``group_size * slots`` rows per prompt (``slots`` rows per
+episode: the ``episode_size`` of reward processing). GRPO's mean and std and RLOO's baseline count
+each episode once (``algorithm.group_stats: episode``) or each turn sample (``sample``), and RLOO
+leaves a sample's whole episode out (:mod:`steadyrl.functional.group_stats`); the difficulty mask
+and reward normalisation count turn samples, as the loss counts every turn's tokens.
 ``reward/*`` and ``rollout/*`` metrics stay per episode; ``response/length_*`` are per sample.
 """
 

@@ -338,4 +338,5 @@ def test_the_trainer_passes_an_estimator_what_it_declared(monkeypatch):
     assert _estimator_options(algo, valid) == {"gamma": 0.5}
     grpo = AlgorithmConfig(norm_by_std=False)
     options = _estimator_options(grpo, valid)
-    assert options.keys() == {"norm_by_std", "sample_mask"} and options["norm_by_std"] is False
+    assert options.keys() == {"norm_by_std", "group_stats", "episode_size", "sample_mask"}
+    assert options["norm_by_std"] is False and options["group_stats"] == "episode" and options["episode_size"] == 1

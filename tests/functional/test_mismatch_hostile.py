@@ -21,6 +21,7 @@ MODES = st.sampled_from([
     {},
     {"truncate": {"cap": 2.0}},
     {"mask": {"low": 0.5, "high": 5.0}},
+    {"reject": {"low": 0.5, "high": 5.0}},
     {"mask": {"low": 0.5, "high": 2.0}, "truncate": {"cap": 1.5}},
     {"geo_mask": {"low": 0.999, "high": 1.001}},
     {"geo_mask": {"low": 0.9, "high": 1.1}, "truncate": {"cap": 2.0}},
