@@ -150,7 +150,8 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     # verl rollout correction (algorithm.rollout_correction.*)
     "rollout_is": (_VERL, "rollout.correction.mode=truncate with rollout.correction.level (token or sequence)"),
     "rollout_is_threshold": (_VERL, "rollout.correction.cap"),
-    "rollout_rs": (_VERL, "rollout.correction.mode (token / sequence = mask at that rollout.correction.level, "
+    "rollout_rs": (_VERL, "rollout.correction.mode (token / sequence = reject at that rollout.correction.level, "
+                          "accepted tokens at weight 1 as in verl; with rollout_is too = truncate+mask; "
                           "geometric = geometric)"),
     "rollout_rs_threshold": (_VERL, "rollout.correction.high"),
     "rollout_rs_threshold_lower": (_VERL, "rollout.correction.low"),
