@@ -353,10 +353,10 @@ class CorrectionConfig(Section):
         "ratio, or its sequence's (the product over its policy tokens, given to every token). geometric's "
         "drop always tests the sequence's geometric mean.")
     cap: float = F(2.0, "Cap of the truncated weight (truncate modes).", gt=0)
-    low: float | None = F(None, "Lower bound of the kept ratio (mask and geometric modes). Unset: "
+    low: float | None = F(None, "Lower bound of the kept ratio (mask, reject and geometric modes). Unset: "
                           f"{CORRECTION_BOUNDS['mask'][0]} for mask and reject, {CORRECTION_BOUNDS['geometric'][0]} "
                           "for geometric.", gt=0)
-    high: float | None = F(None, "Upper bound of the kept ratio (mask and geometric modes). Unset: "
+    high: float | None = F(None, "Upper bound of the kept ratio (mask, reject and geometric modes). Unset: "
                            f"{CORRECTION_BOUNDS['mask'][1]} for mask and reject, {CORRECTION_BOUNDS['geometric'][1]} "
                            "for geometric.", gt=0)
     bypass: bool = F(False, "Use the engine's log-probs as old_logprobs: no recompute pass before the "
