@@ -50,9 +50,16 @@ class LowPrecisionAdamW(torch.optim.Optimizer):
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
         self.variant = variant
 
-    @staticmethod
-    def _process_value_according_to_param_policy(param, value, param_id, param_groups, key=None):
-        return value.to(device=param.device)  # the saved dtype: a float32 moment stays float32
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's, then every state tensor put back in its saved dtype (torch casts them to the
+        parameter's: a float32 moment or master copy of a bfloat16 weight would be rounded)."""
+        super().load_state_dict(state_dict)
+        params = [p for group in self.param_groups for p in group["params"]]
+        for index, saved in state_dict["state"].items():
+            p = params[index]
+            for key, value in saved.items():
+                if torch.is_tensor(value) and key != "step":
+                    self.state[p][key] = value.to(device=p.device, copy=True)
 
     def _init_state(self, p: torch.Tensor) -> dict:
         state = self.state[p]
