@@ -162,4 +162,4 @@ def test_the_update_probe_reports_the_step_and_zero_for_no_step(qwen_dir):
         for p in policy.parameters():
             p.mul_(1.5)
     got = probe.metrics()
-    assert got["actor/params_changed_frac"] > 0.9 and got["actor/update_ratio"] == pytest.approx(0.5, rel=1e-5)
+    assert got["actor/params_changed_frac"] > 0.5 and got["actor/update_ratio"] == pytest.approx(0.5, rel=1e-5)
