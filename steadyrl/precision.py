@@ -99,6 +99,27 @@ def describe_settings(rollout_dtype: str | None = None) -> list[str]:
     return lines
 
 
+def precision_warnings(model_config, optim_config, uses_critic: bool = False) -> list[str]:
+    """Warnings before training (torch-free): plain AdamW on bfloat16/float16 weights at an lr that
+    rounds away the updates of large weights (norm weights near 1 below lr 3.9e-3), and stochastic
+    rounding at an lr far below a spacing (each weight moves rarely, right only on average). Plain
+    AdamW below :data:`LOST_UPDATE_LR` is refused by the config rules, not warned about."""
+    if model_config.dtype not in ("bfloat16", "float16"):
+        return []
+    lrs = [("optim.lr", optim_config.lr)] + ([("optim.critic_lr", optim_config.critic_lr)] if uses_critic else [])
+    out = []
+    for key, lr in lrs:
+        if model_config.bf16_update == "plain" and lr < NORM_WEIGHT_LOST_LR:
+            out.append(f"model.dtype = {model_config.dtype!r} with model.bf16_update = 'plain' and {key} = {lr:g}: "
+                       f"plain AdamW loses the updates of weights above |w| = {lr * 2**9:.2g} (the norm weights, "
+                       "near 1, never move below lr 3.9e-3); model.dtype=auto or model.bf16_update=kahan keeps them")
+        elif model_config.bf16_update == "stochastic_rounding" and lr < LOST_UPDATE_LR:
+            out.append(f"model.bf16_update = 'stochastic_rounding' with {key} = {lr:g}: each step moves a weight "
+                       "with a small probability only (right on average, noisy); model.bf16_update=kahan moves "
+                       "every weight (docs/precision.md)")
+    return out
+
+
 class _AutocastHooks:
     """A forward pre-hook that enters ``torch.autocast`` and a forward hook that leaves it (one
     stack per thread: the asynchronous worker's thread and the trainer's each have their own)."""

@@ -163,3 +163,15 @@ def test_the_update_probe_reports_the_step_and_zero_for_no_step(qwen_dir):
             p.mul_(1.5)
     got = probe.metrics()
     assert got["actor/params_changed_frac"] > 0.5 and got["actor/update_ratio"] == pytest.approx(0.5, rel=1e-5)
+
+
+def test_preflight_warns_about_plain_bfloat16_at_an_lr_that_loses_large_weights(capsys):
+    from steadyrl.precision import precision_warnings
+
+    cfg = config("bfloat16", "plain", "optim.lr=2e-4")
+    (warning,) = precision_warnings(cfg.model, cfg.optim)
+    assert "model.bf16_update = 'plain'" in warning and "optim.lr = 0.0002" in warning and "kahan" in warning
+    assert precision_warnings(config("bfloat16", "kahan").model, cfg.optim) == []
+    assert precision_warnings(config("auto").model, cfg.optim) == []
+    sr = config("bfloat16", "stochastic_rounding")
+    assert "stochastic_rounding" in precision_warnings(sr.model, sr.optim)[0]
