@@ -161,3 +161,15 @@ def use_autocast(model, plan: PrecisionPlan, device_type: str) -> None:
         hooks = _AutocastHooks(device_type, plan.computed)
         module.register_forward_pre_hook(hooks.enter)
         module.register_forward_hook(hooks.leave, always_call=True)
+
+
+def computed_dtype_of(model) -> str | None:
+    """The dtype name :func:`use_autocast` made ``model`` compute in, or None (it computes in its
+    weights' dtype). vLLM samples in it: float32 weights of ``model.dtype: auto`` on a GPU are
+    sampled in bfloat16, as they are computed."""
+    for hook in getattr(model, "_forward_pre_hooks", {}).values():
+        owner = getattr(hook, "__self__", None)
+        if isinstance(owner, _AutocastHooks):
+            return owner.dtype_name
+    return None
+

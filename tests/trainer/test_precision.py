@@ -175,3 +175,18 @@ def test_preflight_warns_about_plain_bfloat16_at_an_lr_that_loses_large_weights(
     assert precision_warnings(config("auto").model, cfg.optim) == []
     sr = config("bfloat16", "stochastic_rounding")
     assert "stochastic_rounding" in precision_warnings(sr.model, sr.optim)[0]
+
+
+def test_vllm_samples_the_gpu_default_in_bfloat16_and_copies_keep_the_autocast(qwen_dir):
+    """vLLM loads the policy in computed_dtype_of(policy): bfloat16 for float32 weights under autocast."""
+    import copy
+
+    from steadyrl.precision import computed_dtype_of
+
+    policy, _, _, _ = build_models(config("auto"), str(qwen_dir), CPU, precision_plan("auto", "kahan", "cuda"))
+    assert computed_dtype_of(policy) == "bfloat16"
+    reference = copy.deepcopy(policy)  # build_models' reference: a deep copy, hooks and all
+    assert computed_dtype_of(reference) == "bfloat16"
+    assert reference(torch.tensor([[3, 4]])).logits.dtype == torch.bfloat16
+    plain, _, _, _ = build_models(config("float32"), str(qwen_dir), CPU, precision_plan("float32", "kahan", "cpu"))
+    assert computed_dtype_of(plain) is None
