@@ -47,3 +47,13 @@ def test_cuda_asked_for_without_a_gpu_exits_2(capsys):
         pytest.skip("a GPU is here")
     assert gpu_check.main(["--device", "cuda"]) == 2
     assert "--device cpu" in capsys.readouterr().err
+
+
+def test_the_optimizer_comparison_counts_bytes_and_moved_weights():
+    from benchmarks import bench_precision_optim as bench
+
+    kahan = bench.run(10_000, 3, "bfloat16", "kahan")
+    plain = bench.run(10_000, 3, "bfloat16", "adamw")
+    fp32 = bench.run(10_000, 3, "float32", "adamw")
+    assert kahan["moved"] == fp32["moved"] == 1.0 and plain["moved"] < 0.1
+    assert (fp32["bytes"], kahan["bytes"], plain["bytes"]) == (16, 12, 8)
