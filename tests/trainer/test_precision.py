@@ -190,3 +190,22 @@ def test_vllm_samples_the_gpu_default_in_bfloat16_and_copies_keep_the_autocast(q
     assert reference(torch.tensor([[3, 4]])).logits.dtype == torch.bfloat16
     plain, _, _, _ = build_models(config("float32"), str(qwen_dir), CPU, precision_plan("float32", "kahan", "cpu"))
     assert computed_dtype_of(plain) is None
+
+
+def test_the_cli_refuses_plain_bfloat16_at_lr_1e_6_with_exit_2(tmp_path, capsys):
+    from steadyrl import cli
+
+    assert cli.main(["train", "--output-dir", str(tmp_path / "run"), "model.dtype=bfloat16",
+                     "model.bf16_update=plain", "optim.lr=1e-6"]) == 2
+    err = capsys.readouterr().err
+    assert "model.bf16_update = 'plain'" in err and "model.dtype=auto" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_preflight_prints_the_precision_warning_before_training(write_config, tmp_path, capsys):
+    from steadyrl.config import load_config
+    from steadyrl.run.preflight import check_train
+
+    path = write_config(model={"dtype": "bfloat16", "bf16_update": "plain"}, optim={"lr": 2e-4})
+    check_train(load_config(str(path)), output_dir=str(tmp_path / "run"), resume=False, overwrite=False)
+    assert "steadyrl: warning: model.dtype = 'bfloat16' with model.bf16_update = 'plain'" in capsys.readouterr().err
