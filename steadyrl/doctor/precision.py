@@ -5,7 +5,8 @@ training step changed (:class:`steadyrl.trainer.optim.UpdateProbe`). AdamW moves
 with a gradient by about ``lr`` a step, so in float32 it is near 1 (0.9 or more; weights without a
 gradient, e.g. embedding rows of unseen tokens, stay); bfloat16 weights updated by plain AdamW at
 a small lr keep their value (bf16's spacing at |w| = 0.02 is 1.2e-4, above lr 1e-6), and the
-fraction falls to a few percent while loss and gradient norm look healthy.
+fraction falls to a few percent while loss and gradient norm look healthy. Steps without a
+gradient (``actor/grad_norm`` 0: every advantage 0, nothing to apply) are not counted.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from .thresholds import Thresholds
 
 @register_detector("lost_updates")
 def lost_updates(run: RunData, t: Thresholds) -> Finding | None:
-    series = run.series("actor/params_changed_frac")
+    moving = {step for step, norm in run.series("actor/grad_norm") if norm > 0}  # no gradient: nothing to lose
+    series = [(step, v) for step, v in run.series("actor/params_changed_frac") if step in moving]
     if len(series) < 2:
         return None
     frac = median(values(series))
     if not frac < t.params_changed_min:
         return None
     ratio = run.series("actor/update_ratio")
-    evidence = [f"`actor/params_changed_frac` median {fmt(frac)} over {len(series)} steps: only that share "
+    evidence = [f"`actor/params_changed_frac` median {fmt(frac)} over {len(series)} steps with a gradient: only that share "
                 f"of the sampled weights changed per step (float32 training changes 0.9 or more), below "
                 f"params_changed_min {fmt(t.params_changed_min)}"]
     if ratio:

@@ -216,9 +216,7 @@ def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef:
     params = [p for p in policy.parameters() if p.requires_grad]
     critic_params = [p for p in critic.parameters() if p.requires_grad] if critic is not None else []
     metrics, skipped = Metrics(), 0
-    probes = {"actor": UpdateProbe(params, optimizer)}  # how far the update moves the trained weights
-    if critic is not None:
-        probes["critic"] = UpdateProbe(critic_params, critic_optimizer)
+    probes = _probes(params, optimizer, critic_params, critic_optimizer)
     for epoch in range(trainer.ppo_epochs):
         order = torch.randperm(size) if shuffle else torch.arange(size)
         for start in range(0, size, mini_size):
@@ -261,3 +259,12 @@ def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef:
         for name, value in probe.metrics().items():
             metrics.mean(name.replace("actor/", role + "/"), value, 1.0)  # pooled over ranks (FSDP shards)
     return metrics.result(), metrics.optimizer_steps, skipped
+
+
+def _probes(params, optimizer, critic_params, critic_optimizer) -> dict[str, UpdateProbe]:
+    """A fixed sample of the trained weights of the policy (and critic), read before the update:
+    ``actor/update_ratio``, ``actor/params_changed_frac`` (and ``critic/...``) after it."""
+    probes = {"actor": UpdateProbe(params, optimizer)}
+    if critic_optimizer is not None:
+        probes["critic"] = UpdateProbe(critic_params, critic_optimizer)
+    return probes

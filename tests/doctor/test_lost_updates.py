@@ -33,3 +33,14 @@ def test_a_run_whose_steps_move_the_weights_is_not_frozen(tmp_path):
 def test_a_run_without_the_metric_is_not_judged(tmp_path):
     run = load_run(write_run(tmp_path / "run", healthy_rows()))
     assert not [f for f in diagnose(run, Thresholds()) if f.detector == "lost_updates"]
+
+
+def test_steps_without_a_gradient_are_no_evidence(tmp_path):
+    """All rewards equal -> advantages 0 -> gradient 0 -> nothing moves: zero_variance's problem, not this one."""
+    rows = healthy_rows()
+    for r in rows:
+        if r["step"] >= 1:
+            r["actor/params_changed_frac"], r["actor/grad_norm"] = 0.0, 0.0
+    run = load_run(write_run(tmp_path / "run", rows, config=CONFIG))
+    assert not [f for f in diagnose(run) if f.detector == "lost_updates"]
+
