@@ -2,6 +2,7 @@
 optimizer step alone, on weights ~N(0, 0.02) with gradients ~N(0, 1), lr 1e-6.
 
     python -m benchmarks.bench_precision_optim            # 4M parameters, 20 steps each
+    python -m benchmarks.bench_precision_optim --probe    # the cost of actor/update_ratio per step
 
 Reported per option: the fraction of weights whose trained value moved after 2 steps, the bytes
 of weights + gradients + optimizer state per parameter (counted from the tensors), and the CPU
@@ -46,15 +47,41 @@ def run(numel: int, steps: int, dtype_name: str, kind: str, seed: int = 0) -> di
     return {"moved": moved, "bytes": per_param, "ms": 1000 * statistics.median(times[1:])}
 
 
+def probe_cost(repeats: int = 20) -> dict:
+    """CPU time of ``actor/update_ratio`` + ``params_changed_frac`` (UpdateProbe: one sample before,
+    one after) on the tensors of a Qwen2.5-0.5B-shaped model (24 layers, hidden 896; vocabulary
+    cut to 4096 to fit a small machine: the probe reads 1024 entries per tensor, whatever its size)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from steadyrl.trainer.optim import UpdateProbe
+
+    config = Qwen2Config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                         intermediate_size=4864, vocab_size=4096)
+    model = Qwen2ForCausalLM(config)
+    params = list(model.parameters())
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        UpdateProbe(params, None).metrics()
+        times.append(time.process_time() - start)
+    return {"tensors": len(params), "ms": 1000 * statistics.median(times)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--numel", type=int, default=4_000_000)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--probe", action="store_true", help="the update-ratio probe's cost instead")
     args = p.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.probe:
+        r = probe_cost()
+        print(f"UpdateProbe on {r['tensors']} tensors (Qwen2.5-0.5B-shaped): {r['ms']:.1f} ms CPU time per step")
+        return 0
     print(f"{args.numel} parameters, lr 1e-6, {args.steps} steps, {args.threads} thread(s)")
     print("| option | weights moved after 2 steps | bytes / param (weight + grad + state) | ms / optimizer step |")
     print("|---|---:|---:|---:|")

@@ -153,22 +153,21 @@ class UpdateProbe:
         self.params, self.optimizer, self.per_tensor = list(params), optimizer, per_tensor
         self.before = self._sample()
 
-    def _sample(self) -> list[torch.Tensor]:
+    def _sample(self) -> torch.Tensor:
+        """The sample, float32, as one tensor (one copy per tensor, no device sync)."""
         out = []
         for p in self.params:
             flat = _local(trained_value(p, self.optimizer)).reshape(-1)
             stride = max(1, flat.numel() // self.per_tensor)
-            out.append(flat[::stride][: self.per_tensor].float().clone())
-        return out
+            out.append(flat[::stride][: self.per_tensor].float())
+        return torch.cat(out) if out else torch.zeros(0)
 
     def metrics(self) -> dict[str, float]:
-        after = self._sample()
-        diff_sq = norm_sq = changed = total = 0.0
-        for b, a in zip(self.before, after):
-            d = a - b
-            diff_sq += float(d.square().sum())
-            norm_sq += float(b.square().sum())
-            changed += float((d != 0).sum())
-            total += d.numel()
+        """``actor/update_ratio`` and ``actor/params_changed_frac`` (one device sync)."""
+        if self.before.numel() == 0:
+            return {"actor/update_ratio": 0.0, "actor/params_changed_frac": 0.0}
+        d = self._sample() - self.before
+        diff_sq, norm_sq, changed = torch.stack([d.square().sum(), self.before.square().sum(),
+                                                 (d != 0).sum().float()]).tolist()
         return {"actor/update_ratio": math.sqrt(diff_sq) / max(math.sqrt(norm_sq), 1e-30),
-                "actor/params_changed_frac": changed / max(total, 1.0)}
+                "actor/params_changed_frac": changed / d.numel()}
