@@ -41,6 +41,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The dtype a model that is not trained (evaluation, a reward model) is loaded in: ``auto`` is
+    bfloat16 on a CUDA GPU that supports it. Trained weights follow :func:`resolve_precision`."""
     if name == "auto":
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
             return torch.bfloat16
@@ -49,6 +51,17 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
         raise ModelLoadError("model.dtype = 'float16' is not supported on the CPU (sampling overflows "
                              "to NaN); use 'float32' or 'bfloat16'")
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def resolve_precision(model_config, device: torch.device, rollout_dtype: str | None = None):
+    """The :class:`~steadyrl.precision.PrecisionPlan` of ``model.dtype`` / ``model.bf16_update`` on
+    ``device`` (a float16 model on the CPU is refused by :func:`resolve_dtype`)."""
+    from .precision import precision_plan
+
+    resolve_dtype(model_config.dtype, device)
+    bf16_ok = device.type != "cuda" or torch.cuda.is_bf16_supported()
+    return precision_plan(model_config.dtype, model_config.bf16_update, device.type,
+                          rollout_dtype=rollout_dtype, bf16_supported=bf16_ok)
 
 
 def _load_error(field: str, name: str, exc: Exception) -> ModelLoadError:

@@ -103,6 +103,7 @@ INJECTIONS = {
     "skipped_steps": _skipped,
     "dominance": _dominance,
     "staleness": lambda rows, samples: _set(rows, "rollout/staleness_mean", lambda s: 3.0),
+    "lost_updates": lambda rows, samples: _set(rows, "actor/params_changed_frac", lambda s: 0.012),
 }
 """Detector name -> ``fn(rows, samples)`` that injects the problem it must name first."""
 

@@ -34,6 +34,7 @@ from ..models import (
     load_policy,
     resolve_device,
     resolve_dtype,
+    resolve_precision,
 )
 from ..agents.build import build_agent
 from ..trainer.packing import check_padding_free
@@ -193,12 +194,18 @@ def lr_lambda(optim_config, max_steps: int):
     return factor
 
 
-def build_models(config: Config, model_path: str, device: torch.device):
-    """``(policy, reference, critic, uses_adapter_reference)``."""
+def build_models(config: Config, model_path: str, device: torch.device, plan=None):
+    """``(policy, reference, critic, uses_adapter_reference)``, stored and computed as ``plan`` (a
+    :class:`~steadyrl.precision.PrecisionPlan`; default: ``model.dtype`` on ``device``) says:
+    float32 weights computing under bfloat16 autocast for ``model.dtype: auto`` on a GPU."""
+    from ..precision import use_autocast
+
     m = config.model
-    dtype = resolve_dtype(m.dtype, device)
+    plan = plan or resolve_precision(m, device, config.rollout.dtype)
+    dtype = getattr(torch, plan.stored)
     policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
                          trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
+    use_autocast(policy, plan, device.type)  # before the reference copy and LoRA: both inherit it
     if m.gradient_checkpointing:
         # non-reentrant: the reentrant variant (transformers 4's default) breaks DDP's gradient hooks
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -216,6 +223,7 @@ def build_models(config: Config, model_path: str, device: torch.device):
     if config.algorithm.advantage_estimator == "gae":
         critic = ValueModel.from_pretrained(m.critic_name_or_path or model_path, dtype=dtype, device=device,
                                             trust_remote_code=m.trust_remote_code)
+        use_autocast(critic, plan, device.type)
     return policy, reference, critic, adapter_reference
 
 
@@ -241,9 +249,18 @@ def parallelize(config: Config, policy, reference, critic, device: torch.device)
     return train_policy, train_critic, reference, generator
 
 
-def build_optimizer(params, optim_config, lr: float) -> torch.optim.Optimizer:
-    return torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr, betas=optim_config.betas,
-                             eps=optim_config.eps, weight_decay=optim_config.weight_decay)
+def build_optimizer(params, optim_config, lr: float, bf16_update: str = "plain") -> torch.optim.Optimizer:
+    """AdamW; for bfloat16/float16 weights with ``model.bf16_update`` other than ``plain``, the
+    variant of :class:`~steadyrl.trainer.optim.LowPrecisionAdamW` that keeps small updates."""
+    params = [p for p in params if p.requires_grad]
+    kwargs = {"lr": lr, "betas": optim_config.betas, "eps": optim_config.eps,
+              "weight_decay": optim_config.weight_decay}
+    low = any(p.dtype in (torch.bfloat16, torch.float16) for p in params)
+    if low and bf16_update != "plain":
+        from ..trainer.optim import LowPrecisionAdamW
+
+        return LowPrecisionAdamW(params, variant=bf16_update, **kwargs)
+    return torch.optim.AdamW(params, **kwargs)
 
 
 @dataclass
@@ -308,8 +325,10 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     policy, reference, critic, adapter_ref = build_models(config, model_path, device)
     train_policy, train_critic, reference, generator = parallelize(config, policy, reference, critic, device)
     train_prompts = inputs.train_prompts
-    optimizer = build_optimizer(policy.parameters(), config.optim, config.optim.lr)
-    critic_optimizer = build_optimizer(critic.parameters(), config.optim, config.optim.critic_lr) if critic else None
+    update = config.model.bf16_update
+    optimizer = build_optimizer(policy.parameters(), config.optim, config.optim.lr, update)
+    critic_optimizer = (build_optimizer(critic.parameters(), config.optim, config.optim.critic_lr, update)
+                        if critic else None)
     total = total_steps(trainer, len(train_prompts), config.rollout.prompts_per_step)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config.optim, total))
     algo = config.algorithm

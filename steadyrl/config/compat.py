@@ -104,6 +104,27 @@ def _asynchronous_with(config: Config) -> str | None:
     return None
 
 
+@rule("load")
+def _plain_low_precision_update_that_is_lost(config: Config) -> str | None:
+    """Plain AdamW on bfloat16/float16 weights at an lr below half bf16's spacing at |w| = 0.02:
+    most updates round away (docs/precision.md)."""
+    from ..precision import LOST_UPDATE_LR
+
+    m, optim = config.model, config.optim
+    if m.dtype not in ("bfloat16", "float16") or m.bf16_update != "plain":
+        return None
+    lrs = [("optim.lr", optim.lr)]
+    if config.algorithm.advantage_estimator == "gae":
+        lrs.append(("optim.critic_lr", optim.critic_lr))
+    for key, lr in lrs:
+        if lr < LOST_UPDATE_LR:
+            return (f"model.dtype = {m.dtype!r} with model.bf16_update = 'plain' and {key} = {lr:g}: plain AdamW "
+                    f"loses every update below half the weight's spacing ({LOST_UPDATE_LR:.2g} at |w| = 0.02), "
+                    "so most weights would never move. Use model.dtype=auto (float32 weights, bfloat16 compute "
+                    "on a GPU) or model.bf16_update=kahan (docs/precision.md)")
+    return None
+
+
 # --- decided with the device and the world size -------------------------------------------------
 
 @rule("placement")
@@ -119,6 +140,10 @@ def _fsdp_with(config: Config, device: str, world: int) -> str | None:
     if config.rollout.dtype is not None and config.rollout.engine == "hf":
         return (f"trainer.parallel = 'fsdp' with rollout.dtype = {config.rollout.dtype!r} is not supported "
                 "(the HF engine's copy of a sharded policy); leave rollout.dtype null")
+    if config.model.dtype in ("bfloat16", "float16") and config.model.bf16_update != "plain":
+        return (f"trainer.parallel = 'fsdp' with model.dtype = {config.model.dtype!r} and model.bf16_update = "
+                f"{config.model.bf16_update!r} is not supported yet (the compensated update of sharded "
+                "weights); use model.dtype=auto (float32 weights, bfloat16 compute) or trainer.parallel=ddp")
     if config.algorithm.advantage_estimator == "gae":
         return ("trainer.parallel = 'fsdp' with a critic (algorithm.advantage_estimator = 'gae') "
                 "is not supported yet; use trainer.parallel=ddp or a critic-free estimator")

@@ -63,7 +63,8 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "adam_beta1": (_TRL, "optim.betas (a pair: [beta1, beta2])"),
     "adam_beta2": (_TRL, "optim.betas (a pair: [beta1, beta2])"),
     "adam_epsilon": (_TRL, "optim.eps"),
-    "bf16": (_TRL, "model.dtype=bfloat16 (model.dtype=auto picks it on a GPU that supports it)"),
+    "bf16": (_TRL, "model.dtype=auto (float32 weights computed in bfloat16 on a GPU, as TRL's bf16=True; "
+                   "model.dtype=bfloat16 stores the weights in bfloat16: docs/precision.md)"),
     "fp16": (_TRL, "model.dtype=float16"),
     "model_init_kwargs": (_TRL, "model.dtype, model.attn_implementation, model.trust_remote_code"),
     "model_name_or_path": (_TRL, "model.name_or_path"),
@@ -99,6 +100,9 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "ppo_micro_batch_size_per_gpu": (_VERL, "trainer.micro_batch_size"),
     "log_prob_micro_batch_size": (_VERL, "trainer.micro_batch_size"),
     "log_prob_micro_batch_size_per_gpu": (_VERL, "trainer.micro_batch_size"),
+    "mixed_precision.param_dtype": (_VERL, "model.dtype=auto (float32 weights and optimizer state, computed in "
+                                    "bfloat16 on a GPU: docs/precision.md)"),
+    "mixed_precision.reduce_dtype": (_VERL, "model.dtype=auto (gradients are reduced in float32 there)"),
     "grad_clip": (_VERL, "optim.max_grad_norm"),
     "clip_grad": (_VERL, "optim.max_grad_norm"),
     "clip_ratio": (_VERL, "algorithm.pg_clip"),

@@ -162,7 +162,15 @@ class ModelConfig(Section):
     tokenizer: str | None = F(None, "Tokenizer hub name or directory; null = the model's.")
     revision: str | None = F(None, "Hub revision (branch, tag or commit) of the model.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = F(
-        "auto", "Weights dtype. auto = bfloat16 on a CUDA GPU that supports it, else float32.")
+        "auto", "Trained weights dtype (docs/precision.md). auto = float32 weights and optimizer state, "
+        "computed in bfloat16 (autocast) on a CUDA GPU that supports it, float32 throughout elsewhere. "
+        "bfloat16 / float16 store the weights in that dtype, updated as model.bf16_update says.")
+    bf16_update: Literal["kahan", "stochastic_rounding", "master", "plain"] = F(
+        "kahan", "How AdamW writes its update into bfloat16/float16 weights (model.dtype bfloat16 or "
+        "float16; ignored otherwise): kahan = a compensation buffer keeps what rounding drops (2 more "
+        "bytes/param), stochastic_rounding = rounds up or down at random (right on average, no buffer), "
+        "master = a float32 master copy in the optimizer (4 more bytes/param), plain = torch's AdamW, "
+        "which loses every update below half the weight's spacing (refused when optim.lr < 6.1e-5).")
     trust_remote_code: bool = F(False, "Allow custom modelling code from the hub.")
     attn_implementation: str | None = F(None, "Attention kernel (e.g. sdpa, flash_attention_2); "
                                         "null = transformers' default.")

@@ -70,4 +70,21 @@ def render_config(config: Config, preset_keys: set[str] | None = None) -> str:
     """The whole config as YAML with a help comment on every key (loadable back with YAML)."""
     out: list[str] = []
     _render(config, 0, "", preset_keys or set(), out, secret_values(config.model_dump()))
+    out.extend(precision_comment(config))
     return "\n".join(out) + "\n"
+
+
+def precision_comment(config: Config) -> list[str]:
+    """Comment lines: what ``model.dtype`` / ``model.bf16_update`` store, compute, update and sample
+    in, on a CUDA GPU and on the CPU (docs/precision.md)."""
+    from ..precision import precision_plan
+
+    m = config.model
+    out = [f"# precision of model.dtype={m.dtype}, model.bf16_update={m.bf16_update} (docs/precision.md):"]
+    for device in ("cuda", "cpu"):
+        if m.dtype == "float16" and device == "cpu":
+            out.append("#   on cpu: refused (model.dtype float16 overflows to NaN when sampling on the CPU)")
+            continue
+        plan = precision_plan(m.dtype, m.bf16_update, device, rollout_dtype=config.rollout.dtype)
+        out.append(f"#   on {device}: {plan.describe()}")
+    return out

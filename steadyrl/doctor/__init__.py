@@ -5,7 +5,7 @@ Each detector (a function in :data:`DETECTORS`, see :mod:`.policy` and :mod:`.le
 for one way runs go wrong: entropy collapse or explosion, clip fraction drift, groups without
 reward variance, rising truncation, length hacking, reward rising while held-out accuracy falls,
 a growing training-inference mismatch, gradient spikes and skipped steps, one reward component or
-domain dominating, stale batches. Their thresholds are :class:`Thresholds` (``--set name=value``).
+domain dominating, stale batches, updates lost to precision (a frozen policy). Their thresholds are :class:`Thresholds` (``--set name=value``).
 
 The report (markdown) names each problem's steps, evidence and the change most likely to help,
 with example samples; a healthy run gets one line. It goes to stdout, or to ``--output FILE``:
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from . import learning, policy  # noqa: F401  (fill DETECTORS)
+from . import learning, policy, precision  # noqa: F401  (fill DETECTORS)
 from .findings import DETECTORS, Finding, register_detector
 from .report import render
 from .run import RunData, load_run

@@ -52,6 +52,8 @@ class Thresholds:
                                 "of the samples.")
     staleness_max: float = _t(2.0, "Staleness: mean rollout/staleness_mean above this many policy versions ...")
     tis_clip_max: float = _t(0.2, "... or, with stale batches, late mean rollout/tis_clip_frac above this.")
+    params_changed_min: float = _t(0.5, "Lost updates: median actor/params_changed_frac (the share of sampled "
+                                   "weights a step changed; float32 training: 0.9 or more) below this.")
 
     @classmethod
     def help(cls) -> dict[str, tuple[float, str]]:

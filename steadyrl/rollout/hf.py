@@ -41,16 +41,20 @@ class HFEngine:
         self.share_prefix = share_prefix
         self.dtype = dtype
         self.model = model if dtype is None else engine_copy(model, dtype)
+        self.weight_sync: dict[str, float] = {}  # figures of the last refresh of the copy (update_weights)
         self.eos_ids = eos_token_ids(tokenizer, model)
 
     def update_weights(self, model) -> None:
         """Without ``dtype`` the engine generates with the training model itself: nothing to sync.
-        With it, the training weights are copied (cast) into the engine's copy."""
+        With it, the training weights are copied (cast) into the engine's copy, and
+        :attr:`weight_sync` says how exactly (:func:`weight_sync_figures`)."""
         if self.dtype is None:
             self.model = model
         elif self.model is not model:
+            before = _sample(self.model)
             with torch.no_grad():
                 self.model.load_state_dict(model.state_dict())
+            self.weight_sync = weight_sync_figures(before, self.model, model)
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, *, max_new_tokens: int,
@@ -122,6 +126,41 @@ class HFEngine:
             truncated=truncated,
             completions=completions,
         )
+
+
+SYNC_SAMPLE = 256
+"""Entries of each weight tensor (every ``numel // SYNC_SAMPLE``-th) the weight-sync figures read."""
+
+
+def _sample(model) -> list[torch.Tensor]:
+    out = []
+    for p in model.state_dict().values():
+        flat = p.detach().reshape(-1)
+        out.append(flat[:: max(1, flat.numel() // SYNC_SAMPLE)][:SYNC_SAMPLE].clone())
+    return out
+
+
+def weight_sync_figures(before: list[torch.Tensor], copy_model, trainer_model) -> dict[str, float]:
+    """After a refresh of the engine's copy (docs/metrics.md): ``rollout/weight_sync_max_diff``,
+    the largest |copy - trainer weight cast to the copy's dtype| over a fixed sample (0: the copy is
+    exactly the trainer's weights rounded; above 0: stale), and ``rollout/weight_sync_changed_frac``,
+    the sampled entries of the copy this refresh changed (a bfloat16 copy of float32 weights trained
+    at a small lr changes few entries per step: its sampling policy moves in rounding steps)."""
+    after = _sample(copy_model)
+    trainer = _sample(trainer_model)
+    diff, changed, total = 0.0, 0, 0
+    for b, a, t in zip(before, after, trainer):
+        if not a.is_floating_point():
+            continue
+        diff = max(diff, float((a.float() - t.to(a.dtype).float()).abs().max()) if a.numel() else 0.0)
+        changed += int((a != b).sum())
+        total += a.numel()
+    return {"rollout/weight_sync_max_diff": diff, "rollout/weight_sync_changed_frac": changed / max(total, 1)}
+
+
+def engine_sync_metrics(engine) -> dict[str, float]:
+    """The last refresh's weight-sync figures of an HF engine with its own copy, else none."""
+    return dict(engine.weight_sync) if isinstance(engine, HFEngine) else {}
 
 
 def engine_copy(model, dtype: torch.dtype):

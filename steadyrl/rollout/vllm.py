@@ -38,6 +38,7 @@ import torch
 
 from .. import distributed as dist
 from ..errors import ConfigError
+from ..precision import computed_dtype_of
 from .base import Generation, eos_token_ids, response_mask_from_ids
 
 __all__ = ["VLLMEngine", "generation_from_outputs"]
@@ -170,7 +171,7 @@ class VLLMEngine:
         self.model, self.tokenizer, self.config = model, tokenizer, rollout_config
         self.eos_ids = eos_token_ids(tokenizer, hf)
         self.sleep_mode = bool(rollout_config.vllm.sleep_mode)
-        dtype = next(hf.parameters()).dtype if rollout_config.dtype is None else rollout_config.dtype
+        dtype = rollout_config.dtype or computed_dtype_of(hf) or next(hf.parameters()).dtype  # docs/precision.md
         kwargs = {
             "model": path,
             "tokenizer": getattr(tokenizer, "name_or_path", None) or path,

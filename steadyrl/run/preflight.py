@@ -11,6 +11,8 @@ then imports the trainer. What is checked here, in the order the run itself chec
 * ``rollout.tools`` / ``rollout.tool_parser`` / ``rollout.environment`` specs;
 * every model directory or hub name the run loads (exists, is a ``save_pretrained`` directory,
   weight files whole; a hub name cached or the hub reachable);
+* ``train``: a precision that loses updates of large weights (plain AdamW on bfloat16 weights;
+  :func:`steadyrl.precision.precision_warnings`), warned about on stderr;
 * ``eval``: that there are held-out prompts to evaluate at all.
 
 The run checks the same things again when it builds (data and rewards are read twice: cheap
@@ -22,10 +24,12 @@ or tool module does (a reward model's reward loads it: it needs a model anyway).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from ..build.task import task_of
 from ..config.schema import Config
+from ..precision import precision_warnings
 from ..tracking import check_backends_available
 from .directory import check_output_dir, probe_lock
 
@@ -38,6 +42,9 @@ def check_train(config: Config, *, output_dir: str | None, resume: bool, overwri
         check_output_dir(Path(output_dir), resume, overwrite)
     check_backends_available(config.trainer.trackers)
     task_of(config).preflight_train(config)  # data, rewards, tools, model paths (the demo's are built)
+    for warning in precision_warnings(config.model, config.optim,
+                                      config.algorithm.advantage_estimator == "gae"):
+        print(f"steadyrl: warning: {warning}", file=sys.stderr)
 
 
 def check_eval(config: Config, model_path: str | None, *, of_run_dir: bool) -> None:

@@ -36,6 +36,7 @@ from ..gguf_model import model_source
 from ..models import resolve_device
 from ..progress import progress
 from ..rollout import build_engine
+from ..rollout.hf import engine_sync_metrics
 from ..rollout.base import Engine
 from ..run import checkpoint as ckpt
 from ..run.asynchronous import start_rollouts
@@ -186,6 +187,7 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
                                                     critic_optimizer=run.critic_optimizer, device=run.device)
         metrics.update(update_metrics)
         engine.update_weights(run.generator)  # vLLM: pushed before the next generation
+        metrics.update(engine_sync_metrics(engine))  # rollout.dtype's copy: refreshed exactly? (docs/precision.md)
     else:  # no sample may enter the loss: nothing to learn from, nothing is touched
         steps = skipped = 0
         metrics["batch/no_valid_sample"] = 1.0

@@ -24,6 +24,9 @@ single process computes on the whole batch. Metrics are reduced over ranks in
 :meth:`Metrics.result`; the skip decision uses the global loss and the (already global)
 gradient norm, so every rank steps or skips together.
 
+``actor/update_ratio`` / ``actor/params_changed_frac`` (and the critic's): how far the step's
+optimizer steps moved a fixed sample of the trained weights (:class:`~.optim.UpdateProbe`).
+
 Before the optimizer touches anything the gradient norm is clipped to ``max_grad_norm``; a
 non-finite loss or gradient norm, of the policy or of the critic, skips the step for both
 (gradients dropped, parameters and optimizer states untouched) and is counted.
@@ -41,6 +44,7 @@ from ..config.schema import Config
 from ..functional import POLICY_LOSS_METRIC_REDUCTIONS, POLICY_LOSSES, aggregate_loss, kl_penalty, masked_mean, value_loss
 from .batch import TrainBatch
 from .forward import critic_values, response_logprobs
+from .optim import UpdateProbe
 from .packing import micro_batch_plan, trim
 
 KL_METRIC_ESTIMATORS = ("k1", "k2", "k3", "abs")
@@ -212,6 +216,7 @@ def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef:
     params = [p for p in policy.parameters() if p.requires_grad]
     critic_params = [p for p in critic.parameters() if p.requires_grad] if critic is not None else []
     metrics, skipped = Metrics(), 0
+    probes = _probes(params, optimizer, critic_params, critic_optimizer)
     for epoch in range(trainer.ppo_epochs):
         order = torch.randperm(size) if shuffle else torch.arange(size)
         for start in range(0, size, mini_size):
@@ -250,4 +255,16 @@ def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef:
                 ok = ok and critic_ok  # a critic that cannot learn is counted, not skipped silently
             _step_or_drop([optimizer, critic_optimizer] if critic is not None else [optimizer], ok)
             skipped += not ok
+    for role, probe in probes.items():
+        for name, value in probe.metrics().items():
+            metrics.mean(name.replace("actor/", role + "/"), value, 1.0)  # pooled over ranks (FSDP shards)
     return metrics.result(), metrics.optimizer_steps, skipped
+
+
+def _probes(params, optimizer, critic_params, critic_optimizer) -> dict[str, UpdateProbe]:
+    """A fixed sample of the trained weights of the policy (and critic), read before the update:
+    ``actor/update_ratio``, ``actor/params_changed_frac`` (and ``critic/...``) after it."""
+    probes = {"actor": UpdateProbe(params, optimizer)}
+    if critic_optimizer is not None:
+        probes["critic"] = UpdateProbe(critic_params, critic_optimizer)
+    return probes

@@ -299,7 +299,7 @@ def test_a_foreign_name_is_never_a_steadyrl_key_or_shadows_one():
          "use 'trainer.mini_batch_size'"),
         ("optim.adam_beta1=0.9", "optim.adam_beta1", "(TRL's name): use 'optim.betas'"),
         ("optim.adam_epsilon=1e-8", "optim.adam_epsilon", "use 'optim.eps'"),
-        ("model.bf16=true", "model.bf16", "use model.dtype=bfloat16"),
+        ("model.bf16=true", "model.bf16", "use model.dtype=auto (float32 weights computed in bfloat16"),
         ("rollout.use_vllm=true", "rollout.use_vllm", "use rollout.engine=vllm"),
         ("algorithm.delta=4", "algorithm.delta", "algorithm.dual_clip_c"),
         ("algorithm.importance_sampling_level=sequence", "algorithm.importance_sampling_level",

@@ -30,6 +30,8 @@ NOT_RUN_HERE = {
     "reward/code/readonly_fs": "the code reward",
     "reward/code/separate_user": "the code reward",
     "reward/code/isolation_level": "the code reward",
+    "rollout/weight_sync_max_diff": "rollout.dtype's engine copy (tests/trainer/test_precision_engine.py)",
+    "rollout/weight_sync_changed_frac": "rollout.dtype's engine copy (tests/trainer/test_precision_engine.py)",
 }
 
 
