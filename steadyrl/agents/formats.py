@@ -253,13 +253,16 @@ def _harmony_calls(text: str) -> ParsedTurn:
 def _channel(text: str, marker: str, ends: tuple[str, ...]) -> list[tuple[int, int, int, int]]:
     """``(start, body start, body end, end)`` of each ``marker BODY`` up to the first of ``ends``
     (or the end of the text)."""
-    out, pos = [], 0
+    out, pos, found = [], 0, {close: -2 for close in ends}  # each closer's next place (-1: none left)
     while True:
         start = find(text, marker, pos)
         if start == -1:
             return out
         lo = start + len(marker)
-        hi = min([e for e in (find(text, close, lo) for close in ends) if e != -1], default=len(text))
+        for close, at in found.items():
+            if at != -1 and at < lo:
+                found[close] = find(text, close, lo)
+        hi = min([e for e in found.values() if e != -1], default=len(text))
         closer = next((c for c in ends if text.startswith(c, hi)), "")
         out.append((start, lo, hi, hi + len(closer)))
         pos = hi + len(closer)

@@ -137,9 +137,10 @@ _HERMES_OPEN, _HERMES_CLOSE = "<tool_call>", "</tool_call>"
 def parse_hermes(text: str) -> ParsedTurn:
     """``<tool_call>{json}</tool_call>`` blocks anywhere in the turn (see the module docstring)."""
     pieces, results, pos, index = [], [], 0, 0
+    start = stray = -2  # the next opener and closer at or after pos (-1: none; searched again once passed)
     while True:
-        start = find(text, _HERMES_OPEN, pos)
-        stray = find(text, _HERMES_CLOSE, pos)
+        start = find(text, _HERMES_OPEN, pos) if start != -1 and start < pos else start
+        stray = find(text, _HERMES_CLOSE, pos) if stray != -1 and stray < pos else stray
         if stray != -1 and (start == -1 or stray < start):
             results.append(f"a {_HERMES_CLOSE} without a {_HERMES_OPEN} before it; format: {HERMES_FORMAT}")
             pieces.append(text[pos:stray])
