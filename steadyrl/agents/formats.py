@@ -103,41 +103,49 @@ def _qwen3_params(text: str, lo: int, hi: int) -> dict:
     return args
 
 
+def _qwen3_coder_read(text: str, lo: int, hi: int, i: int):
+    """``<function=NAME>(<parameter=KEY>VALUE</parameter>)*</function>`` in ``text[lo:hi]``; None: not that."""
+    at = skip_ws(text, lo, hi)
+    if not text.startswith(_FUNCTION, at):
+        return None
+    name_at = at + len(_FUNCTION)
+    gt = run_end(text, name_at, _NAME_TO_GT, hi)
+    body_end = back_ws(text, hi, gt)
+    if gt == name_at or gt == hi or text[gt] != ">" or not text.endswith(_FUNCTION_END, gt + 1, body_end):
+        return None
+    return ToolCall(text[name_at:gt].strip(), _qwen3_params(text, gt + 1, body_end - len(_FUNCTION_END)))
+
+
 @register_parser("qwen3_coder")
 def parse_qwen3_coder(text: str) -> ParsedTurn:
-    def read(text, lo, hi, i):
-        at = skip_ws(text, lo, hi)
-        if not text.startswith(_FUNCTION, at):
-            return None
-        name_at = at + len(_FUNCTION)
-        gt = run_end(text, name_at, _NAME_TO_GT, hi)
-        body_end = back_ws(text, hi, gt)
-        if gt == name_at or gt == hi or text[gt] != ">" or not text.endswith(_FUNCTION_END, gt + 1, body_end):
-            return None
-        return ToolCall(text[name_at:gt].strip(), _qwen3_params(text, gt + 1, body_end - len(_FUNCTION_END)))
-    return _unclosed(_blocks(text, "<tool_call>", "</tool_call>", read), "<tool_call>", QWEN3_CODER_FORMAT)
+    return _unclosed(_blocks(text, "<tool_call>", "</tool_call>", _qwen3_coder_read), "<tool_call>", QWEN3_CODER_FORMAT)
 
 
 GLM_FORMAT = "<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>...</tool_call>"
 
 
-def _glm_args(text: str, pos: int, hi: int) -> dict:
-    """``<arg_key>KEY</arg_key>\s*<arg_value>VALUE</arg_value>`` pairs in ``text[pos:hi]``."""
+GLM_TAGS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
+
+
+def _glm_args(text: str, pos: int, hi: int, tags: tuple[str, str, str, str] = GLM_TAGS) -> dict:
+    """``<arg_key>KEY</arg_key>\s*<arg_value>VALUE</arg_value>`` pairs in ``text[pos:hi]`` (``tags``:
+    the four tags, for the formats that spell them otherwise)."""
+    key_open, key_close, value_open, value_close = tags
     args = {}
     while True:
-        key_at = find(text, "<arg_key>", pos, hi)
-        key_end = find(text, "</arg_key>", key_at, hi) if key_at != -1 else -1
+        key_at = find(text, key_open, pos, hi)
+        key_end = find(text, key_close, key_at, hi) if key_at != -1 else -1
         if key_end == -1:
             return args
-        value_at = skip_ws(text, key_end + len("</arg_key>"), hi)
+        value_at = skip_ws(text, key_end + len(key_close), hi)
         pos = value_at
-        if not text.startswith("<arg_value>", value_at):
+        if not text.startswith(value_open, value_at):
             continue  # a key with no value: skipped
-        value_end = find(text, "</arg_value>", value_at, hi)
+        value_end = find(text, value_close, value_at, hi)
         if value_end == -1:
             return args
-        args[text[key_at + len("<arg_key>"):key_end].strip()] = _value(text[value_at + len("<arg_value>"):value_end])
-        pos = value_end + len("</arg_value>")
+        args[text[key_at + len(key_open):key_end].strip()] = _value(text[value_at + len(value_open):value_end])
+        pos = value_end + len(value_close)
 
 
 @register_parser("glm45")
@@ -456,9 +464,30 @@ _MARKERS = (  # (a marker in the turn or the template, the parser); the first th
 )
 
 
+_MARKERS = list(_MARKERS)
+_UNSUPPORTED: list[tuple[str, str]] = []  # (a marker, the format no built-in parser reads)
+
+
+_TEMPLATE_MARKERS: list[tuple[str, str]] = []  # (a marker only a template's source holds, the parser)
+
+
+def add_markers(markers, unsupported=(), template_markers=()) -> None:
+    """Put a module's ``(marker, parser)`` pairs before the others (their markers are more specific),
+    ``(marker, format)`` pairs of formats that ``auto`` refuses by name, and ``(marker, parser)``
+    pairs that name the parser of a template whose source builds its markers from pieces."""
+    _MARKERS[:0] = list(markers)
+    _UNSUPPORTED.extend(unsupported)
+    _TEMPLATE_MARKERS.extend(template_markers)
+
+
 def detect(text: str) -> str | None:
     """The format whose marker ``text`` holds (None: none of them)."""
     return next((name for marker, name in _MARKERS if marker in text), None)
+
+
+def unsupported(text: str) -> str | None:
+    """The format no built-in parser reads whose marker ``text`` holds (None: none)."""
+    return next((fmt for marker, fmt in _UNSUPPORTED if marker in text), None)
 
 
 @register_parser("auto")
@@ -468,8 +497,16 @@ def parse_auto(text: str) -> ParsedTurn:
     from .parsers import TOOL_PARSERS
 
     name = detect(text)
-    if name is not None:
-        return TOOL_PARSERS[name](text)
+    turn = TOOL_PARSERS[name](text) if name is not None else None
+    if turn is not None and (turn.calls or turn.errors):
+        return turn
+    refused = unsupported(text)
+    if refused is not None:  # never read as a final answer: the model is told, and so is the log
+        return ParsedTurn(text.strip(), [], [f"the turn is written in the tool-call format of {refused}, which no "
+                                             "built-in parser reads; set rollout.tool_parser to a parser of your "
+                                             "own (docs/agents.md, Tool-call parsers)"])
+    if turn is not None:
+        return turn
     turn = parse_llama3_json(text)
     return turn if turn.calls or turn.errors else parse_pythonic(text)
 
@@ -477,10 +514,15 @@ def parse_auto(text: str) -> ParsedTurn:
 def parser_for_template(template: str | None) -> str:
     """The parser of the tool-call format a chat template teaches (``hermes`` when it names none)."""
     text = template or ""
+    named = next((name for marker, name in _TEMPLATE_MARKERS if marker in text), None)
+    if named is not None:
+        return named
+    if detect(text) is None and unsupported(text) is not None:
+        return "auto"  # auto refuses its calls by name (not hermes reading them as invalid JSON)
     found = detect(text) or ("harmony" if "<|call|>" in text else None)
     if found is None and ("<|python_tag|>" in text or '"parameters": dictionary of argument' in text):
         return "llama3_json"
     return found or "hermes"
 
 
-__all__ = ["detect", "parser_for_template"]
+__all__ = ["detect", "parser_for_template", "unsupported", "add_markers"]

@@ -265,3 +265,4 @@ def load_parser(spec: str) -> Parser:
 
 
 from . import formats as _formats  # noqa: E402,F401 - registers the other formats and ``auto``
+from . import more_formats as _more_formats  # noqa: E402,F401 - the newer templates' formats

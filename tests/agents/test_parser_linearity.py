@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from steadyrl.agents import formats, parsers, parsing
+from steadyrl.agents import formats, more_formats, parsers, parsing
 from steadyrl.agents.parsers import TOOL_PARSERS
 
 BUILT_IN = sorted(TOOL_PARSERS)
@@ -90,6 +90,25 @@ ADVERSARIAL = {  # the shapes that made the old patterns backtrack, and their ne
     "pythonic": [times("[a(b=1), "), lambda n: "[a(b=" + "[" * 150 + "1" + "]" * 150 + ")]" + " " * n],
     "command_r": [times("<|START_ACTION|>"), times("<|START_ACTION|>[]<|END_ACTION|><|START_RESPONSE|>")],
 }
+D, M3 = "<｜DSML｜", "]<]minimax[>["
+ADVERSARIAL.update({  # the newer templates' formats (agents/more_formats.py)
+    "dsml": [times(D + "invoke"), times(D + 'invoke name="a">' + D + "parameter "),
+             lambda n: D + 'invoke name="a">' + (D + 'parameter name="k">v</｜DSML｜parameter>') * (n // 40)
+             + "</｜DSML｜invoke>", lambda n: D + "invoke " + '"' * n + "></｜DSML｜invoke>"],
+    "minimax": [times("<invoke"), times('<invoke name="a"><parameter name="'), lambda n: "<invoke" + " " * n + ">"],
+    "minimax_m3": [times(M3 + "<tool_call>"), lambda n: M3 + "<tool_call>" + (M3 + "<a>") * (n // 15) + M3
+                   + "</tool_call>"],
+    "minicpm5": [times('<function name="'), times('<function name="a"><param name="k">')],
+    "seed_oss": [times("<seed:tool_call><function=a>"), times("<seed:tool_call>" + " " * 20)],
+    "hy3": [times("<tool_call:opensource>"), lambda n: "<tool_call:opensource>a<tool_sep:opensource>"
+            + "<arg_key:opensource>" * (n // 20) + "</tool_call:opensource>"],
+    "kimi_k3": [times('<|open|>call tool="a"<|sep|>'), lambda n: '<|open|>call tool="a"<|sep|>'
+                + "<|open|>argument" * (n // 16) + "<|close|>call<|sep|>", times("<|open|>call<|open|>json")],
+    "solar": [times("<|tool_call:begin|>"), times("<|tool_call:begin|><|tool_call:name|>a<|tool_call:end|>")],
+    "json_tagged": [times("<tool_calls>"), times("<tool_calls>{} </tool_calls>"), times("<|function_call|>{}"),
+                    lambda n: "<TOOLCALL>" + "[" * n + "</TOOLCALL>"],
+    "apertus": [times("<|tools_prefix|>"), times('<|tools_prefix|>[{"a": {}}]<|tools_suffix|>')],
+})
 ADVERSARIAL["auto"] = [make for makes in ADVERSARIAL.values() for make in makes]
 
 
@@ -111,7 +130,14 @@ MARKERS = ["<tool_call>", "</tool_call>", "<function=", "</function>", "<paramet
            "to=functions.", "<|channel|>", "<|constrain|>", "<|message|>", "<|call|>", "<|end|>", "<|start|>assistant",
            "final", "analysis", DS_BEGIN, DS_END, DS_SEP, "<｜tool▁calls▁begin｜>", "```json", "```", "function",
            "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<|START_ACTION|>", "<|END_ACTION|>", "<|python_tag|>",
-           '{"name": "a", "arguments": {}}', "{", "}", "[", "]", "(", ")", "a", "=", ";", ":", '"', " ", "  ", "\n"]
+           '{"name": "a", "arguments": {}}', "{", "}", "[", "]", "(", ")", "a", "=", ";", ":", '"', " ", "  ", "\n",
+           "<｜DSML｜invoke", "</｜DSML｜invoke>", "<｜DSML｜parameter", "</｜DSML｜parameter>", ' name="', ' string="',
+           "<invoke", "</invoke>", "<parameter", "]<]minimax[>[", "<function name=", "<param", "</param>",
+           "<seed:tool_call>", "</seed:tool_call>", "<tool_call:opensource>", "<tool_sep:opensource>",
+           "<|open|>call", "<|close|>call<|sep|>", "<|sep|>", "<|open|>argument", "<|close|>argument", ' tool="',
+           "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>", "<|tool_call:end|>", "<tool_calls>",
+           "</tool_calls>", "<TOOLCALL>", "<|function_call|>", "<|tools_prefix|>", "<|tools_suffix|>",
+           "<|tool_call>call:"]
 
 
 @given(unit=st.lists(st.sampled_from(MARKERS), min_size=1, max_size=8).map("".join),
@@ -145,7 +171,7 @@ def patterns_in(module) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("module", [parsers, formats, parsing], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [parsers, formats, more_formats, parsing], ids=lambda m: m.__name__)
 def test_the_parser_modules_use_no_pattern_that_can_backtrack(module):
     bad = [p for p in patterns_in(module) if not _is_one_class_run(p)]
     assert bad == [], f"{module.__name__}: patterns with more than one repeat or a repeat of a group: {bad}"
