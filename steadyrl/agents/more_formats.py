@@ -268,23 +268,40 @@ def parse_apertus(text: str) -> ParsedTurn:
     return _unclosed(_blocks(text, "<|tools_prefix|>", "<|tools_suffix|>", read), "<|tools_prefix|>", APERTUS_FORMAT)
 
 
+LFM2_FORMAT = "<|tool_call_start|>[NAME(KEY=VALUE, ...), ...]<|tool_call_end|>"
+
+
+@register_parser("lfm2")
+def parse_lfm2(text: str) -> ParsedTurn:
+    """LFM2's pythonic calls between markers (its templates list tools but render no calls)."""
+    from .formats import parse_pythonic
+
+    def read(text, lo, hi, i):
+        inner = parse_pythonic(text[lo:hi])
+        return [*inner.calls, *inner.errors] or [f"tool call {i}: no [NAME(...)] list; format: {LFM2_FORMAT}"]
+    return _unclosed(_blocks(text, "<|tool_call_start|>", "<|tool_call_end|>", read), "<|tool_call_start|>",
+                     LFM2_FORMAT)
+
+
 MARKERS = (  # read by `auto` before the older formats' markers (more_formats' are more specific)
     (DSML + "invoke", "dsml"), ("<minimax:tool_call>", "minimax"), (M3 + "<tool_call>", "minimax_m3"),
     ('<function name="', "minicpm5"), ("<seed:tool_call>", "seed_oss"), ("<tool_call:opensource>", "hy3"),
     ("<|open|>call", "kimi_k3"), ("<|tool_call:begin|>", "solar"), ("<|tools_prefix|>", "apertus"),
     ("<tool_calls>", "json_tagged"), ("<TOOLCALL>", "json_tagged"), ("<|function_call|>", "json_tagged"),
+    ("<|tool_call_start|>", "lfm2"),
 )
 
 UNSUPPORTED = (  # formats no built-in parser reads: `auto` says so instead of reading the call as an answer
     ("<|tool_call>call:", "gemma-4 (<|tool_call>call:NAME{...}<tool_call|>)"),
-    ("<|tool_call_start|>", "LFM2 (<|tool_call_start|>[NAME(...)]<|tool_call_end|>)"),
     ("<function=", "functionary v3.1 (<function=NAME>{json}</function>)"),
     ("functools[", "firefunction v2 (functools[{...}])"),
-    ("Action: ```json", "Command-R+ (Action: ```json [...] ```)"),
+    ("Action:\n```json", "Command-R+ (Action:\\n```json [...] ```)"),
 )
 TEMPLATE_MARKERS = (  # templates that build their markers from pieces, or share another format's marker
     ("｜DSML｜", "dsml"), (M3, "minimax_m3"), ("format(HYTK)", "hy3"), ("open_tag('call'", "kimi_k3"),
     ("'<function=' + tool_call", "auto"),  # functionary v3.1's <function=NAME>{json}: refused by auto
+    ("Action:\\n```json", "auto"),  # Command-R+: refused by auto
+    ("<|tool_list_start|>", "lfm2"),
 )
 
 add_markers(MARKERS, UNSUPPORTED, TEMPLATE_MARKERS)

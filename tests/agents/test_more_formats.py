@@ -36,6 +36,7 @@ TEXTS = {  # as each template renders the call add(a=1, b="x y")
     "solar": ('<|tool_calls|><|tool_call:begin|>call00000<|tool_call:name|>add<|tool_call:args|>{"a": 1, "b": "x y"}'
               "<|tool_call:end|>"),
     "apertus": '<|tools_prefix|>[{"add": {"a": 1, "b": "x y"}}]<|tools_suffix|>',
+    "lfm2": '<|tool_call_start|>[add(a=1, b="x y")]<|tool_call_end|>',  # its templates render no calls
 }
 JSON_TAGGED = {  # Apriel, MiniMax-M1 (an object a line), Nemotron-Nano-v2, GigaChat-3.1
     "apriel": '<tool_calls>[{"name": "add", "arguments": {"a": 1, "b": "x y"}, "id": "call00000"}]</tool_calls>',
@@ -91,7 +92,7 @@ def test_a_malformed_call_is_one_error_line_with_the_format(name, text, says):
 
 @pytest.mark.parametrize("text, fmt", [
     ('<|tool_call>call:add{a:1,b:<|"|>x y<|"|>}<tool_call|>', "gemma-4"),
-    ('<|tool_call_start|>[add(a=1, b="x y")]<|tool_call_end|>', "LFM2"),
+    ('Action:\n```json\n[{"tool_name": "add", "parameters": {"a": 1}}]\n```', "Command-R+"),
     ('<function=add>{"a": 1, "b": "x y"}</function>', "functionary v3.1"),
     ('functools[{"name": "add", "arguments": {"a": 1}}]', "firefunction"),
 ])
@@ -118,6 +119,11 @@ ROUND_TRIP = {  # template file -> the parser its call reads back with (and that
     "Apertus-8B-Instruct.jinja": "apertus",
 }
 REFUSED = ["google-gemma-4-31B-it.jinja", "meetkai-functionary-medium-v3.1.jinja"]  # parser_for_template: auto
+
+
+def test_the_template_of_a_format_read_only_by_its_markers_names_its_parser(templates):
+    assert parser_for_template((templates / "LFM2-8B-A1B.jinja").read_text()) == "lfm2"
+    assert parser_for_template((templates / "CohereForAI-c4ai-command-r-plus-tool_use.jinja").read_text()) == "auto"
 
 
 @pytest.fixture(scope="module")
