@@ -22,6 +22,8 @@ name               a call as the model writes it
                    MiniMax-M1 (``<tool_calls>`` with one object a line), Nemotron-Nano-v2
                    (``<TOOLCALL>[...]</TOOLCALL>``), GigaChat-3.1 (``<|function_call|>{...}``)
 ``apertus``        Apertus: ``<|tools_prefix|>[{"add": {"a": 1}}]<|tools_suffix|>``
+``lfm2``           LFM2: ``<|tool_call_start|>[add(a=1)]<|tool_call_end|>``
+``gemma4``         gemma-4: ``<|tool_call>call:add{a:1,b:<|"|>x y<|"|>}<tool_call|>`` (keys bare, text between ``<|"|>``)
 =================  =====================================================================
 
 Values in the XML-like formats are JSON when they parse as JSON, else text (as in ``qwen3_coder``).
@@ -29,6 +31,7 @@ Values in the XML-like formats are JSON when they parse as JSON, else text (as i
 
 from __future__ import annotations
 
+import json
 import re
 
 from .formats import _blocks, _glm_args, _json_args, _qwen3_coder_read, _unclosed, _value, add_markers
@@ -283,16 +286,71 @@ def parse_lfm2(text: str) -> ParsedTurn:
                      LFM2_FORMAT)
 
 
+GEMMA4_FORMAT = '<|tool_call>call:NAME{KEY:VALUE,...}<tool_call|> (text values as <|"|>TEXT<|"|>)'
+_GEMMA_QUOTE = '<|"|>'
+_GEMMA_BARE = re.compile(r"[^{}\[\],:]*")
+
+
+def _gemma_value(run: str) -> str:
+    """A bare value as JSON: a number, true/false, None (null), else its text."""
+    word = run.strip()
+    if word == "None":
+        return "null"
+    value, err = loads(word)
+    return word if err is None and not isinstance(value, str) else json.dumps(word)
+
+
+def _gemma_json(text: str, lo: int, hi: int) -> str | None:
+    """gemma-4's argument syntax in ``text[lo:hi]`` as JSON text (keys bare, text between ``<|"|>``
+    marks); None when a text value is never closed. One pass: each step consumes what it reads."""
+    out, pos = [], lo
+    while pos < hi:
+        if text.startswith(_GEMMA_QUOTE, pos):
+            end = find(text, _GEMMA_QUOTE, pos + len(_GEMMA_QUOTE), hi)
+            if end == -1:
+                return None
+            out.append(json.dumps(text[pos + len(_GEMMA_QUOTE):end]))
+            pos = end + len(_GEMMA_QUOTE)
+        elif text[pos] in "{}[],:":
+            out.append(text[pos])
+            pos += 1
+        else:
+            end = max(run_end(text, pos, _GEMMA_BARE, hi), pos + 1)
+            key = text.startswith(":", skip_ws(text, end, hi))
+            out.append(json.dumps(text[pos:end].strip()) if key else _gemma_value(text[pos:end]))
+            pos = end
+    return "".join(out)
+
+
+@register_parser("gemma4")
+def parse_gemma4(text: str) -> ParsedTurn:
+    def read(text, lo, hi, i):
+        brace = find(text, "{", lo, hi)
+        end = hi - 1 if hi > lo and text[hi - 1] == "}" else -1
+        name = text[lo:brace].strip() if brace != -1 else ""
+        if not name or end < brace:
+            return f"tool call {i}: expected NAME{{...}}; format: {GEMMA4_FORMAT}"
+        inner = text[brace + 1:end]
+        as_json, err = loads(inner) if inner.lstrip().startswith("{") else (None, True)
+        if err is None and isinstance(as_json, dict):  # arguments the template was given as a JSON string
+            return _to_call({"name": name, "arguments": as_json}, f"tool call {i}", ("arguments",), GEMMA4_FORMAT)
+        body = _gemma_json(text, brace, end + 1)
+        if body is None:
+            return f"tool call {i} ({name}): a {_GEMMA_QUOTE} text is never closed; format: {GEMMA4_FORMAT}"
+        return _json_args(name, body, f"tool call {i}", GEMMA4_FORMAT)
+    turn = _blocks(text, "<|tool_call>call:", "<tool_call|>", read)
+    return _unclosed(turn, "<|tool_call>call:", GEMMA4_FORMAT)
+
+
 MARKERS = (  # read by `auto` before the older formats' markers (more_formats' are more specific)
     (DSML + "invoke", "dsml"), ("<minimax:tool_call>", "minimax"), (M3 + "<tool_call>", "minimax_m3"),
     ('<function name="', "minicpm5"), ("<seed:tool_call>", "seed_oss"), ("<tool_call:opensource>", "hy3"),
     ("<|open|>call", "kimi_k3"), ("<|tool_call:begin|>", "solar"), ("<|tools_prefix|>", "apertus"),
     ("<tool_calls>", "json_tagged"), ("<TOOLCALL>", "json_tagged"), ("<|function_call|>", "json_tagged"),
-    ("<|tool_call_start|>", "lfm2"),
+    ("<|tool_call_start|>", "lfm2"), ("<|tool_call>call:", "gemma4"),
 )
 
 UNSUPPORTED = (  # formats no built-in parser reads: `auto` says so instead of reading the call as an answer
-    ("<|tool_call>call:", "gemma-4 (<|tool_call>call:NAME{...}<tool_call|>)"),
     ("<function=", "functionary v3.1 (<function=NAME>{json}</function>)"),
     ("functools[", "firefunction v2 (functools[{...}])"),
     ("Action:\n```json", "Command-R+ (Action:\\n```json [...] ```)"),

@@ -37,6 +37,7 @@ TEXTS = {  # as each template renders the call add(a=1, b="x y")
               "<|tool_call:end|>"),
     "apertus": '<|tools_prefix|>[{"add": {"a": 1, "b": "x y"}}]<|tools_suffix|>',
     "lfm2": '<|tool_call_start|>[add(a=1, b="x y")]<|tool_call_end|>',  # its templates render no calls
+    "gemma4": '<|tool_call>call:add{a:1,b:<|"|>x y<|"|>}<tool_call|>',
 }
 JSON_TAGGED = {  # Apriel, MiniMax-M1 (an object a line), Nemotron-Nano-v2, GigaChat-3.1
     "apriel": '<tool_calls>[{"name": "add", "arguments": {"a": 1, "b": "x y"}, "id": "call00000"}]</tool_calls>',
@@ -72,6 +73,13 @@ def test_kimi_k3_reads_arguments_given_as_one_json_object():
     assert TOOL_PARSERS["kimi_k3"](text).calls == [ToolCall(*ADD)]
 
 
+def test_gemma4_reads_nested_values_text_with_separators_and_none():
+    text = '<|tool_call>call:f{x:{y:[1,true,None,<|"|>a,b:c<|"|>]},z:-2.5,w:hello world}<tool_call|>'
+    assert TOOL_PARSERS["gemma4"](text).calls == [ToolCall("f", {"x": {"y": [1, True, None, "a,b:c"]}, "z": -2.5,
+                                                                 "w": "hello world"})]
+    assert "never closed" in TOOL_PARSERS["gemma4"]('<|tool_call>call:f{x:<|"|>open}<tool_call|>').errors[0]
+
+
 def test_minimax_m3_is_not_read_as_hermes():
     turn = TOOL_PARSERS["auto"](TEXTS["minimax_m3"])
     assert turn.calls == [ToolCall(*ADD)] and not any("invalid JSON" in e for e in turn.errors)
@@ -91,7 +99,6 @@ def test_a_malformed_call_is_one_error_line_with_the_format(name, text, says):
 
 
 @pytest.mark.parametrize("text, fmt", [
-    ('<|tool_call>call:add{a:1,b:<|"|>x y<|"|>}<tool_call|>', "gemma-4"),
     ('Action:\n```json\n[{"tool_name": "add", "parameters": {"a": 1}}]\n```', "Command-R+"),
     ('<function=add>{"a": 1, "b": "x y"}</function>', "functionary v3.1"),
     ('functools[{"name": "add", "arguments": {"a": 1}}]', "firefunction"),
@@ -116,9 +123,10 @@ ROUND_TRIP = {  # template file -> the parser its call reads back with (and that
     "openbmb-MiniCPM5-1B.jinja": "minicpm5", "ByteDance-Seed-OSS.jinja": "seed_oss", "tencent-Hy3.jinja": "hy3",
     "Kimi-K3.jinja": "kimi_k3", "upstage-Solar-Open-100B.jinja": "solar", "unsloth-Apriel-1.5.jinja": "json_tagged",
     "Apriel-1.6-15b-Thinker-fixed.jinja": "json_tagged", "GigaChat3.1-10B-A1.8B.jinja": "json_tagged",
-    "Apertus-8B-Instruct.jinja": "apertus",
+    "Apertus-8B-Instruct.jinja": "apertus", "google-gemma-4-31B-it.jinja": "gemma4",
+    "google-gemma-4-31B-it-interleaved.jinja": "gemma4",
 }
-REFUSED = ["google-gemma-4-31B-it.jinja", "meetkai-functionary-medium-v3.1.jinja"]  # parser_for_template: auto
+REFUSED = ["meetkai-functionary-medium-v3.1.jinja"]  # parser_for_template: auto
 
 
 def test_the_template_of_a_format_read_only_by_its_markers_names_its_parser(templates):
