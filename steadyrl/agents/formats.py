@@ -471,13 +471,17 @@ _UNSUPPORTED: list[tuple[str, str]] = []  # (a marker, the format no built-in pa
 _TEMPLATE_MARKERS: list[tuple[str, str]] = []  # (a marker only a template's source holds, the parser)
 
 
-def add_markers(markers, unsupported=(), template_markers=()) -> None:
+_FALLBACKS: dict[str, str] = {}  # parser -> the one `auto` tries when it finds nothing (a shared marker)
+
+
+def add_markers(markers, unsupported=(), template_markers=(), fallbacks=None) -> None:
     """Put a module's ``(marker, parser)`` pairs before the others (their markers are more specific),
     ``(marker, format)`` pairs of formats that ``auto`` refuses by name, and ``(marker, parser)``
     pairs that name the parser of a template whose source builds its markers from pieces."""
     _MARKERS[:0] = list(markers)
     _UNSUPPORTED.extend(unsupported)
     _TEMPLATE_MARKERS.extend(template_markers)
+    _FALLBACKS.update(fallbacks or {})
 
 
 def detect(text: str) -> str | None:
@@ -498,6 +502,8 @@ def parse_auto(text: str) -> ParsedTurn:
 
     name = detect(text)
     turn = TOOL_PARSERS[name](text) if name is not None else None
+    if turn is not None and not (turn.calls or turn.errors) and name in _FALLBACKS:
+        turn = TOOL_PARSERS[_FALLBACKS[name]](text)
     if turn is not None and (turn.calls or turn.errors):
         return turn
     refused = unsupported(text)

@@ -23,6 +23,8 @@ name               a call as the model writes it
                    (``<TOOLCALL>[...]</TOOLCALL>``), GigaChat-3.1 (``<|function_call|>{...}``)
 ``apertus``        Apertus: ``<|tools_prefix|>[{"add": {"a": 1}}]<|tools_suffix|>``
 ``lfm2``           LFM2: ``<|tool_call_start|>[add(a=1)]<|tool_call_end|>``
+``functionary_v31`` functionary v3.1: ``<function=add>{json}</function>``
+``functionary_v32`` functionary v3.2: ``>>>add\\n{json}`` (``>>>all\\nTEXT`` is text)
 ``gemma4``         gemma-4: ``<|tool_call>call:add{a:1,b:<|"|>x y<|"|>}<tool_call|>`` (keys bare, text between ``<|"|>``)
 =================  =====================================================================
 
@@ -342,6 +344,43 @@ def parse_gemma4(text: str) -> ParsedTurn:
     return _unclosed(turn, "<|tool_call>call:", GEMMA4_FORMAT)
 
 
+FUNCTIONARY_V31_FORMAT = "<function=NAME>{json}</function>"
+FUNCTIONARY_V32_FORMAT = ">>>NAME\\n{json} (>>>all\\nTEXT for text; the generation prompt ends with >>>)"
+_RECIPIENT = re.compile(r"[\w.\-]*")
+
+
+@register_parser("functionary_v31")
+def parse_functionary_v31(text: str) -> ParsedTurn:
+    def read(text, lo, hi, i):
+        gt = find(text, ">", lo, hi)
+        name = text[lo:gt].strip() if gt != -1 else ""
+        if not name:
+            return f"tool call {i}: expected <function=NAME>; format: {FUNCTIONARY_V31_FORMAT}"
+        return _json_args(name, text[gt + 1:hi], f"tool call {i}", FUNCTIONARY_V31_FORMAT)
+    return _unclosed(_blocks(text, "<function=", "</function>", read), "<function=", FUNCTIONARY_V31_FORMAT)
+
+
+@register_parser("functionary_v32")
+def parse_functionary_v32(text: str) -> ParsedTurn:
+    """Segments ``>>>RECIPIENT\\n...``: ``all`` is text, any other recipient a call with JSON
+    arguments; the turn's first segment follows the generation prompt's ``>>>``."""
+    body = text if text.startswith(">>>") else ">>>" + text
+    pieces, results, pos = [], [], 0
+    while pos < len(body):
+        nxt = find(body, ">>>", pos + 3)
+        end = len(body) if nxt == -1 else nxt
+        name_end = run_end(body, pos + 3, _RECIPIENT, end)
+        if name_end == pos + 3 or not body.startswith("\n", name_end):
+            pieces.append(body[pos if pos else 3:end])  # not a segment head: text as written
+        elif body[pos + 3:name_end] == "all":
+            pieces.append(body[name_end + 1:end])
+        else:
+            results.append(_json_args(body[pos + 3:name_end], body[name_end + 1:end], f"tool call {len(results) + 1}",
+                                      FUNCTIONARY_V32_FORMAT))
+        pos = end
+    return _parsed("".join(pieces), results)
+
+
 MARKERS = (  # read by `auto` before the older formats' markers (more_formats' are more specific)
     (DSML + "invoke", "dsml"), ("<minimax:tool_call>", "minimax"), (M3 + "<tool_call>", "minimax_m3"),
     ('<function name="', "minicpm5"), ("<seed:tool_call>", "seed_oss"), ("<tool_call:opensource>", "hy3"),
@@ -351,15 +390,14 @@ MARKERS = (  # read by `auto` before the older formats' markers (more_formats' a
 )
 
 UNSUPPORTED = (  # formats no built-in parser reads: `auto` says so instead of reading the call as an answer
-    ("<function=", "functionary v3.1 (<function=NAME>{json}</function>)"),
     ("functools[", "firefunction v2 (functools[{...}])"),
     ("Action:\n```json", "Command-R+ (Action:\\n```json [...] ```)"),
 )
 TEMPLATE_MARKERS = (  # templates that build their markers from pieces, or share another format's marker
     ("｜DSML｜", "dsml"), (M3, "minimax_m3"), ("format(HYTK)", "hy3"), ("open_tag('call'", "kimi_k3"),
-    ("'<function=' + tool_call", "auto"),  # functionary v3.1's <function=NAME>{json}: refused by auto
+    ("'<function=' + tool_call", "functionary_v31"), ("'>>>' + tool_call", "functionary_v32"),
     ("Action:\\n```json", "auto"),  # Command-R+: refused by auto
     ("<|tool_list_start|>", "lfm2"),
 )
 
-add_markers(MARKERS, UNSUPPORTED, TEMPLATE_MARKERS)
+add_markers(MARKERS, UNSUPPORTED, TEMPLATE_MARKERS, {"qwen3_coder": "functionary_v31"})

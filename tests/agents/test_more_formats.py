@@ -38,6 +38,7 @@ TEXTS = {  # as each template renders the call add(a=1, b="x y")
     "apertus": '<|tools_prefix|>[{"add": {"a": 1, "b": "x y"}}]<|tools_suffix|>',
     "lfm2": '<|tool_call_start|>[add(a=1, b="x y")]<|tool_call_end|>',  # its templates render no calls
     "gemma4": '<|tool_call>call:add{a:1,b:<|"|>x y<|"|>}<tool_call|>',
+    "functionary_v31": '<function=add>{"a": 1, "b": "x y"}</function>',
 }
 JSON_TAGGED = {  # Apriel, MiniMax-M1 (an object a line), Nemotron-Nano-v2, GigaChat-3.1
     "apriel": '<tool_calls>[{"name": "add", "arguments": {"a": 1, "b": "x y"}, "id": "call00000"}]</tool_calls>',
@@ -80,6 +81,12 @@ def test_gemma4_reads_nested_values_text_with_separators_and_none():
     assert "never closed" in TOOL_PARSERS["gemma4"]('<|tool_call>call:f{x:<|"|>open}<tool_call|>').errors[0]
 
 
+def test_functionary_v32_reads_segments_after_the_generation_prompts_marker():
+    turn = TOOL_PARSERS["functionary_v32"]('all\nLet me add.>>>add\n{"a": 1, "b": "x y"}')
+    assert turn.calls == [ToolCall(*ADD)] and turn.content == "Let me add."
+    assert TOOL_PARSERS["functionary_v32"]("all\nThe answer is 3. >>> x").content == "The answer is 3. >>> x"
+
+
 def test_minimax_m3_is_not_read_as_hermes():
     turn = TOOL_PARSERS["auto"](TEXTS["minimax_m3"])
     assert turn.calls == [ToolCall(*ADD)] and not any("invalid JSON" in e for e in turn.errors)
@@ -100,7 +107,6 @@ def test_a_malformed_call_is_one_error_line_with_the_format(name, text, says):
 
 @pytest.mark.parametrize("text, fmt", [
     ('Action:\n```json\n[{"tool_name": "add", "parameters": {"a": 1}}]\n```', "Command-R+"),
-    ('<function=add>{"a": 1, "b": "x y"}</function>', "functionary v3.1"),
     ('functools[{"name": "add", "arguments": {"a": 1}}]', "firefunction"),
 ])
 def test_auto_refuses_a_format_no_built_in_reads_by_name_not_as_an_answer(text, fmt):
@@ -110,7 +116,7 @@ def test_auto_refuses_a_format_no_built_in_reads_by_name_not_as_an_answer(text, 
 
 
 def test_plain_text_is_content_in_every_new_format():
-    for name in [*TEXTS, "json_tagged"]:
+    for name in [*TEXTS, "json_tagged", "functionary_v32"]:
         turn = TOOL_PARSERS[name]("The answer is 9. >>> print(9)")
         assert (turn.content, turn.calls, turn.errors) == ("The answer is 9. >>> print(9)", [], []), name
 
@@ -124,11 +130,9 @@ ROUND_TRIP = {  # template file -> the parser its call reads back with (and that
     "Kimi-K3.jinja": "kimi_k3", "upstage-Solar-Open-100B.jinja": "solar", "unsloth-Apriel-1.5.jinja": "json_tagged",
     "Apriel-1.6-15b-Thinker-fixed.jinja": "json_tagged", "GigaChat3.1-10B-A1.8B.jinja": "json_tagged",
     "Apertus-8B-Instruct.jinja": "apertus", "google-gemma-4-31B-it.jinja": "gemma4",
-    "google-gemma-4-31B-it-interleaved.jinja": "gemma4",
+    "google-gemma-4-31B-it-interleaved.jinja": "gemma4", "meetkai-functionary-medium-v3.1.jinja": "functionary_v31",
+    "meetkai-functionary-medium-v3.2.jinja": "functionary_v32",  # no marker: its parser only, not auto
 }
-REFUSED = ["meetkai-functionary-medium-v3.1.jinja"]  # parser_for_template: auto
-
-
 def test_the_template_of_a_format_read_only_by_its_markers_names_its_parser(templates):
     assert parser_for_template((templates / "LFM2-8B-A1B.jinja").read_text()) == "lfm2"
     assert parser_for_template((templates / "CohereForAI-c4ai-command-r-plus-tool_use.jinja").read_text()) == "auto"
@@ -175,15 +179,9 @@ def test_the_call_a_real_template_renders_reads_back(templates, file):
     text = rendered_call(source)
     name = ROUND_TRIP[file]
     assert parser_for_template(source) == name
-    for parser in (name, "auto"):
+    text = text.split("<|eot_id|>")[0] if name == "functionary_v32" else text  # the turn ends at its end token
+    for parser in (name, "auto") if name != "functionary_v32" else (name,):
         turn = TOOL_PARSERS[parser](text)
         assert [(c.name, c.arguments) for c in turn.calls] == [ADD], (parser, text)
 
 
-@pytest.mark.parametrize("file", REFUSED)
-def test_a_template_whose_format_no_built_in_reads_gets_auto_which_refuses_its_calls(templates, file):
-    source = (templates / file).read_text()
-    assert parser_for_template(source) == "auto"
-    text = rendered_call(source)
-    turn = TOOL_PARSERS["auto"](text)
-    assert turn.calls == [] and "no built-in parser reads" in turn.errors[0]
