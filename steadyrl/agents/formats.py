@@ -465,7 +465,6 @@ _MARKERS = (  # (a marker in the turn or the template, the parser); the first th
 
 
 _MARKERS = list(_MARKERS)
-_UNSUPPORTED: list[tuple[str, str]] = []  # (a marker, the format no built-in parser reads)
 
 
 _TEMPLATE_MARKERS: list[tuple[str, str]] = []  # (a marker only a template's source holds, the parser)
@@ -474,12 +473,11 @@ _TEMPLATE_MARKERS: list[tuple[str, str]] = []  # (a marker only a template's sou
 _FALLBACKS: dict[str, str] = {}  # parser -> the one `auto` tries when it finds nothing (a shared marker)
 
 
-def add_markers(markers, unsupported=(), template_markers=(), fallbacks=None) -> None:
-    """Put a module's ``(marker, parser)`` pairs before the others (their markers are more specific),
-    ``(marker, format)`` pairs of formats that ``auto`` refuses by name, and ``(marker, parser)``
-    pairs that name the parser of a template whose source builds its markers from pieces."""
+def add_markers(markers, template_markers=(), fallbacks=None) -> None:
+    """Put a module's ``(marker, parser)`` pairs before the others (their markers are more specific);
+    ``template_markers``: ``(marker, parser)`` pairs naming the parser of a template whose source
+    builds its markers from pieces; ``fallbacks``: parser -> the one ``auto`` tries when it reads nothing."""
     _MARKERS[:0] = list(markers)
-    _UNSUPPORTED.extend(unsupported)
     _TEMPLATE_MARKERS.extend(template_markers)
     _FALLBACKS.update(fallbacks or {})
 
@@ -487,11 +485,6 @@ def add_markers(markers, unsupported=(), template_markers=(), fallbacks=None) ->
 def detect(text: str) -> str | None:
     """The format whose marker ``text`` holds (None: none of them)."""
     return next((name for marker, name in _MARKERS if marker in text), None)
-
-
-def unsupported(text: str) -> str | None:
-    """The format no built-in parser reads whose marker ``text`` holds (None: none)."""
-    return next((fmt for marker, fmt in _UNSUPPORTED if marker in text), None)
 
 
 @register_parser("auto")
@@ -504,13 +497,6 @@ def parse_auto(text: str) -> ParsedTurn:
     turn = TOOL_PARSERS[name](text) if name is not None else None
     if turn is not None and not (turn.calls or turn.errors) and name in _FALLBACKS:
         turn = TOOL_PARSERS[_FALLBACKS[name]](text)
-    if turn is not None and (turn.calls or turn.errors):
-        return turn
-    refused = unsupported(text)
-    if refused is not None:  # never read as a final answer: the model is told, and so is the log
-        return ParsedTurn(text.strip(), [], [f"the turn is written in the tool-call format of {refused}, which no "
-                                             "built-in parser reads; set rollout.tool_parser to a parser of your "
-                                             "own (docs/agents.md, Tool-call parsers)"])
     if turn is not None:
         return turn
     turn = parse_llama3_json(text)
@@ -523,12 +509,10 @@ def parser_for_template(template: str | None) -> str:
     named = next((name for marker, name in _TEMPLATE_MARKERS if marker in text), None)
     if named is not None:
         return named
-    if detect(text) is None and unsupported(text) is not None:
-        return "auto"  # auto refuses its calls by name (not hermes reading them as invalid JSON)
     found = detect(text) or ("harmony" if "<|call|>" in text else None)
     if found is None and ("<|python_tag|>" in text or '"parameters": dictionary of argument' in text):
         return "llama3_json"
     return found or "hermes"
 
 
-__all__ = ["detect", "parser_for_template", "unsupported", "add_markers"]
+__all__ = ["detect", "parser_for_template", "add_markers"]

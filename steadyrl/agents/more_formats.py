@@ -25,6 +25,8 @@ name               a call as the model writes it
 ``lfm2``           LFM2: ``<|tool_call_start|>[add(a=1)]<|tool_call_end|>``
 ``functionary_v31`` functionary v3.1: ``<function=add>{json}</function>``
 ``functionary_v32`` functionary v3.2: ``>>>add\\n{json}`` (``>>>all\\nTEXT`` is text)
+``firefunction``   firefunction v2: ``functools[{"name": "add", "arguments": {...}}]``
+``command_r_plus`` Command-R+: ``Action:`` then a fenced JSON list of ``{"tool_name", "parameters"}``
 ``gemma4``         gemma-4: ``<|tool_call>call:add{a:1,b:<|"|>x y<|"|>}<tool_call|>`` (keys bare, text between ``<|"|>``)
 =================  =====================================================================
 
@@ -381,23 +383,57 @@ def parse_functionary_v32(text: str) -> ParsedTurn:
     return _parsed("".join(pieces), results)
 
 
+FIREFUNCTION_FORMAT = 'functools[{"name": NAME, "arguments": {...}}, ...]'
+COMMAND_R_PLUS_FORMAT = 'Action:\\n```json\\n[{"tool_name": NAME, "parameters": {...}}, ...]\\n```'
+
+
+def _json_list_after(text: str, marker: str, fence: str, keys: tuple[str, str], fmt: str) -> ParsedTurn:
+    """A JSON list of calls after ``marker`` (and ``fence``, a code fence opening, when not empty):
+    items ``{keys[0]: NAME, keys[1]: {...}}``; the text before the marker is the content."""
+    from .parsers import _DECODER
+
+    start = text.find(marker)
+    if start == -1:
+        return ParsedTurn(text.strip())
+    at = skip_ws(text, start + len(marker) - marker.endswith("["))  # a marker ending in "[" opens the list
+    if fence and not text.startswith(fence, at):
+        return ParsedTurn(text.strip())  # the marker's word in plain text, not a call list
+    at = skip_ws(text, at + len(fence)) if fence else at
+    try:
+        items, _ = _DECODER.raw_decode(text, at)
+    except (ValueError, RecursionError) as err:
+        return _parsed(text[:start], [f"tool calls: invalid JSON ({decode_error(err, at=False)}) in "
+                                      f"{_short(text[at:])!r}; format: {fmt}"])
+    items = items if isinstance(items, list) else [items]
+    return _parsed(text[:start], [_to_call({"name": o.get(keys[0]), "arguments": o.get(keys[1], {})}
+                                           if isinstance(o, dict) else o, f"tool call {i}", ("arguments",), fmt)
+                                  for i, o in enumerate(items, 1)])
+
+
+@register_parser("firefunction")
+def parse_firefunction(text: str) -> ParsedTurn:
+    return _json_list_after(text, "functools[", "", ("name", "arguments"), FIREFUNCTION_FORMAT)
+
+
+@register_parser("command_r_plus")
+def parse_command_r_plus(text: str) -> ParsedTurn:
+    return _json_list_after(text, "Action:", "```json", ("tool_name", "parameters"), COMMAND_R_PLUS_FORMAT)
+
+
 MARKERS = (  # read by `auto` before the older formats' markers (more_formats' are more specific)
     (DSML + "invoke", "dsml"), ("<minimax:tool_call>", "minimax"), (M3 + "<tool_call>", "minimax_m3"),
     ('<function name="', "minicpm5"), ("<seed:tool_call>", "seed_oss"), ("<tool_call:opensource>", "hy3"),
     ("<|open|>call", "kimi_k3"), ("<|tool_call:begin|>", "solar"), ("<|tools_prefix|>", "apertus"),
     ("<tool_calls>", "json_tagged"), ("<TOOLCALL>", "json_tagged"), ("<|function_call|>", "json_tagged"),
-    ("<|tool_call_start|>", "lfm2"), ("<|tool_call>call:", "gemma4"),
+    ("<|tool_call_start|>", "lfm2"), ("<|tool_call>call:", "gemma4"), ("functools[", "firefunction"),
+    ("Action:\n```json", "command_r_plus"),
 )
 
-UNSUPPORTED = (  # formats no built-in parser reads: `auto` says so instead of reading the call as an answer
-    ("functools[", "firefunction v2 (functools[{...}])"),
-    ("Action:\n```json", "Command-R+ (Action:\\n```json [...] ```)"),
-)
 TEMPLATE_MARKERS = (  # templates that build their markers from pieces, or share another format's marker
     ("｜DSML｜", "dsml"), (M3, "minimax_m3"), ("format(HYTK)", "hy3"), ("open_tag('call'", "kimi_k3"),
     ("'<function=' + tool_call", "functionary_v31"), ("'>>>' + tool_call", "functionary_v32"),
-    ("Action:\\n```json", "auto"),  # Command-R+: refused by auto
+    ("Action:\\n```json", "command_r_plus"),
     ("<|tool_list_start|>", "lfm2"),
 )
 
-add_markers(MARKERS, UNSUPPORTED, TEMPLATE_MARKERS, {"qwen3_coder": "functionary_v31"})
+add_markers(MARKERS, TEMPLATE_MARKERS, {"qwen3_coder": "functionary_v31"})

@@ -1,7 +1,7 @@
 """The newer templates' tool-call formats (agents/more_formats.py): each read back from the text
 its real template renders for a call (round trip, with the templates of the llama-cpp-python sdist
 when they can be fetched, and with the same texts written here), `auto` finds them by their
-markers, and the formats no built-in reads are refused by name, never read as a final answer."""
+markers (none of them is read as a final answer, nor MiniMax-M3's as hermes)."""
 
 from __future__ import annotations
 
@@ -105,20 +105,21 @@ def test_a_malformed_call_is_one_error_line_with_the_format(name, text, says):
     assert says in turn.errors[0] and "format:" in turn.errors[0]
 
 
-@pytest.mark.parametrize("text, fmt", [
-    ('Action:\n```json\n[{"tool_name": "add", "parameters": {"a": 1}}]\n```', "Command-R+"),
-    ('functools[{"name": "add", "arguments": {"a": 1}}]', "firefunction"),
+@pytest.mark.parametrize("name, text", [
+    ("firefunction", 'I will add. functools[{"name": "add", "arguments": {"a": 1, "b": "x y"}}]'),
+    ("command_r_plus", 'I will add.\nAction:\n```json\n[\n    {\n        "tool_name": "add",\n        "parameters": '
+                       '{"a": 1, "b": "x y"}\n    }\n]\n```'),
 ])
-def test_auto_refuses_a_format_no_built_in_reads_by_name_not_as_an_answer(text, fmt):
-    turn = TOOL_PARSERS["auto"](text)
-    assert turn.calls == [] and len(turn.errors) == 1
-    assert fmt in turn.errors[0] and "rollout.tool_parser" in turn.errors[0]
+def test_json_lists_after_a_marker_are_read(name, text):
+    for parser in (name, "auto"):
+        turn = TOOL_PARSERS[parser](text)
+        assert turn.calls == [ToolCall(*ADD)] and turn.content == "I will add.", parser
 
 
 def test_plain_text_is_content_in_every_new_format():
-    for name in [*TEXTS, "json_tagged", "functionary_v32"]:
-        turn = TOOL_PARSERS[name]("The answer is 9. >>> print(9)")
-        assert (turn.content, turn.calls, turn.errors) == ("The answer is 9. >>> print(9)", [], []), name
+    for name in [*TEXTS, "json_tagged", "functionary_v32", "firefunction", "command_r_plus"]:
+        turn = TOOL_PARSERS[name]("The answer is 9. >>> functools.reduce(Action:)")
+        assert (turn.content, turn.calls, turn.errors) == ("The answer is 9. >>> functools.reduce(Action:)", [], []), name
 
 
 # --- round trip through the real templates -----------------------------------------------------
@@ -135,7 +136,8 @@ ROUND_TRIP = {  # template file -> the parser its call reads back with (and that
 }
 def test_the_template_of_a_format_read_only_by_its_markers_names_its_parser(templates):
     assert parser_for_template((templates / "LFM2-8B-A1B.jinja").read_text()) == "lfm2"
-    assert parser_for_template((templates / "CohereForAI-c4ai-command-r-plus-tool_use.jinja").read_text()) == "auto"
+    assert parser_for_template((templates / "CohereForAI-c4ai-command-r-plus-tool_use.jinja").read_text()) == "command_r_plus"
+    assert parser_for_template((templates / "fireworks-ai-llama-3-firefunction-v2.jinja").read_text()) == "firefunction"
 
 
 @pytest.fixture(scope="module")

@@ -111,6 +111,8 @@ ADVERSARIAL.update({  # the newer templates' formats (agents/more_formats.py)
     "lfm2": [times("<|tool_call_start|>"), times("<|tool_call_start|>[a(b=1)]<|tool_call_end|>")],
     "functionary_v31": [times("<function="), times("<function=a>{}</function> ")],
     "functionary_v32": [times(">>>"), times(">>>a\n{} "), times(">>>all\nx"), lambda n: ">>>a" + "b" * n],
+    "firefunction": [times("functools["), lambda n: "functools" + " " * n + "["],
+    "command_r_plus": [times("Action:```json"), lambda n: "Action:" + " " * n + "```json" + " " * n],
     "gemma4": [times("<|tool_call>call:"), lambda n: "<|tool_call>call:a{" + "k:" * (n // 2) + "}<tool_call|>",
                lambda n: "<|tool_call>call:a{k:" + '<|"|>' * (n // 5) + "}<tool_call|>",
                lambda n: "<|tool_call>call:a{k:" + " " * n + "1}<tool_call|>", times("<|tool_call>call:a{[,:}<tool_call|>")],
@@ -143,7 +145,7 @@ MARKERS = ["<tool_call>", "</tool_call>", "<function=", "</function>", "<paramet
            "<|open|>call", "<|close|>call<|sep|>", "<|sep|>", "<|open|>argument", "<|close|>argument", ' tool="',
            "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>", "<|tool_call:end|>", "<tool_calls>",
            "</tool_calls>", "<TOOLCALL>", "<|function_call|>", "<|tools_prefix|>", "<|tools_suffix|>",
-           "<|tool_call>call:", "<tool_call|>", '<|"|>', "<|tool_call_start|>", "<|tool_call_end|>", ">>>", ">>>all\n", "Action:\n```json"]
+           "<|tool_call>call:", "<tool_call|>", '<|"|>', "<|tool_call_start|>", "<|tool_call_end|>", ">>>", ">>>all\n", "functools", "Action:", "Action:\n```json"]
 
 
 @given(unit=st.lists(st.sampled_from(MARKERS), min_size=1, max_size=8).map("".join),
