@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import ConfigError
 from ..userfn import SPEC_FORMS, resolve_spec
+from .parsing import decode_error, find, json_problem, loads, skip_ws
 
 __all__ = ["ToolCall", "ParsedTurn", "TOOL_PARSERS", "register_parser", "load_parser"]
 
@@ -82,10 +82,18 @@ def _short(text: str, n: int = 80) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
+def _shown(value) -> str:
+    """``value`` as the model is shown it: its JSON, or its repr where it has none (a user parser's)."""
+    try:
+        return _short(json.dumps(value))
+    except (TypeError, ValueError, RecursionError):
+        return _short(repr(value)) if not isinstance(value, (dict, list, tuple)) else type(value).__name__
+
+
 def _to_call(obj, where: str, args_keys: tuple[str, ...], fmt: str) -> ToolCall | str:
     """A ``ToolCall`` from a decoded JSON value, or the error line saying why not."""
     if not isinstance(obj, dict):
-        shown = _short(json.dumps(obj))
+        shown = _shown(obj)
         return f"{where}: expected a JSON object, got {type(obj).__name__} {shown}; format: {fmt}"
     name = obj.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -93,17 +101,29 @@ def _to_call(obj, where: str, args_keys: tuple[str, ...], fmt: str) -> ToolCall 
     key = next((k for k in args_keys if k in obj), None)
     arguments = {} if key is None else obj[key]
     if isinstance(arguments, str):  # double-encoded: '{"a": 1}'
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            pass
+        decoded, err = loads(arguments)
+        arguments = arguments if err is not None else decoded
     if not isinstance(arguments, dict):
         return (f"{where} ({name}): \"{key}\" must be a JSON object, got "
-                f"{type(arguments).__name__} {_short(json.dumps(arguments))}; format: {fmt}")
+                f"{type(arguments).__name__} {_shown(arguments)}; format: {fmt}")
     return ToolCall(name=name.strip(), arguments=arguments)
 
 
+def _json_calls(results: list) -> list:
+    """``results`` with each call whose arguments are not JSON (a ``set``, ``bytes``...) replaced by
+    the error line saying so: a parser never returns such a call (the gateway sends arguments as
+    JSON text, a tool's worker receives them as JSON)."""
+    out = []
+    for i, r in enumerate(results, 1):
+        problem = json_problem(r.arguments) if isinstance(r, ToolCall) else None
+        out.append(r if problem is None else
+                   f"tool call {i} ({r.name}): the arguments are not JSON ({problem}); arguments are a JSON object")
+    return out
+
+
 def _parsed(content: str, results: list) -> ParsedTurn:
+    """The turn of ``content`` and ``results`` (calls and error lines, in the turn's order)."""
+    results = _json_calls(results)
     calls = [r for r in results if isinstance(r, ToolCall)]
     errors = [r for r in results if isinstance(r, str)]
     return ParsedTurn(content=content.strip(), calls=calls, errors=errors)
@@ -117,9 +137,10 @@ _HERMES_OPEN, _HERMES_CLOSE = "<tool_call>", "</tool_call>"
 def parse_hermes(text: str) -> ParsedTurn:
     """``<tool_call>{json}</tool_call>`` blocks anywhere in the turn (see the module docstring)."""
     pieces, results, pos, index = [], [], 0, 0
+    start = stray = -2  # the next opener and closer at or after pos (-1: none; searched again once passed)
     while True:
-        start = text.find(_HERMES_OPEN, pos)
-        stray = text.find(_HERMES_CLOSE, pos)
+        start = find(text, _HERMES_OPEN, pos) if start != -1 and start < pos else start
+        stray = find(text, _HERMES_CLOSE, pos) if stray != -1 and stray < pos else stray
         if stray != -1 and (start == -1 or stray < start):
             results.append(f"a {_HERMES_CLOSE} without a {_HERMES_OPEN} before it; format: {HERMES_FORMAT}")
             pieces.append(text[pos:stray])
@@ -130,17 +151,16 @@ def parse_hermes(text: str) -> ParsedTurn:
             break
         pieces.append(text[pos:start])
         index += 1
-        end = text.find(_HERMES_CLOSE, start)
+        end = find(text, _HERMES_CLOSE, start)
         if end == -1:
             results.append(f"tool call {index}: {_HERMES_OPEN} is never closed with {_HERMES_CLOSE}; "
                            f"format: {HERMES_FORMAT}")
             break
         body = text[start + len(_HERMES_OPEN): end].strip()
         pos = end + len(_HERMES_CLOSE)
-        try:
-            obj = json.loads(body)
-        except json.JSONDecodeError as err:
-            results.append(f"tool call {index}: invalid JSON ({err.msg} at character {err.pos}) in "
+        obj, err = loads(body)
+        if err is not None:
+            results.append(f"tool call {index}: invalid JSON ({decode_error(err)}) in "
                            f"{_short(body)!r}; format: {HERMES_FORMAT}")
             continue
         results.append(_to_call(obj, f"tool call {index}", ("arguments", "parameters"), HERMES_FORMAT))
@@ -150,7 +170,12 @@ def parse_hermes(text: str) -> ParsedTurn:
 LLAMA3_FORMAT = '{"name": <tool name>, "parameters": {<argument>: <value>, ...}} (several separated by ";")'
 PYTHON_TAG = "<|python_tag|>"
 _DECODER = json.JSONDecoder()
-_SEPARATOR = re.compile(r"\s*;\s*")
+
+
+def _separator_end(body: str, pos: int) -> int | None:
+    """The end of the ``;`` (with whitespace around it) at ``pos``, or None when none is there."""
+    semi = skip_ws(body, pos)
+    return skip_ws(body, semi + 1) if body.startswith(";", semi) else None
 
 
 @register_parser("llama3_json")
@@ -160,22 +185,22 @@ def parse_llama3_json(text: str) -> ParsedTurn:
     tagged = body.startswith(PYTHON_TAG)
     if tagged:
         body = body[len(PYTHON_TAG):].strip()
-    if not tagged and not re.match(r'\{\s*"', body):
+    if not tagged and not (body.startswith("{") and body.startswith('"', skip_ws(body, 1))):
         return ParsedTurn(content=body)
     results, pos, index = [], 0, 0
     while pos < len(body):
         index += 1
         try:
             obj, end = _DECODER.raw_decode(body, pos)
-        except json.JSONDecodeError as err:
-            results.append(f"tool call {index}: invalid JSON ({err.msg} at character {err.pos}) in "
+        except (ValueError, RecursionError) as err:  # JSONDecodeError, a number too long, too deep
+            results.append(f"tool call {index}: invalid JSON ({decode_error(err)}) in "
                            f"{_short(body[pos:])!r}; format: {LLAMA3_FORMAT}")
             return _parsed("", results)
         results.append(_to_call(obj, f"tool call {index}", ("parameters", "arguments"), LLAMA3_FORMAT))
-        separator = _SEPARATOR.match(body, end)
+        separator = _separator_end(body, end)
         if separator is None:
             return _parsed(body[end:], results)  # text after the last call is content
-        pos = separator.end()
+        pos = separator
     return _parsed("", results)
 
 
@@ -190,8 +215,12 @@ def _err(spec: str, what: str) -> ConfigError:
 def _normalise(spec: str, text: str, out) -> ParsedTurn:
     """A user parser's result as a ``ParsedTurn``: it may return one, or a list of ``ToolCall`` or
     of ``(name, arguments)`` pairs (then ``content`` is the whole text)."""
-    if isinstance(out, ParsedTurn):
-        return out
+    if isinstance(out, ParsedTurn):  # used as is, but for calls whose arguments are not JSON
+        results = _json_calls([*out.calls, *out.errors])
+        if all(isinstance(r, ToolCall) for r in results[:len(out.calls)]):
+            return out
+        return ParsedTurn(out.content, [r for r in results if isinstance(r, ToolCall)],
+                          [r for r in results if isinstance(r, str)], out.reasoning)
     if not isinstance(out, (list, tuple)):
         raise TypeError(f"tool parser {spec!r} returned a {type(out).__name__}; expected a ParsedTurn, "
                         "a list of ToolCall or a list of (name, arguments) pairs")
@@ -236,3 +265,4 @@ def load_parser(spec: str) -> Parser:
 
 
 from . import formats as _formats  # noqa: E402,F401 - registers the other formats and ``auto``
+from . import more_formats as _more_formats  # noqa: E402,F401 - the newer templates' formats

@@ -36,7 +36,7 @@ from ..errors import ConfigError
 from ..userfn import SPEC_FORMS, resolve_spec
 from .assemble import assemble, check_reward
 from .record import EpisodeRecord
-from .server import Gateway
+from .server import Gateway, ServerLimits
 from .waves import WAVE_WAIT_S, Waves
 
 EXAMPLE = "async def run_episode(row, client) -> float | None"
@@ -114,7 +114,7 @@ class GatewayAgent:
         from ..rollout.hf import HFEngine
 
         if self.gateway is None:
-            self.gateway = Gateway()
+            self.gateway = Gateway(ServerLimits.for_concurrency(self.concurrency))
             self._loop = asyncio.new_event_loop()
             self._thread = threading.Thread(target=self._loop.run_forever, name="steadyrl-agents", daemon=True)
             self._thread.start()

@@ -7,7 +7,7 @@
   completes it (the sampled ids up to there, nothing re-encoded), its text before the sequence;
 * with ``tools``, the text is read by ``rollout.tool_parser``: calls become ``tool_calls``
   (``finish_reason: tool_calls``), the rest the message's ``content``; a call that cannot be read
-  stays in the content as written.
+  (or whose arguments are not JSON) stays in the content as written.
 """
 
 from __future__ import annotations
@@ -39,14 +39,18 @@ def _call_id(index: int, name: str, kimi: bool) -> str:
 
 
 def _tool_calls(parser, text: str, kimi: bool) -> tuple[str | None, list[dict] | None]:
+    """``(content, calls)`` of a turn with calls; ``(None, None)``: the text stays content, as when
+    the parser fails or a call's arguments are not JSON (a ``set``: the built-in parsers never return
+    one, a user's parser might)."""
     try:
         turn = parser(text)
-    except Exception:  # noqa: BLE001 - a user parser that fails: the text stays content
+        if not turn.calls:
+            return None, None
+        calls = [{"id": c.id or _call_id(i, c.name, kimi), "type": "function",
+                  "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                 for i, c in enumerate(turn.calls)]
+    except Exception:  # noqa: BLE001 - a user parser that fails, arguments json cannot write: content
         return None, None
-    if not turn.calls:
-        return None, None
-    calls = [{"id": c.id or _call_id(i, c.name, kimi), "type": "function",
-              "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for i, c in enumerate(turn.calls)]
     return turn.content or None, calls
 
 

@@ -11,14 +11,25 @@
 Routes under a base URL: ``POST /chat/completions``, ``POST /completions``, ``GET /models``. The
 handler threads only read and check requests (:func:`~.protocol.parse_request`); rendering,
 tokenising and generating happen in the rollout's own thread (:mod:`.waves`), which answers them.
+
+Any local user can connect, so a connection costs little and not for long (:class:`ServerLimits`):
+at most ``max_connections`` are open at once (one more is answered 503 and closed, without a
+thread); a connection waiting for a request is closed after ``idle_timeout_s``; once a request
+line is in, all its headers must arrive within ``header_timeout_s`` and its body within
+``body_timeout_s`` (deadlines, not per-read timeouts: a client sending a byte at a time is cut);
+the key is checked the moment the ``Authorization`` header arrives; headers are capped at
+``max_header_bytes`` (431) and bodies at ``max_body_bytes`` (413).
 """
 
 from __future__ import annotations
 
 import hmac
+import io
 import json
 import secrets
 import threading
+import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .protocol import RequestError, error_body, parse_request
@@ -30,6 +41,95 @@ MODEL_NAME = "steadyrl-policy"
 """The model name the gateway reports (a request's ``model`` is ignored: it serves the policy)."""
 
 
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one connection may cost the trainer (module docstring): counts, seconds and bytes."""
+
+    max_connections: int = 512
+    idle_timeout_s: float = 15.0
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    write_timeout_s: float = 60.0
+    max_header_bytes: int = 64 * 2**10
+    max_body_bytes: int = MAX_BODY_BYTES
+
+    @classmethod
+    def for_concurrency(cls, concurrency: int) -> "ServerLimits":
+        """Room for every running episode's connections (two each, and some), never more than half
+        the process's file descriptors."""
+        try:
+            import resource
+
+            fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        except (ImportError, ValueError, OSError):
+            fds = 1024
+        fds = 1024 if fds in (-1, None) or fds <= 0 else fds
+        return cls(max_connections=max(16, min(2 * concurrency + 32, fds // 2)))
+
+
+class _Refused(Exception):
+    """A request refused while it is read (wrong key, headers too large): answered, then closed."""
+
+    def __init__(self, error: RequestError):
+        super().__init__(str(error))
+        self.error = error
+
+
+class _DeadlineRaw(io.RawIOBase):
+    """The connection's bytes, each read under what is left of ``deadline`` (None: no deadline)."""
+
+    def __init__(self, sock):
+        super().__init__()
+        self.sock, self.raw, self.deadline = sock, sock.makefile("rb", buffering=0), None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int | None:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the client did not send its request in time")
+            self.sock.settimeout(left)
+        return self.raw.readinto(b)
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+class _Reader:
+    """The handler's ``rfile``: lines and bodies under deadlines; while headers are read (``header_bytes``
+    not None) it counts their bytes and checks the key the moment its header arrives."""
+
+    def __init__(self, handler: "_Handler"):
+        self.handler, self.raw = handler, _DeadlineRaw(handler.connection)
+        self.buffer = io.BufferedReader(self.raw)
+        self.header_bytes: int | None = None
+
+    def expect(self, seconds: float | None, headers: bool = False) -> None:
+        """What is read next must arrive within ``seconds`` (None: no limit); ``headers``: count them."""
+        self.raw.deadline = None if seconds is None else time.monotonic() + seconds
+        self.header_bytes = 0 if headers else None
+
+    def readline(self, limit: int = -1) -> bytes:
+        line = self.buffer.readline(limit)
+        if self.header_bytes is not None:
+            self.header_bytes += len(line)
+            limits = self.handler.server.limits
+            if self.header_bytes > limits.max_header_bytes:
+                raise _Refused(RequestError(f"request headers over {limits.max_header_bytes} bytes", status=431))
+            if line[:14].lower() == b"authorization:":
+                self.handler.check_key(line[14:].decode("latin-1").strip())
+        return line
+
+    def read(self, n: int = -1) -> bytes:
+        return self.buffer.read(n)
+
+    def close(self) -> None:
+        self.buffer.close()
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "steadyrl-gateway"
     protocol_version = "HTTP/1.1"
@@ -38,7 +138,39 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 - quiet: a run's log is its metrics
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the plain reader: replaced by one with deadlines and header checks
+        self.rfile = _Reader(self)
+
+    def handle_one_request(self) -> None:
+        limits: ServerLimits = self.server.limits
+        self.rfile.expect(limits.idle_timeout_s, headers=True)  # the next request line, and its headers' bytes
+        try:
+            super().handle_one_request()
+        except _Refused as refused:
+            self.close_connection = True
+            if not getattr(self, "request_version", None):
+                self.request_version, self.requestline, self.command = "HTTP/1.1", "", ""
+            self._fail(refused.error)
+        finally:
+            self.rfile.expect(None)
+
+    def parse_request(self) -> bool:
+        self.rfile.raw.deadline = time.monotonic() + self.server.limits.header_timeout_s
+        ok = super().parse_request()
+        self.rfile.header_bytes = None
+        return ok
+
+    def check_key(self, given: str) -> None:
+        """Refuse (401) unless ``given`` is ``Bearer <the run's key>`` (constant-time comparison)."""
+        key = given[len("Bearer "):] if given.startswith("Bearer ") else ""
+        if not hmac.compare_digest(key.encode("latin-1", "replace"), self.server.gateway.api_key.encode()):
+            raise _Refused(RequestError("missing or wrong API key (Authorization: Bearer <the run's key>)",
+                                        status=401, kind="authentication_error"))
+
     def _send(self, status: int, body: dict) -> None:
+        self.connection.settimeout(self.server.limits.write_timeout_s)
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -51,12 +183,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self) -> tuple[str, str] | None:
         """``(episode token, route)`` of the path, after the key was checked."""
-        gateway: Gateway = self.server.gateway
-        given = self.headers.get("Authorization", "")
-        key = given[len("Bearer "):] if given.startswith("Bearer ") else ""
-        if not hmac.compare_digest(key.encode(), gateway.api_key.encode()):
-            self._fail(RequestError("missing or wrong API key (Authorization: Bearer <the run's key>)", status=401,
-                                    kind="authentication_error"))
+        try:
+            self.check_key(self.headers.get("Authorization", ""))  # no such header (one that came was checked)
+        except _Refused as refused:
+            self._fail(refused.error)
             return None
         parts = self.path.split("?", 1)[0].strip("/").split("/")
         if len(parts) < 3 or parts[0] != "e" or parts[2] != "v1":
@@ -81,14 +211,21 @@ class _Handler(BaseHTTPRequestHandler):
         if route not in ("chat/completions", "completions"):
             return self._fail(RequestError(f"no POST route {route!r}; the gateway serves chat/completions and "
                                            "completions", status=404, kind="not_found_error"))
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
+        limits: ServerLimits = self.server.limits
+        given = self.headers.get("Content-Length") or "0"
+        length = int(given) if given.strip().isdigit() else -1
+        if length < 0 or length > limits.max_body_bytes:
             self.close_connection = True
-            return self._fail(RequestError(f"request body of {length} bytes; at most {MAX_BODY_BYTES}", status=413))
+            what = f"{length} bytes" if length >= 0 else f"length {given[:40]!r}"
+            return self._fail(RequestError(f"request body of {what}; Content-Length is a number of bytes, at most "
+                                           f"{limits.max_body_bytes}", status=413 if length >= 0 else 400))
+        self.rfile.expect(limits.body_timeout_s)
         try:
             body = json.loads(self.rfile.read(length) or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError, a number too long
             return self._fail(RequestError(f"the request body is not JSON: {err}"))
+        finally:
+            self.rfile.expect(None)
         try:
             request = parse_request(body, chat=route == "chat/completions")
             status, answer = self.server.gateway.submit(token, request)
@@ -97,20 +234,62 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, answer)
 
 
+_BUSY_BODY = json.dumps({"error": {"message": "too many open connections to the gateway; try again",
+                                    "type": "server_error", "param": None, "code": None}}).encode()
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+         b"Content-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = False
     request_queue_size = 1024  # connections waiting to be accepted: every running episode may connect at once
+
+    def __init__(self, address, handler, limits: ServerLimits):
+        self.limits, self.open_connections, self.refused_connections = limits, 0, 0
+        self._count = threading.Lock()
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address) -> None:
+        """A thread for the connection, or (over ``max_connections``) a 503 and close, at once."""
+        with self._count:
+            full = self.open_connections >= self.limits.max_connections
+            self.open_connections += 0 if full else 1
+            self.refused_connections += 1 if full else 0
+        if full:
+            try:
+                request.setblocking(False)
+                request.send(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._count:
+            self.open_connections -= 1
 
 
 class Gateway:
     """The loopback server of one run. ``submit(token, request) -> (status, body)`` answers a
     checked request of episode ``token`` (set by the rollout, :class:`~.waves.Waves`)."""
 
-    def __init__(self):
+    def __init__(self, limits: ServerLimits | None = None):
         self.api_key = secrets.token_urlsafe(32)
         self.submit = self._closed
-        self._server = _Server((HOST, 0), _Handler)
+        self.limits = limits or ServerLimits()
+        self._server = _Server((HOST, 0), _Handler, self.limits)
         self._server.gateway = self
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},

@@ -207,7 +207,14 @@ class Waves:
             off_policy = sample and (temperature != float(self.sampling.get("temperature", 1.0))
                                      or top_p != float(self.sampling.get("top_p", 1.0)))
             for item, item_rows in zip(items, rows):
-                self._finish(item, [self._choice(item.request, gen, r) for r in item_rows], off_policy)
+                try:
+                    made = [self._choice(item.request, gen, r) for r in item_rows]
+                except Exception as err:  # noqa: BLE001 - a sampled row the gateway cannot answer: this call fails, not the run
+                    self._answer(item, 500, {"error": {"message": f"the sampled turn could not be answered: "
+                                                                  f"{type(err).__name__}: {err}", "type": "server_error",
+                                                       "param": None, "code": None}})
+                    continue
+                self._finish(item, made, off_policy)
 
     def _choice(self, req: Request, gen, row: int) -> tuple[Choice, str | None]:
         from .sampled import choice_of
