@@ -284,6 +284,9 @@ def _config_source(args: argparse.Namespace, path: str | None) -> str | None:
     run_dir = getattr(args, "output_dir", None)
     if path is None and run_dir and (args.command == "eval" or getattr(args, "resume", False)):
         saved = Path(run_dir) / "config.yaml"
+        from .files import refuse_link
+
+        refuse_link(saved)  # steadyrl never reads through a link in a run directory
         return str(saved) if saved.is_file() else None
     return path
 

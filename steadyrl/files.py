@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "fsync_dir", "read_bytes_nofollow", "read_text_nofollow",
+__all__ = ["atomic_write_bytes", "atomic_write_text", "first_link", "fsync_dir", "read_bytes_nofollow", "read_text_nofollow",
            "refuse_link", "regular_files"]
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -66,6 +66,19 @@ def read_bytes_nofollow(path: str | os.PathLike) -> bytes:
 def read_text_nofollow(path: str | os.PathLike) -> str:
     """:func:`read_bytes_nofollow` decoded as UTF-8 (undecodable bytes replaced)."""
     return read_bytes_nofollow(path).decode("utf-8", "replace")
+
+
+def first_link(folder: str | os.PathLike) -> Path | None:
+    """The first symbolic link under ``folder`` (``folder`` itself included), walked without
+    following one; ``None`` when there is none."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        return folder
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        for name in sorted(dirs + files):
+            if os.path.islink(os.path.join(root, name)):
+                return Path(root) / name
+    return None
 
 
 def regular_files(folder: str | os.PathLike) -> list[Path]:

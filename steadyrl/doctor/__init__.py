@@ -19,6 +19,8 @@ import dataclasses
 from pathlib import Path
 
 from . import learning, policy  # noqa: F401  (fill DETECTORS)
+from ..files import atomic_write_text
+from ..printable import printable
 from .findings import DETECTORS, Finding, register_detector
 from .report import render
 from .run import RunData, load_run
@@ -67,7 +69,7 @@ def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tup
     thresholds = run_thresholds(run)
     findings = diagnose(run, thresholds)
     path = Path(out_path) if out_path is not None else Path(run_dir) / REPORT_FILE
-    path.write_text(render(run, findings, len(DETECTORS), _changed(thresholds)), encoding="utf-8")
+    atomic_write_text(path, render(run, findings, len(DETECTORS), _changed(thresholds)))  # a link: refused
     return path, findings
 
 
@@ -104,7 +106,7 @@ def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | No
     if output is None:
         print(text, end="")
     else:
-        Path(output).write_text(text, encoding="utf-8")
+        atomic_write_text(output, text)
         first = findings[0].title if findings else None
-        print(f"{output}: " + (f"{len(findings)} problem(s), first: {first}" if first else "healthy"))
+        print(f"{output}: " + (f"{len(findings)} problem(s), first: {printable(first, keep='')}" if first else "healthy"))
     return 1 if findings else 0

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
+from ..files import read_text_nofollow
 from ..tracking import METRICS_FILE, STATE_FILE, read_metrics
 
 RAW_POINTS_MAX = 30
@@ -58,9 +59,11 @@ def load_run(run_dir: str | Path) -> Run:
     series.update(derived_series(series))
     name = run_dir.parent.name if run_dir.suffix == ".jsonl" else run_dir.name
     state_file = (run_dir.parent if run_dir.suffix == ".jsonl" else run_dir) / STATE_FILE
-    if state_file.exists():
+    if state_file.exists() or state_file.is_symlink():
         try:
-            name = json.loads(state_file.read_text()).get("run_name") or name
+            name = json.loads(read_text_nofollow(state_file)).get("run_name") or name
+        except ConfigError:  # a link: refused, not skipped
+            raise
         except (ValueError, OSError):
             pass
     return Run(name or "run", series)

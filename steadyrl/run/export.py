@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..files import regular_files
+from ..files import first_link, regular_files
 from ..gguf_model import model_source
 from . import checkpoint as ckpt
 
@@ -56,15 +56,10 @@ def is_lora(policy_dir: Path) -> bool:
 
 def refuse_links(folder: Path) -> None:
     """:class:`ConfigError` naming the first symbolic link under ``folder`` (or ``folder`` itself)."""
-    if folder.is_symlink():
-        raise ConfigError(f"{str(folder)!r} is a symbolic link: steadyrl never follows a link inside a run "
-                          "directory (export would copy or upload what it points to)")
-    for root, dirs, files in os.walk(folder, followlinks=False):
-        for name in sorted(dirs + files):
-            if os.path.islink(os.path.join(root, name)):
-                raise ConfigError(f"{os.path.join(root, name)!r} is a symbolic link: steadyrl never follows a "
-                                  "link inside a run directory (export would copy or upload the file it points "
-                                  "to); remove the link")
+    link = first_link(folder)
+    if link is not None:
+        raise ConfigError(f"{str(link)!r} is a symbolic link: steadyrl never follows a link inside a run directory "
+                          "(export would copy or upload the file it points to); remove the link")
 
 
 def _copy_regular(src: Path, dst: Path) -> None:
