@@ -6,7 +6,7 @@
     steadyrl export RUN_DIR [OUT] [--overwrite] [--step N] [--merge-lora] [--trust-run-code] [--push-to-hub REPO [--public]]
     steadyrl doctor RUN_DIR [--output FILE] [--set NAME=VALUE ...]
     steadyrl doctor CONFIG.yaml [key=value ...] [--batches N] [--prompts N] [--tolerance X] [--trust-run-code]
-    steadyrl config show [CONFIG.yaml] [key=value ...]
+    steadyrl config show [CONFIG.yaml] [key=value ...] [--trust-run-code]
     steadyrl convert GGUF OUT_DIR [--dtype float32|bfloat16|float16] [--overwrite]
     steadyrl selfcheck
 
@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     show = config_sub.add_parser("show", help="print the resolved config with every default and its help; with no "
                                  "CONFIG the defaults, and with demo.task=reverse|tool the built-in demo's", **page)
     show.add_argument("items", nargs="*", metavar="CONFIG|key=value")
+    show.add_argument("--trust-run-code", action="store_true",
+                      help="also load rollout.tools / tool_parser / environment to check them as train does (this "
+                           "imports and runs their files); without it they are checked without running anything")
 
     convert = sub.add_parser("convert", help="a GGUF file (llama.cpp) into a model directory for "
                              "model.name_or_path: de-quantised weights, tokenizer, chat template", **page)
@@ -164,9 +167,14 @@ def _run(args: argparse.Namespace) -> int:
         # no config file: the defaults, unless a demo.* key asks for the built-in demo's config
         demo = path is None and any(item.startswith("demo.") for item in overrides)
         config, preset_keys = load_config(path, overrides, with_sources=True, demo=demo)
-        from .agents.build import check_agent_specs
+        if args.trust_run_code:  # rollout.tools / tool_parser / environment loaded, as train checks them
+            from .agents.build import check_agent_specs
 
-        check_agent_specs(config)  # rollout.tools / tool_parser / environment, as train checks them
+            check_agent_specs(config)
+        else:  # a config may be someone else's: reading it never imports or runs its code
+            from .agents.static_specs import check_specs_statically
+
+            check_specs_statically(config)
         for note in config_notes(config):
             print(f"# note: {note}")
         if path is None:
