@@ -27,8 +27,8 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "first_link", "fsync_dir", "read_bytes_nofollow", "read_text_nofollow",
-           "refuse_link", "regular_files"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "first_link", "fsync_dir", "read_bytes_nofollow",
+           "read_text_nofollow", "refuse_link", "regular_files"]
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 

@@ -129,5 +129,6 @@ def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | No
     else:
         atomic_write_text(output, text)
         first = findings[0].title if findings else None
-        print(f"{output}: " + (f"{len(findings)} problem(s), first: {printable(first, keep='')}" if first else "healthy"))
+        first = printable(first, keep="") if first else None
+        print(f"{output}: " + (f"{len(findings)} problem(s), first: {first}" if first else "healthy"))
     return 1 if findings else 0

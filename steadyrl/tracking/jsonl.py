@@ -77,7 +77,7 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         return []
-    *lines, tail = read_bytes_nofollow(path).split(b"\n")  # a link is refused (steadyrl.files)  # ``tail``: after the last newline
+    *lines, tail = read_bytes_nofollow(path).split(b"\n")  # a link is refused; ``tail``: after the last newline
     rows, bad = [], 0
     for line in lines:
         if line.strip():

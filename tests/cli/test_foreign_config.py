@@ -61,8 +61,8 @@ def planted(tmp_path):
     marker = tmp_path / "imported"
     tools = tmp_path / "tools.py"
     tools.write_text(PAYLOAD.format(marker=str(marker)) +
-                     'def add(a: int, b: int) -> int:\n    """Add.\n\n    Args:\n        a: one\n        b: two\n    """\n'
-                     '    return a + b\n')
+                     'def add(a: int, b: int) -> int:\n    """Add.\n\n    Args:\n        a: one\n'
+                     '        b: two\n    """\n    return a + b\n')
     env = tmp_path / "env.py"
     env.write_text(PAYLOAD.format(marker=str(marker)) +
                    "class Game:\n    def reset(self, **row):\n        return None\n\n"

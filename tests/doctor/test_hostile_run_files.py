@@ -103,3 +103,43 @@ def test_a_linked_run_file_is_not_read(tmp_path, capsys, name, command):
     assert main([command, str(run)]) == 2
     err = capsys.readouterr().err
     assert str(run / name) in err and "symbolic link" in err
+
+
+def _hostile_names_run(tmp_path):
+    rows = healthy_rows()
+    for row in rows:
+        if row["step"] >= 1:
+            row["reward/$\\frac{\x1b[2J/mean"] = row["reward/correct/mean"]
+    run = write_run(tmp_path / "run", rows, healthy_samples())
+    (run / "tracking.json").write_text(json.dumps({"run_name": "$x^{\x1b]52;c;aGk=\x07"}))
+    return run
+
+
+def test_plot_draws_hostile_run_and_reward_names_as_text(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from steadyrl.plot import load_run
+
+    run = _hostile_names_run(tmp_path)
+    assert main(["plot", str(run)]) == 0, capsys.readouterr().err
+    loaded = load_run(run)
+    assert loaded.name == "\\$x^{\\x1b]52;c;aGk=\\x07"
+    assert "reward/\\$\\frac{\\x1b[2J/mean" in loaded.series
+
+
+def test_the_demo_transcript_is_printed_with_control_characters_escaped(capsys, monkeypatch):
+    import types
+
+    import torch
+
+    from steadyrl.demo import builders
+
+    episode = types.SimpleNamespace(messages=[{"role": "assistant", "content": "hi\x1b]52;c;aGk=\x07\x1b[2J"}],
+                                    truncation=None)
+    gen = types.SimpleNamespace(episodes=[episode], completions=["x"])
+    monkeypatch.setattr("steadyrl.rollout.driver.rollout", lambda *a, **k: gen)
+    config = types.SimpleNamespace(demo=types.SimpleNamespace(task="tool"), rollout=None)
+    prompt = types.SimpleNamespace(messages=[{"role": "user", "content": "q"}], text="q")
+    builders.transcript_printer(config, [prompt], None, None, torch.device("cpu"))(None, "before")
+    out = capsys.readouterr().out
+    assert "held-out transcript before RL" in out and "\\x1b]52" in out
+    assert "\x1b" not in out and "\x07" not in out
