@@ -117,8 +117,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     refuse_link(path, "overwrite")
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    if tmp.is_symlink():  # planted where the temporary file goes: removed, never written through
-        tmp.unlink()
+    tmp.unlink(missing_ok=True)  # a stale one (a recycled PID), or a link planted there: removed, never written through
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
         with os.fdopen(fd, "wb") as f:
