@@ -62,3 +62,47 @@ def test_a_failing_reward_never_prints_its_env_key(tmp_path, isolation):
     assert "failed on some samples" in output and "auth failed for key <redacted>" in output, output[-3000:]
     assert KEY not in output
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+
+
+def test_report_step_prints_a_traceback_redacted_and_escaped(capsys):
+    import types
+
+    from steadyrl.run.report import report_step
+    from steadyrl.secrets import Secret
+
+    Secret("sk-known-to-this-process-42")  # read from {env: NAME} when the reward was built
+    text = "RuntimeError: key sk-known-to-this-process-42 refused for 'hi\x1b]52;c;aGk=\x07'\n"
+    run = types.SimpleNamespace(state=types.SimpleNamespace(skipped_steps=0, warnings=0))
+    extras = {"result": types.SimpleNamespace(errors={"judge": text})}
+    report_step(run, 1, {}, extras, set(), 0)
+    out = capsys.readouterr().out
+    assert "sk-known-to-this-process-42" not in out and "<redacted>" in out
+    assert "\x1b" not in out and "\\x1b]52" in out
+
+
+def test_the_evaluation_failure_note_is_redacted_and_escaped(capsys):
+    import types
+
+    from steadyrl.run.evaluate import _report_failures
+    from steadyrl.secrets import Secret
+
+    Secret("sk-known-to-this-process-43")
+    _report_failures(types.SimpleNamespace(errors={"judge": "key sk-known-to-this-process-43 \x1b[2J"}), set())
+    out = capsys.readouterr().out
+    assert "sk-known-to-this-process-43" not in out and "\x1b" not in out
+
+
+def test_a_warning_quoting_a_key_is_shown_redacted(monkeypatch):
+    import warnings
+
+    from steadyrl.run.warnings_once import warnings_once
+    from steadyrl.secrets import Secret
+
+    Secret("sk-known-to-this-process-44")
+    shown = []
+    monkeypatch.setattr(warnings, "showwarning", lambda message, *args: shown.append(str(message)))
+    with warnings_once() as seen:
+        warnings.simplefilter("always")
+        warnings.warn("bad key sk-known-to-this-process-44")
+    assert len(shown) == 1 and "sk-known-to-this-process-44" not in shown[0] and "<redacted>" in shown[0]
+    assert not any("sk-known" in s for s in seen.uncounted)
