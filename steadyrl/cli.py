@@ -333,6 +333,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .secrets import redacting_excepthook
+
+    sys.excepthook = redacting_excepthook  # a crash's traceback: secrets redacted by value (issue 30, item 12)
     args = _parse(argv)
     try:
         return _run(args)

@@ -106,3 +106,20 @@ def test_a_warning_quoting_a_key_is_shown_redacted(monkeypatch):
         warnings.warn("bad key sk-known-to-this-process-44")
     assert len(shown) == 1 and "sk-known-to-this-process-44" not in shown[0] and "<redacted>" in shown[0]
     assert not any("sk-known" in s for s in seen.uncounted)
+
+
+def test_a_crash_traceback_of_the_command_is_redacted(capsys, monkeypatch):
+    from steadyrl import cli
+    from steadyrl.secrets import Secret, redacting_excepthook
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # restored after the test
+    assert cli.main(["config", "show", "algorithm.preset=grpo"]) == 0
+    assert sys.excepthook is redacting_excepthook  # what the steadyrl command's crashes go through
+    Secret("sk-known-to-this-process-45")
+    try:
+        raise RuntimeError("the server refused sk-known-to-this-process-45")
+    except RuntimeError as err:
+        redacting_excepthook(type(err), err, err.__traceback__)
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: the server refused <redacted>" in err
+    assert "sk-known-to-this-process-45" not in err
