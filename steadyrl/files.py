@@ -119,7 +119,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.unlink(missing_ok=True)  # a stale one (a recycled PID), or a link planted there: removed, never written through
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o666)  # as open() does, umask applied
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
