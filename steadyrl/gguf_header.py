@@ -17,6 +17,7 @@ Versions other than 2 and 3 are left to ``GGUFReader``, which refuses them.
 from __future__ import annotations
 
 import mmap
+import struct
 from pathlib import Path
 
 from .errors import ModelLoadError
@@ -67,6 +68,24 @@ def _items(cur: _Cursor, count: int, size: int, what: str) -> None:
                    f"{cur.left():,} bytes left")
 
 
+def _skip_strings(cur: _Cursor, count: int, key: str) -> None:
+    """Past ``count`` strings of an array (a vocabulary: 150,000 of them), each length checked
+    against the bytes left; the text is the tokenizer's to read."""
+    buf, pos, end = cur.buf, cur.pos, len(cur.buf)
+    length = struct.Struct("<Q" if cur.order == "little" else ">Q").unpack_from
+    for _ in range(count):
+        if end - pos < 8:
+            cur.pos = pos
+            raise _Bad(f"the array {key!r} at byte {pos} is cut short")
+        (n,) = length(buf, pos)
+        pos += 8
+        if n > end - pos:
+            raise _Bad(f"a string of the array {key!r} at byte {pos} claims {n:,} bytes, but the file has "
+                       f"{end - pos:,} left")
+        pos += n
+    cur.pos = pos
+
+
 def _value(cur: _Cursor, vtype: int, key: str, depth: int) -> None:
     if vtype in _FIXED:
         cur.take(_FIXED[vtype], f"the value of {key!r}")
@@ -80,8 +99,11 @@ def _value(cur: _Cursor, vtype: int, key: str, depth: int) -> None:
         if etype in _FIXED:
             _items(cur, count, _FIXED[etype], f"the array {key!r}")
             cur.take(count * _FIXED[etype], f"the array {key!r}")
-        elif etype in (_STRING, _ARRAY):
-            _items(cur, count, 8 if etype == _STRING else 12, f"the array {key!r}")
+        elif etype == _STRING:
+            _items(cur, count, 8, f"the array {key!r}")
+            _skip_strings(cur, count, key)
+        elif etype == _ARRAY:
+            _items(cur, count, 12, f"the array {key!r}")
             for _ in range(count):
                 _value(cur, etype, key, depth + 1)
         else:

@@ -49,6 +49,11 @@ def long_string() -> bytes:
     return _head(1) + _text(b"general.architecture") + struct.pack("<IQ", 8, 2 ** 62) + b"llama"
 
 
+def string_in_array() -> bytes:  # a vocabulary whose second token claims 2^40 bytes
+    return (_head(1) + _text(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2) + _text(b"a")
+            + struct.pack("<Q", 2 ** 40) + b"b" * 16)
+
+
 def many_tensors() -> bytes:
     return _head(1, n_tensors=2 ** 50) + _text(b"general.architecture") + struct.pack("<I", 8) + _text(b"llama")
 
@@ -64,6 +69,7 @@ CASES = {
     "bad_architecture": (bad_architecture, "is not UTF-8 text"),
     "long_string": (long_string, "claims 4,611,686,018,427,387,904 bytes"),
     "many_tensors": (many_tensors, "the tensor list"),
+    "string_in_array": (string_in_array, "claims 1,099,511,627,776 bytes"),
     "huge_tensor": (huge_tensor, "more than a"),
 }
 
