@@ -3,10 +3,11 @@
     steadyrl train [CONFIG.yaml] [--output-dir DIR] [--resume] [--overwrite] [key=value ...]
     steadyrl eval [CONFIG.yaml] [--output-dir DIR [--trust-run-code] | --model PATH] [key=value ...]
     steadyrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
-    steadyrl export RUN_DIR [OUT] [--step N] [--merge-lora] [--trust-run-code] [--push-to-hub REPO [--private]]
+    steadyrl export RUN_DIR [OUT] [--overwrite] [--step N] [--merge-lora] [--trust-run-code]
+                    [--push-to-hub REPO [--public]]
     steadyrl doctor RUN_DIR [--output FILE] [--set NAME=VALUE ...]
     steadyrl doctor CONFIG.yaml [key=value ...] [--batches N] [--prompts N] [--tolerance X] [--trust-run-code]
-    steadyrl config show [CONFIG.yaml] [key=value ...]
+    steadyrl config show [CONFIG.yaml] [key=value ...] [--trust-run-code]
     steadyrl convert GGUF OUT_DIR [--dtype float32|bfloat16|float16] [--overwrite]
     steadyrl selfcheck
 
@@ -81,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "(train writes the last one to RUN_DIR/final)", **page)
     export.add_argument("run_dir", metavar="RUN_DIR", help="a steadyrl train output directory")
     export.add_argument("out", metavar="OUT", nargs="?",
-                        help="the directory to write (replaced if it exists); optional with --push-to-hub")
+                        help="the directory to write (an existing one only with --overwrite); optional with "
+                             "--push-to-hub")
+    export.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     export.add_argument("--step", type=int, help="the checkpoint of this step (default: the newest)")
     export.add_argument("--merge-lora", action="store_true",
                         help="LoRA runs: merge the adapter into the base model's weights (the adapter is kept in "
@@ -95,7 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "train wrote; else what is exported. Needs a token with write access")
     export.add_argument("--token", help="the Hub token for --push-to-hub (default: HF_TOKEN, or the one "
                         "huggingface-cli login saved; prefer those: a command line is visible to other users)")
-    export.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
+    visibility = export.add_mutually_exclusive_group()
+    visibility.add_argument("--private", action="store_true",
+                            help="with --push-to-hub: create the repository private (the default)")
+    visibility.add_argument("--public", action="store_true",
+                            help="with --push-to-hub: create the repository public (default: private)")
 
     doctor = sub.add_parser("doctor", help="triage a run (RUN_DIR: what went wrong, with evidence and the change to "
                             "make) or check a setup before a run (CONFIG.yaml [key=value ...]: the gap between "
@@ -121,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     show = config_sub.add_parser("show", help="print the resolved config with every default and its help; with no "
                                  "CONFIG the defaults, and with demo.task=reverse|tool the built-in demo's", **page)
     show.add_argument("items", nargs="*", metavar="CONFIG|key=value")
+    show.add_argument("--trust-run-code", action="store_true",
+                      help="also load rollout.tools / tool_parser / environment to check them as train does (this "
+                           "imports and runs their files); without it they are checked without running anything")
 
     convert = sub.add_parser("convert", help="a GGUF file (llama.cpp) into a model directory for "
                              "model.name_or_path: de-quantised weights, tokenizer, chat template", **page)
@@ -158,9 +168,14 @@ def _run(args: argparse.Namespace) -> int:
         # no config file: the defaults, unless a demo.* key asks for the built-in demo's config
         demo = path is None and any(item.startswith("demo.") for item in overrides)
         config, preset_keys = load_config(path, overrides, with_sources=True, demo=demo)
-        from .agents.build import check_agent_specs
+        if args.trust_run_code:  # rollout.tools / tool_parser / environment loaded, as train checks them
+            from .agents.build import check_agent_specs
 
-        check_agent_specs(config)  # rollout.tools / tool_parser / environment, as train checks them
+            check_agent_specs(config)
+        else:  # a config may be someone else's: reading it never imports or runs its code
+            from .agents.static_specs import check_specs_statically
+
+            check_specs_statically(config)
         for note in config_notes(config):
             print(f"# note: {note}")
         if path is None:
@@ -218,11 +233,15 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from .config import load_config
+    from .files import refuse_link
 
     run_dir = Path(args.run_dir)
     saved = run_dir / "config.yaml"
+    refuse_link(saved)
     if not saved.is_file():
         raise ConfigError(f"RUN_DIR {args.run_dir!r} has no config.yaml: not a steadyrl run directory")
+    if args.out is not None and (Path(args.out).exists() or Path(args.out).is_symlink()) and not args.overwrite:
+        raise ConfigError(f"OUT {args.out!r} already exists: pass --overwrite to replace it, or choose another OUT")
     if args.out is None and args.push_to_hub is None:
         raise ConfigError("steadyrl export needs OUT (the directory to write), --push-to-hub REPO, or both")
     token = None
@@ -235,7 +254,7 @@ def _export(args: argparse.Namespace) -> int:
         raise ConfigError(f"{str(saved)!r} sets model.trust_remote_code: merging loads the base model with its "
                           "custom code; pass --trust-run-code if you trust this run directory")
     final = run_dir / "final"
-    if args.out is None and args.step is None and final.is_dir():  # the model train wrote
+    if args.out is None and args.step is None and (final.is_dir() or final.is_symlink()):  # the model train wrote
         return _push(final, args, token, f"steadyrl: the final model of {run_dir.name}")
     _quiet_libraries()
     import tempfile
@@ -246,7 +265,8 @@ def _export(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="steadyrl-export-") as scratch:
         target = Path(args.out) if args.out is not None else Path(scratch) / run_dir.name
         out = export_checkpoint(checkpoint, target, merge_lora=args.merge_lora, base=model.name_or_path,
-                                revision=model.revision, trust_remote_code=model.trust_remote_code)
+                                revision=model.revision, trust_remote_code=model.trust_remote_code,
+                                overwrite=args.overwrite)
         if args.out is not None:
             print(f"exported {checkpoint} to {out}")
         if args.push_to_hub is not None:
@@ -257,7 +277,7 @@ def _export(args: argparse.Namespace) -> int:
 def _push(folder: Path, args: argparse.Namespace, token: str, message: str) -> int:
     from .run.hub import push_folder
 
-    url = push_folder(folder, args.push_to_hub, token, private=args.private, message=message)
+    url = push_folder(folder, args.push_to_hub, token, private=not args.public, message=message)
     print(f"pushed {folder} to {url}")
     return 0
 
@@ -273,6 +293,9 @@ def _config_source(args: argparse.Namespace, path: str | None) -> str | None:
     run_dir = getattr(args, "output_dir", None)
     if path is None and run_dir and (args.command == "eval" or getattr(args, "resume", False)):
         saved = Path(run_dir) / "config.yaml"
+        from .files import refuse_link
+
+        refuse_link(saved)  # steadyrl never reads through a link in a run directory
         return str(saved) if saved.is_file() else None
     return path
 
@@ -310,6 +333,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .secrets import redacting_excepthook
+
+    sys.excepthook = redacting_excepthook  # a crash's traceback: secrets redacted by value (issue 30, item 12)
     args = _parse(argv)
     try:
         return _run(args)

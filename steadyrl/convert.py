@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ModelLoadError
+from .gguf_header import check_header
 
 GGUF_MAGIC = b"GGUF"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -75,19 +76,25 @@ def _field(reader, key: str):
     found = reader.fields.get(key)
     if found is None:
         return None
-    value = found.contents()
-    return value.decode() if isinstance(value, bytes) else value
+    try:
+        value = found.contents()
+        return value.decode() if isinstance(value, bytes) else value
+    except (UnicodeDecodeError, ValueError, IndexError) as exc:  # text that is not UTF-8, a malformed field
+        where = getattr(reader.data, "filename", None) or "?"
+        raise ModelLoadError(f"GGUF file {str(where)!r}: the metadata {key} cannot be read "
+                             f"({type(exc).__name__}: {exc})") from None
 
 
 def read_gguf(path: str | Path) -> GGUFInfo:
     """The metadata of a GGUF file, after checking that it is one (:class:`ModelLoadError` if not)."""
     path = Path(path).expanduser()
     _check_file(path)
+    check_header(path)  # every size the header states bounded by the file's, before GGUFReader believes it
     gguf = _import_gguf()
     try:
         reader = gguf.GGUFReader(path)
-    except (ValueError, OSError, KeyError, IndexError) as exc:
-        raise ModelLoadError(f"GGUF file {str(path)!r} could not be read: {exc}") from None
+    except (ValueError, OSError, KeyError, IndexError, RecursionError, MemoryError, OverflowError) as exc:
+        raise ModelLoadError(f"GGUF file {str(path)!r} could not be read: {type(exc).__name__}: {exc}") from None
     arch = _field(reader, "general.architecture")
     if not isinstance(arch, str):
         raise ModelLoadError(f"GGUF file {str(path)!r} has no general.architecture: it does not describe a model")

@@ -35,7 +35,7 @@ from typing import Any
 from .sandbox.limits import hide_env_name
 
 __all__ = ["REDACTED", "Secret", "is_env_reference", "is_secret_name", "redact_secrets", "redact_text",
-           "resolve_env_options", "reveal", "secret_values"]
+           "redacting_excepthook", "resolve_env_options", "reveal", "secret_values"]
 
 REDACTED = "<redacted>"
 MIN_SECRET_CHARS = 8
@@ -190,3 +190,14 @@ def resolve_env_options(options: dict[str, Any], where: str) -> dict[str, Any]:
     :data:`REDACTED` value: a run's ``config.yaml`` never holds the secret itself, so resuming
     from it needs the secret given as ``{env: NAME}``."""
     return {key: _resolve(value, key, where, is_secret_name(key)) for key, value in options.items()}
+
+
+def redacting_excepthook(kind, value, tb) -> None:
+    """``sys.excepthook`` of the ``steadyrl`` command: a crash's traceback (exit status 1) printed
+    with every known secret redacted by value, as every other message is."""
+    import sys
+    import traceback
+
+    text = "".join(traceback.format_exception(kind, value, tb))
+    sys.stderr.write(redact_text(text))
+    sys.stderr.flush()

@@ -85,8 +85,12 @@ an unknown name is an error naming the field, the value and what would be valid.
 then exits with status 2 and that one line on stderr. Every problem of a config is reported at
 once, one `steadyrl: error:` line each (the unknown keys first, then the invalid values, one
 line per value). `steadyrl config show` checks what `train` checks of the config itself, and the
-`rollout.tools`, `rollout.tool_parser` and `rollout.environment` specs: a tool that does not import
-or has no usable schema is the same exit-2 error in both. Then `train` and `eval` check the data
+`rollout.tools`, `rollout.tool_parser` and `rollout.environment` specs **without running them**
+(a config may be someone else's, and loading `file.py:fn` executes the file): the form of each
+spec, that a file exists, parses as Python and defines the name at its top level (read with
+`ast`), that a module name is a dotted name, that a parser name is a built-in one.
+`steadyrl config show --trust-run-code` loads them as `train` does: a tool that does not import
+or has no usable schema is then the same exit-2 error in both. Then `train` and `eval` check the data
 files and columns, the reward specs, the model paths and the run directory, all before torch is
 imported, so a mistake is answered in well under a second.
 

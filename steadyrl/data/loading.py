@@ -71,6 +71,8 @@ def _read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
                 raise DataError(
                     f"{_file(path)} line {lineno}: invalid JSON ({err.msg}, column {err.colno})"
                 ) from None
+            except (RecursionError, ValueError) as err:  # nested thousands deep; a 5,000-digit integer
+                raise DataError(f"{_file(path)} line {lineno}: unreadable JSON value ({_why(err)})") from None
             if not isinstance(row, dict):
                 raise DataError(
                     f"{_file(path)} line {lineno}: expected a JSON object, got {type(row).__name__}"
@@ -89,6 +91,8 @@ def _read_json(path: Path) -> tuple[list[dict], list[str]]:
         if err.msg == "Extra data":
             hint = "; it looks like JSON Lines: name it .jsonl or set format='jsonl'"
         raise DataError(f"{_file(path)} line {err.lineno}: invalid JSON ({err.msg}){hint}") from None
+    except (RecursionError, ValueError) as err:  # nested thousands deep; a 5,000-digit integer
+        raise DataError(f"{_file(path)}: unreadable JSON value ({_why(err)})") from None
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     if not isinstance(data, list):
@@ -100,6 +104,36 @@ def _read_json(path: Path) -> tuple[list[dict], list[str]]:
         if not isinstance(row, dict):
             raise DataError(f"{_file(path)}: item {i} is a {type(row).__name__}, expected an object")
     return data, [f"item {i}" for i in range(len(data))]
+
+
+MAX_DEPTH = 64
+"""How deep a row's values may nest (lists in dicts in lists...): a chat prompt is 3 deep."""
+
+
+def _why(err: Exception) -> str:
+    if isinstance(err, RecursionError):
+        return f"a value nested deeper than Python can read; steadyrl takes values at most {MAX_DEPTH} deep"
+    return str(err).split(";")[0]
+
+
+def check_value(value, where: str, key: str) -> None:
+    """:class:`DataError` naming ``where`` and ``key`` for a value nested more than :data:`MAX_DEPTH`
+    deep or holding text that is not valid Unicode (a lone surrogate, ``"\\ud800"`` in JSON: no
+    tokenizer or file can take it). Iterative, linear in the value's size."""
+    todo = [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise DataError(f"{where}: column {key!r} holds a lone surrogate {item[err.start]!r} at character "
+                                f"{err.start}, which is not text (JSON '\\ud800' escapes must come in pairs)") from None
+        elif isinstance(item, (list, tuple, dict)):
+            if depth >= MAX_DEPTH:
+                raise DataError(f"{where}: column {key!r} nests values more than {MAX_DEPTH} deep")
+            children = [x for pair in item.items() for x in pair] if isinstance(item, dict) else item
+            todo.extend((child, depth + 1) for child in children)
 
 
 def _read_parquet(path: Path) -> list[dict]:
@@ -298,6 +332,8 @@ def load_records(
         if prompt_key not in row:
             raise DataError(f"{where}: no column {prompt_key!r}")
         _check_prompt(row[prompt_key], where, prompt_key)
+        for key, value in row.items():  # nothing a later step cannot copy, tokenize or write
+            check_value(value, where, key)
         record = {"prompt": row[prompt_key]}
         if has_answer:
             record["answer"] = row.get(answer_key)

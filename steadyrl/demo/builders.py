@@ -107,6 +107,7 @@ def transcript_printer(config: Config, eval_prompts: list, tokenizer, agent, dev
         if not dist.is_main():
             return
         from ..rollout.driver import rollout
+        from ..printable import printable
         from .tool_task import format_transcript
 
         prompt = eval_prompts[0]
@@ -117,7 +118,7 @@ def transcript_printer(config: Config, eval_prompts: list, tokenizer, agent, dev
         text = format_transcript(prompt.messages or prompt.text, turns)
         if episode.truncation:  # its last turn, in the list as sampled, is where it was cut
             text += f"\n  [episode cut by rollout.{episode.truncation}]"
-        print(f"held-out transcript {when} RL:\n{text}", flush=True)
+        print(f"held-out transcript {when} RL:\n{printable(text)}", flush=True)  # control characters escaped
 
     return show
 

@@ -19,6 +19,8 @@ import dataclasses
 from pathlib import Path
 
 from . import learning, policy, precision  # noqa: F401  (fill DETECTORS)
+from ..files import atomic_write_text
+from ..printable import printable
 from .findings import DETECTORS, Finding, register_detector
 from .report import render
 from .run import RunData, load_run
@@ -67,11 +69,31 @@ def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tup
     thresholds = run_thresholds(run)
     findings = diagnose(run, thresholds)
     path = Path(out_path) if out_path is not None else Path(run_dir) / REPORT_FILE
-    path.write_text(render(run, findings, len(DETECTORS), _changed(thresholds)), encoding="utf-8")
+    atomic_write_text(path, render(run, findings, len(DETECTORS), _changed(thresholds)))  # a link: refused
     return path, findings
 
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+def check_model_code(config_path: Path, trust_run_code: bool) -> None:
+    """The pre-flight loads the model: a config file that sets ``model.trust_remote_code`` would run
+    the model's own Python files. Whoever wrote the file (a run directory's marker is a file its
+    author controls, so it grants nothing), that needs ``--trust-run-code``; set on the command
+    line (``model.trust_remote_code=true``), it is the user's own choice."""
+    from ..config.loading import get_dotted, read_yaml
+    from ..errors import ConfigError
+
+    if trust_run_code:
+        return
+    try:
+        saved = read_yaml(config_path)
+    except (OSError, ValueError):
+        return  # load_config says what is wrong with the file
+    if isinstance(saved, dict) and get_dotted(saved, ["model", "trust_remote_code"]) not in (None, False):
+        raise ConfigError(f"{str(config_path)!r} sets model.trust_remote_code: the pre-flight would load the "
+                          "model with its own Python files, and a config may come from someone else; pass "
+                          "--trust-run-code if you trust it (or set model.trust_remote_code=true yourself)")
 
 
 def doctor_target(args) -> int:
@@ -84,6 +106,7 @@ def doctor_target(args) -> int:
         if args.set:
             raise ConfigError(f"--set {args.set[0]!r}: detector thresholds apply to a RUN_DIR, not to the "
                               f"pre-flight of {target}; use --tolerance")
+        check_model_code(target, args.trust_run_code)
         from .preflight_report import preflight_cli
 
         return preflight_cli(str(target), args.overrides, output=args.output, batches=args.batches,
@@ -104,7 +127,8 @@ def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | No
     if output is None:
         print(text, end="")
     else:
-        Path(output).write_text(text, encoding="utf-8")
+        atomic_write_text(output, text)
         first = findings[0].title if findings else None
+        first = printable(first, keep="") if first else None
         print(f"{output}: " + (f"{len(findings)} problem(s), first: {first}" if first else "healthy"))
     return 1 if findings else 0

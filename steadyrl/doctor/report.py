@@ -1,9 +1,15 @@
 """The doctor's report.md: one line for a healthy run; otherwise each finding, most severe first,
 with its step range, evidence, the change most likely to help, and example samples (best, worst
-and longest completion of the finding's steps, from samples.jsonl)."""
+and longest completion of the finding's steps, from samples.jsonl).
+
+Everything a run wrote is hostile text here (a completion, a config value, a reward's name): each
+line goes through :func:`steadyrl.printable.printable` with no layout character kept, so a control
+character shows as ``\x1b`` on the console and in report.md, and a line break in a value cannot
+make a line of its own."""
 
 from __future__ import annotations
 
+from ..printable import printable
 from .findings import Finding
 from .run import RunData, fmt
 
@@ -12,9 +18,14 @@ TEXT_MAX = 160
 
 
 def _quote(text: object) -> str:
-    s = " ".join(str(text).split())  # one line
+    s = printable(" ".join(str(text).split()), keep="")  # one line, control characters as escapes
     s = s if len(s) <= TEXT_MAX else s[:TEXT_MAX] + "..."
     return "`" + s.replace("`", "'") + "`" if s else "(empty)"
+
+
+def _line(text: object) -> str:
+    """A finding's text on one line (it may quote the run's config values or reward names)."""
+    return printable(text, keep="")
 
 
 def _reward(row: dict) -> float | None:
@@ -44,10 +55,10 @@ def example_samples(run: RunData, steps: tuple[float, float]) -> tuple[list[tupl
 
 
 def _finding(i: int, f: Finding, run: RunData) -> list[str]:
-    lines = [f"## {i}. {f.title} (steps {fmt(f.steps[0])}-{fmt(f.steps[1])})", "",
+    lines = [f"## {i}. {_line(f.title)} (steps {fmt(f.steps[0])}-{fmt(f.steps[1])})", "",
              f"Detector `{f.detector}`, severity {fmt(f.severity)} (1 = at its threshold).", ""]
-    lines += [f"- {e}" for e in f.evidence]
-    lines += ["", f"**Change:** {f.advice}", ""]
+    lines += [f"- {_line(e)}" for e in f.evidence]
+    lines += ["", f"**Change:** {_line(f.advice)}", ""]
     picks, where = example_samples(run, f.examples or f.steps)
     if picks:
         lines.append(f"Samples from {where}:")
@@ -68,11 +79,11 @@ def render(run: RunData, findings: list[Finding], detectors: int, changed: dict[
     where = f"steps {fmt(steps[0])}-{fmt(steps[-1])}"
     tuned = ("; thresholds changed: " + ", ".join(f"{k}={fmt(v)}" for k, v in changed.items())) if changed else ""
     if not findings:
-        return f"healthy: {run.path}: no problem found over {where} ({detectors} detectors{tuned}).\n"
-    head = [f"# steadyrl doctor: {run.path}", "",
+        return f"healthy: {_line(run.path)}: no problem found over {where} ({detectors} detectors{tuned}).\n"
+    head = [f"# steadyrl doctor: {_line(run.path)}", "",
             f"{len(findings)} problem(s) found over {where} ({len(steps)} training steps, {len(run.samples)} "
             f"logged samples, {detectors} detectors{tuned}), most severe first:", ""]
-    head += [f"{i}. {f.title} (`{f.detector}`, steps {fmt(f.steps[0])}-{fmt(f.steps[1])})"
+    head += [f"{i}. {_line(f.title)} (`{f.detector}`, steps {fmt(f.steps[0])}-{fmt(f.steps[1])})"
              for i, f in enumerate(findings, 1)]
     body = [line for i, f in enumerate(findings, 1) for line in _finding(i, f, run)]
     return "\n".join([*head, "", *body]).rstrip() + "\n"

@@ -12,7 +12,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
+from ..files import read_text_nofollow
+from ..printable import printable
 from ..tracking.tracker import METRICS_FILE, SAMPLES_FILE, read_metrics, read_samples
 
 MARKER = ".steadyrl-run"
@@ -52,7 +54,7 @@ class RunData:
             if not isinstance(node, dict) or part not in node:
                 return ""
             node = node[part]
-        return f" (now {node})" if not isinstance(node, (dict, list)) else ""
+        return f" (now {printable(node, keep='')})" if not isinstance(node, (dict, list)) else ""
 
     def keys(self, prefix: str = "", suffix: str = "") -> list[str]:
         """Every logged key with that prefix and suffix, sorted."""
@@ -95,7 +97,11 @@ def _read_config(path: Path) -> dict:
     import yaml  # a dependency of the config layer; light
 
     try:
-        data = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8"))
+        data = yaml.safe_load(read_text_nofollow(path / "config.yaml"))  # a link: ConfigError
+    except FileNotFoundError:
+        return {}
+    except ConfigError:
+        raise
     except (OSError, ValueError, yaml.YAMLError):
         return {}
     return data if isinstance(data, dict) else {}

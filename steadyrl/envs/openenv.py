@@ -18,18 +18,23 @@ Options:
 
 At start-up the server's ``/schema`` is read (so a server that is not running, or an
 ``action_key`` its actions do not have, stops the run with exit 2 before any model loads). The
-server is not started or stopped by steadyrl.
+server is not started or stopped by steadyrl. The reply is read with limits, as any input from
+a server: at most :data:`SCHEMA_MAX_BYTES` within the time limit, a JSON object nested at most
+as deep as Python reads, with ``action.properties`` a mapping and ``action.required`` a list of
+names; anything else is exit 2 naming the server's ``/schema``, never a traceback or a hang.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
 
 from .options import OpenEnvServer
 from ..errors import ConfigError
+from ..printable import printable
 from .spec import parse_spec, require, take
 
 KEY = "rollout.environment"
@@ -37,13 +42,60 @@ HIDDEN = ("done", "reward", "metadata")
 """Observation fields that are not shown to the policy (the driver gets done and reward itself)."""
 
 
+SCHEMA_MAX_BYTES = 1 << 20
+"""The most of a ``/schema`` reply read (OpenEnv's are a few kilobytes)."""
+
+
+def _read_capped(reply, url: str, where: str, timeout_s: float) -> bytes:
+    """The reply's body: at most :data:`SCHEMA_MAX_BYTES`, all of it within ``timeout_s``."""
+    deadline, parts, size = time.monotonic() + timeout_s, [], 0
+    while True:
+        chunk = reply.read(1 << 16)
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+        size += len(chunk)
+        if size > SCHEMA_MAX_BYTES:
+            raise ConfigError(f"{where}: the OpenEnv server's {url} sent more than {SCHEMA_MAX_BYTES:,} bytes; "
+                              "a schema is a small JSON object: is this an OpenEnv server?")
+        if time.monotonic() > deadline:
+            raise ConfigError(f"{where}: the OpenEnv server's {url} did not finish its reply within {timeout_s:g} s")
+
+
 def _schema(base_url: str, where: str, timeout_s: float) -> dict:
+    url = base_url.rstrip("/") + "/schema"
     try:
-        with urllib.request.urlopen(base_url.rstrip("/") + "/schema", timeout=timeout_s) as reply:
-            return json.loads(reply.read().decode("utf-8"))
+        with urllib.request.urlopen(url, timeout=timeout_s) as reply:
+            body = _read_capped(reply, url, where, timeout_s)
     except (urllib.error.URLError, OSError, ValueError) as err:
-        raise ConfigError(f"{where}: cannot read the OpenEnv server's {base_url.rstrip('/')}/schema ({err}); "
+        raise ConfigError(f"{where}: cannot read the OpenEnv server's {url} ({printable(err, keep='')}); "
                           "start the server first (docs/environments.md)") from None
+    try:
+        schema = json.loads(body.decode("utf-8"))
+    except (ValueError, RecursionError) as err:  # not UTF-8 / JSON; arrays nested thousands deep
+        why = "nested too deep" if isinstance(err, RecursionError) else printable(str(err)[:200], keep="")
+        raise ConfigError(f"{where}: the OpenEnv server's {url} is not a JSON object ({why})") from None
+    return _checked_schema(schema, url, where)
+
+
+def _checked_schema(schema, url: str, where: str) -> dict:
+    """``schema`` with the shape :func:`check_server` reads: a mapping whose ``action`` is a mapping
+    with ``properties`` a mapping and ``required`` a list of texts (each optional)."""
+    def bad(what: str) -> ConfigError:
+        return ConfigError(f"{where}: the OpenEnv server's {url} {what}; expected a JSON object such as "
+                           '{"action": {"properties": {"message": ...}, "required": [...]}}')
+
+    if not isinstance(schema, dict):
+        raise bad(f"is a JSON {type(schema).__name__}, not an object")
+    action = schema.get("action", {})
+    if not isinstance(action, dict):
+        raise bad(f"has an 'action' that is a {type(action).__name__}")
+    if not isinstance(action.get("properties", {}), dict):
+        raise bad("has 'action.properties' that is not an object")
+    required = action.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        raise bad("has 'action.required' that is not a list of field names")
+    return schema
 
 
 def observation_text(observation: dict, key: str | None) -> str | None:
@@ -78,11 +130,13 @@ def check_server(text: str) -> dict:
     action = _schema(http, where, min(settings["timeout_s"], 10.0)).get("action", {})
     fields = sorted(action.get("properties", {}))
     if fields and settings["action_key"] not in fields:
+        shown = printable(fields[:20], keep="")[:500]
         raise ConfigError(f"{where}: option action_key={settings['action_key']!r}, but the server's actions have "
-                          f"the fields {fields}; set action_key to the one that takes the policy's text")
+                          f"the fields {shown}; set action_key to the one that takes the policy's text")
     required = [f for f in action.get("required", []) if f != settings["action_key"]]
     if required:
-        raise ConfigError(f"{where}: the server's actions also require {required}; steadyrl fills only "
+        shown = printable(required[:20], keep="")[:500]
+        raise ConfigError(f"{where}: the server's actions also require {shown}; steadyrl fills only "
                           f"action_key={settings['action_key']!r} with the policy's text")
     return settings
 

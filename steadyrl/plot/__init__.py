@@ -32,11 +32,13 @@ The command line: ``steadyrl plot RUN_DIR [RUN_DIR ...] [--out FILE]`` calls :fu
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
+from ..files import atomic_write_bytes, refuse_link
 from .data import Run, ema, load_run
 from .draw import figure
 from .panels import PANELS, Line, Panel
@@ -62,10 +64,13 @@ def plot_runs(run_dirs: Sequence[str | Path], out_path: str | Path) -> Path:
         raise DataError("plot: give at least one run directory")
     runs = [load_run(d) for d in run_dirs]
     out_path = Path(out_path)
+    refuse_link(out_path, "overwrite")  # before the drawing: steadyrl never writes through a link
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with matplotlib.rc_context(_RC):
         fig = figure(runs)
-        fig.savefig(out_path, format="png")
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
+    atomic_write_bytes(out_path, png.getvalue())
     return out_path
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
+from ..files import read_text_nofollow
+from ..printable import printable
 from ..tracking import METRICS_FILE, STATE_FILE, read_metrics
 
 RAW_POINTS_MAX = 30
@@ -18,6 +20,12 @@ KL_TERM = "plot/kl_coef_x_kl_loss"
 """A series derived here, not logged: the KL term the policy loss gets, ``kl/coef × actor/kl_loss``.
 The coefficient is the one logged at the step before (the value the step's loss used: ``kl/coef``
 is logged after the step's adaptive update); at the first step, the step's own."""
+
+
+def label(text: object) -> str:
+    """A run's own text (its name, a reward function's name) as drawn: control characters as
+    visible escapes and ``$`` escaped, so matplotlib shows it instead of parsing it as math."""
+    return printable(text, keep="").replace("$", r"\$")
 
 
 @dataclass
@@ -52,18 +60,21 @@ def load_run(run_dir: str | Path) -> Run:
         for key, value in row.items():
             if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                 if np.isfinite(value):
+                    key = label(key)  # a reward's name is the run's text: drawn as it is, never as markup
                     cols.setdefault(key, ([], []))[0].append(row["step"])
                     cols[key][1].append(float(value))
     series = {k: (np.asarray(s, dtype=float), np.asarray(v, dtype=float)) for k, (s, v) in cols.items()}
     series.update(derived_series(series))
     name = run_dir.parent.name if run_dir.suffix == ".jsonl" else run_dir.name
     state_file = (run_dir.parent if run_dir.suffix == ".jsonl" else run_dir) / STATE_FILE
-    if state_file.exists():
+    if state_file.exists() or state_file.is_symlink():
         try:
-            name = json.loads(state_file.read_text()).get("run_name") or name
+            name = json.loads(read_text_nofollow(state_file)).get("run_name") or name
+        except ConfigError:  # a link: refused, not skipped
+            raise
         except (ValueError, OSError):
             pass
-    return Run(name or "run", series)
+    return Run(label(name) or "run", series)
 
 
 def derived_series(series: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:

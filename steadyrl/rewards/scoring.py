@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import ConfigError
+from ..secrets import redact_text
 from .calling import PlannedReward, call_error, chat_shape_hint, describe_call
 from .loader import load_reward, reward_name
 from .registry import RewardFn
@@ -272,7 +273,7 @@ def _assemble(specs: list[RewardSpec], outcomes: list, size: int, rows: list[lis
         if len(scores) != mine_size or len(failed) != mine_size:  # a runner's bug, never the function's
             scores, failed = [None] * mine_size, ["exception"] * mine_size
         if out.error is not None:
-            errors[spec.name] = out.error
+            errors[spec.name] = redact_text(out.error)  # a traceback or worker output may quote a key
         full: list[float | None] = [None] * size  # None outside ``mine``: not applicable
         for i, x, kind in zip(mine, scores, failed):
             if kind is None and x is not None and math.isfinite(x):

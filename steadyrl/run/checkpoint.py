@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..files import first_link
 from ..files import fsync_dir as _fsync_dir
 from ..errors import ConfigError
 from ..models import safetensors_problem
@@ -74,7 +75,7 @@ def list_checkpoints(root: Path) -> list[Path]:
     found = [(int(m.group(1)), p) for p in root.iterdir() if (m := CHECKPOINT_RE.match(p.name))
              and (p.is_dir() or p.is_symlink())]
     for _, p in found:
-        links = [p] if p.is_symlink() else [c for c in p.iterdir() if c.is_symlink()]
+        links = [link] if (link := first_link(p)) is not None else []  # at any depth: policy/ too
         if links:
             raise ConfigError(f"checkpoint {str(links[0])!r} is a symbolic link (to {os.readlink(links[0])!r}); a run "
                               "reads and removes its own checkpoints only: replace the link by a copy, or remove it")

@@ -79,7 +79,7 @@ def is_run_dir(path: Path) -> bool:
 
 
 def _symlinks(output_dir: Path) -> list[str]:
-    return [name for name in (*OWNED, MARKER, LOCK) if (output_dir / name).is_symlink()]
+    return [name for name in (*OWNED, MARKER, LOCK, "report.md") if (output_dir / name).is_symlink()]
 
 
 def check_output_dir(output_dir: Path, resume: bool, overwrite: bool) -> None:

@@ -31,9 +31,11 @@ import math
 import torch
 
 from .. import distributed as dist
+from ..printable import printable
 from ..progress import progress
 from ..rewards.scorer import AGENT_REWARD, ENVIRONMENT_REWARD, score_episodes
 from ..rollout.driver import episode_seeds, rollout
+from ..secrets import redact_text
 
 __all__ = ["evaluate", "evaluate_sets", "pass_at_k"]
 
@@ -77,6 +79,7 @@ def _report_failures(result, shown: set[str]) -> None:
     for name, text in result.errors.items():
         if text and name not in shown:
             shown.add(name)
+            text = printable(redact_text(text))  # a key quoted by value, the model's control characters
             print(f"steadyrl: during evaluation, reward function {name!r} failed (shown once):\n{text}", flush=True)
 
 

@@ -13,6 +13,11 @@ checkpoint's ``policy/``:
 
 ``train`` writes ``final/`` in the run directory from its last checkpoint (LoRA merged), and the
 closing ``done:`` line names it. Writing is atomic: a temporary directory renamed when complete.
+An existing ``OUT`` is replaced only with ``overwrite`` (``steadyrl export --overwrite``; train's
+own ``final/`` is). Links are never followed: only the regular files of the checkpoint's
+``policy/`` are copied (:func:`steadyrl.files.regular_files`), and a link there is refused, naming
+it: ``policy/notes.txt -> ~/.cache/huggingface/token`` would otherwise copy (and, with
+``--push-to-hub``, publish) the file it points to.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..files import first_link, regular_files
 from ..gguf_model import model_source
 from . import checkpoint as ckpt
 
@@ -48,14 +54,38 @@ def is_lora(policy_dir: Path) -> bool:
     return (policy_dir / "adapter_config.json").is_file()
 
 
+def refuse_links(folder: Path) -> None:
+    """:class:`ConfigError` naming the first symbolic link under ``folder`` (or ``folder`` itself)."""
+    link = first_link(folder)
+    if link is not None:
+        raise ConfigError(f"{str(link)!r} is a symbolic link: steadyrl never follows a link inside a run directory "
+                          "(export would copy or upload the file it points to); remove the link")
+
+
+def _copy_regular(src: Path, dst: Path) -> None:
+    """``src``'s regular files into a new ``dst``, links refused (:func:`refuse_links`)."""
+    refuse_links(src)
+    dst.mkdir(parents=True)
+    for rel in regular_files(src):
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src / rel, dst / rel, follow_symlinks=False)
+
+
 def export_checkpoint(checkpoint: Path, out: Path, *, merge_lora: bool, base: str | None = None,
-                      revision: str | None = None, trust_remote_code: bool = False) -> Path:
-    """Write ``checkpoint``'s policy to ``out`` as a plain HF model directory (replacing ``out``);
+                      revision: str | None = None, trust_remote_code: bool = False,
+                      overwrite: bool = True) -> Path:
+    """Write ``checkpoint``'s policy to ``out`` as a plain HF model directory; an existing ``out``
+    is replaced only with ``overwrite`` (else a :class:`ConfigError` naming it);
     ``base``: the LoRA base model (default: the adapter's ``base_model_name_or_path``)."""
     policy = checkpoint / "policy"
-    if not policy.is_dir():
+    if not policy.is_dir() or policy.is_symlink():
         raise ConfigError(f"checkpoint {str(checkpoint)!r} has no policy/ directory: nothing to export")
+    refuse_links(policy)
     out = Path(out)
+    if (out.exists() or out.is_symlink()) and not overwrite:
+        raise ConfigError(f"OUT {str(out)!r} already exists: pass --overwrite to replace it, or choose another OUT")
+    if out.is_symlink():
+        raise ConfigError(f"OUT {str(out)!r} is a symbolic link: export replaces a directory of its own only")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -63,7 +93,7 @@ def export_checkpoint(checkpoint: Path, out: Path, *, merge_lora: bool, base: st
         if is_lora(policy) and merge_lora:
             _merge_lora(policy, tmp, base, revision, trust_remote_code)
         else:
-            shutil.copytree(policy, tmp)
+            _copy_regular(policy, tmp)
             if not is_lora(policy):
                 _ensure_generation_config(tmp)
     except BaseException:  # nothing half-written is left behind
@@ -139,6 +169,6 @@ def _merge_lora(policy: Path, out: Path, base: str | None, revision: str | None,
     AutoTokenizer.from_pretrained(policy).save_pretrained(out)
     _ensure_generation_config(out)
     (out / "adapter").mkdir()
-    for name in os.listdir(policy):  # the adapter as trained, with its tokenizer
-        if (policy / name).is_file():
+    for name in os.listdir(policy):  # the adapter as trained, with its tokenizer (links refused above)
+        if (policy / name).is_file() and not (policy / name).is_symlink():
             shutil.copy2(policy / name, out / "adapter" / name)

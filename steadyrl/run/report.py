@@ -19,6 +19,8 @@ from .. import distributed as dist
 from ..config.schema import Config
 from ..errors import TrainingHalted
 from ..files import atomic_write_text
+from ..printable import printable
+from ..secrets import redact_text
 from . import checkpoint as ckpt
 from .state import save
 
@@ -72,8 +74,8 @@ def report_step(run: Run, step: int, metrics: dict, extras: dict, shown: set[str
     run.state.warnings += len(notes)
     metrics["health/warnings"] = run.state.warnings
     if dist.is_main():
-        for note in notes:
-            print(f"steadyrl: {note}", flush=True)
+        for note in notes:  # a traceback may quote a key (by value) or the model's text (control characters)
+            print(f"steadyrl: {printable(redact_text(note))}", flush=True)
 
 
 def count_empty(run: Run, extras: dict) -> None:

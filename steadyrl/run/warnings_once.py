@@ -14,6 +14,9 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..printable import printable
+from ..secrets import redact_text
+
 # The schedule counts training steps, skipped ones included: stepping it without an optimizer
 # step is intended, so torch's note about it is not shown.
 _IGNORED = (r"Detected call of `lr_scheduler\.step\(\)` before",)
@@ -47,13 +50,13 @@ def warnings_once() -> Iterator[WarningsSeen]:
         show = warnings.showwarning
 
         def show_once(message, category, filename, lineno, file=None, line=None):
-            key = (category, str(message))
+            key = (category, printable(redact_text(str(message))))  # a warning may quote a key or model text
             if key in seen.seen:
                 return
             seen.seen.add(key)
-            seen.uncounted.append(f"{category.__name__}: {message}")
-            text = f"{message} (steadyrl shows each warning once per run)"
-            show(text, category, filename, lineno, file, line)
+            seen.uncounted.append(f"{category.__name__}: {key[1]}")
+            text = f"{key[1]} (steadyrl shows each warning once per run)"
+            show(text, category, filename, lineno, file, None if line is None else redact_text(line))
 
         warnings.showwarning = show_once
         yield seen

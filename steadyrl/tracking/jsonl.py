@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..files import atomic_write_bytes
+from ..files import atomic_write_bytes, read_bytes_nofollow
 
 __all__ = ["JsonlWriter", "jsonable", "read_jsonl", "truncate_jsonl"]
 
@@ -75,9 +75,9 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     skipped silently; a damaged line elsewhere is skipped with a warning.
     """
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return []
-    *lines, tail = path.read_bytes().split(b"\n")  # ``tail``: after the last newline
+    *lines, tail = read_bytes_nofollow(path).split(b"\n")  # a link is refused; ``tail``: after the last newline
     rows, bad = [], 0
     for line in lines:
         if line.strip():

@@ -124,7 +124,7 @@ def test_config_show_refuses_a_bad_tool_spec_with_the_error_train_gives(tmp_path
     tools.write_text('def add(a: int, b: int) -> int:\n    """Add two numbers.\n\n    Args:\n        a: the first\n'
                      '        b: the second\n    """\n    return a + b\n')
     bad = [str(tiny_run.config), f"rollout.tools=[{tools}:sub]"]
-    assert cli.main(["config", "show", *bad]) == 2
+    assert cli.main(["config", "show", *bad, "--trust-run-code"]) == 2  # loaded as train loads it (issue 30)
     shown = capsys.readouterr()
     assert shown.out == "" and len(shown.err.splitlines()) == 1
     assert cli.main(["train", *bad, "--output-dir", str(tmp_path / "run")]) == 2
