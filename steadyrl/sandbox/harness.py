@@ -7,7 +7,7 @@ It reads one JSON job on stdin and writes one JSON reply on stdout::
     job   = {"source": str, "mode": "stdio" | "calls", "cases": [...], "setup": str,
              "workdir": str, "view": bool, "test_time_s": float, "sample_time_s": float,
              "memory_mb": int, "processes": int, "file_size_mb": int, "open_files": int,
-             "output_bytes": int, "network": bool, "readonly_fs": bool}
+             "output_bytes": int, "network": bool, "readonly_fs": bool, "threads": int}
     reply = {"results": [{"status": "ok" | <reason>, "stdout": str, "value": ..., "error": str}, ...]}
 
 ``stdio`` cases are stdin texts; ``calls`` cases are calls of the program's functions or
@@ -16,7 +16,7 @@ becomes ``nobody`` when started as root, and makes its work directory in the vie
 the inputs, then (outside a view, as root, when the interpreter's files are readable by others)
 becomes ``nobody`` - so ``RLIMIT_NPROC`` holds and the trainer's files are out of reach - and enters
 new user, pid, IPC and, as asked, network (no interface up) and mount namespaces (every mount
-read-only except the work directory), where the kernel lets an unprivileged process; the first
+read-only except the work directory and a fresh ``/dev/shm``), where the kernel lets an unprivileged process; the first
 process of the pid namespace is a small reaper (``_start_init``).
 
 The program runs in a child forked per test (``stdio``: stdin is the case's input) or in one child
@@ -27,6 +27,8 @@ pid namespace (it sees no process outside, ``getppid()`` is 0, it can signal non
 covered by an empty read-only tmpfs in a mount namespace of its own; a nested user namespace (no
 capability over the namespaces above: it cannot remount the file system writable or bring the
 network up); ``RLIMIT_AS`` / ``CPU`` / ``NPROC`` / ``FSIZE`` / ``NOFILE``; cwd the work directory;
+(the kernel counts threads as tasks: ``RLIMIT_NPROC`` is ``processes + threads``, and the harness
+itself holds processes to ``processes`` by counting them)
 descriptors above 2 (4 for ``calls``) closed.
 
 The harness is a child subreaper and counts the processes below it every 50 ms: at a test's time
@@ -329,7 +331,7 @@ def _prepare(job):
         _become_nobody()
     isolation = _namespaces(job)
     if isolation["pid"]:  # RLIMIT_NPROC counts the tasks of the user in the program's own user namespace
-        nproc = job["processes"] + 1
+        nproc = job["processes"] + job.get("threads", 0) + 1
     init = _start_init() if isolation["pid"] else None
     return {"job": job, "isolation": isolation, "init": init, "nproc": nproc, "inputs": inputs,
             "deadline": time.monotonic() + job["sample_time_s"]}

@@ -39,6 +39,13 @@ GRACE_S = 2.0
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 HARNESS_MEMORY_MB = 64
 """Added to ``memory_mb`` in a sample's cgroup: the harness, bwrap and the reaper."""
+THREADS = 32
+"""Threads a sample may start beyond its ``processes`` (the kernel counts threads against
+``RLIMIT_NPROC`` and a cgroup's ``pids.max``; the harness counts processes alone against
+``processes``). Numerical libraries are told to start one thread (:data:`ONE_THREAD`)."""
+ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+              "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS")
+"""Set to ``1`` in a program's environment: a sample gets one core's worth of threads, whatever the machine."""
 HARNESS_PROCESSES = 6
 """Added to ``processes`` in a sample's cgroup: bwrap (two), the harness, its reaper, a shell."""
 VIEW_WORKDIR = "/tmp/work"
@@ -48,7 +55,7 @@ _JOIN_CGROUP = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125
 
 def _environment(tag: str) -> dict[str, str]:
     return {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", CODE_TAG_VAR: tag,
-            "HOME": "/nonexistent"}
+            "HOME": "/nonexistent", **{name: "1" for name in ONE_THREAD}}
 
 
 def _tmp_bytes(job: dict) -> int:
@@ -71,7 +78,7 @@ def _cgroup(job: dict, tag: str, cgroup: bool):
     if not cgroup:
         return None
     return cgroups.create(f"{cgroups.PREFIX}{tag}", memory_bytes=(job["memory_mb"] + job["file_size_mb"] + HARNESS_MEMORY_MB) << 20,
-                          pids=job["processes"] + HARNESS_PROCESSES)
+                          pids=job["processes"] + job["threads"] + HARNESS_PROCESSES)
 
 
 def run_program(job: dict, *, python: str = sys.executable, view: bool = False, cgroup: bool = False) -> dict:
@@ -84,7 +91,7 @@ def run_program(job: dict, *, python: str = sys.executable, view: bool = False, 
     if not view:
         os.mkdir(workdir)
     tag = secrets.token_hex(8)
-    job = {**job, "workdir": workdir, "view": view}
+    job = {"threads": THREADS, **job, "workdir": workdir, "view": view}
     proc, clean, group = None, False, None
     try:
         group = _cgroup(job, tag, cgroup)
