@@ -7,10 +7,13 @@ It reads one JSON job on stdin and writes one JSON reply on stdout::
     job   = {"source": str, "mode": "stdio" | "calls", "cases": [...], "setup": str,
              "workdir": str, "view": bool, "test_time_s": float, "sample_time_s": float,
              "memory_mb": int, "processes": int, "file_size_mb": int, "open_files": int,
-             "output_bytes": int, "network": bool, "readonly_fs": bool, "threads": int}
+             "output_bytes": int, "network": bool, "readonly_fs": bool, "threads": int,
+             "preload": [module names]}
     reply = {"results": [{"status": "ok" | <reason>, "stdout": str, "value": ..., "error": str}, ...]}
 
-``stdio`` cases are stdin texts; ``calls`` cases are calls of the program's functions or
+``preload`` names installed modules (a third-party scorer's package: never the program's text) the
+harness imports once, contained, before the first test's fork, so each test starts with them
+loaded and leaves nothing behind for the next. ``stdio`` cases are stdin texts; ``calls`` cases are calls of the program's functions or
 ``assert`` statements (:mod:`harness_calls`). Once per sample the harness (in the view: first
 becomes ``nobody`` when started as root, and makes its work directory in the view's tmpfs) writes
 the inputs, then (outside a view, as root, when the interpreter's files are readable by others)
@@ -345,6 +348,13 @@ def main():
     LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _preload()
     ctx = _prepare(job)
+    if job.get("preload"):
+        os.chdir(job["workdir"])  # where a package's import may write (tempfile's last resort)
+    for name in job.get("preload", ()):  # trusted modules the caller names, shared by every test's fork
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001 - the program's own import says what is wrong
+            pass
     try:
         results = (_stdio if job["mode"] == "stdio" else _calls)(ctx)
     finally:
