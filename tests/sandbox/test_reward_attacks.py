@@ -108,7 +108,7 @@ def test_a_bounded_fork_bomb_is_stopped_by_the_process_limit(watch):
     with scorer(forks, limits=Limits(processes=6)) as s:
         result = s.score(PROMPTS[:1], FINE[:1])
     assert result.valid.tolist() == [False]
-    assert "timeout" not in result.failures["r"]  # stopped by the limit, not by the time-out
+    assert result.failures["r"]["timeout"] == 0  # stopped by the limit, not by the time-out
     assert "limits.processes=6" in result.errors["r"] or "Resource temporarily unavailable" in result.errors["r"]
     assert watch.survivors() == []
 
