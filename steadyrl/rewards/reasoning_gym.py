@@ -14,8 +14,8 @@ Rows of several tasks can be mixed: each row names its own.
 sympy's ``parse_expr`` of the policy's text), and a package's other scorers may too, so every
 answer is scored in a fresh, contained process per sample (:mod:`.contained`: no network, no
 writable host file, no secrets, limits; a sample cannot patch the scorer for the next). An answer
-to one of :data:`RUNS_ANSWER` that reads as Python rather than as an answer (an underscore, or a
-name of :data:`CODE_NAMES`) scores 0 before it is scored. Where no sandbox exists (not Linux) the
+to one of :data:`RUNS_ANSWER` that reads as Python rather than as an answer (an underscore touching
+a word, or a name of :data:`CODE_NAMES`) scores 0 before it is scored. Where no sandbox exists (not Linux) the
 tasks of :data:`RUNS_ANSWER` are refused and the others score in-process.
 """
 
@@ -29,12 +29,13 @@ from .registry import RewardFn, register_reward
 from .verifiers import TRAILING_PUNCTUATION, extract_answer as rest_of_line
 
 RUNS_ANSWER = frozenset({"countdown", "puzzle24", "spiral_matrix", "string_insertion", "binary_matrix", "n_queens",
-                         "polynomial_multiplication", "simple_integration", "intermediate_integration", "codeio"})
+                         "polynomial_multiplication", "simple_integration", "intermediate_integration"})
 """Tasks whose ``score_answer`` evaluates the answer as Python (reasoning-gym 0.1; read from its source)."""
 CODE_NAMES = ("exec", "eval", "compile", "open", "print", "input", "getattr", "setattr", "delattr", "globals",
               "locals", "vars", "chr", "lambda", "import", "breakpoint", "exit", "quit", "help", "memoryview",
               "preview", "lambdify", "var", "system", "subprocess")
-_CODE = re.compile(r"_|\b(?:" + "|".join(CODE_NAMES) + r")\b")
+_CODE = re.compile(r"(?<=\w)_|_(?=\w)|\b(?:" + "|".join(CODE_NAMES) + r")\b")
+"""An underscore inside or next to a word (``__import__``, ``a_b``; n_queens' boards are ``_ Q _``), or a name of :data:`CODE_NAMES`."""
 SCORER = """
 import json, sys
 import reasoning_gym

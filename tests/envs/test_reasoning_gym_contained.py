@@ -37,7 +37,14 @@ def target(tmp_path):
     return tmp_path / f"pwned-{uuid.uuid4().hex}"
 
 
-def test_correct_answers_score_one_and_wrong_answers_zero_for_countdown_and_basic_arithmetic():
+def test_every_task_that_evaluates_its_answer_scores_its_own_answer_one():
+    entries = [e for task in sorted(RUNS_ANSWER) for e in _entries(f"reasoning_gym:{task}?size=2&test_size=1")]
+    fn = load_reward("reasoning_gym")
+    scores = fn([""] * len(entries), [f"<answer>{e['answer']}</answer>" for e in entries], reasoning_gym=entries)
+    assert [e["task"] for e, s in zip(entries, scores) if s != 1.0] == []
+
+
+def test_correct_answers_score_one_and_wrong_answers_below_for_countdown_and_basic_arithmetic():
     entries = _entries("reasoning_gym:countdown?size=3&test_size=1") + _entries(
         "reasoning_gym:basic_arithmetic?size=3&test_size=1")
     fn = load_reward("reasoning_gym")
@@ -82,6 +89,7 @@ def test_an_answer_that_reads_as_python_scores_zero_before_it_is_scored():
     assert looks_like_code("puzzle24", "exec(chr(49))")
     assert not looks_like_code("countdown", "(100 - 4) * 3 + 7")
     assert not looks_like_code("basic_arithmetic", "exec")  # a task that does not evaluate its answer
+    assert not looks_like_code("n_queens", "_ Q _ _\n_ _ _ Q\nQ _ _ _\n_ _ Q _")  # its boards use underscores
     entry = _entries("reasoning_gym:countdown?size=1&test_size=1")[0]
     fn = load_reward("reasoning_gym")
     assert fn([""], ["<answer>exec(chr(49))</answer>"], reasoning_gym=[entry]) == [0.0]
