@@ -28,7 +28,13 @@ Screen (:func:`pathological`): before sympy sees a text, it is refused when it h
   seconds to expand);
 * a factorial of a literal above ``MAX_FACTORIAL``;
 * a ``\boxed{...}`` answer longer than ``MAX_ANSWER_CHARS``, or a completion longer than
-  ``MAX_COMPLETION_CHARS``.
+  ``MAX_COMPLETION_CHARS``;
+* and, read structurally (:mod:`.math_bounds`, one linear pass with an upper bound of each
+  operand, symbols bounded by 1): a factorial or binomial of what may exceed ``MAX_FACTORIAL``
+  (``(10000000)!``, ``((10000)!)!``, ``(2^{64})!``, ``\binom{10^8}{5\cdot10^7}``), a sum or
+  product of more than ``MAX_TERMS`` terms (``\prod_{k=1}^{10^7}k``), a power whose exponent may
+  exceed ``MAX_EXPONENT`` or whose value may have more than ``MAX_DIGITS`` digits, groups nested
+  deeper than 64.
 
 A refused completion scores 0.0 (not a verifiable answer); a refused gold answer ``None``.
 """
@@ -39,6 +45,7 @@ import math
 import re
 import threading
 
+from .math_bounds import too_costly
 from .registry import RewardFn, register_reward
 from .verifiers import _gold_column
 
@@ -54,6 +61,8 @@ GOLD_CACHE_SIZE = 4096
 MAX_EXPONENT = 10_000
 MAX_GROUP_EXPONENT = 64
 MAX_FACTORIAL = 10_000
+MAX_TERMS = 10_000
+MAX_DIGITS = 100_000
 MAX_ANSWER_CHARS = 1_000
 MAX_COMPLETION_CHARS = 100_000
 
@@ -112,7 +121,8 @@ def pathological(text: str) -> str | None:
         return f"a factorial of more than {MAX_FACTORIAL}"
     if any(n > MAX_ANSWER_CHARS for n in _boxed_lengths(text)):
         return f"a boxed answer longer than {MAX_ANSWER_CHARS} characters"
-    return None
+    return too_costly(text, max_factorial=MAX_FACTORIAL, max_exponent=MAX_EXPONENT, max_terms=MAX_TERMS,
+                      max_digits=MAX_DIGITS)
 
 
 def _library_timeout() -> int | None:

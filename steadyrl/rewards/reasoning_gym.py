@@ -9,14 +9,48 @@ full stop, for a model that answers in a sentence instead of tags) and returns
 ``score_answer(answer, entry)`` of a dataset built with the row's task and config, so the score is
 exactly the package's: 1.0 right, 0.0 wrong or no answer, partial credit where the task gives it.
 Rows of several tasks can be mixed: each row names its own.
+
+**Contained.** Some tasks' ``score_answer`` runs the answer (:data:`RUNS_ANSWER`: ``eval`` or
+sympy's ``parse_expr`` of the policy's text), and a package's other scorers may too, so every
+answer is scored in a fresh, contained process per sample (:mod:`.contained`: no network, no
+writable host file, no secrets, limits; a sample cannot patch the scorer for the next). An answer
+to one of :data:`RUNS_ANSWER` that reads as Python rather than as an answer (an underscore touching
+a word, or a name of :data:`CODE_NAMES`) scores 0 before it is scored. Where no sandbox exists (not Linux) the
+tasks of :data:`RUNS_ANSWER` are refused and the others score in-process.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
+from . import contained
 from .registry import RewardFn, register_reward
 from .verifiers import TRAILING_PUNCTUATION, extract_answer as rest_of_line
+
+RUNS_ANSWER = frozenset({"countdown", "puzzle24", "spiral_matrix", "string_insertion", "binary_matrix", "n_queens",
+                         "polynomial_multiplication", "simple_integration", "intermediate_integration"})
+"""Tasks whose ``score_answer`` evaluates the answer as Python (reasoning-gym 0.1; read from its source)."""
+CODE_NAMES = ("exec", "eval", "compile", "open", "print", "input", "getattr", "setattr", "delattr", "globals",
+              "locals", "vars", "chr", "lambda", "import", "breakpoint", "exit", "quit", "help", "memoryview",
+              "preview", "lambdify", "var", "system", "subprocess")
+_CODE = re.compile(r"(?<=\w)_|_(?=\w)|\b(?:" + "|".join(CODE_NAMES) + r")\b")
+"""An underscore inside or next to a word (``__import__``, ``a_b``; n_queens' boards are ``_ Q _``), or a name of :data:`CODE_NAMES`."""
+SCORER = """
+import json, sys
+import reasoning_gym
+job = json.loads(sys.stdin.readline())
+entry = job["entry"]
+dataset = reasoning_gym.create_dataset(entry["task"], seed=0, size=1, **entry["config"])
+score = dataset.score_answer(job["answer"], entry)
+sys.stdout.write("\\n" + json.dumps({"score": float(score)}) + "\\n")
+"""
+"""The per-sample script of :func:`steadyrl.rewards.contained.score_contained`."""
+
+
+def looks_like_code(task: str, answer: str | None) -> bool:
+    """Whether ``answer`` to ``task`` (one of :data:`RUNS_ANSWER`) reads as Python, not as an answer."""
+    return task in RUNS_ANSWER and answer is not None and _CODE.search(answer) is not None
 
 
 def _after_marker(completion: str, marker: str) -> str | None:
@@ -34,34 +68,57 @@ def reasoning_gym_reward(*, answer_tag: str | None = "answer", column: str = "re
     require("reasoning_gym", "rewards: reasoning_gym")
     from reasoning_gym.utils import extract_answer
 
-    datasets: dict[str, object] = {}  # one per (task, config): built once, kept (in the worker too)
+    here = not contained.available()
+    datasets: dict[str, object] = {}  # in-process (no sandbox here): one per (task, config), kept
 
-    def scorer(entry: dict):
+    def in_process(answer, entry: dict) -> float:
+        if entry["task"] in RUNS_ANSWER:
+            raise RuntimeError(f"the reasoning_gym reward: task {entry['task']!r} scores an answer by running "
+                               "it, and this machine has no sandbox to contain that (Linux only)")
         key = json.dumps([entry["task"], entry["config"]], sort_keys=True, default=str)
         if key not in datasets:
             from ..envs.reasoning_gym import make_dataset
 
             datasets[key] = make_dataset(entry["task"], entry["config"], seed=0, size=1,
                                          where=f"reasoning_gym reward on task {entry['task']!r}")
-        return datasets[key].score_answer
+        return float(datasets[key].score_answer(answer, entry))
+
+    def answer_of(completion: str) -> str | None:
+        if marker is not None:
+            return _after_marker(completion, marker)
+        if answer_tag is None:
+            return completion.strip()
+        return extract_answer(completion, tag_name=answer_tag)
 
     def reasoning_gym(prompts: list[str], completions: list[str], **columns) -> list[float | None]:
         if column not in columns:
             raise KeyError(f"the reasoning_gym reward reads column {column!r} (rows of data.train_path: "
                            f"reasoning_gym:<task>), but the batch has columns {sorted(columns)}")
         out: list[float | None] = []
-        for completion, entry in zip(completions, columns[column], strict=True):
+        todo: dict[int, dict] = {}
+        for i, (completion, entry) in enumerate(zip(completions, columns[column], strict=True)):
             if not isinstance(entry, dict) or "task" not in entry:
                 out.append(None)  # not a reasoning-gym row: cannot score it
                 continue
-            if marker is not None:
-                answer = _after_marker(completion, marker)
-            elif answer_tag is None:
-                answer = completion.strip()
+            answer = answer_of(completion)
+            out.append(0.0)
+            if looks_like_code(entry["task"], answer):
+                continue
+            if here:
+                out[i] = in_process(answer, entry)
             else:
-                answer = extract_answer(completion, tag_name=answer_tag)
-            out.append(float(scorer(entry)(answer, entry)))
+                todo[i] = {"answer": answer, "entry": _plain(entry)}
+        if todo:
+            scores, _ = contained.score_contained(SCORER, ("reasoning_gym",), list(todo.values()))
+            for i, score in zip(todo, scores):
+                out[i] = score
         return out
 
     reasoning_gym.reads_columns = (column,)
+    reasoning_gym.preferred_chunk_size = None  # one contained harness per batch, a fresh fork per sample
     return reasoning_gym
+
+
+def _plain(entry: dict) -> dict:
+    """The entry as JSON data (a row read back from a file may hold other types)."""
+    return json.loads(json.dumps(entry, default=str))

@@ -7,16 +7,19 @@ It reads one JSON job on stdin and writes one JSON reply on stdout::
     job   = {"source": str, "mode": "stdio" | "calls", "cases": [...], "setup": str,
              "workdir": str, "view": bool, "test_time_s": float, "sample_time_s": float,
              "memory_mb": int, "processes": int, "file_size_mb": int, "open_files": int,
-             "output_bytes": int, "network": bool, "readonly_fs": bool}
+             "output_bytes": int, "network": bool, "readonly_fs": bool, "threads": int,
+             "preload": [module names]}
     reply = {"results": [{"status": "ok" | <reason>, "stdout": str, "value": ..., "error": str}, ...]}
 
-``stdio`` cases are stdin texts; ``calls`` cases are calls of the program's functions or
+``preload`` names installed modules (a third-party scorer's package: never the program's text) the
+harness imports once, contained, before the first test's fork, so each test starts with them
+loaded and leaves nothing behind for the next. ``stdio`` cases are stdin texts; ``calls`` cases are calls of the program's functions or
 ``assert`` statements (:mod:`harness_calls`). Once per sample the harness (in the view: first
 becomes ``nobody`` when started as root, and makes its work directory in the view's tmpfs) writes
 the inputs, then (outside a view, as root, when the interpreter's files are readable by others)
 becomes ``nobody`` - so ``RLIMIT_NPROC`` holds and the trainer's files are out of reach - and enters
 new user, pid, IPC and, as asked, network (no interface up) and mount namespaces (every mount
-read-only except the work directory), where the kernel lets an unprivileged process; the first
+read-only except the work directory and a fresh ``/dev/shm``), where the kernel lets an unprivileged process; the first
 process of the pid namespace is a small reaper (``_start_init``).
 
 The program runs in a child forked per test (``stdio``: stdin is the case's input) or in one child
@@ -27,6 +30,8 @@ pid namespace (it sees no process outside, ``getppid()`` is 0, it can signal non
 covered by an empty read-only tmpfs in a mount namespace of its own; a nested user namespace (no
 capability over the namespaces above: it cannot remount the file system writable or bring the
 network up); ``RLIMIT_AS`` / ``CPU`` / ``NPROC`` / ``FSIZE`` / ``NOFILE``; cwd the work directory;
+(the kernel counts threads as tasks: ``RLIMIT_NPROC`` is ``processes + threads``, and the harness
+itself holds processes to ``processes`` by counting them)
 descriptors above 2 (4 for ``calls``) closed.
 
 The harness is a child subreaper and counts the processes below it every 50 ms: at a test's time
@@ -329,7 +334,7 @@ def _prepare(job):
         _become_nobody()
     isolation = _namespaces(job)
     if isolation["pid"]:  # RLIMIT_NPROC counts the tasks of the user in the program's own user namespace
-        nproc = job["processes"] + 1
+        nproc = job["processes"] + job.get("threads", 0) + 1
     init = _start_init() if isolation["pid"] else None
     return {"job": job, "isolation": isolation, "init": init, "nproc": nproc, "inputs": inputs,
             "deadline": time.monotonic() + job["sample_time_s"]}
@@ -343,6 +348,13 @@ def main():
     LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _preload()
     ctx = _prepare(job)
+    if job.get("preload"):
+        os.chdir(job["workdir"])  # where a package's import may write (tempfile's last resort)
+    for name in job.get("preload", ()):  # trusted modules the caller names, shared by every test's fork
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001 - the program's own import says what is wrong
+            pass
     try:
         results = (_stdio if job["mode"] == "stdio" else _calls)(ctx)
     finally:

@@ -141,22 +141,49 @@ def serve(job, namespace, report=3, requests=4):
         _send(report, reply)
 
 
-def run_program(job):
-    """The child's body: run the program (then, for ``calls``, :func:`serve`); never returns."""
-    code = 1
+def _exit_code(err):
+    return err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
+
+
+def _run(job):
+    """Run the program (then, for ``calls``, :func:`serve`); its exit code."""
     try:
         namespace = {"__name__": "__main__", "__builtins__": __builtins__}
         exec(compile(job["source"], "solution.py", "exec"), namespace)
         if job["mode"] != "stdio":
             serve(job, namespace)
-        code = 0
+        return 0
     except SystemExit as err:
-        code = err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
+        return _exit_code(err)
     except MemoryError:
         os.write(2, b"MemoryError\n")
-        code = 120
+        return 120
     except BaseException:  # noqa: BLE001 - the program's error is the test's result
         traceback.print_exc()
+        return 1
+
+
+def _finish(code):
+    """What the interpreter does at its end: wait for the non-daemon threads (a program that starts
+    a thread and never joins it, as ``threading.stack_size(2**26)`` solutions do), then run the
+    ``atexit`` functions. The harness's time limit bounds both; an error in either is the program's."""
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        if "atexit" in sys.modules:
+            sys.modules["atexit"]._run_exitfuncs()
+    except SystemExit as err:
+        code = code or _exit_code(err)
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+        code = code or 1
+    return code
+
+
+def run_program(job):
+    """The child's body: run the program, end it as the interpreter would (:func:`_finish`), flush
+    its output; never returns."""
+    code = _finish(_run(job))
     try:
         sys.stdout.flush(), sys.stderr.flush()
     except BaseException:  # noqa: BLE001

@@ -47,7 +47,8 @@ def _namespaces(job):
         return {"network": False, "readonly_fs": False, "pid": False, "ipc": False}
     _map_ids(uid, gid)
     return {"network": bool(want & CLONE_NEWNET), "pid": True, "ipc": True,
-            "readonly_fs": bool(want & CLONE_NEWNS) and _readonly(job["workdir"], hide=not job.get("view"))}
+            "readonly_fs": bool(want & CLONE_NEWNS) and _readonly(job["workdir"], hide=not job.get("view"),
+                                                                  shm_bytes=job["file_size_mb"] << 20)}
 
 
 def _seal(isolation):
@@ -81,9 +82,9 @@ def _start_init():
             time.sleep(0.05)
 
 
-HIDDEN = ("/tmp", "/var/tmp", "/run", "/home", "/root", "/dev/shm", "/mnt", "/media", "/srv")
-"""Covered by an empty tmpfs in the fallback's mount namespace (sockets, other users' files, data);
-the folders the interpreter and this harness live in, and the sample's own, are bound back on top."""
+HIDDEN = ("/tmp", "/var/tmp", "/run", "/home", "/root", "/mnt", "/media", "/srv")
+"""Covered by an empty tmpfs in the fallback's mount namespace (sockets, other users' files, data;
+``/dev/shm`` is covered by a writable one of the sample's own, :func:`_own_shm`); the folders the interpreter and this harness live in, and the sample's own, are bound back on top."""
 
 
 def _needed():
@@ -122,13 +123,27 @@ def _hide(keep):
     return True
 
 
-def _readonly(workdir, hide=True):
-    """Every mount read-only except ``workdir`` (bound onto itself), and, with ``hide`` (outside
-    bubblewrap's view, which has nothing to hide), :data:`HIDDEN` covered; ``False`` if any step
-    failed."""
+SHM = "/dev/shm"
+"""Left writable: a fresh tmpfs of the sample's own (multiprocessing's locks, queues and pools need it)."""
+
+
+def _own_shm(size):
+    """A fresh, empty, writable ``/dev/shm`` of at most ``size`` bytes (the host's is covered)."""
+    if not os.path.isdir(SHM) or os.path.islink(SHM):
+        return True
+    opts = f"size={max(int(size), 1 << 20)},mode=1777".encode()
+    return LIBC.mount(b"none", SHM.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) == 0
+
+
+def _readonly(workdir, hide=True, shm_bytes=1 << 20):
+    """Every mount read-only except ``workdir`` (bound onto itself) and a fresh ``/dev/shm``
+    (:func:`_own_shm`), and, with ``hide`` (outside bubblewrap's view, which has nothing to hide),
+    :data:`HIDDEN` covered; ``False`` if any step failed."""
     if LIBC.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return False
     if hide and not _hide(os.path.dirname(workdir)):
+        return False
+    if not _own_shm(shm_bytes):
         return False
     if LIBC.mount(workdir.encode(), workdir.encode(), None, MS_BIND | MS_REC, None) != 0:
         return False
@@ -136,7 +151,7 @@ def _readonly(workdir, hide=True):
     with open("/proc/self/mountinfo") as f:
         mounts = [(line.split()[4], line.split()[5]) for line in f]
     for point, opts in mounts:
-        if point == workdir or not os.path.exists(point):  # not there any more: under a covered folder
+        if point in (workdir, SHM) or not os.path.exists(point):  # not there any more: under a covered folder
             continue
         flags = MS_BIND | MS_REMOUNT | MS_RDONLY
         for name, bit in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC)):
@@ -249,7 +264,7 @@ def _reap():
 
 def _nproc(job):
     uid = NOBODY if _as_nobody() else os.getuid()
-    return _tasks_of(uid) + job["processes"]
+    return _tasks_of(uid) + job["processes"] + job.get("threads", 0)
 
 
 def _probe(job):

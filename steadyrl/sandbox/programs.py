@@ -30,15 +30,25 @@ from pathlib import Path
 from . import cgroups, procs
 from .view import view_command
 
-__all__ = ["HARNESS", "run_program", "probe_isolation", "MINIMAL_PATH", "CODE_TAG_VAR"]
+__all__ = ["HARNESS", "run_program", "probe_isolation", "MINIMAL_PATH", "CODE_TAG_VAR", "TAG_PREFIX_VAR"]
 
 HARNESS = str(Path(__file__).with_name("harness.py"))
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 CODE_TAG_VAR = procs.CODE_TAG_VAR
+TAG_PREFIX_VAR = "STEADYRL_CODE_TAG_PREFIX"
+"""Set in the caller's environment (letters and digits, at most 32), it starts every sample's tag:
+one run's (or one test's) programs can then be told from another's in ``/proc``."""
 GRACE_S = 2.0
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 HARNESS_MEMORY_MB = 64
 """Added to ``memory_mb`` in a sample's cgroup: the harness, bwrap and the reaper."""
+THREADS = 32
+"""Threads a sample may start beyond its ``processes`` (the kernel counts threads against
+``RLIMIT_NPROC`` and a cgroup's ``pids.max``; the harness counts processes alone against
+``processes``). Numerical libraries are told to start one thread (:data:`ONE_THREAD`)."""
+ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+              "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS")
+"""Set to ``1`` in a program's environment: a sample gets one core's worth of threads, whatever the machine."""
 HARNESS_PROCESSES = 6
 """Added to ``processes`` in a sample's cgroup: bwrap (two), the harness, its reaper, a shell."""
 VIEW_WORKDIR = "/tmp/work"
@@ -46,9 +56,16 @@ _JOIN_CGROUP = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125
 """``sh -c`` that moves itself into the sample's cgroup (as the caller, before bwrap drops rights)."""
 
 
+def _new_tag(extra: str = "") -> str:
+    """A sample's tag: :data:`TAG_PREFIX_VAR`'s value (when it is letters and digits) and a random part."""
+    prefix = os.environ.get(TAG_PREFIX_VAR, "")
+    prefix = prefix if prefix.isalnum() and len(prefix) <= 32 else ""
+    return prefix + extra + secrets.token_hex(8)
+
+
 def _environment(tag: str) -> dict[str, str]:
     return {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", CODE_TAG_VAR: tag,
-            "HOME": "/nonexistent"}
+            "HOME": "/nonexistent", **{name: "1" for name in ONE_THREAD}}
 
 
 def _tmp_bytes(job: dict) -> int:
@@ -71,7 +88,7 @@ def _cgroup(job: dict, tag: str, cgroup: bool):
     if not cgroup:
         return None
     return cgroups.create(f"{cgroups.PREFIX}{tag}", memory_bytes=(job["memory_mb"] + job["file_size_mb"] + HARNESS_MEMORY_MB) << 20,
-                          pids=job["processes"] + HARNESS_PROCESSES)
+                          pids=job["processes"] + job["threads"] + HARNESS_PROCESSES)
 
 
 def run_program(job: dict, *, python: str = sys.executable, view: bool = False, cgroup: bool = False) -> dict:
@@ -83,8 +100,8 @@ def run_program(job: dict, *, python: str = sys.executable, view: bool = False, 
     workdir = VIEW_WORKDIR if view else os.path.join(base, "work")
     if not view:
         os.mkdir(workdir)
-    tag = secrets.token_hex(8)
-    job = {**job, "workdir": workdir, "view": view}
+    tag = _new_tag()
+    job = {"threads": THREADS, **job, "workdir": workdir, "view": view}
     proc, clean, group = None, False, None
     try:
         group = _cgroup(job, tag, cgroup)
@@ -153,7 +170,7 @@ def probe_isolation(*, python: str = sys.executable, network: bool = True, reado
         os.mkdir(workdir)
     job = {"probe": True, "workdir": workdir, "network": network, "readonly_fs": readonly_fs, "view": view,
            "mode": "calls", "cases": [], "file_size_mb": 1}
-    tag, proc, reply = "probe-" + secrets.token_hex(8), None, None
+    tag, proc, reply = _new_tag("probe-"), None, None
     try:
         proc = subprocess.Popen(_command(job, python, view, None), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, cwd=base, env=_environment(tag),

@@ -8,7 +8,10 @@ What the program sees (everything read-only but ``/tmp``)::
     the interpreter's prefixes (sys.prefix, sys.base_prefix, where its executable lives), at their
     own paths, even under /root (a venv, pyenv, uv, conda): bound, not reached through /root
     /.steadyrl: the harness's three files
+    the folders above those prefixes: made ``0755`` and empty but for the way down (bubblewrap would
+    make them ``0700``, and ``nobody`` could not import the standard library)
     /proc (of its own pid namespace), /dev (null, zero, random, urandom, tty, ...)
+    /dev/shm: a writable tmpfs of its own, at most ``tmp_bytes`` (multiprocessing's locks and queues)
     /tmp: a tmpfs of its own, at most ``tmp_bytes`` (the work directory and the tests' inputs)
 
 and no /root, /home, /run, /var, host /tmp, data files or sockets. bwrap also gives it new IPC,
@@ -41,9 +44,13 @@ _ASK_PREFIXES = ("import json, os, sys; print(json.dumps([sys.prefix, sys.base_p
                  "sys.base_exec_prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))]))")
 
 
+BWRAP_DIRS = "/usr/bin:/bin:/usr/local/bin:/usr/sbin:/sbin"
+"""Looked in after the caller's ``PATH``."""
+
+
 def bwrap_path() -> str | None:
-    """Where ``bwrap`` is installed, or ``None``."""
-    return shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin:/usr/sbin:/sbin")
+    """Where ``bwrap`` is installed (on the caller's ``PATH``, then in :data:`BWRAP_DIRS`), or ``None``."""
+    return shutil.which("bwrap") or shutil.which("bwrap", path=BWRAP_DIRS)
 
 
 def _covered(path: str, by: str) -> bool:
@@ -82,6 +89,18 @@ def _root_links() -> list[str]:
     return args
 
 
+def _parents(prefixes: list[str]) -> list[str]:
+    """The folders above ``prefixes`` that the view must make (outside ``/usr`` and ``/tmp``), top first:
+    bubblewrap would make them ``0700``, and ``nobody`` could not reach the interpreter's library."""
+    found: set[str] = set()
+    for prefix in prefixes:
+        parent = os.path.dirname(prefix)
+        while parent not in ("/", "") and not _covered(parent, "/usr"):
+            found.add(parent)
+            parent = os.path.dirname(parent)
+    return sorted(found, key=lambda p: (p.count("/"), p))
+
+
 def view_command(python: str, *, tmp_bytes: int, network: bool) -> list[str]:
     """The command that runs the harness with ``python`` in the view (module docstring);
     ``network``: a network namespace of its own (no interface up)."""
@@ -100,9 +119,16 @@ def view_command(python: str, *, tmp_bytes: int, network: bool) -> list[str]:
     args += ["--ro-bind", "/usr", "/usr", *_root_links()]
     for path in _ETC_FILES:
         args += ["--ro-bind-try", path, path]
-    for prefix in interpreter_prefixes(python):
+    prefixes = interpreter_prefixes(python)
+    for parent in _parents(prefixes):  # made 0755 (not bubblewrap's 0700), holding nothing but the way down
+        if parent != "/tmp":
+            args += ["--perms", "0755", "--dir", parent]
+    for prefix in prefixes:
         args += ["--ro-bind", prefix, prefix]
     for name in HARNESS_FILES:
         args += ["--ro-bind", os.path.join(HARNESS_DIR, name), f"{HARNESS_IN_VIEW}/{name}"]
-    args += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp", "--", python, "-I", f"{HARNESS_IN_VIEW}/harness.py"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    # a private /dev/shm (POSIX semaphores and shared memory: multiprocessing's Lock, Queue, Pool)
+    args += ["--perms", "01777", "--size", str(int(tmp_bytes)), "--tmpfs", "/dev/shm"]
+    args += ["--chdir", "/tmp", "--", python, "-I", f"{HARNESS_IN_VIEW}/harness.py"]
     return args

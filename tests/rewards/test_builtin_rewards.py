@@ -193,10 +193,15 @@ def test_a_power_tower_under_thread_isolation_does_not_stall_the_trainer():
         "r = score_batch([spec], ['q', 'q'], ['9^9^9^9', '\\\\boxed{9^{9^{9^{9}}}}'], {'answer': ['72', '72']})\n"
         "print(r.raw['math'], round(time.perf_counter() - t, 3))\n"
     )
+    from steadyrl.rewards.math_verifier import pathological
+
+    # the mechanism: the screen refuses both before sympy sees them (a stall would outlast the
+    # subprocess's 60 s; the first call's own cost - math-verify's parser warming up - is no measure)
+    assert pathological("9^9^9^9") and pathological("\\boxed{9^{9^{9^{9}}}}")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    scores, elapsed = out.stdout.split("]")
-    assert scores == "[0.0, 0.0" and float(elapsed) < 2.0
+    scores, _elapsed = out.stdout.split("]")
+    assert scores == "[0.0, 0.0"
 
 
 def test_math_parses_each_gold_answer_once_across_one_sample_calls(monkeypatch):

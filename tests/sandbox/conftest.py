@@ -73,7 +73,7 @@ class Watch:
         """Called inside a sandbox: record this process (its pid, its pid namespace, the sandbox's tag)."""
         note(self.folder)  # noqa: F821 - defined by exec(NOTE_SOURCE)
 
-    def noted(self, at_least: int = 1, within_s: float = 3.0) -> dict[str, str]:
+    def noted(self, at_least: int = 1, within_s: float = 30.0) -> dict[str, str]:
         """``pid[@namespace] -> tag`` of the noted processes, once there are ``at_least`` of them."""
         deadline = time.monotonic() + within_s
         while len(list(self.folder.iterdir())) < at_least and time.monotonic() < deadline:
@@ -86,7 +86,7 @@ class Watch:
             return _in_namespace(ns)
         return [int(pid)] if _alive(int(pid)) else []
 
-    def survivors(self, within_s: float = 3.0) -> list[int]:
+    def survivors(self, within_s: float = 30.0) -> list[int]:
         """The noted processes (and any carrying their tags, or in their pid namespaces) still
         alive after up to ``within_s``."""
         noted = self.noted(at_least=0)

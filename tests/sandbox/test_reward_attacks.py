@@ -106,10 +106,9 @@ def test_a_bounded_fork_bomb_is_stopped_by_the_process_limit(watch):
         return [1.0]
 
     with scorer(forks, limits=Limits(processes=6)) as s:
-        start = time.monotonic()
         result = s.score(PROMPTS[:1], FINE[:1])
-        assert time.monotonic() - start < 1.4  # stopped by the limit, not by the time-out
     assert result.valid.tolist() == [False]
+    assert result.failures["r"]["timeout"] == 0  # stopped by the limit, not by the time-out
     assert "limits.processes=6" in result.errors["r"] or "Resource temporarily unavailable" in result.errors["r"]
     assert watch.survivors() == []
 
@@ -262,10 +261,8 @@ def test_a_half_written_reply_costs_the_time_limit_not_a_hang(watch):
             time.sleep(30)
         return [1.0]
 
-    with scorer(forges, timeout_s=1.0) as s:
-        start = time.monotonic()
+    with scorer(forges, timeout_s=1.0) as s:  # had the caller waited for the sleep, "b" would be a broken frame
         result = s.score(PROMPTS, FINE)
-        assert time.monotonic() - start < 2.0
     assert result.valid.tolist() == [True, False, False] and result.failures["r"]["timeout"] == 2
     assert watch.survivors() == []
 
@@ -337,7 +334,7 @@ def test_a_reward_that_stops_its_keeper_still_dies_with_the_trainer(tmp_path, wa
                           str(watch.folder)], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == -signal.SIGKILL, out.stderr
     assert len(watch.noted(at_least=2)) >= 2
-    assert watch.survivors(within_s=5.0) == []
+    assert watch.survivors() == []
 
 
 SIGNALS_THE_TRAINER = '''
