@@ -3,6 +3,10 @@
 * :class:`Scorer` wraps :class:`~steadyrl.rewards.scoring.RewardScorer` for
   :class:`~steadyrl.data.prompts.PromptItem` s (their text, their columns as keyword lists, their
   chat messages), keeping the reward functions' worker processes for the whole run;
+* :func:`dry_call`: before step 1, each function of your own called once on the first row with a
+  placeholder completion: a function that cannot take its arguments stops the run (exit 2) naming
+  it and its exception; a TRL function ``def f(prompts, completions, ...)`` that fails on text as if
+  it expected TRL's message lists is called TRL's way from then on (a note says so);
 * :func:`score_episodes` calls it on a :class:`~steadyrl.rollout.base.Generation`'s transcripts
   (the reward functions also receive the turn list as the keyword ``turns``) and adds the
   environment's episode reward, logged as the reward ``environment``; an episode whose
@@ -16,7 +20,8 @@ from dataclasses import replace
 import torch
 
 from ..errors import DataError, RewardCallError
-from .scoring import FAILURE_KINDS, RewardScorer, RewardSpec, ScoreResult
+from .calling import PlannedReward, describe_call, looks_like_chat_shape_error
+from .scoring import FAILURE_KINDS, RewardScorer, RewardSpec, ScoreResult, score_batch
 
 ENVIRONMENT_REWARD = "environment"
 """The name the environment's episode reward is logged (``reward/environment/mean``) and chosen by."""
@@ -40,9 +45,12 @@ class Scorer:
     failing every sample of every step. With ``domain_key`` each reward scores only the rows of its
     domains (``RewardSpec.domains``)."""
 
-    def __init__(self, specs: list[RewardSpec], *, allow_empty: bool = False, domain_key: str | None = None):
+    def __init__(self, specs: list[RewardSpec], *, allow_empty: bool = False, domain_key: str | None = None,
+                 probe: dict | None = None, say=print):
         if not specs and not allow_empty:
             raise DataError("no reward function configured (rewards: [])")
+        if probe is not None:
+            specs = dry_call(specs, probe, domain_key=domain_key, say=say)
         self._scorer = RewardScorer(specs, domain_key=domain_key) if specs else None
         self.names = [s.name for s in specs]
         self._first = True
@@ -68,11 +76,84 @@ class Scorer:
                 f"rewards: {name!r} cannot be called as {text}; every sample of the first batch failed "
                 f"with it (the columns passed: {keys}). Fix the function's signature or the data "
                 "(docs/rewards.md, 'How a function is called')")
+        if first:
+            _refuse_total_failure(result, len(completions))
         return result
 
     def close(self) -> None:
         if self._scorer is not None:
             self._scorer.close()
+
+
+def _refuse_total_failure(result: ScoreResult, size: int) -> None:
+    """A function (every row its own) that raised on every sample of the first batch stops the run:
+    it would fail every sample of every step."""
+    for name in result.names:
+        if size >= 2 and not result.routes.get(name) and result.failures[name]["exception"] == size:
+            raise RewardCallError(f"rewards: {name!r} raised on every one of the {size} samples of the first batch: "
+                                  f"{exception_line(result.errors.get(name, ''))}\n{result.errors.get(name, '')}")
+
+
+DRY_COMPLETION = "0"
+"""The completion of the dry call before step 1 (a short answer; TRL-style code that expects a
+message list fails on it as it would on any text)."""
+
+
+def exception_line(error: str) -> str:
+    """``ValueError: bad reward`` out of a failure's text (a traceback, maybe with a note after it)."""
+    lines = [line for line in error.split("\n") if line.strip()]
+    last = [line for line in lines if not line[0].isspace() and not line.startswith(("Traceback", "note:"))]
+    return (last[-1] if last else error.strip())[:500]
+
+
+def _probe_batch(record: dict) -> tuple[list, list, dict, list | None]:
+    prompt = record.get("prompt")
+    chat = prompt if isinstance(prompt, list) else None
+    text = prompt if isinstance(prompt, str) else "\n".join(
+        str(m.get("content", "")) for m in (chat or []) if isinstance(m, dict))
+    columns = {k: [v] for k, v in record.items() if k != "prompt"}
+    return [text], [DRY_COMPLETION], columns, [chat] if chat is not None else None
+
+
+def dry_call(specs: list[RewardSpec], record: dict, *, domain_key: str | None = None, say=print) -> list[RewardSpec]:
+    """Each reward function of your own (``module:function`` / ``file.py:function``) called once on
+    ``record`` (the first data row) with the completion :data:`DRY_COMPLETION`, as the run will call
+    it. Returns the specs, a TRL function switched to TRL's call where it fails on text but not on
+    message lists; raises :class:`RewardCallError` (exit 2) for a function that cannot take the call
+    (a binding error, or a failure on the shape of its arguments), naming it and its exception.
+    Another exception is said as a warning: it may be the placeholder completion's."""
+    from .loader import RECIPE_ATTR, load_reward
+
+    prompts, completions, columns, chat = _probe_batch(record)
+    out = []
+    for spec in specs:
+        recipe = getattr(spec.fn, RECIPE_ATTR, None)
+        if recipe is None or ":" not in recipe[0]:  # a built-in: tested with the library
+            out.append(spec)
+            continue
+        result = score_batch([spec], prompts, completions, columns, chat_prompts=chat, completion_ids=[[0]], domain_key=domain_key)
+        if not result.failures[spec.name]["exception"]:
+            out.append(spec)
+            continue
+        error = result.errors.get(spec.name, "")
+        shape = looks_like_chat_shape_error(error) or spec.name in result.call_errors
+        if chat is not None and looks_like_chat_shape_error(error) \
+                and PlannedReward.of(spec.fn).plan.style == "positional" and "call_style" not in recipe[1]:
+            trl = replace(spec, fn=load_reward(recipe[0], call_style="trl", **recipe[1]))
+            if not score_batch([trl], prompts, completions, columns, chat_prompts=chat, completion_ids=[[0]], domain_key=domain_key).failures[spec.name]["exception"]:
+                say(f"note: rewards: {spec.name!r} fails on text but runs on chat messages: steadyrl calls it TRL's "
+                    "way (prompts[i] the prompt's message list, completions[i] [{'role': 'assistant', 'content': "
+                    "text}]; docs/rewards.md, 'How a function is called')")
+                out.append(trl)
+                continue
+        call = describe_call(spec.fn, prompts, completions, columns)
+        what = (f"rewards: {spec.name!r} raised {exception_line(error)} on a dry call before step 1 (the first "
+                f"data row, completion {DRY_COMPLETION!r}, called as {call})")
+        if shape:
+            raise RewardCallError(f"{what}; it would fail every sample of the run:\n{error}")
+        say(f"warning: {what}; check it scores such a completion (0.0 or None), not raises")
+        out.append(spec)
+    return out
 
 
 def score_episodes(scorer, samples: list, gen, *, environment: bool) -> ScoreResult:
