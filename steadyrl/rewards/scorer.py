@@ -3,10 +3,9 @@
 * :class:`Scorer` wraps :class:`~steadyrl.rewards.scoring.RewardScorer` for
   :class:`~steadyrl.data.prompts.PromptItem` s (their text, their columns as keyword lists, their
   chat messages), keeping the reward functions' worker processes for the whole run;
-* :func:`dry_call`: before step 1, each function of your own called once on the first row with a
-  placeholder completion: a function that cannot take its arguments stops the run (exit 2) naming
-  it and its exception; a TRL function ``def f(prompts, completions, ...)`` that fails on text as if
-  it expected TRL's message lists is called TRL's way from then on (a note says so);
+* :func:`dry_call`: before step 1 on chat data, a TRL function ``def f(prompts, completions, ...)``
+  of your own that fails on text as if it expected TRL's message lists is called TRL's way from
+  then on (a note says so); one that fails on both stops the run (exit 2) naming its exception;
 * :func:`score_episodes` calls it on a :class:`~steadyrl.rollout.base.Generation`'s transcripts
   (the reward functions also receive the turn list as the keyword ``turns``) and adds the
   environment's episode reward, logged as the reward ``environment``; an episode whose
@@ -76,22 +75,11 @@ class Scorer:
                 f"rewards: {name!r} cannot be called as {text}; every sample of the first batch failed "
                 f"with it (the columns passed: {keys}). Fix the function's signature or the data "
                 "(docs/rewards.md, 'How a function is called')")
-        if first:
-            _refuse_total_failure(result, len(completions))
         return result
 
     def close(self) -> None:
         if self._scorer is not None:
             self._scorer.close()
-
-
-def _refuse_total_failure(result: ScoreResult, size: int) -> None:
-    """A function (every row its own) that raised on every sample of the first batch stops the run:
-    it would fail every sample of every step."""
-    for name in result.names:
-        if size >= 2 and not result.routes.get(name) and result.failures[name]["exception"] == size:
-            raise RewardCallError(f"rewards: {name!r} raised on every one of the {size} samples of the first batch: "
-                                  f"{exception_line(result.errors.get(name, ''))}\n{result.errors.get(name, '')}")
 
 
 DRY_COMPLETION = "0"
@@ -116,43 +104,52 @@ def _probe_batch(record: dict) -> tuple[list, list, dict, list | None]:
 
 
 def dry_call(specs: list[RewardSpec], record: dict, *, domain_key: str | None = None, say=print) -> list[RewardSpec]:
-    """Each reward function of your own (``module:function`` / ``file.py:function``) called once on
-    ``record`` (the first data row) with the completion :data:`DRY_COMPLETION`, as the run will call
-    it. Returns the specs, a TRL function switched to TRL's call where it fails on text but not on
-    message lists; raises :class:`RewardCallError` (exit 2) for a function that cannot take the call
-    (a binding error, or a failure on the shape of its arguments), naming it and its exception.
-    Another exception is said as a warning: it may be the placeholder completion's."""
+    """On chat data (``record``, the first data row, has a message-list prompt): each reward function
+    of your own (``module:function`` / ``file.py:function``) that steadyrl calls its own way (text,
+    positionally) is called once on ``record`` with the completion :data:`DRY_COMPLETION`. One that
+    fails on text as TRL code does (``c[0]["content"]`` on a str) but runs on TRL's message lists is
+    switched to TRL's call (a note says so); one that fails both ways raises
+    :class:`RewardCallError` (exit 2) naming it and its exception; another exception is said as a
+    warning (it may be the placeholder's). Text data, built-ins and TRL-style functions are not
+    called: nothing changes for them."""
     from .loader import RECIPE_ATTR, load_reward
 
     prompts, completions, columns, chat = _probe_batch(record)
+    if chat is None:
+        return list(specs)
+
+    def once(spec: RewardSpec) -> ScoreResult:
+        return score_batch([spec], prompts, completions, columns, chat_prompts=chat, completion_ids=[[0]],
+                           domain_key=domain_key)
+
     out = []
     for spec in specs:
         recipe = getattr(spec.fn, RECIPE_ATTR, None)
-        if recipe is None or ":" not in recipe[0]:  # a built-in: tested with the library
+        if recipe is None or ":" not in recipe[0] or "call_style" in recipe[1] \
+                or PlannedReward.of(spec.fn).plan.style != "positional":
             out.append(spec)
             continue
-        result = score_batch([spec], prompts, completions, columns, chat_prompts=chat, completion_ids=[[0]], domain_key=domain_key)
-        if not result.failures[spec.name]["exception"]:
-            out.append(spec)
-            continue
+        result = once(spec)
         error = result.errors.get(spec.name, "")
-        shape = looks_like_chat_shape_error(error) or spec.name in result.call_errors
-        if chat is not None and looks_like_chat_shape_error(error) \
-                and PlannedReward.of(spec.fn).plan.style == "positional" and "call_style" not in recipe[1]:
-            trl = replace(spec, fn=load_reward(recipe[0], call_style="trl", **recipe[1]))
-            if not score_batch([trl], prompts, completions, columns, chat_prompts=chat, completion_ids=[[0]], domain_key=domain_key).failures[spec.name]["exception"]:
-                say(f"note: rewards: {spec.name!r} fails on text but runs on chat messages: steadyrl calls it TRL's "
-                    "way (prompts[i] the prompt's message list, completions[i] [{'role': 'assistant', 'content': "
-                    "text}]; docs/rewards.md, 'How a function is called')")
-                out.append(trl)
-                continue
+        if not result.failures[spec.name]["exception"] or spec.name in result.call_errors:
+            out.append(spec)  # a call its signature cannot take: the first batch says so, as always
+            continue
         call = describe_call(spec.fn, prompts, completions, columns)
         what = (f"rewards: {spec.name!r} raised {exception_line(error)} on a dry call before step 1 (the first "
                 f"data row, completion {DRY_COMPLETION!r}, called as {call})")
-        if shape:
-            raise RewardCallError(f"{what}; it would fail every sample of the run:\n{error}")
-        say(f"warning: {what}; check it scores such a completion (0.0 or None), not raises")
-        out.append(spec)
+        if not looks_like_chat_shape_error(error):
+            say(f"warning: {what}; check it scores such a completion (0.0 or None), not raises")
+            out.append(spec)
+            continue
+        trl = replace(spec, fn=load_reward(recipe[0], call_style="trl", **recipe[1]))
+        again = once(trl)
+        if again.failures[spec.name]["exception"]:
+            raise RewardCallError(f"{what}, and raised {exception_line(again.errors.get(spec.name, ''))} when called "
+                                  "TRL's way (message lists): it would fail every sample of the run:\n" + error)
+        say(f"note: rewards: {spec.name!r} fails on text but runs on chat messages: steadyrl calls it TRL's way "
+            "(prompts[i] the prompt's message list, completions[i] [{'role': 'assistant', 'content': text}]; "
+            "docs/rewards.md, 'How a function is called')")
+        out.append(trl)
     return out
 
 
@@ -205,6 +202,7 @@ def _with_environment(result: ScoreResult, episodes) -> ScoreResult:
         elapsed_s={**result.elapsed_s, ENVIRONMENT_REWARD: sum(e.env_time_s for e in episodes)},
         domains=result.domains,  # the environment's reward applies to every domain
         routes=result.routes,
+        declined=result.declined,
     )
 
 
@@ -239,4 +237,5 @@ def _with_agent(result: ScoreResult, episodes) -> ScoreResult:
         elapsed_s={**result.elapsed_s, AGENT_REWARD: 0.0},
         domains=result.domains,
         routes=result.routes,
+        declined=result.declined,
     )

@@ -1,7 +1,7 @@
 """The dry call before step 1 (issue 33, item 2): TRL's ``def f(prompts, completions, answer,
-**kwargs)`` reading ``c[0]["content"]`` is called TRL's way on chat data; a function that cannot
-take its arguments stops the run before step 1 naming itself and its exception; a function that
-raises on every sample of the first batch stops it there."""
+**kwargs)`` reading ``c[0]["content"]`` is called TRL's way on chat data; one that fails on text
+and on message lists stops the run before step 1 naming itself and its exception; text data and
+functions that work are not touched."""
 
 import pytest
 
@@ -19,6 +19,10 @@ def correct(prompts, completions, answer, **kwargs):
 
 def works(prompts, completions, **kwargs):
     return [0.0] * len(completions)
+
+
+def broken(prompts, completions, **kwargs):
+    return [float(c["content"] == "4") for c in completions]
 
 
 def picky(prompts, completions, **kwargs):
@@ -46,17 +50,23 @@ def test_a_trl_function_that_fails_on_text_is_called_trls_way_on_chat_data(tmp_p
     assert len(said) == 1 and "'correct' fails on text but runs on chat messages" in said[0]
 
 
-def test_the_same_function_on_text_data_stops_the_run_naming_it_and_its_exception(tmp_path):
+def test_a_function_failing_on_text_and_on_messages_stops_the_run_naming_it_and_its_exception(tmp_path):
     with pytest.raises(RewardCallError) as err:
-        dry_call([_spec(tmp_path, "correct")], {"prompt": "2+2?", "answer": "4"}, say=print)
+        dry_call([_spec(tmp_path, "broken")], CHAT_ROW, say=print)
     first = str(err.value).splitlines()[0]
-    assert "'correct' raised TypeError: string indices must be integers" in first
-    assert "dry call before step 1" in first and "called as correct(prompts, completions, answer=...)" in first
+    assert "'broken' raised TypeError: string indices must be integers" in first
+    assert "dry call before step 1" in first and "called as broken(prompts, completions, answer=...)" in first
+    assert "raised TypeError: list indices must be integers or slices, not str when called TRL's way" in first
+
+
+def test_text_data_is_not_dry_called(tmp_path):
+    spec = _spec(tmp_path, "broken")
+    assert dry_call([spec], {"prompt": "2+2?", "answer": "4"}, say=print) == [spec]
 
 
 def test_another_exception_on_the_placeholder_is_a_warning_not_a_stop(tmp_path):
     said = []
-    specs = dry_call([_spec(tmp_path, "picky")], {"prompt": "2+2?", "answer": "4"}, say=said.append)
+    specs = dry_call([_spec(tmp_path, "picky")], CHAT_ROW, say=said.append)
     assert [s.name for s in specs] == ["picky"]
     assert len(said) == 1 and said[0].startswith("warning: rewards: 'picky' raised IndexError")
 
@@ -67,24 +77,3 @@ def test_builtins_and_working_functions_pass_unchanged(tmp_path):
     specs = [RewardSpec("math", load_reward("math")), _spec(tmp_path, "works")]
     said = []
     assert dry_call(specs, CHAT_ROW, say=said.append) == specs and said == []
-
-
-def test_a_function_that_raises_on_every_sample_of_the_first_batch_stops_the_run():
-    def broken(prompts, completions, **kwargs):
-        raise KeyError("score")
-
-    items = [PromptItem(text="q", ids=[1], columns={})] * 3
-    scorer = Scorer([RewardSpec("broken", broken, isolation="inline")])
-    with pytest.raises(RewardCallError, match=r"'broken' raised on every one of the 3 samples of the first batch: "
-                                              r"KeyError: 'score'"):
-        scorer(items, ["a", "b", "c"])
-
-
-def test_a_function_failing_on_some_samples_only_does_not_stop_the_run():
-    def half(prompts, completions, **kwargs):
-        return [1.0 if len(c) > 1 else float("x") for c in completions]
-
-    items = [PromptItem(text="q", ids=[1], columns={})] * 2
-    scorer = Scorer([RewardSpec("half", half, isolation="inline", chunk_size=1)])
-    result = scorer(items, ["a", "bb"])
-    assert result.valid.tolist() == [False, True]

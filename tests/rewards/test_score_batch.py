@@ -103,12 +103,13 @@ def test_scores_are_the_weighted_sum_of_the_functions(isolation):
     assert all(result.failed(n) == 0 for n in result.names)
 
 
-def test_none_nan_and_inf_invalidate_only_their_samples():
+def test_nan_and_inf_invalidate_only_their_samples_and_none_beside_a_score_does_not_apply():
     result = score_batch([spec(ones), spec(holes)], PROMPTS, COMPLETIONS, isolation="inline")
-    assert result.valid.tolist() == [True, False, False, False]
-    assert result.scores.tolist() == [2.0, 0.0, 0.0, 0.0]
+    assert result.valid.tolist() == [True, True, False, False]  # sample 1: holes' None, ones' score (TRL's idiom)
+    assert result.scores.tolist() == [2.0, 1.0, 0.0, 0.0]
     assert not torch.isnan(result.scores).any()
-    assert result.failures["holes"] == {"exception": 0, "timeout": 0, "none": 1, "nonfinite": 2}
+    assert result.failures["holes"] == {"exception": 0, "timeout": 0, "none": 0, "nonfinite": 2}
+    assert result.applies("holes") == [True, False, True, True]
     assert math.isnan(result.raw["holes"][2])  # raw keeps what the function said
 
 
@@ -219,12 +220,12 @@ def test_reward_metrics_follow_the_documented_names():
         "reward/length/mean": 2.5,
         "reward/length/failed": 0.0,
         "reward/holes/mean": 1.0,
-        "reward/holes/failed": 3.0,
-        "reward/mean": 1.5,  # only sample 0 is valid: 0.5 * 1 + 1
-        "reward/std": 0.0,
-        "reward/min": 1.5,
+        "reward/holes/failed": 2.0,
+        "reward/mean": 1.25,  # samples 0 (0.5 * 1 + 1) and 1 (0.5 * 2; holes' None: it does not apply)
+        "reward/std": 0.25,
+        "reward/min": 1.0,
         "reward/max": 1.5,
-        "reward/valid_frac": 0.25,
+        "reward/valid_frac": 0.5,
     }
 
 
