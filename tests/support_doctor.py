@@ -103,6 +103,7 @@ INJECTIONS = {
     "skipped_steps": _skipped,
     "dominance": _dominance,
     "staleness": lambda rows, samples: _set(rows, "rollout/staleness_mean", lambda s: 3.0),
+    "failed_episodes": lambda rows, samples: _set(rows, "rollout/failed_episode_frac", lambda s: 0.19 + 0.25 * (s % 2)),
 }
 """Detector name -> ``fn(rows, samples)`` that injects the problem it must name first."""
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from . import learning, policy  # noqa: F401  (fill DETECTORS)
+from . import episodes, learning, policy  # noqa: F401  (fill DETECTORS)
 from .findings import DETECTORS, Finding, register_detector
 from .report import render
 from .run import RunData, load_run

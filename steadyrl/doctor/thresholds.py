@@ -52,6 +52,8 @@ class Thresholds:
                                 "of the samples.")
     staleness_max: float = _t(2.0, "Staleness: mean rollout/staleness_mean above this many policy versions ...")
     tis_clip_max: float = _t(0.2, "... or, with stale batches, late mean rollout/tis_clip_frac above this.")
+    failed_episodes_max: float = _t(0.05, "Failed episodes: mean rollout/failed_episode_frac over the run (episodes "
+                                    "whose agent or environment raised, timed out or returned no number) above this.")
 
     @classmethod
     def help(cls) -> dict[str, tuple[float, str]]:
