@@ -17,6 +17,7 @@ the field), 1 on a run-time failure.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -309,7 +310,18 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def no_bars_without_a_tty() -> None:
+    """Libraries' tqdm bars (transformers' GGUF de-quantising, weight loading) written to a log are
+    thousands of carriage-returned lines: without a terminal on stderr they are turned off
+    (``TQDM_DISABLE``, read when tqdm is imported: so before anything imports it; a value already
+    set wins). steadyrl's own progress prints plain lines there (:mod:`steadyrl.progress`)."""
+    isatty = getattr(sys.stderr, "isatty", None)
+    if not (isatty and isatty()):
+        os.environ.setdefault("TQDM_DISABLE", "1")
+
+
 def main(argv: list[str] | None = None) -> int:
+    no_bars_without_a_tty()
     args = _parse(argv)
     try:
         return _run(args)
