@@ -1,7 +1,7 @@
 """The ``steadyrl`` command line: argument parsing only; the work lives in the layers below.
 
     steadyrl train [CONFIG.yaml] [--output-dir DIR] [--resume] [--overwrite] [key=value ...]
-    steadyrl eval [CONFIG.yaml] [--output-dir DIR [--trust-run-code] | --model PATH] [key=value ...]
+    steadyrl eval [CONFIG.yaml] [--output-dir DIR [--step N] [--trust-run-code] | --model PATH] [key=value ...]
     steadyrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
     steadyrl export RUN_DIR [OUT] [--step N] [--merge-lora] [--trust-run-code] [--push-to-hub REPO [--private]]
     steadyrl doctor RUN_DIR [--output FILE] [--set NAME=VALUE ...]
@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     group = ev.add_mutually_exclusive_group()
     group.add_argument("--output-dir", help="a run directory: its config and newest checkpoint")
     group.add_argument("--model", help="a model directory or hub name to evaluate")
+    ev.add_argument("--step", type=int, help="with --output-dir: the checkpoint of this step (default: the newest)")
     ev.add_argument("--trust-run-code", action="store_true",
                     help="with --output-dir and no CONFIG: run the code the run's config.yaml names (reward "
                          "functions from files or modules, model.trust_remote_code); without it such a run "
@@ -178,8 +179,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "eval":
         from .trainer import evaluate_run
 
+        if args.step is not None and args.output_dir is None:
+            raise ConfigError(f"--step {args.step}: give the run with --output-dir RUN_DIR (a step is a checkpoint "
+                              "of a run)")
         evaluate_run(path, overrides, output_dir=args.output_dir, model=args.model,
-                     trust_run_code=args.trust_run_code)
+                     trust_run_code=args.trust_run_code, step=args.step)
         return 0
     raise AssertionError(args.command)
 

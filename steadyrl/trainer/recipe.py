@@ -41,7 +41,7 @@ from ..run import checkpoint as ckpt
 from ..run.asynchronous import start_rollouts
 from ..run.directory import RunLock, check_saved_config
 from ..run.evaluate import run_eval
-from ..run.export import write_final
+from ..run.export import find_checkpoint, write_final
 from ..run.preemption import SigtermStop
 from ..run.report import count_empty, halt_if_stuck, log_eval, report_step, sample_rows, write_summary
 from ..run.start import claim_run_dir, load_run_config, prepare_run_dir, resume_hint_on_interrupt
@@ -220,7 +220,7 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
 
 
 def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | None = None,
-                 model: str | None = None, trust_run_code: bool = False) -> dict:
+                 model: str | None = None, trust_run_code: bool = False, step: int | None = None) -> dict:
     """Run ``steadyrl eval``: a run directory's newest checkpoint, or a model, on held-out prompts.
     The code a run directory's own config names is run only with ``trust_run_code`` (:mod:`steadyrl.run.trust`)."""
     if output_dir is not None:
@@ -233,6 +233,8 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
         if latest is None:
             raise ConfigError(f"--output-dir {output_dir!r} has no checkpoint to evaluate")
+        if step is not None:  # an older checkpoint (--step N): one of those kept, or an error naming them
+            latest = find_checkpoint(run_dir, step)
         config = load_config(path or saved, overrides)
         if path is None:
             check_run_code(config, run_dir, trust_run_code)
