@@ -154,7 +154,10 @@ def task_inputs(config: Config, *, for_eval: bool = False):
     alone = config.rollout.environment is not None or config.rollout.agent is not None  # their rewards alone
     # a dry call of your own functions on the first row, before step 1 (episodes add columns: not there)
     probe = None if alone or config.rollout.multi_turn else next(iter(train or evals or []), None)
-    return train, evals, Scorer(specs, allow_empty=alone, domain_key=config.data.domain_key, probe=probe), parts
+    # the demo's own reward, with no rewards: written, scores only what a rollout.agent left to it (None)
+    fallback = config.is_demo and not config.rewards and config.rollout.agent is not None
+    return train, evals, Scorer(specs, allow_empty=alone, domain_key=config.data.domain_key, probe=probe,
+                                agent_fallback=fallback), parts
 
 
 def check_task(config: Config, *, for_eval: bool = False, quiet: bool = False):

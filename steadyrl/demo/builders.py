@@ -136,8 +136,8 @@ class DemoTask:
         train, evals, specs = demo_task(config)
         train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval, quiet=quiet,
                                                               demo=(train, evals))
-        if config.rollout.environment is not None or config.rollout.agent is not None:
-            specs = []  # the environment's or the agent's rewards alone, as rewards: [] on a data task
+        if config.rollout.environment is not None:  # the environment's rewards alone
+            specs = []
         return train, evals, train_parts, eval_parts, specs
 
     def check_model(self, config: Config, inputs) -> None:

@@ -45,7 +45,7 @@ class Scorer:
     domains (``RewardSpec.domains``)."""
 
     def __init__(self, specs: list[RewardSpec], *, allow_empty: bool = False, domain_key: str | None = None,
-                 probe: dict | None = None, say=print):
+                 probe: dict | None = None, say=print, agent_fallback: bool = False):
         if not specs and not allow_empty:
             raise DataError("no reward function configured (rewards: [])")
         if probe is not None:
@@ -53,6 +53,9 @@ class Scorer:
         self._scorer = RewardScorer(specs, domain_key=domain_key) if specs else None
         self.names = [s.name for s in specs]
         self._first = True
+        # the functions score only the episodes whose rollout.agent returned None (the demo's default
+        # reward): an agent's number is then the score alone, as with rewards: [] on a data task
+        self.agent_fallback = agent_fallback
 
     def __call__(self, prompts: list[PromptItem], completions: list[str],
                  completion_ids: list[list[int]] | None = None, extra_columns: dict | None = None,
@@ -163,7 +166,7 @@ def score_episodes(scorer, samples: list, gen, *, environment: bool) -> ScoreRes
     if not gen.episodes:
         return result
     if any(e.gateway for e in gen.episodes):
-        return _with_agent(result, gen.episodes)
+        return _with_agent(result, gen.episodes, fallback=getattr(scorer, "agent_fallback", False))
     if environment:
         return _with_environment(result, gen.episodes)
     return _without_failed(result, gen.episodes)
@@ -206,16 +209,20 @@ def _with_environment(result: ScoreResult, episodes) -> ScoreResult:
     )
 
 
-def _with_agent(result: ScoreResult, episodes) -> ScoreResult:
+def _with_agent(result: ScoreResult, episodes, *, fallback: bool = False) -> ScoreResult:
     """``rollout.agent`` episodes: the reward the agent returned is added to the reward functions'
     score (as an environment's is; with ``rewards: []`` it is the score); an agent that returned
     None leaves the score to the reward functions (invalid when there are none); a failed episode
-    (the agent raised, timed out, returned something else) is invalid."""
+    (the agent raised, timed out, returned something else) is invalid. With ``fallback`` (the demo's
+    own reward, no ``rewards:`` written) the functions score only the episodes whose agent returned
+    None: an agent's number is the score alone."""
     failed = torch.tensor([e.failed for e in episodes], dtype=torch.bool)
     given = torch.tensor([e.agent_reward is not None for e in episodes], dtype=torch.bool)
     returned = torch.tensor([e.agent_reward or 0.0 for e in episodes], dtype=torch.float64)
     functions = bool(result.names)
     valid = ~failed & (result.valid if functions else given)
+    if fallback and functions:
+        valid = ~failed & (given | result.valid)
     errors = dict(result.errors)
     first_error = next((e.error for e in episodes if e.failed and e.error), None)
     if first_error:
@@ -230,7 +237,8 @@ def _with_agent(result: ScoreResult, episodes) -> ScoreResult:
         names=[*result.names, AGENT_REWARD],
         weights={**result.weights, AGENT_REWARD: 1.0},
         raw={**result.raw, AGENT_REWARD: raw},
-        scores=torch.where(valid, result.scores + returned, torch.zeros_like(returned)),
+        scores=torch.where(valid, torch.where(given, returned, result.scores) if fallback and functions
+                           else result.scores + returned, torch.zeros_like(returned)),
         valid=valid,
         failures={**result.failures, AGENT_REWARD: failures},
         errors=errors,

@@ -46,11 +46,24 @@ def test_an_agents_tool_calls_show_in_the_transcript():
     assert lines[2] == "  tool (calculate): 10063"
 
 
-def test_the_demo_with_an_agent_scores_with_the_agents_reward_alone():
-    from steadyrl.config import load_config
-    from steadyrl.demo.builders import DemoTask
+def test_on_the_demo_an_agents_number_is_the_score_alone_and_none_is_left_to_the_demos_reward():
+    import torch
 
-    config = load_config(None, ["demo.task=tool", "rollout.tools=[]",
-                                "rollout.agent=examples/calculator_agent.py:run_episode"])
-    *_, specs = DemoTask().records(config, for_eval=False, quiet=True)
-    assert specs == []  # as rewards: [] on a data task: a correct episode scores 1, not 1 + the demo's 1
+    from steadyrl.rewards.scorer import score_episodes
+    from steadyrl.rewards.scoring import ScoreResult
+
+    class DemoReward:  # what the demo's answer reward said: both episodes right
+        agent_fallback = True
+
+        def __call__(self, samples, completions, ids, extra_columns=None, chat_completions=None):
+            return ScoreResult(names=["answer"], weights={"answer": 1.0}, raw={"answer": [1.0, 1.0]},
+                               scores=torch.tensor([1.0, 1.0], dtype=torch.float64),
+                               valid=torch.tensor([True, True]), failures={"answer": {}})
+
+    episodes = [SimpleNamespace(gateway=True, failed=False, error=None, agent_reward=1.0, messages=[], chat=[]),
+                SimpleNamespace(gateway=True, failed=False, error=None, agent_reward=None, messages=[], chat=[])]
+    gen = SimpleNamespace(episodes=episodes, completions=["a", "b"], response_ids=torch.ones(2, 1, dtype=torch.long),
+                          response_mask=torch.ones(2, 1, dtype=torch.long))
+    result = score_episodes(DemoReward(), [None, None], gen, environment=False)
+    assert result.scores.tolist() == [1.0, 1.0]  # the agent's 1 alone (it was 2), and the demo's 1 for None
+    assert result.valid.tolist() == [True, True]
