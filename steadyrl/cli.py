@@ -1,7 +1,7 @@
 """The ``steadyrl`` command line: argument parsing only; the work lives in the layers below.
 
     steadyrl train [CONFIG.yaml] [--output-dir DIR] [--resume] [--overwrite] [key=value ...]
-    steadyrl eval [CONFIG.yaml] [--output-dir DIR [--trust-run-code] | --model PATH] [key=value ...]
+    steadyrl eval [CONFIG.yaml] [--output-dir DIR [--step N] [--trust-run-code] | --model PATH] [key=value ...]
     steadyrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
     steadyrl export RUN_DIR [OUT] [--overwrite] [--step N] [--merge-lora] [--trust-run-code]
                     [--push-to-hub REPO [--public]]
@@ -18,6 +18,7 @@ the field), 1 on a run-time failure.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     group = ev.add_mutually_exclusive_group()
     group.add_argument("--output-dir", help="a run directory: its config and newest checkpoint")
     group.add_argument("--model", help="a model directory or hub name to evaluate")
+    ev.add_argument("--step", type=int, help="with --output-dir: the checkpoint of this step (default: the newest)")
     ev.add_argument("--trust-run-code", action="store_true",
                     help="with --output-dir and no CONFIG: run the code the run's config.yaml names (reward "
                          "functions from files or modules, model.trust_remote_code); without it such a run "
@@ -192,8 +194,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "eval":
         from .trainer import evaluate_run
 
+        if args.step is not None and args.output_dir is None:
+            raise ConfigError(f"--step {args.step}: give the run with --output-dir RUN_DIR (a step is a checkpoint "
+                              "of a run)")
         evaluate_run(path, overrides, output_dir=args.output_dir, model=args.model,
-                     trust_run_code=args.trust_run_code)
+                     trust_run_code=args.trust_run_code, step=args.step)
         return 0
     raise AssertionError(args.command)
 
@@ -332,10 +337,21 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def no_bars_without_a_tty() -> None:
+    """Libraries' tqdm bars (transformers' GGUF de-quantising, weight loading) written to a log are
+    thousands of carriage-returned lines: without a terminal on stderr they are turned off
+    (``TQDM_DISABLE``, read when tqdm is imported: so before anything imports it; a value already
+    set wins). steadyrl's own progress prints plain lines there (:mod:`steadyrl.progress`)."""
+    isatty = getattr(sys.stderr, "isatty", None)
+    if not (isatty and isatty()):
+        os.environ.setdefault("TQDM_DISABLE", "1")
+
+
 def main(argv: list[str] | None = None) -> int:
     from .secrets import redacting_excepthook
 
     sys.excepthook = redacting_excepthook  # a crash's traceback: secrets redacted by value (issue 30, item 12)
+    no_bars_without_a_tty()
     args = _parse(argv)
     try:
         return _run(args)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .errors import ModelLoadError
 from .gguf_header import check_header
+from .model_files import share_like_the_config
 
 GGUF_MAGIC = b"GGUF"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -211,4 +212,5 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, *, dtype: str = "fl
     out.mkdir(parents=True)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
+    share_like_the_config(out)  # safetensors writes 0600
     return out

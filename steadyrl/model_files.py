@@ -144,3 +144,17 @@ def check_model_paths(config, model_path: str) -> None:
         check_model_source("model.tokenizer", m.tokenizer)
     if config.algorithm.advantage_estimator == "gae" and m.critic_name_or_path:
         check_model_source("model.critic_name_or_path", m.critic_name_or_path)
+
+
+def share_like_the_config(directory: Path) -> None:
+    """Give the weight files in ``directory`` (``*.safetensors``, any depth) the permissions of the
+    ``config.json`` written beside them (the umask's, usually 0644): the safetensors library writes
+    its files 0600 whatever the umask, so a model directory another user or a serving container
+    reads was half unreadable."""
+    directory = Path(directory)
+    for weights in directory.rglob("*.safetensors"):
+        config = weights.parent / "config.json"
+        if not config.is_file():
+            config = directory / "config.json"
+        mode = config.stat().st_mode & 0o777 if config.is_file() else 0o644
+        os.chmod(weights, mode)

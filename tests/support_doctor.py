@@ -104,6 +104,7 @@ INJECTIONS = {
     "dominance": _dominance,
     "staleness": lambda rows, samples: _set(rows, "rollout/staleness_mean", lambda s: 3.0),
     "lost_updates": lambda rows, samples: _set(rows, "actor/params_changed_frac", lambda s: 0.012),
+    "failed_episodes": lambda rows, samples: _set(rows, "rollout/failed_episode_frac", lambda s: 0.19 + 0.25 * (s % 2)),
 }
 """Detector name -> ``fn(rows, samples)`` that injects the problem it must name first."""
 

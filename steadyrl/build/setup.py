@@ -208,7 +208,10 @@ def build_models(config: Config, model_path: str, device: torch.device, plan=Non
     use_autocast(policy, plan, device.type)  # before the reference copy and LoRA: both inherit it
     if m.gradient_checkpointing:
         # non-reentrant: the reentrant variant (transformers 4's default) breaks DDP's gradient hooks
-        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(policy, "activation_checkpointing_enable"):  # transformers 5's name (the old one warns)
+            policy.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         policy.config.use_cache = False
     needs_reference = config.algorithm.kl_mode != "none" and config.algorithm.kl_coef > 0
     reference, adapter_reference = None, False

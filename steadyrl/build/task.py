@@ -152,7 +152,12 @@ def task_inputs(config: Config, *, for_eval: bool = False):
 
     train, evals, specs, parts = check_task(config, for_eval=for_eval)
     alone = config.rollout.environment is not None or config.rollout.agent is not None  # their rewards alone
-    return train, evals, Scorer(specs, allow_empty=alone, domain_key=config.data.domain_key), parts
+    # a dry call of your own functions on the first row, before step 1 (episodes add columns: not there)
+    probe = None if alone or config.rollout.multi_turn else next(iter(train or evals or []), None)
+    # the demo's own reward, with no rewards: written, scores only what a rollout.agent left to it (None)
+    fallback = config.is_demo and not config.rewards and config.rollout.agent is not None
+    return train, evals, Scorer(specs, allow_empty=alone, domain_key=config.data.domain_key, probe=probe,
+                                agent_fallback=fallback), parts
 
 
 def check_task(config: Config, *, for_eval: bool = False, quiet: bool = False):

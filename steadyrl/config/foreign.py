@@ -63,6 +63,19 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "adam_beta1": (_TRL, "optim.betas (a pair: [beta1, beta2])"),
     "adam_beta2": (_TRL, "optim.betas (a pair: [beta1, beta2])"),
     "adam_epsilon": (_TRL, "optim.eps"),
+    "warmup_ratio": (_TRL, "optim.warmup_steps (a number of steps: warmup_ratio x trainer.max_steps)"),
+    "repetition_penalty": (_TRL, "nothing: only rollout.temperature, rollout.top_p and rollout.top_k shape the sampling "
+                                 "(the trainer recomputes exactly that distribution's log-probs)"),
+    "min_p": (_TRL, "nothing: only rollout.temperature, rollout.top_p and rollout.top_k shape the sampling"),
+    "generation_kwargs": (_TRL, "rollout.temperature, rollout.top_p, rollout.top_k (nothing else shapes the sampling)"),
+    "sync_ref_model": (_TRL, "nothing: the reference policy is the starting model for the whole run "
+                             "(algorithm.kl_mode=none for none)"),
+    "ref_model_sync_steps": (_TRL, "nothing: the reference policy is never synced (algorithm.kl_mode=none for none)"),
+    "ref_model_mixup_alpha": (_TRL, "nothing: the reference policy is never synced (algorithm.kl_mode=none for none)"),
+    "log_completions": (_TRL, "trainer.samples_every (a table of completions every N steps in samples.jsonl)"),
+    "num_completions_to_print": (_TRL, "trainer.samples_every (a table of completions every N steps in samples.jsonl)"),
+    "logging_steps": (_TRL, "nothing: every step is logged (metrics.jsonl)"),
+    "vllm_mode": (_TRL, "rollout.engine=vllm (colocate; server mode has no equivalent)"),
     "bf16": (_TRL, "model.dtype=auto (float32 weights computed in bfloat16 on a GPU, as TRL's bf16=True; "
                    "model.dtype=bfloat16 stores the weights in bfloat16: docs/precision.md)"),
     "fp16": (_TRL, "model.dtype=float16"),

@@ -142,7 +142,7 @@ class DemoTask:
         return train, evals, train_parts, eval_parts, specs
 
     def check_model(self, config: Config, inputs) -> None:
-        return None  # built by :meth:`model`, in the run directory
+        _refuse_a_model(config)  # the model is built by :meth:`model`, in the run directory
 
     def model(self, config: Config, output_dir: Path, inputs) -> str:
         from ..build.prompts import tokenize_prompts
@@ -163,7 +163,17 @@ class DemoTask:
                 "data.eval_path, or data.eval_path=FILE; a demo run is evaluated with --output-dir RUN_DIR")
 
     def preflight_train(self, config: Config) -> None:
-        return None  # its records are generated and its model built in the run directory
+        _refuse_a_model(config)  # its records are generated and its model built in the run directory
+
+
+def _refuse_a_model(config: Config) -> None:
+    """The demo trains its own model: a ``model.name_or_path`` would be ignored, so it is refused
+    (exit 2), as ``model.gguf_file`` is."""
+    if config.model.name_or_path is not None:
+        raise ConfigError(
+            f"model.name_or_path = {config.model.name_or_path!r} but data.train_path is not set: the built-in "
+            "demo trains its own model and would ignore it; set data.train_path (and data.eval_path) to train "
+            "this model on your data, or leave model.name_or_path unset for the demo")
 
     def preflight_eval(self, config: Config, model_path: str | None, of_run_dir: bool) -> None:
         self.check_eval(config, model_path, of_run_dir)

@@ -151,6 +151,19 @@ def format_transcript(prompt: list[dict] | str, turns: list[dict]) -> str:
     lines = []
     for m in [*messages, *turns]:
         role = m.get("role", "?") + (f" ({m['name']})" if m.get("role") == "tool" and m.get("name") else "")
-        text = str(m.get("content") or "").strip().replace("\n", "\n    ")
+        text = " ".join(filter(None, [str(m.get("content") or "").strip(), *_calls(m)])).replace("\n", "\n    ")
         lines.append(f"  {role}: {text}")
     return "\n".join(lines)
+
+
+def _calls(message: dict) -> list[str]:
+    """An assistant message's tool calls as ``name(arguments)`` (an agent's call has no text of its own)."""
+    import json
+
+    out = []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", call) if isinstance(call, dict) else {}
+        args = fn.get("arguments", "")
+        args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        out.append(f"[call] {fn.get('name', '?')}({args})")
+    return out

@@ -19,6 +19,7 @@ import dataclasses
 from pathlib import Path
 
 from . import learning, policy, precision  # noqa: F401  (fill DETECTORS)
+from . import episodes  # noqa: F401,I001  (after them: the registry's order is the report's)
 from ..files import atomic_write_text
 from ..printable import printable
 from .findings import DETECTORS, Finding, register_detector

@@ -12,6 +12,12 @@ The recipe makes one :class:`LiveDoctor` per run and calls it twice a step:
   with :class:`~steadyrl.errors.DoctorHalted` (exit status 1, the message says how to continue);
 * :meth:`LiveDoctor.finish` at the end of the run: ``report.md`` in the run directory.
 
+The detectors that the final report quiets on a run that solved its prompts (``solved_frac``:
+entropy falling and groups all solved are convergence, :data:`CONVERGENCE_QUIETED`) wait mid-run
+while the reward is still rising (:func:`still_learning`): a run on its way to solving its prompts
+is not called collapsed half-way and healthy at the end. They print once the reward has stopped
+rising short of solved, as the final report would say.
+
 Nothing halts unless ``trainer.halt_on`` asks. A detector that had already fired before a resume
 counts but neither prints nor halts again (continuing a halted run with ``--resume`` trains on).
 Only the main process reads files and prints; the halt decision is shared by every rank.
@@ -26,11 +32,26 @@ from ..errors import DoctorHalted
 from ..tracking.tracker import read_metrics, read_samples
 from . import diagnose
 from .findings import Finding
-from .run import RunData, fmt
+from .run import RunData, fmt, mean, values
 from .thresholds import Thresholds
 
 FINDINGS_METRIC = "health/doctor_findings"
 """Distinct detectors that have fired so far in the run (cumulative), logged every step."""
+
+
+CONVERGENCE_QUIETED = ("entropy_collapse", "zero_variance")
+"""Detectors that stay quiet on a solved run (:func:`steadyrl.doctor.learning.solved`)."""
+
+
+def still_learning(run: RunData, t: Thresholds) -> bool:
+    """``reward/mean`` over the last ``window_frac`` of the steps so far is above the window before
+    it by more than ``reward_rise``: the run is still improving, so whether it will solve its prompts
+    is not known yet."""
+    series = run.series("reward/mean")
+    width = max(2, int(len(series) * t.window_frac))
+    if len(series) < 2 * width:
+        return False
+    return mean(values(series[-width:])) - mean(values(series[-2 * width:-width])) > t.reward_rise
 
 
 def thresholds_from(settings: dict[str, float]) -> Thresholds:
@@ -61,9 +82,12 @@ class LiveDoctor:
             self.rows = [r for r in read_metrics(self.out_dir) if r.get("step", 0) <= upto_step]
             self.fired = {f.detector for f in self._diagnose()}
 
-    def _diagnose(self) -> list[Finding]:
+    def _diagnose(self, *, mid_run: bool = False) -> list[Finding]:
         run = RunData(self.out_dir, self.rows, read_samples(self.out_dir), self.config)
-        return diagnose(run, self.thresholds) if run.steps else []
+        found = diagnose(run, self.thresholds) if run.steps else []
+        if mid_run and still_learning(run, self.thresholds):  # converging or not: not known yet
+            found = [f for f in found if f.detector not in CONVERGENCE_QUIETED]
+        return found
 
     def check(self, step: int, metrics: dict) -> list[Finding]:
         """Add ``health/doctor_findings`` to ``metrics``; every ``every`` steps run the detectors and
@@ -74,7 +98,7 @@ class LiveDoctor:
         if dist.is_main():
             self.rows.append({"step": step, **{k: float(v) for k, v in metrics.items() if _number(v)}})
             if step % self.every == 0:
-                new = [f for f in self._diagnose() if f.detector not in self.fired]
+                new = [f for f in self._diagnose(mid_run=True) if f.detector not in self.fired]
                 for f in new:
                     self.fired.add(f.detector)
                     print(one_line(step, f), flush=True)

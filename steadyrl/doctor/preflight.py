@@ -20,7 +20,8 @@ part of a top-k gap) is negative, and ``sum_f gap_f = G(all) - G(none)``. ``G(no
 engine matched in every factor, is what no factor explains (kernels, the decode path); with it the
 gaps sum to the whole gap. The template round trip adds its own (:mod:`.roundtrip`). Each cause's
 share is its gap over ``G(all)`` (plus the round trip's), so the shares sum to 1 with the ruled-out
-causes (``|gap| < tolerance``). Nothing is written; no reward code runs.
+causes (``|gap| < tolerance``). Nothing is written. :func:`reward_check` then scores the sampled batches
+with the run's rewards (their code runs, as in the run).
 """
 
 from __future__ import annotations
@@ -164,3 +165,36 @@ def _gap_sum(side: _Side, model, spec: EngineSpec, *, reported: bool = False) ->
         total += gap(shown if reported else behaviour, lp, gen.response_mask) * k
         n += k
     return total, n
+
+
+def reward_check(side: _Side) -> tuple[list[str], list[str]]:
+    """The run's rewards on the pre-flight's sampled batches, scored as the run scores them (its data
+    rows' columns, its reward specs, the dry call before step 1): ``(problems, lines)``, a problem
+    for each reward that failed on every sample (it would fail every sample of every step) with its
+    error, a line for each other with its mean over the samples it scored."""
+    from ..build.task import task_inputs
+    from ..rewards.scorer import exception_line
+
+    config = side.config
+    _, _, scorer, _ = task_inputs(config)
+    per_batch = len(side.gens[0].completions) // config.rollout.group_size if side.gens else 0
+    items, _ = _prompts(config, side.tokenizer, per_batch * len(side.gens))
+    problems, lines, raw, errors = [], [], {}, {}
+    try:
+        for b, gen in enumerate(side.gens):
+            part = [p for p in items[b * per_batch:(b + 1) * per_batch] for _ in range(config.rollout.group_size)]
+            result = scorer(part, gen.completions)
+            for name in result.names:
+                raw.setdefault(name, []).extend(result.raw[name])
+                errors.setdefault(name, result.errors.get(name))
+    finally:
+        scorer.close()
+    for name, values in raw.items():
+        scored = [v for v in values if v is not None]
+        if not scored:
+            problems.append(f"reward {name!r} failed on every one of the {len(values)} sampled completions: "
+                            f"{exception_line(errors[name] or 'it returned None for each')}")
+            continue
+        lines.append(f"reward {name!r}: mean {sum(scored) / len(scored):.3g} over {len(scored)} of "
+                     f"{len(values)} sampled completions")
+    return problems, lines

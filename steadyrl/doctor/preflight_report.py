@@ -1,5 +1,6 @@
 """The pre-flight's text (``steadyrl doctor CONFIG``) and its command-line entry: a healthy setup in
-one line; otherwise the gap, the mismatch metrics, and the causes ranked by their share of the gap,
+one line; the run's rewards on the sampled batches (a reward failing on every sample comes first,
+exit 1); otherwise the gap, the mismatch metrics, and the causes ranked by their share of the gap,
 each with its evidence and the config change that removes it. Exit 0 healthy, 1 a cause found."""
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from pathlib import Path
 from .preflight import TOLERANCE, Preflight
 
 
-def render(result: Preflight) -> str:
+def render(result: Preflight, rewards: list[str] = ()) -> str:
     ruled = "; ".join(result.ruled_out) or "nothing"
+    scored = f" Rewards on the sampled completions: {'; '.join(rewards)}." if rewards else ""
     if result.healthy:
         return (f"healthy: {result.setup}: engine and trainer agree, mean |log-ratio| {result.baseline:.3g} per "
-                f"token over {result.tokens} sampled tokens (tolerance {result.tolerance:g}); ruled out: {ruled}.\n")
+                f"token over {result.tokens} sampled tokens (tolerance {result.tolerance:g}); ruled out: {ruled}."
+                f"{scored}\n")
     m = result.metrics
     lines = [f"# steadyrl doctor (pre-flight): {result.setup}", "",
              f"Gap between the engine's sampling distribution and the trainer's log-probs: mean |log-ratio| "
@@ -28,7 +31,7 @@ def render(result: Preflight) -> str:
         listed = sum(c.share for c in result.causes)
         lines += ["", f"The shares are signed Shapley values of the factors (a negative one reduces the gap: that "
                   f"factor offsets another); with the ruled-out ones they sum to the gap (listed: {100 * listed:.0f}%)."]
-    lines += ["", f"Ruled out: {ruled}."]
+    lines += ["", f"Ruled out: {ruled}.{scored}"]
     return "\n".join(lines) + "\n"
 
 
@@ -39,7 +42,7 @@ def preflight_cli(config_path: str, overrides: list[str], *, output: str | None 
     from ..errors import ConfigError
     from ..run.trust import check_run_code
     from .attribution import attribute
-    from .preflight import build_side
+    from .preflight import build_side, reward_check
     from .run import MARKER
 
     for name, value in (("--batches", batches), ("--prompts", prompts)):
@@ -60,12 +63,14 @@ def preflight_cli(config_path: str, overrides: list[str], *, output: str | None 
              f"{str(side.spec.dtype).removeprefix('torch.')}, trainer in "
              f"{str(next(side.trainer.parameters()).dtype).removeprefix('torch.')}; "
              f"{batches} batch(es) x {prompts} prompt(s) x {config.rollout.group_size} samples")
+    failing, scored = reward_check(side)
     result = attribute(side, tolerance, setup)
-    text = render(result)
+    # a reward that fails on every sample is the first thing to fix: said before the gap
+    text = "".join(f"doctor: {problem}\n" for problem in failing) + render(result, scored)
     if output is None:
         print(text, end="")
     else:
         Path(output).write_text(text, encoding="utf-8")
-        first = result.causes[0].title if result.causes else None
+        first = failing[0] if failing else result.causes[0].title if result.causes else None
         print(f"{output}: " + (f"{len(result.causes)} cause(s), first: {first}" if first else "healthy"))
-    return 0 if result.healthy else 1
+    return 0 if result.healthy and not failing else 1

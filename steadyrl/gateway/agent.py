@@ -30,9 +30,11 @@ import contextlib
 import copy
 import inspect
 import threading
+import traceback
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 
 from ..errors import ConfigError
+from ..secrets import redact_text
 from ..userfn import SPEC_FORMS, resolve_spec
 from .assemble import assemble, check_reward
 from .record import EpisodeRecord
@@ -188,7 +190,7 @@ class GatewayAgent:
                 e.failed, e.timed_out = True, True
                 e.error = f"the agent ran past rollout.agent_timeout_s = {self.timeout_s:g} s"
             except Exception as err:  # noqa: BLE001 - an agent's failure fails its episode, not the run
-                e.failed, e.error = True, f"the agent raised {type(err).__name__}: {str(err)[:500]}"
+                e.failed, e.error = True, _raised(err)
             finally:
                 waves.episode_over(e)
                 if not e.timed_out:  # an abandoned agent may still hold its slot's client: that slot retires
@@ -213,3 +215,14 @@ class GatewayAgent:
         self._thread.join(timeout=10)
         self._loop.close()
         self._slots.clear()
+
+
+MAX_TRACEBACK_CHARS = 4000
+"""The end of an agent's traceback kept with its failed episode (printed once per run)."""
+
+
+def _raised(err: Exception) -> str:
+    """What an agent that raised left: its exception, then its traceback (the end of it), with every
+    secret the run has read redacted (the agent's own code may quote a key it was given)."""
+    trace = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    return redact_text(f"the agent raised {type(err).__name__}: {str(err)[:500]}\n{trace[-MAX_TRACEBACK_CHARS:]}")

@@ -29,7 +29,8 @@ def trajectories(e: EpisodeRecord, episode_tokens: int) -> list[TurnSample]:
 
 
 def _info(e: EpisodeRecord, chain, truncation: str | None) -> EpisodeInfo:
-    info = EpisodeInfo(turns=chain.calls if chain else 0, turn_ends=list(chain.turn_ends) if chain else [],
+    # turns: every call of the episode, whichever trajectory (chain) it extended
+    info = EpisodeInfo(turns=e.calls if chain else 0, turn_ends=list(chain.turn_ends) if chain else [],
                        failed=e.failed, error=e.error, truncation=truncation, tool_calls=e.tool_calls,
                        observation_tokens=(len(chain.policy) - sum(chain.policy)) if chain else 0)
     first_user = next((i for i, m in enumerate(e.transcript) if m.get("role") == "user"), -1)

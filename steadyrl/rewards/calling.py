@@ -19,6 +19,11 @@ The rule, read from ``inspect.signature(fn)`` (:func:`plan_call`):
 2. **keyword** (TRL's) otherwise: ``def reward_len(completions, **kwargs)``,
    ``def accuracy(completions, solution, **kwargs)``, ``def f(completions, completion_ids, **kw)``.
 
+TRL's own ``def f(prompts, completions, answer, **kwargs)`` reads as rule 1. On chat data, such a
+function that fails on text as if it expected message lists (``c[0]["content"]`` on a string) is
+found by the dry call before step 1 (:func:`steadyrl.rewards.scorer.dry_call`) and called TRL's way
+from then on: :data:`CALL_STYLE_ATTR` = ``"trl"`` on the function forces the keyword plan.
+
 In both, a function with ``**kwargs`` receives every column and one without receives only the
 columns it names. ``completion_ids`` (each completion's token ids, EOS included) goes to a
 keyword-style function that names it or has ``**kwargs``, and to a positional-style one only when
@@ -37,8 +42,13 @@ import inspect
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["CallPlan", "PlannedReward", "TRL_ARGUMENTS", "TRL_NOT_PASSED", "plan_call", "invoke", "call_error",
-           "describe_call", "chat_shape_hint"]
+__all__ = ["CallPlan", "PlannedReward", "TRL_ARGUMENTS", "TRL_NOT_PASSED", "CALL_STYLE_ATTR", "plan_call", "invoke",
+           "call_error", "describe_call", "chat_shape_hint", "looks_like_chat_shape_error"]
+
+CALL_STYLE_ATTR = "steadyrl_call_style"
+"""The attribute that overrides the signature's rule: ``"trl"`` calls the function TRL's way (by
+keyword, message lists on chat data) whatever its signature; set by
+:func:`~steadyrl.rewards.loader.load_reward` ``(call_style="trl")``."""
 
 TRL_ARGUMENTS = ("prompts", "completions", "completion_ids")
 """What TRL passes besides the dataset's columns."""
@@ -80,8 +90,9 @@ def _signature(fn) -> inspect.Signature | None:
 def plan_call(fn) -> CallPlan:
     """The call plan of ``fn`` (see the module docstring for the rule)."""
     sig = _signature(fn)
+    trl = getattr(fn, CALL_STYLE_ATTR, None) == "trl"
     if sig is None:
-        return CallPlan("positional", None, False, ())
+        return CallPlan("keyword" if trl else "positional", None, trl, ())
     params = list(sig.parameters.values())
     accepts = None if any(p.kind is _P.VAR_KEYWORD for p in params) else \
         frozenset(p.name for p in params if p.kind in _BY_NAME)
@@ -89,7 +100,7 @@ def plan_call(fn) -> CallPlan:
     named = {p.name for p in params} & set(TRL_ARGUMENTS)
     two_positional = len(positional) >= 2 or any(p.kind is _P.VAR_POSITIONAL for p in params)
     steadyrl = [p.name for p in positional[:2]] == ["prompts", "completions"]
-    if steadyrl or (not named and two_positional):
+    if not trl and (steadyrl or (not named and two_positional)):
         filled = {p.name for p in positional[:2]}
         takes_ids = "completion_ids" in named
         style = "positional"
@@ -145,6 +156,12 @@ def chat_shape_hint(plan: CallPlan, error: str) -> str | None:
             "{'role', 'content'} dicts, completions[i] [{'role': 'assistant', 'content': text}]); to get those, "
             "make the two keyword-only: def f(*, prompts, completions, **kwargs) (docs/rewards.md, 'How a "
             "function is called')")
+
+
+def looks_like_chat_shape_error(error: str) -> bool:
+    """Whether ``error`` (a failure's text) is what TRL-style code raises on a str where it expected
+    a message list."""
+    return any(kind in error for kind in _SHAPE_ERRORS)
 
 
 _SHAPE_ERRORS = ("string indices must be integers", "TypeError: 'str' object", "AttributeError: 'str' object",

@@ -17,6 +17,8 @@ is called (:class:`BoundReward`); a built-in gets it revealed, except the option
 they are (:data:`SENDS_SECRETS`). Whether it is called the steadyrl way (positionally) or the TRL way
 (by keyword) is read from its signature (:mod:`steadyrl.rewards.calling`); the call is checked
 here with placeholders, and the columns it cannot run without become its ``reads_columns``.
+``call_style="trl"`` calls a user function TRL's way whatever its signature (the dry call before
+step 1 chooses it for a TRL function that fails on text: :func:`steadyrl.rewards.scorer.dry_call`).
 
 Anything that goes wrong raises :class:`~steadyrl.errors.RewardLoadError` naming the spec (the
 trainer adds which ``rewards[i]`` entry it is). The URLs of the built-ins that call a server
@@ -34,7 +36,7 @@ from ..secrets import is_env_reference, resolve_env_options, reveal
 from ..errors import RewardLoadError
 from ..userfn import SPEC_FORMS, is_file_target, resolve_spec
 from . import code, judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
-from .calling import TRL_NOT_PASSED, call_error, describe_call, needs_trl_only, plan_call
+from .calling import CALL_STYLE_ATTR, TRL_NOT_PASSED, call_error, describe_call, needs_trl_only, plan_call
 from .http_client import VALID_URL, url_problem
 from .registry import BUILTIN_REWARDS, RewardFn
 
@@ -131,7 +133,7 @@ def _check_signature(spec: str, bound) -> tuple[str, ...]:
     return plan.columns
 
 
-def load_reward(spec: str, **options) -> RewardFn:
+def load_reward(spec: str, *, call_style: str | None = None, **options) -> RewardFn:
     """The reward function named by ``spec`` (see the module docstring)."""
     if not isinstance(spec, str) or not spec.strip():
         raise RewardLoadError(f"reward spec must be a non-empty string, got {spec!r}")
@@ -149,10 +151,14 @@ def load_reward(spec: str, **options) -> RewardFn:
         attr = spec.rsplit(":", 1)[1]
         raise _err(spec, f"{attr!r} is a {type(fn).__name__}, not a callable")
     bound = BoundReward(fn, **options)
+    if call_style is not None:
+        if call_style != "trl":
+            raise _err(spec, f"call_style={call_style!r}; valid: 'trl' or None (read from the signature)")
+        setattr(bound, CALL_STYLE_ATTR, call_style)
     columns = _check_signature(spec, bound)
     # the columns it cannot run without, checked against the data before the run starts
     bound.reads_columns = tuple(getattr(fn, "reads_columns", columns))
-    return _with_recipe(bound, spec, options)
+    return _with_recipe(bound, spec, options if call_style is None else {**options, "call_style": call_style})
 
 
 RECIPE_ATTR = "steadyrl_recipe"

@@ -3,6 +3,9 @@
 * :class:`Scorer` wraps :class:`~steadyrl.rewards.scoring.RewardScorer` for
   :class:`~steadyrl.data.prompts.PromptItem` s (their text, their columns as keyword lists, their
   chat messages), keeping the reward functions' worker processes for the whole run;
+* :func:`dry_call`: before step 1 on chat data, a TRL function ``def f(prompts, completions, ...)``
+  of your own that fails on text as if it expected TRL's message lists is called TRL's way from
+  then on (a note says so); one that fails on both stops the run (exit 2) naming its exception;
 * :func:`score_episodes` calls it on a :class:`~steadyrl.rollout.base.Generation`'s transcripts
   (the reward functions also receive the turn list as the keyword ``turns``) and adds the
   environment's episode reward, logged as the reward ``environment``; an episode whose
@@ -16,7 +19,8 @@ from dataclasses import replace
 import torch
 
 from ..errors import DataError, RewardCallError
-from .scoring import FAILURE_KINDS, RewardScorer, RewardSpec, ScoreResult
+from .calling import PlannedReward, describe_call, looks_like_chat_shape_error
+from .scoring import FAILURE_KINDS, RewardScorer, RewardSpec, ScoreResult, score_batch
 
 ENVIRONMENT_REWARD = "environment"
 """The name the environment's episode reward is logged (``reward/environment/mean``) and chosen by."""
@@ -40,12 +44,18 @@ class Scorer:
     failing every sample of every step. With ``domain_key`` each reward scores only the rows of its
     domains (``RewardSpec.domains``)."""
 
-    def __init__(self, specs: list[RewardSpec], *, allow_empty: bool = False, domain_key: str | None = None):
+    def __init__(self, specs: list[RewardSpec], *, allow_empty: bool = False, domain_key: str | None = None,
+                 probe: dict | None = None, say=print, agent_fallback: bool = False):
         if not specs and not allow_empty:
             raise DataError("no reward function configured (rewards: [])")
+        if probe is not None:
+            specs = dry_call(specs, probe, domain_key=domain_key, say=say)
         self._scorer = RewardScorer(specs, domain_key=domain_key) if specs else None
         self.names = [s.name for s in specs]
         self._first = True
+        # the functions score only the episodes whose rollout.agent returned None (the demo's default
+        # reward): an agent's number is then the score alone, as with rewards: [] on a data task
+        self.agent_fallback = agent_fallback
 
     def __call__(self, prompts: list[PromptItem], completions: list[str],
                  completion_ids: list[list[int]] | None = None, extra_columns: dict | None = None,
@@ -75,6 +85,77 @@ class Scorer:
             self._scorer.close()
 
 
+DRY_COMPLETION = "0"
+"""The completion of the dry call before step 1 (a short answer; TRL-style code that expects a
+message list fails on it as it would on any text)."""
+
+
+def exception_line(error: str) -> str:
+    """``ValueError: bad reward`` out of a failure's text (a traceback, maybe with a note after it)."""
+    lines = [line for line in error.split("\n") if line.strip()]
+    last = [line for line in lines if not line[0].isspace() and not line.startswith(("Traceback", "note:"))]
+    return (last[-1] if last else error.strip())[:500]
+
+
+def _probe_batch(record: dict) -> tuple[list, list, dict, list | None]:
+    prompt = record.get("prompt")
+    chat = prompt if isinstance(prompt, list) else None
+    text = prompt if isinstance(prompt, str) else "\n".join(
+        str(m.get("content", "")) for m in (chat or []) if isinstance(m, dict))
+    columns = {k: [v] for k, v in record.items() if k != "prompt"}
+    return [text], [DRY_COMPLETION], columns, [chat] if chat is not None else None
+
+
+def dry_call(specs: list[RewardSpec], record: dict, *, domain_key: str | None = None, say=print) -> list[RewardSpec]:
+    """On chat data (``record``, the first data row, has a message-list prompt): each reward function
+    of your own (``module:function`` / ``file.py:function``) that steadyrl calls its own way (text,
+    positionally) is called once on ``record`` with the completion :data:`DRY_COMPLETION`. One that
+    fails on text as TRL code does (``c[0]["content"]`` on a str) but runs on TRL's message lists is
+    switched to TRL's call (a note says so); one that fails both ways raises
+    :class:`RewardCallError` (exit 2) naming it and its exception; another exception is said as a
+    warning (it may be the placeholder's). Text data, built-ins and TRL-style functions are not
+    called: nothing changes for them."""
+    from .loader import RECIPE_ATTR, load_reward
+
+    prompts, completions, columns, chat = _probe_batch(record)
+    if chat is None:
+        return list(specs)
+
+    def once(spec: RewardSpec) -> ScoreResult:
+        return score_batch([spec], prompts, completions, columns, chat_prompts=chat, completion_ids=[[0]],
+                           domain_key=domain_key)
+
+    out = []
+    for spec in specs:
+        recipe = getattr(spec.fn, RECIPE_ATTR, None)
+        if recipe is None or ":" not in recipe[0] or "call_style" in recipe[1] \
+                or PlannedReward.of(spec.fn).plan.style != "positional":
+            out.append(spec)
+            continue
+        result = once(spec)
+        error = result.errors.get(spec.name, "")
+        if not result.failures[spec.name]["exception"] or spec.name in result.call_errors:
+            out.append(spec)  # a call its signature cannot take: the first batch says so, as always
+            continue
+        call = describe_call(spec.fn, prompts, completions, columns)
+        what = (f"rewards: {spec.name!r} raised {exception_line(error)} on a dry call before step 1 (the first "
+                f"data row, completion {DRY_COMPLETION!r}, called as {call})")
+        if not looks_like_chat_shape_error(error):
+            say(f"warning: {what}; check it scores such a completion (0.0 or None), not raises")
+            out.append(spec)
+            continue
+        trl = replace(spec, fn=load_reward(recipe[0], call_style="trl", **recipe[1]))
+        again = once(trl)
+        if again.failures[spec.name]["exception"]:
+            raise RewardCallError(f"{what}, and raised {exception_line(again.errors.get(spec.name, ''))} when called "
+                                  "TRL's way (message lists): it would fail every sample of the run:\n" + error)
+        say(f"note: rewards: {spec.name!r} fails on text but runs on chat messages: steadyrl calls it TRL's way "
+            "(prompts[i] the prompt's message list, completions[i] [{'role': 'assistant', 'content': text}]; "
+            "docs/rewards.md, 'How a function is called')")
+        out.append(trl)
+    return out
+
+
 def score_episodes(scorer, samples: list, gen, *, environment: bool) -> ScoreResult:
     """Reward functions on the transcripts, plus the environment's reward when there is one."""
     extra = {"turns": [e.messages for e in gen.episodes]} if gen.episodes else None
@@ -85,7 +166,7 @@ def score_episodes(scorer, samples: list, gen, *, environment: bool) -> ScoreRes
     if not gen.episodes:
         return result
     if any(e.gateway for e in gen.episodes):
-        return _with_agent(result, gen.episodes)
+        return _with_agent(result, gen.episodes, fallback=getattr(scorer, "agent_fallback", False))
     if environment:
         return _with_environment(result, gen.episodes)
     return _without_failed(result, gen.episodes)
@@ -124,19 +205,24 @@ def _with_environment(result: ScoreResult, episodes) -> ScoreResult:
         elapsed_s={**result.elapsed_s, ENVIRONMENT_REWARD: sum(e.env_time_s for e in episodes)},
         domains=result.domains,  # the environment's reward applies to every domain
         routes=result.routes,
+        declined=result.declined,
     )
 
 
-def _with_agent(result: ScoreResult, episodes) -> ScoreResult:
+def _with_agent(result: ScoreResult, episodes, *, fallback: bool = False) -> ScoreResult:
     """``rollout.agent`` episodes: the reward the agent returned is added to the reward functions'
     score (as an environment's is; with ``rewards: []`` it is the score); an agent that returned
     None leaves the score to the reward functions (invalid when there are none); a failed episode
-    (the agent raised, timed out, returned something else) is invalid."""
+    (the agent raised, timed out, returned something else) is invalid. With ``fallback`` (the demo's
+    own reward, no ``rewards:`` written) the functions score only the episodes whose agent returned
+    None: an agent's number is the score alone."""
     failed = torch.tensor([e.failed for e in episodes], dtype=torch.bool)
     given = torch.tensor([e.agent_reward is not None for e in episodes], dtype=torch.bool)
     returned = torch.tensor([e.agent_reward or 0.0 for e in episodes], dtype=torch.float64)
     functions = bool(result.names)
     valid = ~failed & (result.valid if functions else given)
+    if fallback and functions:
+        valid = ~failed & (given | result.valid)
     errors = dict(result.errors)
     first_error = next((e.error for e in episodes if e.failed and e.error), None)
     if first_error:
@@ -151,11 +237,13 @@ def _with_agent(result: ScoreResult, episodes) -> ScoreResult:
         names=[*result.names, AGENT_REWARD],
         weights={**result.weights, AGENT_REWARD: 1.0},
         raw={**result.raw, AGENT_REWARD: raw},
-        scores=torch.where(valid, result.scores + returned, torch.zeros_like(returned)),
+        scores=torch.where(valid, torch.where(given, returned, result.scores) if fallback and functions
+                           else result.scores + returned, torch.zeros_like(returned)),
         valid=valid,
         failures={**result.failures, AGENT_REWARD: failures},
         errors=errors,
         elapsed_s={**result.elapsed_s, AGENT_REWARD: 0.0},
         domains=result.domains,
         routes=result.routes,
+        declined=result.declined,
     )

@@ -7,6 +7,12 @@ For sample ``i``::
     scores_i = sum_f weight_f * r_f,i     if every function f returned a finite float for i
     scores_i = 0, valid_i = False         otherwise
 
+except that ``None`` from a function of your own, where another function scored the sample, means
+"does not apply here" (TRL's multi-task idiom): the sum runs over the functions that scored it,
+and ``ScoreResult.declined`` / ``applies`` say where. A sample no function scored is invalid.
+``None`` from a built-in (a judge or server that failed, a gold answer that cannot be parsed) still
+fails the sample.
+
 A function fails a sample in one of four ways (the failure *kinds*, counted per function):
 
 * ``exception``: it raised (or called ``sys.exit``), returned something that is not a list of
@@ -160,10 +166,16 @@ class ScoreResult:
     # each function is restricted to (a name missing or None: every row)
     domains: list | None = None
     routes: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
+    # name -> per row: the function returned None while another one scored the row (TRL's
+    # multi-task idiom: it does not apply there); a name missing: nowhere
+    declined: dict[str, list[bool]] = field(default_factory=dict)
 
     def applies(self, name: str) -> list[bool]:
-        """Where function ``name`` applies: every row, unless it is restricted to some domains."""
-        return _applies(self.routes.get(name), self.domains, self.batch_size)
+        """Where function ``name`` applies: every row, unless it is restricted to some domains or
+        declined the row (returned None where another function scored it)."""
+        routed = _applies(self.routes.get(name), self.domains, self.batch_size)
+        declined = self.declined.get(name)
+        return routed if declined is None else [r and not d for r, d in zip(routed, declined)]
 
     def unrouted(self) -> list[bool]:
         """Rows no function applies to (a domain with no reward): invalid, scored 0."""
@@ -208,7 +220,8 @@ class ScoreResult:
                            scores=self.scores[index], valid=self.valid[index], failures=failures,
                            errors=dict(self.errors), elapsed_s=dict(self.elapsed_s),
                            domains=None if self.domains is None else [self.domains[i] for i in rows],
-                           routes=dict(self.routes), metrics=dict(self.metrics), call_errors=dict(self.call_errors))
+                           routes=dict(self.routes), metrics=dict(self.metrics), call_errors=dict(self.call_errors),
+                           declined={k: [v[i] for i in rows] for k, v in self.declined.items()})
 
 
 def _applies(route: tuple[str, ...] | None, domains: list | None, size: int) -> list[bool]:
@@ -265,8 +278,9 @@ def _assemble(specs: list[RewardSpec], outcomes: list, size: int, rows: list[lis
     rows = rows or [list(range(size)) for _ in specs]
     raw, failures, errors, elapsed = {}, {}, {}, {}
     total = [0.0] * size
-    ok = [True] * size
+    ok, scored, passed = [True] * size, [False] * size, {}  # passed: row -> functions that returned None
     for spec, out, mine in zip(specs, outcomes, rows):
+        may_pass = not _is_builtin(spec.fn)
         counts = dict.fromkeys(FAILURE_KINDS, 0)
         mine_size = len(mine)
         scores, failed = out.per_sample(mine_size)
@@ -277,13 +291,24 @@ def _assemble(specs: list[RewardSpec], outcomes: list, size: int, rows: list[lis
         full: list[float | None] = [None] * size  # None outside ``mine``: not applicable
         for i, x, kind in zip(mine, scores, failed):
             if kind is None and x is not None and math.isfinite(x):
-                full[i] = x
+                full[i], scored[i] = x, True
                 total[i] += spec.weight * x
+                continue
+            if kind is None and x is None and may_pass:  # decided below, once every function has answered
+                passed.setdefault(i, []).append(spec.name)
                 continue
             full[i] = None if kind is not None else x
             counts[kind or ("none" if x is None else "nonfinite")] += 1
             ok[i] = False
         raw[spec.name], failures[spec.name], elapsed[spec.name] = full, counts, out.elapsed_s
+    declined: dict[str, list[bool]] = {}
+    for i, names in passed.items():  # None where another function scored: it does not apply there
+        for name in names:
+            if scored[i]:
+                declined.setdefault(name, [False] * size)[i] = True
+            else:
+                failures[name]["none"] += 1
+                ok[i] = False
     covered = {i for mine in rows for i in mine}
     for i in range(size):  # a row no function applies to (a domain with no reward) has no score
         if i not in covered:
@@ -307,7 +332,17 @@ def _assemble(specs: list[RewardSpec], outcomes: list, size: int, rows: list[lis
         elapsed_s=elapsed,
         domains=domains,
         routes={s.name: s.domains for s in specs} if domains is not None else {},
+        declined=declined,
     )
+
+
+def _is_builtin(fn) -> bool:
+    """A built-in reward (its None is a failure to score, never "does not apply")."""
+    from .loader import RECIPE_ATTR
+    from .registry import BUILTIN_REWARDS
+
+    recipe = getattr(getattr(fn, "fn", fn), RECIPE_ATTR, None)
+    return recipe is not None and recipe[0] in BUILTIN_REWARDS
 
 
 class RewardScorer:

@@ -352,6 +352,7 @@ def episode_metrics(episodes: list[EpisodeInfo] | None, tool_names: list[str] = 
         "rollout/observation_tokens_mean": sum(e.observation_tokens for e in episodes) / n,
         "rollout/env_time_s": sum(e.env_time_s for e in episodes),
         "rollout/failed_episodes": float(sum(e.failed for e in episodes)),
+        "rollout/failed_episode_frac": sum(e.failed for e in episodes) / n,
         "rollout/retokenize_drift": float(sum(e.drift_tokens for e in episodes)),
     }
     for name, count in sorted(errors.items()):

@@ -33,6 +33,7 @@ import torch
 from ..files import first_link
 from ..files import fsync_dir as _fsync_dir
 from ..errors import ConfigError
+from ..model_files import share_like_the_config
 from ..models import safetensors_problem
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
@@ -199,6 +200,7 @@ def _save_model(model, directory: Path, state_dict: dict | None = None) -> None:
         model.save_pretrained(directory, safe_serialization=True)
     else:
         model.save_pretrained(directory, state_dict=state_dict, safe_serialization=True)
+    share_like_the_config(directory)  # safetensors writes 0600
 
 
 def _fsync_tree(root: Path) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..files import first_link, regular_files
 from ..gguf_model import model_source
+from ..model_files import share_like_the_config
 from . import checkpoint as ckpt
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
@@ -99,6 +100,7 @@ def export_checkpoint(checkpoint: Path, out: Path, *, merge_lora: bool, base: st
     except BaseException:  # nothing half-written is left behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    share_like_the_config(tmp)  # 0644 like the other files (safetensors writes 0600; older checkpoints kept it)
     if out.exists():
         old = out.parent / f".old-{out.name}-{os.getpid()}"
         os.replace(out, old)

@@ -48,6 +48,12 @@ def sample_rows(extras: dict, limit: int = 8) -> list[dict]:
     return rows
 
 
+_FAILING = {"agent": "the agent (rollout.agent) failed on some episodes",
+            "environment": "the environment (rollout.environment) failed on some episodes"}
+"""How a failure of the scores' non-function parts is introduced (the names of
+:data:`steadyrl.rewards.scorer.AGENT_REWARD` and ``ENVIRONMENT_REWARD``)."""
+
+
 SKIP_METRICS = ("actor/loss", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "reward/min", "reward/max")
 """What a step with a skipped optimizer step prints (non-finite values print as inf / nan)."""
 
@@ -60,7 +66,8 @@ def report_step(run: Run, step: int, metrics: dict, extras: dict, shown: set[str
     for name, text in extras["result"].errors.items():  # rank 0's result holds every rank's errors
         if text and name not in shown:
             shown.add(name)
-            notes.append(f"reward function {name!r} failed on some samples (shown once):\n{text}")
+            what = _FAILING.get(name, f"reward function {name!r} failed on some samples")
+            notes.append(f"{what} (shown once):\n{text}")
     skipped = run.state.skipped_steps - skipped_before
     if skipped:
         offending = ", ".join(f"{k}={metrics[k]:.4g}" for k in SKIP_METRICS if k in metrics)

@@ -19,7 +19,9 @@ from ..secrets import redact_text
 
 # The schedule counts training steps, skipped ones included: stepping it without an optimizer
 # step is intended, so torch's note about it is not shown.
-_IGNORED = (r"Detected call of `lr_scheduler\.step\(\)` before",)
+_IGNORED = (r"Detected call of `lr_scheduler\.step\(\)` before",
+            # peft asks transformers 5 by the old name, on every LoRA step with gradient checkpointing
+            r"`is_gradient_checkpointing` is deprecated",)
 
 
 class WarningsSeen:

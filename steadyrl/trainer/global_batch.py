@@ -98,7 +98,9 @@ def merge_results(results: list[ScoreResult]) -> ScoreResult:
                        scores=torch.cat([r.scores for r in results]), valid=torch.cat([r.valid for r in results]),
                        failures=failures, errors=errors, elapsed_s=elapsed, metrics=_merge_reported(results),
                        domains=None if first.domains is None else [d for r in results for d in r.domains],
-                       routes=first.routes)
+                       routes=first.routes,
+                       declined={name: [x for r in results for x in r.declined.get(name, [False] * r.batch_size)]
+                                 for name in {n for r in results for n in r.declined}})
 
 
 def _merge_reported(results: list[ScoreResult]) -> dict[str, float]:

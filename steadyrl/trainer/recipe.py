@@ -42,7 +42,8 @@ from ..run import checkpoint as ckpt
 from ..run.asynchronous import start_rollouts
 from ..run.directory import RunLock, check_saved_config
 from ..run.evaluate import run_eval
-from ..run.export import write_final
+from ..run.export import find_checkpoint, write_final
+from ..run.preemption import SigtermStop
 from ..run.report import count_empty, halt_if_stuck, log_eval, report_step, sample_rows, write_summary
 from ..run.start import claim_run_dir, load_run_config, prepare_run_dir, resume_hint_on_interrupt
 from ..run.state import restore, save
@@ -75,6 +76,7 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
         inputs = check_inputs(config, resources)  # data, rewards, models: checked before the directory changes
         out, latest = prepare_run_dir(config, out, resume, overwrite, lock, fresh=not output_dir)
         resources.enter_context(resume_hint_on_interrupt(config, out))  # Ctrl-C: how to continue
+        sigterm = resources.enter_context(SigtermStop())  # SIGTERM: Ctrl-C, after saving the step it is on
 
         # --- build, then resume or start
         run = build_run(config, out, inputs)
@@ -111,7 +113,8 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
                             thresholds=t.doctor_thresholds, upto_step=run.state.step)  # docs/stability.md
         shown: set[str] = set()
         elapsed_before = run.state.wall_time_s
-        with progress(run.total_steps, "train", is_main_process=dist.is_main(), initial=run.state.step) as bar:
+        with progress(run.total_steps, "train", is_main_process=dist.is_main(), initial=run.state.step) as bar, \
+                sigterm.deferred():
             for step in range(run.state.step + 1, run.total_steps + 1):
                 skipped_before = run.state.skipped_steps
                 metrics, extras = train_step(run, engine, step)
@@ -135,6 +138,7 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
                     save(run, step)
                 halt_if_stuck(run, step)  # trainer.max_consecutive_skips steps with nothing learned
                 doctor.halt_if_asked(step, lambda s: save(run, s))  # trainer.halt_on
+                sigterm.save_if_asked(step, lambda s: save(run, s))  # preempted: saved, then stopped
 
         # --- the end: eval after, summary
         eval_after = evaluate_now()
@@ -218,7 +222,7 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
 
 
 def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | None = None,
-                 model: str | None = None, trust_run_code: bool = False) -> dict:
+                 model: str | None = None, trust_run_code: bool = False, step: int | None = None) -> dict:
     """Run ``steadyrl eval``: a run directory's newest checkpoint, or a model, on held-out prompts.
     The code a run directory's own config names is run only with ``trust_run_code`` (:mod:`steadyrl.run.trust`)."""
     if output_dir is not None:
@@ -231,6 +235,8 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
         if latest is None:
             raise ConfigError(f"--output-dir {output_dir!r} has no checkpoint to evaluate")
+        if step is not None:  # an older checkpoint (--step N): one of those kept, or an error naming them
+            latest = find_checkpoint(run_dir, step)
         config = load_config(path or saved, overrides)
         if path is None:
             check_run_code(config, run_dir, trust_run_code)

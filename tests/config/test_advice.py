@@ -37,3 +37,34 @@ def test_config_show_prints_the_notes_as_yaml_comments(capsys):
     out = capsys.readouterr().out
     assert out.startswith("# note: algorithm.policy_loss=gspo")
     assert yaml.safe_load(out)["algorithm"]["policy_loss"] == "gspo"  # still loadable YAML
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    # issue 33: TRL's beta on dr_grpo, whose kl_mode is none, was dropped without a word
+    (["algorithm.preset=dr_grpo", "algorithm.kl_coef=0.04"],
+     ["algorithm.kl_coef=0.04 has no effect: algorithm.kl_mode is none (the dr_grpo preset's)"]),
+    (["algorithm.preset=dr_grpo", "algorithm.kl_coef=0.04", "algorithm.kl_mode=loss"], []),
+    (["algorithm.lam=0.9", "algorithm.value_clip=0.2"],
+     ["algorithm.lam=0.9 has no effect: algorithm.advantage_estimator=grpo does not take it (only gae)",
+      "algorithm.value_clip=0.2 has no effect: algorithm.advantage_estimator=grpo trains no value model"]),
+    (["algorithm.preset=ppo", "algorithm.lam=0.9", "algorithm.value_clip=0.2"], []),
+    (["algorithm.dual_clip_c=4", "algorithm.kl_mode=loss", "algorithm.kl_horizon=500",
+      "algorithm.dynamic_sampling_max_draws=5"],
+     ["algorithm.kl_horizon=500 has no effect: algorithm.kl_target is null",
+      "algorithm.dual_clip_c=4.0 has no effect: algorithm.dual_clip is false",
+      "algorithm.dynamic_sampling_max_draws=5 has no effect: algorithm.dynamic_sampling is false"]),
+    (["algorithm.kl_coef=0.001"], []),  # the preset's own value, set again: it applies
+])
+def test_a_key_you_set_that_the_resolved_config_ignores_gets_a_note(overrides, expected):
+    notes = config_notes(load_config(None, overrides))
+    assert len(notes) == len(expected), notes
+    for note, text in zip(notes, expected):
+        assert note.startswith(text), note
+
+
+def test_the_estimator_options_table_matches_the_registry():
+    from steadyrl.config.advice import CRITIC_ESTIMATORS, ESTIMATOR_OPTIONS
+    from steadyrl.functional.advantages import ADVANTAGE_ESTIMATORS
+
+    assert ESTIMATOR_OPTIONS == {n: e.options for n, e in ADVANTAGE_ESTIMATORS.items() if e.options}
+    assert CRITIC_ESTIMATORS == tuple(n for n, e in ADVANTAGE_ESTIMATORS.items() if e.needs_values)

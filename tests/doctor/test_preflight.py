@@ -62,6 +62,7 @@ def test_a_matched_setup_is_healthy_in_one_line_and_exits_0(tmp_path, tiny_model
     out = capsys.readouterr().out
     assert out.startswith(f"healthy: {config}: ") and out.count("\n") == 1
     assert "stale weights (checksums equal)" in out and "8 of 8 samples re-encode to the sampled ids" in out
+    assert "Rewards on the sampled completions: reward 'math': mean 0 over 8 of 8 sampled completions." in out
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before + ["config.yaml", "train.jsonl"])
 
 
@@ -138,3 +139,14 @@ def test_two_causes_are_ranked_by_their_share_and_the_shares_add_up(tmp_path, ti
     assert sum(c.share for c in result.causes) == pytest.approx(1.0)
     # two factors: the two-sided estimate is their Shapley split of the whole gap
     assert sum(c.gap for c in result.causes[:2]) == pytest.approx(result.baseline, rel=0.05)
+
+
+def test_a_reward_failing_on_every_sample_is_said_first_and_exits_1(tmp_path, tiny_model_dir, capsys):
+    """Issue 33: the pre-flight called a config healthy whose TRL-style reward raised on every sample."""
+    (tmp_path / "trl.py").write_text("def first_content(prompts, completions, **kwargs):\n"
+                                     "    return [float(c[0]['content'] == 'x') for c in completions]\n")
+    config = _config(tmp_path, tiny_model_dir)
+    assert main(["doctor", str(config), f"rewards=[{{name: {tmp_path / 'trl.py'}:first_content}}]"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("doctor: reward 'first_content' failed on every one of the 8 sampled completions: "
+                          "TypeError: string indices must be integers"), out

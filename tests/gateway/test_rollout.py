@@ -59,7 +59,7 @@ def run_episode(row, base_url, api_key):
     if row["index"] == 0:
         raise RuntimeError("the agent broke")
     if row["index"] == 1:
-        time.sleep(4)
+        time.sleep(60)  # far past the limit below, however loaded the machine
     return 0.5
 '''
 
@@ -111,6 +111,7 @@ def test_trained_ids_are_the_served_ids_and_appending_calls_make_one_trajectory(
         else:  # cut by max_tokens: no end token to continue after, a call of its own
             assert prompt == p2 and response == c2["token_ids"] and policy == [1] * len(response)
             assert gen.episodes[i].non_append_calls == 1
+        assert gen.episodes[i].turns == 2  # every call of the episode, not only the trained row's
         assert gen.episodes[i].agent_reward == float(i) and gen.episodes[i].agent_calls == 2
     assert appended >= 1
     assert episode_metrics(gen.episodes)["rollout/agent/calls"] == 16.0
@@ -145,7 +146,8 @@ def test_calls_that_rewrite_the_history_are_counted_and_the_last_call_is_trained
     for i in range(4):
         prompt, response, policy = row(gen, i)
         assert (prompt, response) in served and policy == [1] * len(response)  # the summary call, as served
-        assert gen.episodes[i].non_append_calls == 1 and gen.episodes[i].turns == 1
+        # turns: both calls of the episode (it counted only the last trajectory's: 1)
+        assert gen.episodes[i].non_append_calls == 1 and gen.episodes[i].turns == 2
 
 
 def test_calls_of_all_episodes_are_one_generate_per_wave(engine, tiny, agent_file):
@@ -166,14 +168,15 @@ def test_calls_of_all_episodes_are_one_generate_per_wave(engine, tiny, agent_fil
 def test_an_agent_that_raises_or_times_out_fails_only_its_own_episode(engine, tiny, agent_file):
     model, tokenizer = tiny
     prompts = make_prompts(tokenizer, [f"q{i}" for i in range(4)])
-    _, gen = rollout(engine, tokenizer, agent_file(FAILING), prompts, timeout_s=1.5, wave_wait_s=0.05)
+    _, gen = rollout(engine, tokenizer, agent_file(FAILING), prompts, timeout_s=8.0, wave_wait_s=0.05)
     e = gen.episodes
     assert e[0].failed and "RuntimeError: the agent broke" in e[0].error and not e[0].timed_out
+    assert "Traceback (most recent call last)" in e[0].error and "in run_episode" in e[0].error  # where it raised
     assert e[1].failed and e[1].timed_out and "rollout.agent_timeout_s" in e[1].error
     assert not e[2].failed and e[2].agent_reward == 0.5 and not e[3].failed
     metrics = episode_metrics(e)
     assert metrics["rollout/agent/timeouts"] == 1.0 and metrics["rollout/agent/errors"] == 1.0
-    assert metrics["rollout/failed_episodes"] == 2.0
+    assert metrics["rollout/failed_episodes"] == 2.0 and metrics["rollout/failed_episode_frac"] == 0.5
     result = score_episodes(Scorer([], allow_empty=True), prompts, gen, environment=False)
     assert result.valid.tolist() == [False, False, True, True]
     assert result.scores.tolist() == [0.0, 0.0, 0.5, 0.5]

@@ -186,22 +186,19 @@ def test_a_power_tower_under_thread_isolation_does_not_stall_the_trainer():
     import sys
 
     code = (
-        "import time\n"
+        "import math_verify\n"
         "from steadyrl.rewards import RewardSpec, score_batch\n"
+        "seen, parse = [], math_verify.parse\n"
+        "math_verify.parse = lambda text, *a, **k: (seen.append(text), parse(text, *a, **k))[1]\n"
         "spec = RewardSpec.load('math', timeout_s=30, isolation='thread')\n"
-        "t = time.perf_counter()\n"
         "r = score_batch([spec], ['q', 'q'], ['9^9^9^9', '\\\\boxed{9^{9^{9^{9}}}}'], {'answer': ['72', '72']})\n"
-        "print(r.raw['math'], round(time.perf_counter() - t, 3))\n"
+        "print(r.raw['math'], sum('9^' in str(t) for t in seen))\n"
     )
-    from steadyrl.rewards.math_verifier import pathological
-
-    # the mechanism: the screen refuses both before sympy sees them (a stall would outlast the
-    # subprocess's 60 s; the first call's own cost - math-verify's parser warming up - is no measure)
-    assert pathological("9^9^9^9") and pathological("\\boxed{9^{9^{9^{9}}}}")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    scores, _elapsed = out.stdout.split("]")
-    assert scores == "[0.0, 0.0"
+    scores, towers_parsed = out.stdout.split("]")
+    # the screen refuses both towers before sympy sees them: no tower ever reaches math_verify.parse
+    assert scores == "[0.0, 0.0" and int(towers_parsed) == 0
 
 
 def test_math_parses_each_gold_answer_once_across_one_sample_calls(monkeypatch):

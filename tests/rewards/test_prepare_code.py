@@ -37,7 +37,7 @@ def test_apps_rows_become_prompt_records_the_code_reward_scores(tmp_path):
     assert "def bigger(a, b):" in records[1]["prompt"][0]["content"]
     programs = ["```python\na, b = map(int, input().split())\nprint(a + b)\n```",
                 "```python\ndef bigger(a, b):\n    return max(a, b)\n```"]
-    fn = load_reward("code", test_timeout_s=1.0, workers=2)
+    fn = load_reward("code", test_timeout_s=10.0, workers=2)  # room for a loaded machine
     with RewardScorer([RewardSpec("code", fn, timeout_s=30, chunk_size=None)]) as scorer:
         tests = [r["tests"] for r in records]
         assert scorer.score(["p", "p"], programs, {"tests": tests}).raw["code"] == [1.0, 1.0]

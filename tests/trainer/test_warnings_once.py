@@ -72,3 +72,27 @@ def test_a_resumed_run_does_not_count_again_what_the_run_counted_before_it_stopp
         _warn_in_own_block("`past_key_values` is deprecated")
         _warn_in_own_block("a new notice")
         assert seen.take(counted) == 1
+
+
+def test_peft_asking_for_the_old_checkpointing_name_is_not_printed(monkeypatch):
+    """Issue 33: every LoRA run with gradient checkpointing printed transformers 5's FutureWarning
+    about the name peft uses; steadyrl itself calls activation_checkpointing_enable."""
+    printed = _printed(monkeypatch)
+    with warnings_once() as seen:
+        warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6. Use "
+                      "`is_activation_checkpointing` instead.", FutureWarning, stacklevel=1)
+        assert seen.take([]) == 0
+    assert not printed
+
+
+def test_building_a_policy_with_gradient_checkpointing_warns_nothing(tiny_model_dir):
+    from steadyrl.build.setup import build_models
+    from steadyrl.config import load_config
+
+    config = load_config(None, [f"model.name_or_path={tiny_model_dir}", "model.gradient_checkpointing=true",
+                                "data.train_path=x.jsonl"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        policy = build_models(config, str(tiny_model_dir), torch.device("cpu"))[0]
+    assert policy.is_activation_checkpointing
+    assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == []

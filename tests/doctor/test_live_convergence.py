@@ -1,0 +1,35 @@
+"""The in-run doctor on a run still on its way to solving its prompts (issue 33, item 7): `make demo`
+printed "Entropy collapsed" and "Most groups carry no signal" mid-run, then "healthy" at the end.
+Detectors that the final report quiets on a solved run wait while the reward is still rising."""
+
+import math
+
+from support_doctor import INJECTIONS, healthy_rows
+
+from steadyrl.doctor.live import LiveDoctor
+
+
+def _printed(tmp_path, rows, capsys) -> str:
+    doctor = LiveDoctor(tmp_path, {}, every=10, halt_on=[], thresholds={})
+    for row in rows[1:]:
+        doctor.check(row["step"], {k: v for k, v in row.items() if k != "step"})
+    return capsys.readouterr().out
+
+
+def _collapsing(reward) -> list[dict]:
+    rows = healthy_rows()
+    INJECTIONS["entropy_collapse"](rows, [])
+    for r in rows[1:]:
+        r["reward/mean"] = reward(r["step"])
+    return rows
+
+
+def test_entropy_falling_while_the_reward_still_rises_is_not_called_collapse_mid_run(tmp_path, capsys):
+    rising = _collapsing(lambda s: 0.1 + 0.02 * s)  # 0.12 -> 0.9 over 40 steps: still climbing
+    assert "Entropy collapsed" not in _printed(tmp_path, rising, capsys)
+
+
+def test_entropy_collapse_with_a_reward_that_stopped_rising_is_still_printed_mid_run(tmp_path, capsys):
+    stalled = _collapsing(lambda s: 0.3 + 0.2 * (1 - math.exp(-s / 3)))  # flat at 0.5 after step 15
+    text = _printed(tmp_path, stalled, capsys)
+    assert "Entropy collapsed (`entropy_collapse`" in text
