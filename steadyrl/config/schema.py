@@ -582,7 +582,7 @@ class AlgorithmConfig(Section):
     norm_by_std: bool = F(True, "GRPO / pass@k: divide by the group std (false = Dr. GRPO).")
     policy_loss: PolicyLossName = F("ppo", "Policy loss: ppo (clipped surrogate), gspo, cispo, vanilla_pg, "
                                     "sapo (soft sigmoid gate, sapo_tau_*), kl_cov / clip_cov (covariance-selected "
-                                    "tokens, kl_cov_* / clip_cov_*; docs/stability.md#newer-losses).")
+                                    "tokens, kl_cov_* / clip_cov_*; docs/algorithms.md).")
     loss_agg_mode: LossAggMode = F("token-mean", "How per-token losses become one scalar.")
     norm_length: int | None = F(None, "Constant length of seq-mean-token-sum-norm; null = "
                                 "rollout.max_new_tokens, one turn's budget: in multi-turn runs set it (e.g. to "
