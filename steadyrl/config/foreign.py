@@ -31,7 +31,12 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
                           "epsilon_high caps the weight itself: pg_clip_high = epsilon_high - 1)"),
     "delta": (_TRL, "algorithm.dual_clip=true with algorithm.dual_clip_c set to delta"),
     "loss_type": (_TRL, "algorithm.loss_agg_mode (dapo/bnpo = token-mean, grpo = seq-mean-token-mean, "
-                        "dr_grpo = seq-mean-token-sum-norm), or algorithm.preset=cispo for cispo"),
+                        "dr_grpo = seq-mean-token-sum-norm), or algorithm.preset=cispo for cispo, "
+                        "algorithm.policy_loss=sapo for sapo"),
+    "multi_objective_aggregation": (_TRL, "algorithm.reward_aggregation (sum_then_normalize = sum, "
+                                          "normalize_then_sum = normalize_then_sum)"),
+    "sapo_temperature_pos": (_TRL, "algorithm.sapo_tau_pos"),
+    "sapo_temperature_neg": (_TRL, "algorithm.sapo_tau_neg"),
     "importance_sampling_level": (_TRL, "algorithm.policy_loss (sequence = gspo; algorithm.preset=gspo "
                                         "also sets its clip ranges)"),
     "scale_rewards": (_TRL, "algorithm.norm_by_std (group = true, none = false)"),
@@ -126,6 +131,12 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "entropy_coeff": (_VERL, "algorithm.entropy_coef"),
     "use_kl_loss": (_VERL, "algorithm.kl_mode=loss"),
     "kl_loss_coef": (_VERL, "algorithm.kl_coef"),
+    "overlong_buffer.enable": (_VERL, "algorithm.overlong_buffer (a length in tokens; null = off)"),
+    "overlong_buffer.len": (_VERL, "algorithm.overlong_buffer"),
+    "overlong_buffer.penalty_factor": (_VERL, "algorithm.overlong_penalty_factor"),
+    "ppo_kl_coef": (_VERL, "algorithm.kl_cov_coef (with algorithm.policy_loss=kl_cov)"),
+    "tau_pos": (_VERL, "algorithm.sapo_tau_pos"),
+    "tau_neg": (_VERL, "algorithm.sapo_tau_neg"),
     "kl_loss_type": (_VERL, "algorithm.kl_estimator (low_var_kl = k3, kl = k1, mse = k2)"),
     "actor.optim.lr": (_VERL, "optim.lr"),
     "critic.optim.lr": (_VERL, "optim.critic_lr"),

@@ -20,9 +20,17 @@ from ..functional.constants import (
     DIFFICULTY_LOW,
     GAE_LAMBDA,
     GAMMA,
+    CLIP_COV_LB,
+    CLIP_COV_RATIO,
+    CLIP_COV_UB,
+    KL_COV_COEF,
+    KL_COV_RATIO,
     LOGPROB_DIFF_CLAMP,
     MAX_GRAD_NORM,
+    OVERLONG_PENALTY_FACTOR,
     PG_CLIP,
+    SAPO_TAU_NEG,
+    SAPO_TAU_POS,
     SEQ_LOG_RATIO_CLAMP,
     TIS_LOG_RATIO_CLAMP,
     dual_clip_default,
@@ -38,7 +46,7 @@ estimator's name (the choices of ``algorithm.advantage_estimator``) and whether 
 prompt's responses with each other (``grouped`` at its registration). Loading a config must not
 import torch, which the registry does; a test keeps the two equal."""
 AdvantageName = Literal[tuple(GROUPED_BY_ESTIMATOR)]
-PolicyLossName = Literal["ppo", "gspo", "cispo", "vanilla_pg"]
+PolicyLossName = Literal["ppo", "gspo", "cispo", "vanilla_pg", "sapo", "kl_cov", "clip_cov"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "k2", "k3", "abs"]
 PresetName = Literal["grpo", "dr_grpo", "ppo", "rloo", "reinforce_plus_plus", "gspo", "cispo"]
@@ -592,7 +600,9 @@ class AlgorithmConfig(Section):
         "prime-rl), sample = once per turn sample (an episode of t turns t times: the default until this key "
         "existed). RLOO leaves the sample's whole episode out of its baseline either way. Runs with one sample "
         "per episode: no difference.")
-    policy_loss: PolicyLossName = F("ppo", "Policy loss: ppo (clipped surrogate), gspo, cispo, vanilla_pg.")
+    policy_loss: PolicyLossName = F("ppo", "Policy loss: ppo (clipped surrogate), gspo, cispo, vanilla_pg, "
+                                    "sapo (soft sigmoid gate, sapo_tau_*), kl_cov / clip_cov (covariance-selected "
+                                    "tokens, kl_cov_* / clip_cov_*; docs/algorithms.md).")
     loss_agg_mode: LossAggMode = F("token-mean", "How per-token losses become one scalar.")
     norm_length: int | None = F(None, "Constant length of seq-mean-token-sum-norm; null = "
                                 "rollout.max_new_tokens, one turn's budget: in multi-turn runs set it (e.g. to "
@@ -604,6 +614,38 @@ class AlgorithmConfig(Section):
     pg_clip_high: float | None = F(None, "Upper clip range (clip-higher); null = pg_clip.", ge=0)
     dual_clip: bool = F(False, "Dual clip for negative advantages: loss bounded by -c * A.")
     dual_clip_c: float | None = F(None, "Dual-clip constant c; null = 1 + 2 * pg_clip (ROLL's PPO defaults).", gt=1)
+    sapo_tau_pos: float = F(SAPO_TAU_POS, "SAPO gate temperature where the advantage is positive "
+                            "(arXiv 2511.20347): larger = a steeper gate, off-policy tokens fade sooner.", gt=0)
+    sapo_tau_neg: float = F(SAPO_TAU_NEG, "SAPO gate temperature where the advantage is negative.", gt=0)
+    kl_cov_ratio: float = F(KL_COV_RATIO, "KL-Cov: fraction of the batch's policy tokens, those of largest "
+                            "advantage/log-prob covariance, that get the |log r| penalty (arXiv 2505.22617).",
+                            gt=0, le=1)
+    kl_cov_coef: float = F(KL_COV_COEF, "KL-Cov: coefficient of the |log r| penalty on the selected tokens.", ge=0)
+    clip_cov_ratio: float = F(CLIP_COV_RATIO, "Clip-Cov: fraction of the batch's policy tokens whose gradient "
+                              "is dropped, drawn among those with clip_cov_lb < covariance < clip_cov_ub.",
+                              gt=0, le=1)
+    clip_cov_lb: float = F(CLIP_COV_LB, "Clip-Cov: lower covariance bound of the tokens it may draw.")
+    clip_cov_ub: float = F(CLIP_COV_UB, "Clip-Cov: upper covariance bound of the tokens it may draw.")
+    top_entropy_quantile: float = F(1.0, "High-entropy token selection (arXiv 2506.01939, TRL's "
+                                    "top_entropy_quantile): only the policy tokens whose entropy is in the top "
+                                    "fraction rho of the whole step's (all micro-batches and ranks) carry the "
+                                    "policy gradient; 1 = every token. The paper uses 0.2. Costs the old "
+                                    "log-prob pass when the update would otherwise skip it.", gt=0, le=1)
+    overlong_buffer: int | None = F(None, "DAPO's soft overlong punishment (arXiv 2503.14476): a linear "
+                                    "penalty, 0 at limit - buffer tokens down to -overlong_penalty_factor at the "
+                                    "limit, added to the score; null = off. The limit is rollout.max_new_tokens "
+                                    "(overlong_scope: turn, each policy turn) or the episode's token limit "
+                                    "(episode).", ge=1, le=MAX_TOKENS)
+    overlong_penalty_factor: float = F(OVERLONG_PENALTY_FACTOR, "The overlong penalty at the length limit.", ge=0)
+    overlong_scope: Literal["episode", "turn"] = F("episode", "What the overlong buffer measures: the whole "
+                                                   "episode's policy tokens against its limit, or each policy turn "
+                                                   "against rollout.max_new_tokens (penalties summed). The same for "
+                                                   "single-turn runs.")
+    reward_aggregation: Literal["sum", "normalize_then_sum"] = F(
+        "sum", "Several reward functions: sum (the weighted sum is the score, normalised as one) or "
+        "normalize_then_sum (GDPO, arXiv 2601.05242; TRL's multi_objective_aggregation): each reward is "
+        "normalised within its group, the weighted sum is normalised over the batch and is the advantage. "
+        "Needs advantage_estimator grpo and kl_mode loss or none.")
     gamma: float = F(GAMMA, "Discount (GAE, REINFORCE++).", ge=0, le=1)
     lam: float = F(GAE_LAMBDA, "GAE lambda.", ge=0, le=1)
     reward_clip: float | None = F(None, "Clip rewards to [-c, c] at the response and token level "
@@ -660,6 +702,16 @@ class AlgorithmConfig(Section):
             raise ValueError(
                 f"difficulty_low ({self.difficulty_low}) must be < difficulty_high ({self.difficulty_high})"
             )
+        if not self.clip_cov_lb < self.clip_cov_ub:
+            raise ValueError(f"clip_cov_lb ({self.clip_cov_lb}) must be < clip_cov_ub ({self.clip_cov_ub})")
+        if self.reward_aggregation == "normalize_then_sum":
+            if self.advantage_estimator != "grpo":
+                raise ValueError(f"reward_aggregation = normalize_then_sum makes the advantage itself (GDPO), "
+                                 f"in place of the estimator: set advantage_estimator = grpo, not "
+                                 f"{self.advantage_estimator!r}")
+            if self.kl_mode == "reward":
+                raise ValueError("reward_aggregation = normalize_then_sum has no place for a KL penalty in the "
+                                 "reward: set kl_mode to loss or none")
         return self
 
 
@@ -850,6 +902,22 @@ def _check_sources(config: "Config") -> None:
                              "holding each row's domain)")
 
 
+def overlong_limit(config: "Config") -> int:
+    """The length the overlong buffer ends at: a turn's budget, or the episode's (algorithm.overlong_scope)."""
+    r = config.rollout
+    return r.episode_token_limit if r.multi_turn and config.algorithm.overlong_scope == "episode" else r.max_new_tokens
+
+
+def _check_overlong(config: "Config") -> None:
+    buffer = config.algorithm.overlong_buffer
+    if buffer is not None and buffer > overlong_limit(config):
+        where = ("rollout.max_new_tokens" if config.algorithm.overlong_scope == "turn"
+                 else "the episode's token limit (rollout.max_new_tokens, or rollout.max_episode_tokens)")
+        raise ValueError(f"algorithm.overlong_buffer = {buffer} is longer than {where} = "
+                         f"{overlong_limit(config)}: the buffer is the last tokens before that limit; set it at "
+                         f"most to the limit (DAPO used 4096 of 20480)")
+
+
 def _check_reward_options(config: "Config") -> None:
     """A built-in reward's options against its typed model (:mod:`.reward_options`: names, types,
     ranges, required options) and the URLs of those that call a server (http's url, llm_judge's
@@ -904,6 +972,7 @@ class Config(Section):
                 "name a model for your data, or unset data.train_path for the demo"
             )
         check_config(self)  # what is not supported together (config/compat.py)
+        _check_overlong(self)
         _check_reward_options(self)
         keys = [reward.key for reward in self.rewards]
         for i, key in enumerate(keys):

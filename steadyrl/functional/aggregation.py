@@ -18,7 +18,10 @@ data-parallel ranks — as ``global_tokens`` / ``global_seqs``, and the per-micr
 simply add up to the whole-batch loss, so the gradient does not depend on how the batch was split.
 
 The numerator is masked with ``torch.where``: whatever sits on padding (even NaN) never enters it.
-Optional ``sample_weights [B]`` scale each sequence's terms (difficulty weights, sample masks).
+Optional ``sample_weights [B]`` scale each sequence's terms (difficulty weights, sample masks), and
+``token_weights [B, T]`` each token's (a token selection: :mod:`steadyrl.functional.selection`); the
+denominators stay the counts of valid tokens and sequences, so dropping a token's gradient does not
+rescale the others'.
 """
 
 from __future__ import annotations
@@ -55,8 +58,12 @@ def aggregate_loss(
     global_seqs: float | None = None,
     norm_length: float | None = None,
     sample_weights: torch.Tensor | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Aggregate a ``[B, T]`` per-token loss to a scalar (see the module docstring)."""
+    """Aggregate a ``[B, T]`` per-token loss to a scalar (see the module docstring).
+
+    ``token_weights [B, T]`` scale each valid token's term in the numerator only (a token
+    selection: 0 drops a token's gradient while it still counts in the denominators)."""
     if mode not in LOSS_AGG_MODES:
         raise ValueError(f"loss_agg_mode {mode!r} is not one of {LOSS_AGG_MODES}")
     if loss.shape != response_mask.shape or loss.dim() != 2:
@@ -69,6 +76,8 @@ def aggregate_loss(
     per_token = torch.where(keep, loss.to(dtype), zero)
     if sample_weights is not None:
         per_token = per_token * sample_weights.to(dtype).unsqueeze(-1)
+    if token_weights is not None:
+        per_token = per_token * torch.where(keep, token_weights.to(dtype), zero)
 
     if mode == "token-mean":
         tokens = keep.sum().to(dtype) if global_tokens is None else global_tokens

@@ -98,3 +98,33 @@ PPL_LOG_CLAMP = 40.0
 """A sequence's mean negative log-prob is clamped to ``[-40, 40]`` before ``exp`` gives its
 perplexity (``exp(40)`` ~2.4e17, finite in float32): a mean beyond 40 nats per token is a broken
 log-prob, not a perplexity worth resolving. The bound matches seed 002's difference clamp."""
+
+
+# --- steadyrl: the newer losses and token selections (functional/losses.py, functional/selection.py) --
+SAPO_TAU_POS = 1.0
+"""SAPO's gate temperature for tokens with a positive advantage (arXiv 2511.20347; TRL's and verl's
+default)."""
+
+SAPO_TAU_NEG = 1.05
+"""SAPO's gate temperature for tokens with a negative advantage: a little steeper, so a bad token's
+off-policy update fades sooner (the paper's default)."""
+
+KL_COV_RATIO = 2e-4
+"""KL-Cov: the fraction of a batch's policy tokens, those of largest covariance between advantage and
+log-prob, that get the ``|log r|`` penalty (arXiv 2505.22617; verl's ``kl_cov_ratio``)."""
+
+KL_COV_COEF = 1.0
+"""KL-Cov's penalty coefficient on the selected tokens (verl's ``ppo_kl_coef``)."""
+
+CLIP_COV_RATIO = 2e-4
+"""Clip-Cov: the fraction of a batch's policy tokens whose gradient is dropped, drawn at random among
+those whose covariance lies in ``(CLIP_COV_LB, CLIP_COV_UB)`` (verl's ``clip_cov_ratio``)."""
+
+CLIP_COV_LB = 1.0
+"""Clip-Cov's lower covariance bound (verl's ``clip_cov_lb``)."""
+
+CLIP_COV_UB = 5.0
+"""Clip-Cov's upper covariance bound (verl's ``clip_cov_ub``)."""
+
+OVERLONG_PENALTY_FACTOR = 1.0
+"""DAPO's soft overlong punishment reaches ``-1 * factor`` at the length limit (arXiv 2503.14476)."""

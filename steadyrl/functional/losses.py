@@ -24,31 +24,58 @@ from typing import Callable
 import torch
 
 from .aggregation import aggregate_loss
-from .constants import LOG_RATIO_CLAMP, PG_CLIP
+from .constants import (
+    CLIP_COV_LB,
+    CLIP_COV_RATIO,
+    CLIP_COV_UB,
+    KL_COV_COEF,
+    KL_COV_RATIO,
+    LOG_RATIO_CLAMP,
+    PG_CLIP,
+    SAPO_TAU_NEG,
+    SAPO_TAU_POS,
+)
 from .kl import kl_penalty
+from .selection import clip_cov_candidates, kl_cov_select, random_subset, token_covariance, top_count
 from .stats import acc_dtype, masked_mean
 
 __all__ = [
     "POLICY_LOSSES",
     "POLICY_LOSS_METRIC_REDUCTIONS",
+    "POLICY_LOSS_OPTIONS",
+    "POLICY_LOSS_SELECTIONS",
     "register_policy_loss",
     "ppo_policy_loss",
     "gspo_policy_loss",
     "cispo_policy_loss",
     "vanilla_pg_loss",
+    "sapo_policy_loss",
+    "kl_cov_policy_loss",
+    "clip_cov_policy_loss",
     "value_loss",
 ]
 
 POLICY_LOSSES: dict[str, Callable] = {}
+POLICY_LOSS_OPTIONS: dict[str, tuple[str, ...]] = {}
+"""The ``algorithm.*`` keys each loss takes as keyword arguments of the same name (declared at its
+registration): the trainer passes exactly these, so a new loss with a new option is one function
+and one config key."""
+POLICY_LOSS_SELECTIONS: dict[str, str] = {}
+"""The losses that select tokens over the whole batch (``"kl_cov"`` / ``"clip_cov"``): the trainer
+computes the selection once per mini-batch over every rank's tokens and passes it as ``selected``."""
 
 
-def register_policy_loss(name: str):
-    """Decorator: register a policy loss under ``name``."""
+def register_policy_loss(name: str, options: tuple[str, ...] = (), selection: str | None = None):
+    """Decorator: register a policy loss under ``name``, with the ``algorithm.*`` ``options`` it
+    takes and the batch-wide token ``selection`` it uses (if any)."""
 
     def wrap(fn):
         if name in POLICY_LOSSES:
             raise ValueError(f"policy loss {name!r} is already registered")
         POLICY_LOSSES[name] = fn
+        POLICY_LOSS_OPTIONS[name] = tuple(options)
+        if selection is not None:
+            POLICY_LOSS_SELECTIONS[name] = selection
         return fn
 
     return wrap
@@ -236,6 +263,133 @@ def vanilla_pg_loss(
     zero = torch.zeros((), device=ratio.device)
     metrics = {"clipfrac": zero, "clipfrac_low": zero, "clipfrac_high": zero, "clipfrac_dual": zero}
     loss = aggregate_loss(per_token, response_mask, loss_agg_mode, **aggregation)
+    return loss, _f32({**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)})
+
+
+@register_policy_loss("sapo", options=("sapo_tau_pos", "sapo_tau_neg"))
+def sapo_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_low: float = PG_CLIP,
+    clip_high: float = PG_CLIP,
+    dual_clip: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    sapo_tau_pos: float = SAPO_TAU_POS,
+    sapo_tau_neg: float = SAPO_TAU_NEG,
+    **aggregation,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """SAPO (Gao et al., "Soft Adaptive Policy Optimization", arXiv 2511.20347): a soft gate in
+    place of the hard clip, ``L = -f(r) * A`` with ``f(r) = (4 / tau) * sigmoid(tau * (r - 1))``,
+    ``tau = sapo_tau_pos`` where ``A > 0`` and ``sapo_tau_neg`` where ``A < 0``.
+
+    ``f'(r) = 4 sigma (1 - sigma)``: 1 on-policy (the gradient of ``-r A`` there), fading smoothly as
+    ``r`` leaves 1, so an off-policy token is damped instead of cut at a fixed band. ``gate_mean``
+    reports the mean of that gradient weight over valid tokens (1 = on-policy). The clip arguments
+    are ignored; clip fractions are 0.
+    """
+    for name, tau in (("sapo_tau_pos", sapo_tau_pos), ("sapo_tau_neg", sapo_tau_neg)):
+        if not tau > 0:
+            raise ValueError(f"{name} must be > 0, got {tau}")
+    keep, logprobs, old_logprobs, advantages = _valid(response_mask, logprobs, old_logprobs, advantages)
+    ratio = torch.exp(_log_ratio(logprobs, old_logprobs))
+    tau = torch.where(advantages > 0, torch.full_like(advantages, sapo_tau_pos),
+                      torch.full_like(advantages, sapo_tau_neg))
+    gate = torch.sigmoid(tau * (ratio - 1.0))
+    per_token = -(4.0 / tau) * gate * advantages
+    g = gate.detach()
+    zero = torch.zeros((), device=ratio.device)
+    metrics = {"clipfrac": zero, "clipfrac_low": zero, "clipfrac_high": zero, "clipfrac_dual": zero,
+               "gate_mean": masked_mean(4.0 * g * (1.0 - g), keep)}
+    loss = aggregate_loss(per_token, response_mask, loss_agg_mode, **aggregation)
+    return loss, _f32({**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)})
+
+
+def _with_token_weights(aggregation: dict, weights: torch.Tensor) -> dict:
+    """``aggregation`` with ``token_weights`` multiplied by ``weights`` (selections compose)."""
+    given = aggregation.get("token_weights")
+    return {**aggregation, "token_weights": weights if given is None else weights * given.to(weights.dtype)}
+
+
+@register_policy_loss("kl_cov", options=("kl_cov_ratio", "kl_cov_coef"), selection="kl_cov")
+def kl_cov_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_low: float = PG_CLIP,
+    clip_high: float = PG_CLIP,
+    dual_clip: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    kl_cov_ratio: float = KL_COV_RATIO,
+    kl_cov_coef: float = KL_COV_COEF,
+    selected: torch.Tensor | None = None,
+    **aggregation,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """KL-Cov (Cui et al., arXiv 2505.22617): the unclipped surrogate ``-A r`` on every token, plus
+    ``kl_cov_coef * |log r|`` on the selected tokens: the ``max(1, floor(kl_cov_ratio * N))`` of
+    largest covariance ``(A - mean A)(logp - mean logp)``
+    (:func:`~steadyrl.functional.selection.kl_cov_select`). ``selected [B, T]`` is the trainer's
+    selection over the whole batch; without it the selection is this batch's (as verl computes it).
+    ``cov_selected_frac`` reports the selected share of valid tokens. Clip arguments are ignored.
+    """
+    if not kl_cov_coef >= 0:
+        raise ValueError(f"kl_cov_coef must be >= 0, got {kl_cov_coef}")
+    keep, logprobs, old_logprobs, advantages = _valid(response_mask, logprobs, old_logprobs, advantages)
+    if selected is None:
+        selected = kl_cov_select(token_covariance(advantages, logprobs, keep), keep, kl_cov_ratio)
+    selected = selected.bool() & keep
+    log_ratio = _log_ratio(logprobs, old_logprobs)
+    ratio = torch.exp(log_ratio)
+    zero = torch.zeros((), dtype=ratio.dtype, device=ratio.device)
+    per_token = -advantages * ratio + torch.where(selected, kl_cov_coef * log_ratio.abs(), zero)
+    z = torch.zeros((), device=ratio.device)
+    metrics = {"clipfrac": z, "clipfrac_low": z, "clipfrac_high": z, "clipfrac_dual": z,
+               "cov_selected_frac": masked_mean(selected.float(), keep)}
+    loss = aggregate_loss(per_token, response_mask, loss_agg_mode, **aggregation)
+    return loss, _f32({**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)})
+
+
+@register_policy_loss("clip_cov", options=("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"), selection="clip_cov")
+def clip_cov_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_low: float = PG_CLIP,
+    clip_high: float = PG_CLIP,
+    dual_clip: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    clip_cov_ratio: float = CLIP_COV_RATIO,
+    clip_cov_lb: float = CLIP_COV_LB,
+    clip_cov_ub: float = CLIP_COV_UB,
+    selected: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    **aggregation,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clip-Cov (Cui et al., arXiv 2505.22617): the PPO clipped surrogate, with the gradient of a few
+    tokens dropped: ``max(1, floor(clip_cov_ratio * N))`` drawn at random among the tokens whose
+    covariance lies in ``(clip_cov_lb, clip_cov_ub)`` and that PPO's clip has not already cut.
+    ``selected [B, T]`` is the trainer's draw over the whole batch (tokens PPO clips now are then
+    taken out of it); without it the draw is this batch's, from ``generator``. A dropped token keeps
+    its place in the denominators. ``cov_selected_frac`` reports the dropped share of valid tokens.
+    """
+    _check_clip(clip_low, clip_high, dual_clip)
+    keep, logprobs, old_logprobs, advantages = _valid(response_mask, logprobs, old_logprobs, advantages)
+    ratio = torch.exp(_log_ratio(logprobs, old_logprobs))
+    per_token, metrics = _clipped_surrogate(ratio, advantages, keep, clip_low, clip_high, dual_clip)
+    adv, r = advantages.detach(), ratio.detach()
+    clipped_now = -adv * r.clamp(1.0 - clip_low, 1.0 + clip_high) > -adv * r
+    free = keep & ~clipped_now
+    if selected is None:
+        candidates = clip_cov_candidates(token_covariance(adv, logprobs, keep), free, clip_cov_lb, clip_cov_ub)
+        keys = torch.rand(keep.shape, generator=generator, device=keep.device)
+        selected = random_subset(candidates, top_count(int(keep.sum()), clip_cov_ratio), keys)
+    selected = selected.bool() & free
+    metrics["cov_selected_frac"] = masked_mean(selected.float(), keep)
+    weights = (~selected).to(per_token.dtype)
+    loss = aggregate_loss(per_token, response_mask, loss_agg_mode, **_with_token_weights(aggregation, weights))
     return loss, _f32({**metrics, **_ratio_metrics(ratio, logprobs, old_logprobs, keep)})
 
 

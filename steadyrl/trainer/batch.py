@@ -33,6 +33,9 @@ class TrainBatch:
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     sample_weights: torch.Tensor | None = None  # [B]
+    old_entropy: torch.Tensor | None = None  # [B, R] the old pass's entropies (top_entropy_quantile)
+    token_weights: torch.Tensor | None = None  # [B, R] the entropy selection of the mini-batch (1 / 0)
+    selected: torch.Tensor | None = None  # [B, R] bool: the covariance selection (kl_cov / clip_cov)
 
     def __post_init__(self) -> None:
         if self.policy_mask is None:  # a single turn: every response token is the policy's

@@ -1,5 +1,6 @@
 """From raw scores to advantages: the reward pipeline of one step, in the order of seed 001.
 
+0. shaping: DAPO's soft overlong punishment (``overlong_buffer``) added to each valid score;
 1. response-level clip of the scores to ``[-reward_clip, reward_clip]``;
 2. normalisation (``reward_norm_mean`` / ``reward_norm_std``: batch, group, running or none),
    within each reward domain with ``reward_norm_by_domain`` (``domains``: an id per sample);
@@ -15,6 +16,10 @@
    penalties; samples whose reward is invalid stay out of their group's statistics);
 7. optional whitening over the valid tokens;
 8. advantage clip to ``[-advantage_clip, advantage_clip]``.
+
+With ``reward_aggregation: normalize_then_sum`` (GDPO) and several reward functions, steps 1-2 and 6
+are GDPO's instead: each reward normalised in its group, the weighted sum normalised over the batch
+is every token's advantage (:func:`steadyrl.functional.normalize_then_sum`).
 
 A pure function of tensors and the algorithm config, so the whole path can be tested with
 hostile inputs (rewards of ±1e6, equal rewards, groups of one, empty responses).
@@ -46,7 +51,91 @@ from ..functional import (
     masked_whiten,
     normalize_rewards,
     normalize_rewards_by_domain,
+    normalize_then_sum,
+    overlong_penalty,
 )
+
+
+@dataclass
+class RewardComponents:
+    """Each reward function's own score per sample, for GDPO: ``scores [B, K]`` (float64),
+    ``valid [B, K]`` (the function applied and returned a finite number), ``weights [K]``, ``names``."""
+
+    scores: torch.Tensor
+    valid: torch.Tensor
+    weights: torch.Tensor
+    names: list[str]
+
+
+def reward_components(result) -> RewardComponents | None:
+    """The per-function scores of a scoring result (``names``, ``raw``, ``weights``, ``applies``),
+    or None with fewer than two functions."""
+    names = list(result.names)
+    if len(names) < 2:
+        return None
+    cols, valid = [], []
+    for name in names:
+        applies = result.applies(name)
+        raw = [v if (v is not None and ok) else float("nan") for v, ok in zip(result.raw[name], applies)]
+        col = torch.tensor(raw, dtype=torch.float64)
+        cols.append(torch.nan_to_num(col, nan=0.0, posinf=0.0, neginf=0.0))
+        valid.append(torch.isfinite(col))
+    return RewardComponents(torch.stack(cols, 1), torch.stack(valid, 1),
+                            torch.tensor([float(result.weights.get(n, 1.0)) for n in names], dtype=torch.float64),
+                            names)
+
+
+def policy_turn_lengths(policy_mask: torch.Tensor) -> list[list[int]]:
+    """Each row's policy turns' lengths: the runs of 1s in its policy mask (observations between)."""
+    out = []
+    for row in policy_mask.bool().tolist():
+        runs, n = [], 0
+        for bit in row + [False]:
+            if bit:
+                n += 1
+            elif n:
+                runs.append(n)
+                n = 0
+        out.append(runs)
+    return out
+
+
+def _overlong(valid, mask, algo: AlgorithmConfig, limit: int | None, episode_lengths, metrics: dict):
+    """Step 0: the soft overlong punishment ``[B]`` of each valid sample (per episode, or summed over
+    its policy turns), or None when it is off."""
+    if algo.overlong_buffer is None or limit is None:
+        return None
+    buf, factor = algo.overlong_buffer, algo.overlong_penalty_factor
+    if algo.overlong_scope == "turn":
+        penalty = torch.tensor([float(overlong_penalty(torch.tensor(runs or [0], dtype=torch.float64), limit, buf,
+                                                       factor).sum()) for runs in policy_turn_lengths(mask)],
+                               dtype=torch.float64)
+    else:
+        lengths = mask.sum(-1) if episode_lengths is None else episode_lengths
+        penalty = overlong_penalty(lengths.double(), limit, buf, factor)
+    penalty = torch.where(valid, penalty, torch.zeros((), dtype=torch.float64))
+    n = valid.sum().clamp(min=1)
+    metrics["critic/overlong_penalty_mean"] = float(penalty.sum() / n)
+    metrics["critic/overlong_frac"] = float(((penalty < 0) & valid).sum() / n)
+    return penalty
+
+
+def _with_penalty(components: RewardComponents, penalty: torch.Tensor) -> RewardComponents:
+    """GDPO with the overlong punishment: the penalty is one more component, of weight 1."""
+    return RewardComponents(torch.cat([components.scores, penalty.unsqueeze(-1)], 1),
+                            torch.cat([components.valid, torch.ones_like(penalty, dtype=torch.bool).unsqueeze(-1)], 1),
+                            torch.cat([components.weights, torch.ones(1, dtype=torch.float64)]),
+                            [*components.names, "overlong"])
+
+
+def _gdpo(components: RewardComponents, valid, mask, group_size: int, metrics: dict):
+    """GDPO's advantage ``[B, R]`` (float64) of the valid samples, and its per-component metrics."""
+    comp_valid = components.valid & valid.unsqueeze(-1)
+    adv, per = normalize_then_sum(components.scores, group_size, components.weights, comp_valid)
+    for j, name in enumerate(components.names):
+        metrics[f"critic/advantages/{name}_std"] = float(masked_var(per[:, j], comp_valid[:, j]).clamp(min=0).sqrt())
+    zero = torch.zeros((), dtype=torch.float64)
+    return torch.where(mask & valid.unsqueeze(-1), adv.unsqueeze(-1).expand(mask.shape), zero)
 
 
 @dataclass
@@ -141,6 +230,9 @@ def process_rewards(
     turn_rewards: torch.Tensor | None = None,
     domains: torch.Tensor | None = None,
     episode_size: int = 1,
+    components: RewardComponents | None = None,
+    overlong_limit: int | None = None,
+    episode_lengths: torch.Tensor | None = None,
 ) -> Processed:
     """Run steps 1-8 (module docstring) on one step's samples. Inputs are not modified.
 
@@ -153,12 +245,21 @@ def process_rewards(
     their last tokens (zeros elsewhere), or None. ``domains [B]``: an integer domain id per sample,
     used with ``algo.reward_norm_by_domain`` (None: one domain). ``episode_size``: the rows per
     episode inside a group (step-wise turn samples, :mod:`.turn_samples`), for the estimators that
-    count episodes (``algorithm.group_stats``).
+    count episodes (``algorithm.group_stats``). ``components``: each reward
+    function's scores, for ``reward_aggregation: normalize_then_sum``; ``overlong_limit``: the length
+    the overlong buffer ends at (``rollout.max_new_tokens`` or the episode's limit); ``episode_lengths
+    [B]``: each episode's tokens after the prompt, observations included (default: ``response_mask``'s).
     """
     mask = response_mask.bool()
     valid = valid.bool() & mask.any(-1) & torch.isfinite(scores)
     raw = torch.where(valid, scores.double(), torch.zeros((), dtype=torch.float64))
     metrics: dict[str, float] = {}
+
+    # 0. reward shaping: the soft overlong punishment
+    penalty = _overlong(valid, mask, algo, overlong_limit, episode_lengths, metrics)
+    if penalty is not None:
+        raw = raw + penalty
+        components = None if components is None else _with_penalty(components, penalty)
 
     # 1-4. clip, normalise, the processed score on the tokens, KL in the reward
     token_rewards, seq_scores = _token_rewards(
@@ -168,11 +269,15 @@ def process_rewards(
     # 5. sample masks and weights
     keep, weights = _sample_masks(raw, valid, truncated, algo, group_size, metrics)
 
-    # 6. advantages
-    advantages, returns = compute_advantages(
-        algo.advantage_estimator, response_mask, scores=seq_scores, token_rewards=token_rewards,
-        values=None if values is None else values.double(), group_size=group_size,
-        **_estimator_options(algo, valid, episode_size))
+    # 6. advantages (GDPO: each reward normalised in its group, then the weighted sum over the batch)
+    if algo.reward_aggregation == "normalize_then_sum" and components is not None:
+        advantages = _gdpo(components, valid, mask, group_size, metrics)
+        returns = advantages.clone()
+    else:
+        advantages, returns = compute_advantages(
+            algo.advantage_estimator, response_mask, scores=seq_scores, token_rewards=token_rewards,
+            values=None if values is None else values.double(), group_size=group_size,
+            **_estimator_options(algo, valid, episode_size))
 
     # 7-8. whitening, advantage clip
     loss_mask = mask & keep.unsqueeze(-1)

@@ -30,6 +30,7 @@ from pathlib import Path
 from .. import distributed as dist
 from ..build.setup import Run, build_eval, build_run, check_inputs
 from ..config import config_to_dict, load_config
+from ..config.schema import overlong_limit
 from ..doctor.live import LiveDoctor
 from ..errors import ConfigError
 from ..gguf_model import model_source
@@ -54,7 +55,7 @@ from ..tracking import Tracker
 from .batch import batch_from_generation
 from .dynamic import step_samples
 from .global_batch import gather_samples
-from .processing import process_rewards
+from .processing import process_rewards, reward_components
 from .mismatch import importance_correction, worst_tokens
 from .step import domain_ids, prepare, step_metrics
 from .turn_samples import episode_view, expand_turn_samples, needs_turn_samples
@@ -176,7 +177,9 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
                                 algo, group_size, kl_coef=run.kl_controller.value,
                                 old_logprobs=whole.old_logprobs, ref_logprobs=whole.ref_logprobs,
                                 values=whole.values, running=run.running, turn_rewards=whole.turn_rewards,
-                                domains=domain_ids(whole.result.domains), episode_size=slots)
+                                domains=domain_ids(whole.result.domains), episode_size=slots,
+                                components=reward_components(whole.result), overlong_limit=overlong_limit(cfg),
+                                episode_lengths=whole.response_mask.sum(-1))
     advantages, loss_mask, tis_metrics = importance_correction(run, whole, processed.advantages, processed.loss_mask)
     batch = replace(batch, loss_mask=whole.mine(loss_mask), advantages=whole.mine(advantages),
                     returns=whole.mine(processed.returns), sample_weights=whole.mine(processed.sample_weights))

@@ -25,6 +25,7 @@ from .forward import critic_values, response_logprobs
 from .global_batch import GlobalSamples
 from .mismatch import bypass_old_logprobs, importance_correction  # noqa: F401 - re-exported
 from .packing import micro_batch_plan, trim
+from .selection import needs_old_entropy, needs_selection_inputs
 
 if TYPE_CHECKING:
     from ..build.setup import Run
@@ -37,17 +38,28 @@ def _reference_context(run: Run):
 
 @torch.no_grad()
 def _per_token(fn, batch: TrainBatch, size: int, device, max_tokens: int | None = None,
-               padding_free: bool = False) -> torch.Tensor:
-    """``fn`` over the micro-batches -> ``[B, R]`` in the batch's row order. Token-budget
-    micro-batches are trimmed: columns past a micro-batch's longest row (padding, masked everywhere) are 0."""
+               padding_free: bool = False):
+    """``fn`` over the micro-batches -> ``[B, R]`` in the batch's row order (a tuple of them when
+    ``fn`` returns a tuple). Token-budget micro-batches are trimmed: columns past a micro-batch's
+    longest row (padding, masked everywhere) are 0."""
     plan = micro_batch_plan(batch, size, max_tokens, padding_free=padding_free)
-    if max_tokens is None:
-        return torch.cat([fn(batch.select(rows).to(device)).float().cpu() for rows, _ in plan])
-    out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
+    parts = []
     for rows, _ in plan:
-        part = fn(trim(batch.select(rows)).to(device)).float().cpu()
-        out[rows, : part.shape[1]] = part
-    return out
+        out = fn((batch.select(rows) if max_tokens is None else trim(batch.select(rows))).to(device))
+        parts.append((rows, tuple(x.float().cpu() for x in out) if isinstance(out, tuple) else out.float().cpu()))
+    several = isinstance(parts[0][1], tuple) if parts else False
+    width = len(parts[0][1]) if several else 1
+    results = []
+    for i in range(width):
+        pieces = [(rows, p[i] if several else p) for rows, p in parts]
+        if max_tokens is None:
+            results.append(torch.cat([p for _, p in pieces]))
+            continue
+        full = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
+        for rows, p in pieces:
+            full[rows, : p.shape[1]] = p
+        results.append(full)
+    return tuple(results) if several else results[0]
 
 
 def needs_old_logprobs(run: Run, batch: TrainBatch) -> bool:
@@ -57,7 +69,8 @@ def needs_old_logprobs(run: Run, batch: TrainBatch) -> bool:
     samples = len(batch) * dist.world_size()  # mini_batch_size counts samples over all ranks
     several_steps = t.ppo_epochs > 1 or (t.mini_batch_size or samples) < samples
     kl_in_reward = algo.kl_mode == "reward" and run.kl_controller.value > 0
-    return several_steps or kl_in_reward or batch.rollout_logprobs is not None
+    selects = needs_selection_inputs(algo)  # the token selections read the old pass before the update
+    return several_steps or kl_in_reward or selects or batch.rollout_logprobs is not None
 
 
 def prepare(run: Run, batch: TrainBatch) -> TrainBatch:
@@ -69,11 +82,17 @@ def prepare(run: Run, batch: TrainBatch) -> TrainBatch:
     kwargs = {"temperature": cfg.rollout.temperature, "impl": cfg.trainer.logprob_impl,
               "share_prefix": cfg.trainer.share_prompt_prefix,
               "chunk_size": cfg.trainer.logprob_chunk_size, "padding_free": cfg.trainer.padding_free}
-    old = ref = values = None
+    old = ref = values = entropy = None
     policy, critic = run.training_models()  # through the DDP / FSDP wrappers when there are any
     bypass = cfg.rollout.correction.bypass and batch.rollout_logprobs is not None
-    if not bypass and needs_old_logprobs(run, batch):
+    if not bypass and needs_old_logprobs(run, batch) and needs_old_entropy(cfg.algorithm):  # one pass, both
+        old, entropy = _per_token(lambda m: response_logprobs(policy, m, with_entropy=True, **kwargs),
+                                  batch, size, device, budget, pad_free)
+    elif not bypass and needs_old_logprobs(run, batch):
         old = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device, budget, pad_free)
+    if entropy is None and needs_old_entropy(cfg.algorithm):  # with bypass: the entropies' own pass
+        entropy = _per_token(lambda m: response_logprobs(policy, m, with_entropy=True, **kwargs)[1],
+                             batch, size, device, budget, pad_free)
     if run.reference is not None:
         ref = _per_token(lambda m: response_logprobs(run.reference, m, **kwargs)[0], batch, size, device, budget, pad_free)
     elif run.uses_adapter_reference:
@@ -83,7 +102,7 @@ def prepare(run: Run, batch: TrainBatch) -> TrainBatch:
         old = bypass_old_logprobs(batch.rollout_logprobs, ref)
     if critic is not None:
         values = _per_token(lambda m: critic_values(critic, m), batch, size, device, budget, pad_free)
-    return replace(batch, old_logprobs=old, ref_logprobs=ref, values=values)
+    return replace(batch, old_logprobs=old, ref_logprobs=ref, values=values, old_entropy=entropy)
 
 
 def _length_metrics(whole: GlobalSamples) -> dict[str, float]:

@@ -5,7 +5,9 @@ and those into micro-batches (one forward/backward each, gradients accumulated):
 rows each, or rows packed by ``max_tokens_per_micro_batch`` (:mod:`.packing`). Per micro-batch::
 
     logp, entropy = policy(response tokens)
-    loss = policy_loss(logp, old_logp, A)                    # ppo / gspo / cispo / vanilla_pg
+    loss = policy_loss(logp, old_logp, A)                    # ppo / gspo / cispo / vanilla_pg / sapo /
+                                                             # kl_cov / clip_cov (.selection: tokens chosen
+                                                             # per mini-batch over all ranks)
          + kl_coef * agg(KL(logp || ref_logp))               # kl_mode: loss
          - entropy_coef * agg(entropy)
 
@@ -41,11 +43,21 @@ import torch
 
 from .. import distributed as dist
 from ..config.schema import Config
-from ..functional import POLICY_LOSS_METRIC_REDUCTIONS, POLICY_LOSSES, aggregate_loss, kl_penalty, masked_mean, value_loss
+from ..functional import (
+    POLICY_LOSS_METRIC_REDUCTIONS,
+    POLICY_LOSS_OPTIONS,
+    POLICY_LOSS_SELECTIONS,
+    POLICY_LOSSES,
+    aggregate_loss,
+    kl_penalty,
+    masked_mean,
+    value_loss,
+)
 from .batch import TrainBatch
 from .forward import critic_values, response_logprobs
 from .optim import UpdateProbe
 from .packing import micro_batch_plan, trim
+from .selection import needs_selection_inputs, select_tokens, selection_metrics
 
 KL_METRIC_ESTIMATORS = ("k1", "k2", "k3", "abs")
 
@@ -135,9 +147,14 @@ def _policy_micro_step(policy, m: TrainBatch, config: Config, agg: dict, kl_coef
                                       padding_free=trainer.padding_free, with_entropy=True)
     old = m.old_logprobs if m.old_logprobs is not None else logp.detach()
     loss_fn = POLICY_LOSSES[algo.policy_loss]
+    options = {name: getattr(algo, name) for name in POLICY_LOSS_OPTIONS[algo.policy_loss]}  # declared by the loss
+    if algo.policy_loss in POLICY_LOSS_SELECTIONS:
+        options["selected"] = m.selected
+    if m.token_weights is not None:
+        options["token_weights"] = m.token_weights
     loss, pg = loss_fn(logp, old, m.advantages, m.loss_mask, clip_low=algo.clip_low,
                        clip_high=algo.clip_high, dual_clip=algo.dual_clip_value,
-                       loss_agg_mode=algo.loss_agg_mode, sample_weights=m.sample_weights, **agg)
+                       loss_agg_mode=algo.loss_agg_mode, sample_weights=m.sample_weights, **options, **agg)
     tokens = float(m.loss_mask.sum())
     metrics.total("actor/pg_loss", loss.detach())
     for name, value in pg.items():
@@ -227,6 +244,10 @@ def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef:
                 continue
             agg = {"global_tokens": tokens, "global_seqs": seqs,
                    "norm_length": config.algorithm.norm_length or config.rollout.max_new_tokens}
+            if needs_selection_inputs(config.algorithm):  # decided over the whole mini-batch, every rank
+                mini = select_tokens(mini, config.algorithm)
+                for name, value in selection_metrics(mini).items():
+                    metrics.mean(name, value, float(mini.loss_mask.sum()))  # this rank's share, pooled
             loss_total, critic_total = 0.0, 0.0
             micros = micro_batch_plan(mini, trainer.micro_batch_size, trainer.max_tokens_per_micro_batch,
                                       padding_free=trainer.padding_free)

@@ -5,7 +5,18 @@ the whole-batch ones (float64, 1e-10), for every aggregation mode and every loss
 import pytest
 import torch
 
-from steadyrl.functional import LOSS_AGG_MODES, POLICY_LOSSES, aggregate_loss, count_tokens_and_seqs, value_loss
+from steadyrl.functional import (
+    LOSS_AGG_MODES,
+    POLICY_LOSS_SELECTIONS,
+    POLICY_LOSSES,
+    aggregate_loss,
+    clip_cov_candidates,
+    count_tokens_and_seqs,
+    kl_cov_select,
+    random_subset,
+    token_covariance,
+    value_loss,
+)
 
 B, T = 9, 6
 SPLITS = [[4, 5], [1, 3, 5], [1] * 9, [2, 2, 2, 3]]
@@ -57,12 +68,14 @@ def assert_split_invariant(fn, leaf, mask, split, **agg):
 @pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("weighted", [False, True])
 def test_aggregate_loss_is_split_invariant(mode, split, weighted):
-    lp, _, _, mask, weights = batch(LOSS_AGG_MODES.index(mode))
+    lp, _, adv, mask, weights = batch(LOSS_AGG_MODES.index(mode))
     per_token = lp * 2 + 1
+    token_weights = (adv > 0).double()  # a token selection: half the tokens carry no gradient
 
     def fn(x, rows, **agg):
         sw = weights[rows] if weighted else None
-        return aggregate_loss(x[rows] ** 2, mask[rows], mode, sample_weights=sw, **agg)
+        tw = token_weights[rows] if weighted else None
+        return aggregate_loss(x[rows] ** 2, mask[rows], mode, sample_weights=sw, token_weights=tw, **agg)
 
     assert_split_invariant(fn, per_token, mask, split)
 
@@ -74,13 +87,29 @@ def test_policy_losses_are_split_invariant(name, mode, split):
     lp, old, adv, mask, weights = batch(7)
     dual = 1.4 if name == "ppo" else None
     clip = {"clip_low": 0.05, "clip_high": 0.08} if name == "gspo" else {}
+    extra = _whole_batch_selection(name, old, adv, mask)
 
     def fn(x, rows, **agg):
+        chosen = {k: v[rows] for k, v in extra.items()}
         loss, _ = POLICY_LOSSES[name](x[rows], old[rows], adv[rows], mask[rows], dual_clip=dual,
-                                      loss_agg_mode=mode, sample_weights=weights[rows], norm_length=T, **clip, **agg)
+                                      loss_agg_mode=mode, sample_weights=weights[rows], norm_length=T, **clip,
+                                      **chosen, **agg)
         return loss
 
     assert_split_invariant(fn, lp, mask, split)
+
+
+def _whole_batch_selection(name, old, adv, mask):
+    """A selecting loss is split-invariant when its selection is made over the whole batch (as the
+    trainer does, from the step's old log-probs) and each micro-batch gets its rows of it."""
+    kind = POLICY_LOSS_SELECTIONS.get(name)
+    if kind is None:
+        return {}
+    cov = token_covariance(adv, old, mask)
+    if kind == "kl_cov":
+        return {"selected": kl_cov_select(cov, mask, 0.2)}
+    keys = torch.rand(mask.shape, generator=torch.Generator().manual_seed(3))
+    return {"selected": random_subset(clip_cov_candidates(cov, mask, -1.0, 1.0), 5, keys)}
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
