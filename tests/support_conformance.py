@@ -33,6 +33,7 @@ from steadyrl.agents.probe import _thinks, sampled_turn
 from steadyrl.agents.protocol import Reply, Start
 from steadyrl.agents.toolagent import ToolAgent
 from steadyrl.agents.tools import Tool
+from steadyrl.agents.turns import shape_turn
 from steadyrl.rollout.base import Generation
 from steadyrl.rollout.episodes import TurnLimits, run_episodes
 
@@ -90,6 +91,7 @@ def script(tok, mode: str, tools, ends, kwargs, parser, turn_mode: str = "single
         turns.append((text, end))
         kept = (assistant_message(text, parser(text), first_index=calls, style="alnum9") if message.get("tool_calls")
                 else text_message(text, tok.chat_template))
+        kept = shape_turn(tok, conv, text, kept, tools=tools, template_kwargs=kwargs)
         if kept.get("tool_calls"):  # the ids the model wrote (Kimi-K2) are the ones its results answer
             new = [{**m, "tool_call_id": c["id"]} for m, c in zip(new, kept["tool_calls"])]
         calls += len(kept.get("tool_calls", []))

@@ -16,6 +16,7 @@ from __future__ import annotations
 from .chat import (CONTEXT_CHARS, TemplateDriftError, TemplateError, _closer, _first_difference, _name,
                    _require_template, render)
 from .messages import id_style
+from .turns import shape_turn
 from .probe import MODE_WORDS, _check_renders, _kept, _role_closer, _script, _thinks, check_template, sampled_turn
 
 
@@ -80,8 +81,9 @@ def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: 
     for i, (message, new) in enumerate(_script(tokenizer, tools, observation_role, style)):
         sampled, end = model_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
                                   think=think, i=i)
-        assistant = _kept(message, sampled, parser if observation_role == "tool" and tools else None, style, calls,
-                          strict, tokenizer.chat_template)
+        assistant = shape_turn(tokenizer, history, sampled, _kept(
+            message, sampled, parser if observation_role == "tool" and tools else None, style, calls, strict,
+            tokenizer.chat_template), tools=tools, template_kwargs=kwargs)
         calls += len(message.get("tool_calls") or [])
         if not new:
             break

@@ -22,6 +22,7 @@ from __future__ import annotations
 from .chat import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, TemplateError, _closer, _first_difference,
                    _name, _next_role_token, _require_template, _suffix, _tool_names, render)
 from .messages import assistant_message, call_id, id_style, text_message, tool_message
+from .turns import shape_turn
 
 MODES = ("single", "stepwise", "as_sampled")
 """``rollout.multi_turn_mode`` values besides ``auto`` (docs/agents.md, "Multi-turn modes")."""
@@ -159,8 +160,9 @@ def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwarg
     for i, (message, new) in enumerate(_script(tokenizer, tools, observation_role, style)):
         sampled, end = sampled_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
                                     think=think, i=i)
-        assistant = _kept(message, sampled, parser if observation_role == "tool" and tools else None, style, calls,
-                          strict, tokenizer.chat_template)
+        assistant = shape_turn(tokenizer, history, sampled, _kept(
+            message, sampled, parser if observation_role == "tool" and tools else None, style, calls, strict,
+            tokenizer.chat_template), tools=tools, template_kwargs=kwargs)
         calls += len(message.get("tool_calls") or [])
         text, before_end = text + sampled + end, text + sampled
         if new:

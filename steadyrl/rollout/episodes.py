@@ -45,6 +45,7 @@ import torch
 
 from ..agents.chat import TemplateError
 from ..agents.messages import text_message
+from ..agents.turns import shape_turn
 from .base import EpisodeInfo, Generation
 from .stepwise import step_context, stepwise_drift, turn_samples
 
@@ -215,6 +216,9 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         assistant = {"role": "assistant", "content": e.text}
         info.messages.append(assistant)  # the transcript: the text sampled; the conversation: the parsed turn
         kept = reply.assistant or text_message(e.text, getattr(tokenizer, "chat_template", None))
+        if e.history is not None:  # the template's own fields: reasoning, content without its markers
+            kept = shape_turn(tokenizer, e.history, e.text, kept, tools=agent.tool_schemas,
+                              template_kwargs=agent.template_kwargs)
         info.chat.append(dict(kept))
         if reply.failed:
             info.failed, info.error, e.running = True, reply.error, False

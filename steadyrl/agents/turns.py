@@ -1,0 +1,164 @@
+"""A sampled turn as the message the chat template expects: ``reasoning_content``, ``content``, ``tool_calls``.
+
+An OpenAI-style server with a reasoning parser holds an assistant turn as ``reasoning_content``
+(the thought), ``content`` (the answer, without the template's own markers) and ``tool_calls`` (ids,
+arguments as a JSON string). A template writes those fields inside its own markers
+(``<think>...</think>``, ``<|START_THINKING|>...``, ``<|START_RESPONSE|>...``, ``<|content|>``,
+``>>>all\\n`` ...). Keeping the raw sampled text as ``content`` has the template wrap it a second
+time (``<|START_RESPONSE|><|START_RESPONSE|>8``) and lose the reasoning where the template reads it
+from ``reasoning_content``.
+
+:func:`shape_turn` reads the markers off the template itself: it renders an assistant message whose
+fields are marker strings after the conversation so far, and matches what the model wrote (the
+generation prompt's own part of the turn, then the sampled text) against that shape. Each reading is
+checked by rendering it: the first whose rendering holds the turn as written is kept (the rendering
+reproduces the sampled tokens); when none does (a template that drops the reasoning of the turn
+it renders), the reading a reasoning parser would give. Matching is ``str.find`` on fixed markers:
+linear in the turn's length, whatever the model wrote.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .chat import TemplateError, render
+
+__all__ = ["shape_turn", "string_arguments"]
+
+R_MARK, C_MARK = "steadyrl-reasoning-5f2a", "steadyrl-content-5f2a"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def string_arguments(message: dict) -> dict:
+    """``message`` with its calls' ``arguments`` as JSON strings (OpenAI's form)."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    return {**message, "tool_calls": [{**c, "function": {**c["function"], "arguments": c["function"]["arguments"]
+                                                         if isinstance(c["function"]["arguments"], str) else
+                                                         json.dumps(c["function"]["arguments"], ensure_ascii=False)}}
+                                      for c in calls]}
+
+
+def _render(tokenizer, messages, tools, kwargs, prompt=False) -> str | None:
+    try:
+        return render(tokenizer, messages, tools=tools, add_generation_prompt=prompt, template_kwargs=kwargs)
+    except TemplateError:
+        return None
+
+
+def _common(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def _shape(tokenizer, history, tools, kwargs, plain: str, fields: dict) -> str | None:
+    """The template's rendering of an assistant turn with marker ``fields``, from its role header on."""
+    base = _render(tokenizer, history + [{"role": "assistant", **fields}], tools, kwargs)
+    if base is None or C_MARK not in base:
+        return None
+    return base[_common(plain, base):]
+
+
+def _tail_cut(written: str, post: str) -> int:
+    """How much of the end of ``written`` is the start of ``post`` (the template's text after the content)."""
+    for j in range(min(len(post), len(written)), 0, -1):
+        if written.endswith(post[:j]):
+            return j
+    return 0
+
+
+def _readings(written: str, reasoning_shape: str | None, content_shape: str | None) -> list[dict]:
+    """``{reasoning_content?, content}`` readings of ``written`` (the turn from its role header on)."""
+    out = []
+    if reasoning_shape and R_MARK in reasoning_shape and reasoning_shape.find(R_MARK) < reasoning_shape.find(C_MARK):
+        r, c = reasoning_shape.find(R_MARK), reasoning_shape.find(C_MARK)
+        pre, mid, post = reasoning_shape[:r], reasoning_shape[r + len(R_MARK):c], reasoning_shape[c + len(C_MARK):]
+        start = _match_pre(written, pre)
+        at = written.find(mid, start) if start is not None and mid else -1
+        if at >= 0:
+            body = written[at + len(mid):]
+            out.append({"reasoning_content": written[start:at],
+                        "content": body[:len(body) - _tail_cut(body, post)]})
+    if content_shape:
+        c = content_shape.find(C_MARK)
+        pre, post = content_shape[:c], content_shape[c + len(C_MARK):]
+        start = _match_pre(written, pre)
+        if start is not None:
+            body = written[start:]
+            out.append({"content": body[:len(body) - _tail_cut(body, post)]})
+    return out
+
+
+def _match_pre(written: str, pre: str) -> int | None:
+    """Where the fields start in ``written`` when it begins with the template's text before them
+    (``pre``; a generation prompt may hold only part of it)."""
+    return len(pre) if written.startswith(pre) else None
+
+
+def _think_split(text: str) -> dict | None:
+    """A reasoning parser's reading of a ``<think>`` turn (the template does not show reasoning)."""
+    end = text.find(THINK_CLOSE)
+    if end < 0:
+        return None
+    start = text.find(THINK_OPEN, 0, end)
+    thought = text[start + len(THINK_OPEN) if start >= 0 else 0:end]
+    return {"reasoning_content": thought.strip("\n"), "content": text[end + len(THINK_CLOSE):].lstrip("\n")}
+
+
+def _with_calls(reading: dict, message: dict, sampled: str) -> list[dict]:
+    """A reading of the text around a turn's calls, with the parser's calls (content: what the parser
+    left outside the calls, less the reasoning; or nothing)."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return [{"role": "assistant", **reading}]
+    content = str(message.get("content") or "")
+    thought = reading.get("reasoning_content")
+    if thought and thought in content:
+        content = content.split(thought, 1)[1]
+        for marker in (THINK_CLOSE,):
+            content = content.split(marker, 1)[-1] if marker in content else content
+        content = content.strip()
+    out = [{"role": "assistant", **reading, "content": content, "tool_calls": calls}]
+    if content:
+        out.append({"role": "assistant", **reading, "content": "", "tool_calls": calls})
+    return out
+
+
+def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, tools: list[dict] | None,
+               template_kwargs: dict | None = None) -> dict:
+    """The message to keep for a turn whose text (before its end token) was ``sampled``, given
+    ``message`` (the parser's reading: ``content``, ``tool_calls``; or the text as ``content``)
+    (module docstring). A message in a template's own reasoning field (Harmony's ``thinking``) is
+    kept as it is."""
+    if "thinking" in message or not getattr(tokenizer, "chat_template", None):
+        return message
+    kwargs = template_kwargs
+    head = _render(tokenizer, history, tools, kwargs, prompt=True)
+    plain = _render(tokenizer, history, tools, kwargs)
+    if head is None or plain is None:
+        return message
+    at = _common(plain, head)
+    written = head[at:] + sampled
+    reasoning_shape = _shape(tokenizer, history, tools, kwargs, plain,
+                             {"content": C_MARK, "reasoning_content": R_MARK})
+    content_shape = _shape(tokenizer, history, tools, kwargs, plain, {"content": C_MARK})
+    readings = _readings(written, reasoning_shape, content_shape)
+    if message.get("tool_calls"):
+        readings = [r for r in readings if "reasoning_content" in r] + [{}]
+        split = _think_split(sampled)
+        if split and not readings[0]:
+            readings.insert(0, {"reasoning_content": split["reasoning_content"]})
+        candidates = [m for r in readings for m in _with_calls(r, message, sampled)]
+        candidates = [string_arguments(m) for m in candidates] + candidates
+    else:
+        split = _think_split(sampled)
+        candidates = [{"role": "assistant", **r} for r in readings] + ([{"role": "assistant", **split}] if split
+                                                                        else []) + [message]
+    for candidate in candidates:
+        base = _render(tokenizer, history + [candidate], tools, kwargs)
+        if base is not None and (base.startswith(head + sampled)  # the turn renders as written (below: the
+                                 or base.find(written, min(at, _common(plain, base))) >= 0):  # turns before differ)
+            return candidate
+    parsed = [c for c in candidates if "reasoning_content" in c]  # no reading renders as written:
+    return parsed[0] if parsed and parsed[0]["reasoning_content"] else candidates[0]  # a reasoning parser's
