@@ -228,8 +228,13 @@ def observation_overhead(tokenizer, *, tools: list[dict] | None, observation_rol
     """The tokens the template writes for one ``observation_role`` message with empty content after a
     turn (its header, its end, the next generation prompt; for ``tool`` messages, the most over the
     tools' names): what ``rollout.max_observation_tokens`` must exceed for any content to fit."""
+    from .probe import _thinks
+
     history = [{"role": "user", "content": "What is 2 + 3?"}]
-    turn = "<think>\nr1\n</think>\n\na1" if "<think>" in (tokenizer.chat_template or "") else "a1"
+    head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=template_kwargs)
+    # a <think> turn only when the model thinks here (Laguna-XS's template names <think>, thinking off)
+    turn = "<think>\nr1\n</think>\n\na1" if _thinks(tokenizer, head[-CONTEXT_CHARS:]) and "<think>" in (
+        tokenizer.chat_template or "") else "a1"
     names = (_tool_names(tools) if tools and observation_role == "tool" else []) or [None]
 
     def one(name: str | None) -> int:

@@ -67,10 +67,25 @@ def _script(tokenizer, tools, observation_role: str, style: str) -> list[tuple[d
     return turns + [({"role": "assistant", "content": "The answer is 9."}, [])]
 
 
-def _with_reasoning(message: dict, i: int, harmony: bool = False) -> dict:
+def _with_reasoning(message: dict, i: int, harmony: bool = False, field: bool = False) -> dict:
+    """The scripted turn with its reasoning: in the template's field (``field``: the template renders
+    ``reasoning_content``; Harmony's ``thinking``), else as a ``<think>`` block the model writes."""
     if harmony:
         return {**message, "thinking": f"r{i}"}
+    if field:
+        return {**message, "reasoning_content": f"r{i}"}
     return {**message, "content": f"<think>\nr{i}\n</think>\n\n" + (message.get("content") or "")}
+
+
+def reads_reasoning(tokenizer, history, tools, kwargs) -> bool:
+    """Whether the template shows an assistant turn's ``reasoning_content`` after ``history``."""
+    mark = f"{PROBE_MARKER}-reasoning"
+    try:
+        text = render(tokenizer, list(history) + [{"role": "assistant", "content": "a", "reasoning_content": mark}],
+                      tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
+    except TemplateError:
+        return False
+    return mark in text
 
 
 def sampled_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, think: bool, i: int = 0):
@@ -79,7 +94,7 @@ def sampled_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, 
     template that writes no closer), with its reasoning first when it thinks (``think``), whether or
     not the template shows it."""
     if think:
-        message = _with_reasoning(message, i, _harmony(tokenizer))
+        message = _with_reasoning(message, i, _harmony(tokenizer), reads_reasoning(tokenizer, history, tools, kwargs))
     head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
     base = render(tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
     if not base.startswith(head):
@@ -115,7 +130,8 @@ def _role_closer(tokenizer, history, message, new, tools, end_texts, kwargs):
     """The next message's role token that ends ``message`` in a template that writes no closer (GLM),
     looked up after the first message alone and without the turn's reasoning (a template may drop
     reasoning once a message follows: that is found elsewhere, not here)."""
-    plain = {**message, "content": (message.get("content") or "").split("</think>")[-1].lstrip("\n")}
+    plain = {k: v for k, v in message.items() if k != "reasoning_content"}
+    plain["content"] = (message.get("content") or "").split("</think>")[-1].lstrip("\n")
     base = render(tokenizer, history[:1] + [plain], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
     full = render(tokenizer, history[:1] + [plain] + (new or [{"role": "user", "content": "ok"}]), tools=tools,
                   add_generation_prompt=False, template_kwargs=kwargs)
