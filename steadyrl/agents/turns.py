@@ -57,7 +57,15 @@ def _shape(tokenizer, history, tools, kwargs, plain: str, fields: dict) -> str |
     base = _render(tokenizer, history + [{"role": "assistant", **fields}], tools, kwargs)
     if base is None or C_MARK not in base:
         return None
-    return base[_common(plain, base):]
+    return base[_turn_start(plain, base):]
+
+
+def _turn_start(plain: str, base: str) -> int:
+    """Where the turn starts in ``base``: after the conversation before it (``plain``), or for a
+    template that writes its generation prompt whatever it is asked (Command-R7B) at the tag where
+    the two part (not inside it)."""
+    at = _common(plain, base)
+    return at if at == len(plain) else max(base.rfind(">", 0, at), base.rfind("\n", 0, at)) + 1
 
 
 def _tail_cut(written: str, post: str) -> int:
@@ -68,32 +76,36 @@ def _tail_cut(written: str, post: str) -> int:
     return 0
 
 
-def _readings(written: str, reasoning_shape: str | None, content_shape: str | None) -> list[dict]:
-    """``{reasoning_content?, content}`` readings of ``written`` (the turn from its role header on)."""
+def _readings(head: str, sampled: str, reasoning_shape: str | None, content_shape: str | None) -> list[dict]:
+    """``{reasoning_content?, content}`` readings of the turn ``sampled`` after the prompt ``head``."""
     out = []
     if reasoning_shape and R_MARK in reasoning_shape and reasoning_shape.find(R_MARK) < reasoning_shape.find(C_MARK):
         r, c = reasoning_shape.find(R_MARK), reasoning_shape.find(C_MARK)
         pre, mid, post = reasoning_shape[:r], reasoning_shape[r + len(R_MARK):c], reasoning_shape[c + len(C_MARK):]
-        start = _match_pre(written, pre)
-        at = written.find(mid, start) if start is not None and mid else -1
+        start = _match_pre(head, sampled, pre)
+        at = sampled.find(mid, start) if start is not None and mid else -1
         if at >= 0:
-            body = written[at + len(mid):]
-            out.append({"reasoning_content": written[start:at],
+            body = sampled[at + len(mid):]
+            out.append({"reasoning_content": sampled[start:at],
                         "content": body[:len(body) - _tail_cut(body, post)]})
     if content_shape:
         c = content_shape.find(C_MARK)
         pre, post = content_shape[:c], content_shape[c + len(C_MARK):]
-        start = _match_pre(written, pre)
+        start = _match_pre(head, sampled, pre)
         if start is not None:
-            body = written[start:]
+            body = sampled[start:]
             out.append({"content": body[:len(body) - _tail_cut(body, post)]})
     return out
 
 
-def _match_pre(written: str, pre: str) -> int | None:
-    """Where the fields start in ``written`` when it begins with the template's text before them
-    (``pre``; a generation prompt may hold only part of it)."""
-    return len(pre) if written.startswith(pre) else None
+def _match_pre(head: str, sampled: str, pre: str) -> int | None:
+    """Where the fields start in ``sampled`` when the template's text before them (``pre``) is the
+    end of the prompt ``head`` (its generation prompt holds part of it, or all) then the start of
+    ``sampled``; None when it is not."""
+    for j in range(min(len(pre), len(head)), -1, -1):
+        if head.endswith(pre[:j]) and sampled.startswith(pre[j:]):
+            return len(pre) - j
+    return None
 
 
 def _think_split(text: str) -> dict | None:
@@ -139,11 +151,11 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
     if head is None or plain is None:
         return message
     at = _common(plain, head)
-    written = head[at:] + sampled
+    written = head[at:] + sampled  # the turn from the template's role header on
     reasoning_shape = _shape(tokenizer, history, tools, kwargs, plain,
                              {"content": C_MARK, "reasoning_content": R_MARK})
     content_shape = _shape(tokenizer, history, tools, kwargs, plain, {"content": C_MARK})
-    readings = _readings(written, reasoning_shape, content_shape)
+    readings = _readings(head, sampled, reasoning_shape, content_shape)
     if message.get("tool_calls"):
         readings = [r for r in readings if "reasoning_content" in r] + [{}]
         split = _think_split(sampled)
@@ -158,7 +170,28 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
     for candidate in candidates:
         base = _render(tokenizer, history + [candidate], tools, kwargs)
         if base is not None and (base.startswith(head + sampled)  # the turn renders as written (below: the
-                                 or base.find(written, min(at, _common(plain, base))) >= 0):  # turns before differ)
+                                 or base.find(written, min(at, _turn_start(plain, base))) >= 0):  # turns before differ)
             return candidate
-    parsed = [c for c in candidates if "reasoning_content" in c]  # no reading renders as written:
-    return parsed[0] if parsed and parsed[0]["reasoning_content"] else candidates[0]  # a reasoning parser's
+    # no reading renders as written (the template drops the turn's reasoning): a reasoning parser's
+    split = _think_split(sampled if "<think>" in sampled or not head.rstrip().endswith("<think>") else
+                         "<think>" + sampled)
+    if split is None:
+        return message
+    if message.get("tool_calls"):
+        return _with_calls({"reasoning_content": split["reasoning_content"]}, message, sampled)[0]
+    return {"role": "assistant", **split}
+
+
+def call_form(tokenizer, history: list[dict], message: dict, *, tools: list[dict] | None,
+              template_kwargs: dict | None = None) -> dict:
+    """``message`` (with ``tool_calls``) with its arguments in the form the template renders as the
+    call's JSON: OpenAI's string form, unless the template shows the string other than as the JSON
+    (escaped by ``tojson``, or not at all: a format that walks the arguments' keys), then the object."""
+    as_string = string_arguments(message)
+    if as_string is message or not message.get("tool_calls"):
+        return message
+    text = _render(tokenizer, history + [as_string], tools, template_kwargs)
+    if text is None:
+        return message
+    shown = all(c["function"]["arguments"] in text for c in as_string["tool_calls"])
+    return as_string if shown or text == _render(tokenizer, history + [message], tools, template_kwargs) else message
