@@ -95,7 +95,7 @@ def script(tok, mode: str, tools, ends, kwargs, parser, turn_mode: str = "single
         turns.append((text, end))
         kept = (assistant_message(text, parser(text), first_index=calls, style="alnum9") if message.get("tool_calls")
                 else text_message(text, tok.chat_template))
-        kept = shape_turn(tok, conv, text, kept, tools=tools, template_kwargs=kwargs)
+        kept = shape_turn(tok, conv, text, kept, tools=tools, template_kwargs=kwargs, end=end)
         if kept.get("tool_calls"):  # the ids the model wrote (Kimi-K2) are the ones its results answer
             new = [{**m, "tool_call_id": c["id"]} for m, c in zip(new, kept["tool_calls"])]
             message = {**message, "tool_calls": [{**c, "id": k["id"]} for c, k in zip(message["tool_calls"],

@@ -16,7 +16,7 @@ from __future__ import annotations
 from .chat import (CONTEXT_CHARS, TemplateDriftError, TemplateError, _closer, _first_difference, _name,
                    _require_template, render)
 from .messages import id_style
-from .turns import shape_turn
+from .turns import call_form, shape_turn
 from .probe import MODE_WORDS, _check_renders, _kept, _role_closer, _script, _thinks, check_template, sampled_turn
 
 
@@ -79,11 +79,12 @@ def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: 
     think, style = _thinks(tokenizer, head[-CONTEXT_CHARS:]), id_style(tokenizer.chat_template)
     contexts, text, calls = [head], head, 0
     for i, (message, new) in enumerate(_script(tokenizer, tools, observation_role, style)):
+        message = call_form(tokenizer, history, message, tools=tools, template_kwargs=kwargs)
         sampled, end = model_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
                                   think=think, i=i)
         assistant = shape_turn(tokenizer, history, sampled, _kept(
             message, sampled, parser if observation_role == "tool" and tools else None, style, calls, strict,
-            tokenizer.chat_template), tools=tools, template_kwargs=kwargs)
+            tokenizer.chat_template), tools=tools, template_kwargs=kwargs, end=end)
         calls += len(message.get("tool_calls") or [])
         if not new:
             break

@@ -19,10 +19,12 @@ other modes are probed in :mod:`.modes`, which a refusal here consults to name t
 
 from __future__ import annotations
 
+import json
+
 from .chat import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, TemplateError, _closer, _first_difference,
                    _name, _next_role_token, _require_template, _suffix, _tool_names, render)
 from .messages import assistant_message, call_id, id_style, text_message, tool_message
-from .turns import shape_turn
+from .turns import call_form, shape_turn
 
 MODES = ("single", "stepwise", "as_sampled")
 """``rollout.multi_turn_mode`` values besides ``auto`` (docs/agents.md, "Multi-turn modes")."""
@@ -141,6 +143,11 @@ def _role_closer(tokenizer, history, message, new, tools, end_texts, kwargs):
                                        + len(found[1]), found[1])
 
 
+def _loaded(arguments):
+    """A call's arguments as an object (OpenAI's string form read as JSON)."""
+    return json.loads(arguments) if isinstance(arguments, str) else arguments
+
+
 def _kept(message: dict, sampled: str, parser, style: str, index: int, strict: bool, template: str | None = None) -> dict:
     """The assistant message the rollout keeps for a sampled turn: the parser's reading of the text
     (tool use), else the text itself (an environment's episode). A parser that does not read the
@@ -149,7 +156,7 @@ def _kept(message: dict, sampled: str, parser, style: str, index: int, strict: b
     if parser is None:
         return text_message(sampled, None if template is None else template)
     parsed = parser(sampled)
-    expected = [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]
+    expected = [(c["function"]["name"], _loaded(c["function"]["arguments"])) for c in message.get("tool_calls", [])]
     if [(c.name, c.arguments) for c in parsed.calls] == expected and not parsed.errors:
         return assistant_message(sampled, parsed, first_index=index, style=style)
     if not strict or not sampled.split("</think>")[-1].strip():
@@ -174,11 +181,12 @@ def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwarg
     text, calls = head, 0
     before_end = text
     for i, (message, new) in enumerate(_script(tokenizer, tools, observation_role, style)):
+        message = call_form(tokenizer, history, message, tools=tools, template_kwargs=kwargs)
         sampled, end = sampled_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
                                     think=think, i=i)
         assistant = shape_turn(tokenizer, history, sampled, _kept(
             message, sampled, parser if observation_role == "tool" and tools else None, style, calls, strict,
-            tokenizer.chat_template), tools=tools, template_kwargs=kwargs)
+            tokenizer.chat_template), tools=tools, template_kwargs=kwargs, end=end)
         calls += len(message.get("tool_calls") or [])
         text, before_end = text + sampled + end, text + sampled
         if new:

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import json
 
-from .chat import TemplateError, render
+from .chat import HISTORY_CLOSERS, TemplateError, render
 
-__all__ = ["shape_turn", "string_arguments"]
+__all__ = ["shape_turn", "turn_renders", "call_form", "string_arguments"]
 
 R_MARK, C_MARK = "steadyrl-reasoning-5f2a", "steadyrl-content-5f2a"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -137,12 +137,50 @@ def _with_calls(reading: dict, message: dict, sampled: str) -> list[dict]:
     return out
 
 
+def _renders_as_written(base: str | None, head: str, plain: str, sampled: str, end: str | None) -> bool:
+    """Whether ``base`` (the conversation with the kept turn) holds the turn as the model wrote it:
+    the prompt then the sampled text (or, where the template renders the turns before differently
+    once a turn follows, the turn from its role header on), followed by the end-of-turn text the
+    model sampled (``end``; None: not checked) or by nothing (a template that writes no closer)."""
+    if base is None:
+        return False
+    at = _common(plain, head)
+    written = head[at:] + sampled
+    if not base.startswith(head + sampled):
+        at = base.find(written, min(len(plain), _turn_start(plain, base)))
+        if at < 0:
+            return False
+    rest = base[at + len(written):]
+    return end is None or not rest or rest.startswith(end) or rest.startswith(HISTORY_CLOSERS.get(end, end))
+
+
+def turn_renders(tokenizer, history: list[dict], sampled: str, kept: dict, *, tools: list[dict] | None,
+                 template_kwargs: dict | None = None, end: str | None = None) -> bool:
+    """Whether the template renders ``kept`` after ``history`` as the model wrote the turn, or drops
+    only its reasoning (the answer after ``</think>`` is there): the conversation holds the turn the
+    model sampled, as the template shows it."""
+    head = _render(tokenizer, history, tools, template_kwargs, prompt=True)
+    plain = _render(tokenizer, history, tools, template_kwargs)
+    base = _render(tokenizer, history + [kept], tools, template_kwargs)
+    if head is None or plain is None or base is None:
+        return True  # nothing to compare with: the rollout reports the template's failure itself
+    if _renders_as_written(base, head, plain, sampled, end):
+        return True
+    written = head[_common(plain, head):] + sampled
+    if THINK_CLOSE not in written:
+        return False
+    answer = written.rsplit(THINK_CLOSE, 1)[1].lstrip("\n")  # the turn past its reasoning, which it drops
+    at = base.find(answer, _turn_start(plain, base))
+    rest = base[at + len(answer):] if at >= 0 else ""
+    return at >= 0 and (end is None or not rest or rest.startswith(end) or rest.startswith(HISTORY_CLOSERS.get(end, end)))
+
+
 def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, tools: list[dict] | None,
-               template_kwargs: dict | None = None) -> dict:
+               template_kwargs: dict | None = None, end: str | None = None) -> dict:
     """The message to keep for a turn whose text (before its end token) was ``sampled``, given
     ``message`` (the parser's reading: ``content``, ``tool_calls``; or the text as ``content``)
-    (module docstring). A message in a template's own reasoning field (Harmony's ``thinking``) is
-    kept as it is."""
+    (module docstring); ``end``: the end-of-turn text the model sampled. A message in a template's own
+    reasoning field (Harmony's ``thinking``) is kept as it is."""
     if "thinking" in message or not getattr(tokenizer, "chat_template", None):
         return message
     kwargs = template_kwargs
@@ -150,8 +188,6 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
     plain = _render(tokenizer, history, tools, kwargs)
     if head is None or plain is None:
         return message
-    at = _common(plain, head)
-    written = head[at:] + sampled  # the turn from the template's role header on
     reasoning_shape = _shape(tokenizer, history, tools, kwargs, plain,
                              {"content": C_MARK, "reasoning_content": R_MARK})
     content_shape = _shape(tokenizer, history, tools, kwargs, plain, {"content": C_MARK})
@@ -168,9 +204,7 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
         candidates = [{"role": "assistant", **r} for r in readings] + ([{"role": "assistant", **split}] if split
                                                                         else []) + [message]
     for candidate in candidates:
-        base = _render(tokenizer, history + [candidate], tools, kwargs)
-        if base is not None and (base.startswith(head + sampled)  # the turn renders as written (below: the
-                                 or base.find(written, min(at, _turn_start(plain, base))) >= 0):  # turns before differ)
+        if _renders_as_written(_render(tokenizer, history + [candidate], tools, kwargs), head, plain, sampled, end):
             return candidate
     # no reading renders as written (the template drops the turn's reasoning): a reasoning parser's
     split = _think_split(sampled if "<think>" in sampled or not head.rstrip().endswith("<think>") else

@@ -1,0 +1,70 @@
+"""Every chat template of the llama-cpp-python sdist as a conformance family (tests and tools/template_table.py).
+
+``FAMILIES`` (tests/support_realtemplates.py) names, for the families of issue 21, what the model
+ships beside its template (special tokens, stop tokens). The sdist holds many more templates;
+:func:`sdist_families` makes a family of each of them: the named family where there is one, else
+one read off the template itself:
+
+* its special tokens: the marker-like strings the template writes (``<|...|>``, ``<｜...｜>``,
+  ``[UPPER_CASE]``, ``<tag>``, MiniMax's ``]~b]`` / ``[e~[``), single tokens of the byte-level tokenizer;
+* its stop token: the first special token the template writes after an assistant turn's content
+  (what the model's generation config names as eos for these families);
+* ``bos``/``eos`` tokens ``<s>`` / ``</s>`` where the template reads ``bos_token`` / ``eos_token``.
+
+A template that cannot render a plain conversation with transformers' renderer, or writes no
+special token after an assistant turn, is left out with the reason (``skipped``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from support_realtemplates import FAMILIES, Family, family_tokenizer
+
+_SPECIAL = re.compile(r"<\|[^|<>\s'\"]{1,40}\|>|<｜[^｜<>\s]{1,40}｜>|\[[A-Z][A-Z_]{1,30}\]|"
+                      r"<[A-Za-z_][\w:.\-]{0,30}>|</[A-Za-z_][\w:.\-]{0,30}>|<\|[a-z_]+>|<[a-z_]+\|>|\]~b\]|\[e~\[|\]~!b\[")
+"""Marker-like strings in a template: ``<|im_end|>``, ``<｜Assistant｜>``, ``[INST]``, ``<think>``,
+gemma-4's ``<|turn>`` / ``<turn|>``, MiniMax's ``]~b]``."""
+
+_HTML = {"<br>", "<p>", "</p>", "<b>", "</b>", "<i>", "</i>", "<code>", "</code>", "<s>", "</s>"}
+_MARK = "steadyrl-sdist-content"
+
+
+def _specials(text: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(t for t in _SPECIAL.findall(text) if t not in _HTML))
+
+
+def infer_family(path: Path) -> Family | str:
+    """The family of a template the suite does not name, read off the template (module docstring);
+    a string: why it is left out."""
+    text = path.read_text()
+    specials = _specials(text)
+    family = Family(path.stem, path.name, "</s>", ("</s>",), bos="<s>", specials=specials)
+    tok = family_tokenizer(family, path.parent)
+    try:
+        rendered = tok.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant",
+                                            "content": _MARK}], tokenize=False)
+    except Exception as err:  # noqa: BLE001 - a template may raise anything
+        return f"does not render a plain conversation: {type(err).__name__}: {str(err)[:80]}"
+    after = rendered.split(_MARK, 1)[-1] if _MARK in rendered else ""
+    found = sorted((after.find(t), -len(t), t) for t in (*specials, "</s>") if t in after)
+    if _MARK not in rendered or not found:
+        return "writes no special token after an assistant turn (no stop token to end one)"
+    stop = found[0][2]
+    return Family(path.stem, path.name, stop, tuple(dict.fromkeys((stop, "</s>"))), bos="<s>", specials=specials)
+
+
+def sdist_families(templates: Path) -> tuple[list[Family], dict[str, str]]:
+    """(a family per template of the sdist, the named ones first; {template file: why skipped})."""
+    named = {f.template for f in FAMILIES}
+    families, skipped = list(FAMILIES), {}
+    for path in sorted(templates.glob("*.jinja")):
+        if path.name in named:
+            continue
+        found = infer_family(path)
+        if isinstance(found, str):
+            skipped[path.name] = found
+        else:
+            families.append(found)
+    return families, skipped
