@@ -20,6 +20,7 @@ other modes are probed in :mod:`.modes`, which a refusal here consults to name t
 from __future__ import annotations
 
 import json
+import re
 
 from .chat import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, TemplateError, _closer, _first_difference,
                    _name, _next_role_token, _require_template, _suffix, _tool_names, render)
@@ -121,6 +122,8 @@ def sampled_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, 
             f"closing token's id to eos_token_id in the model's generation_config.json")
     stop, end = closer
     text = base[len(head): stop - len(end)]
+    if think:  # a template that writes an empty block before the content (Kimi-K2-Thinking): the model writes one
+        text = re.sub(r"^(\s*)<think>\s*</think>\s*(?=<think>)", r"\1", text)
     if think and f"r{i}" not in text:  # the template hides it, the model still writes it
         opened = head.rstrip().endswith("<think>")
         text = (f"<|channel|>analysis<|message|>r{i}<|end|><|start|>assistant" if _harmony(tokenizer) else

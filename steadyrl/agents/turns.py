@@ -108,6 +108,15 @@ def _match_pre(head: str, sampled: str, pre: str) -> int | None:
     return None
 
 
+def _answer(split: dict | None, head: str, content_shape: str | None) -> dict | None:
+    """A reasoning parser's reading with its answer read as the template's content (Reka-Edge writes
+    ``assistant: `` before it and ``\n\n`` after it: the answer without them)."""
+    if not split or not content_shape:
+        return split
+    found = [r for r in _readings(head, split["content"], None, content_shape) if r.get("content")]
+    return {**split, "content": found[0]["content"]} if found else split
+
+
 def _think_split(text: str) -> dict | None:
     """A reasoning parser's reading of a ``<think>`` turn (the template does not show reasoning)."""
     end = text.find(THINK_CLOSE)
@@ -166,13 +175,29 @@ def turn_renders(tokenizer, history: list[dict], sampled: str, kept: dict, *, to
         return True  # nothing to compare with: the rollout reports the template's failure itself
     if _renders_as_written(base, head, plain, sampled, end):
         return True
-    written = head[_common(plain, head):] + sampled
-    if THINK_CLOSE not in written:
-        return False
-    answer = written.rsplit(THINK_CLOSE, 1)[1].lstrip("\n")  # the turn past its reasoning, which it drops
-    at = base.find(answer, _turn_start(plain, base))
-    rest = base[at + len(answer):] if at >= 0 else ""
-    return at >= 0 and (end is None or not rest or rest.startswith(end) or rest.startswith(HISTORY_CLOSERS.get(end, end)))
+    at = _common(plain, head)
+    written, start = head[at:] + sampled, _turn_start(plain, base)
+    answer = written.rsplit(THINK_CLOSE, 1)[1].lstrip("\n") if THINK_CLOSE in written else None
+    for shown, before in ((sampled, head[at:]), (answer, None)):
+        if shown is None or not shown:
+            continue
+        pos = base.find(shown, start)
+        rest = base[pos + len(shown):] if pos >= 0 else ""
+        # what the template writes before it must be (part of) what the model saw before it: a template
+        # that drops an empty reasoning block of its generation prompt, or the turn's reasoning
+        allowed = before if before is not None else _bare(written[:len(written) - len(shown)], written)
+        if pos >= 0 and allowed.startswith(base[start:pos] if before is not None else _bare(base[start:pos], written)) and (
+                end is None or not rest or rest.startswith(end) or rest.startswith(HISTORY_CLOSERS.get(end, end))):
+            return True
+    return False
+
+
+def _bare(text: str, written: str) -> str:
+    """``text`` without whitespace and without the reasoning of the turn ``written`` (a template that
+    drops the reasoning may keep its block empty: ``<think></think>``)."""
+    split = _think_split(written)
+    thought = split["reasoning_content"] if split else ""
+    return "".join((text.replace(thought, "") if thought else text).split())
 
 
 def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, tools: list[dict] | None,
@@ -193,22 +218,23 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
     content_shape = _shape(tokenizer, history, tools, kwargs, plain, {"content": C_MARK})
     readings = _readings(head, sampled, reasoning_shape, content_shape)
     if message.get("tool_calls"):
-        readings = [r for r in readings if "reasoning_content" in r] + [{}]
         split = _think_split(sampled)
-        if split and not readings[0]:
-            readings.insert(0, {"reasoning_content": split["reasoning_content"]})
+        readings = [r for r in readings if "reasoning_content" in r] + (
+            [{"reasoning_content": split["reasoning_content"]}] if split else [{}])
         candidates = [m for r in readings for m in _with_calls(r, message, sampled)]
         candidates = [string_arguments(m) for m in candidates] + candidates
     else:
-        split = _think_split(sampled)
+        split = _answer(_think_split(sampled), head, content_shape)
+        if split:  # a reasoning parser splits a <think> block off, whatever the template would make of it
+            readings = [r for r in readings if "reasoning_content" in r]
         candidates = [{"role": "assistant", **r} for r in readings] + ([{"role": "assistant", **split}] if split
-                                                                        else []) + [message]
+                                                                        else [message])
     for candidate in candidates:
         if _renders_as_written(_render(tokenizer, history + [candidate], tools, kwargs), head, plain, sampled, end):
             return candidate
     # no reading renders as written (the template drops the turn's reasoning): a reasoning parser's
-    split = _think_split(sampled if "<think>" in sampled or not head.rstrip().endswith("<think>") else
-                         "<think>" + sampled)
+    split = _answer(_think_split(sampled if "<think>" in sampled or not head.rstrip().endswith("<think>") else
+                                 "<think>" + sampled), head, content_shape)
     if split is None:
         return message
     if message.get("tool_calls"):
