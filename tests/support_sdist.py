@@ -27,10 +27,10 @@ _SPECIAL = re.compile(r"<\|[^|<>\s'\"]{1,40}\|>|<｜[^｜<>\s]{1,40}｜>|\[[A-Z]
 """Marker-like strings in a template: ``<|im_end|>``, ``<｜Assistant｜>``, ``[INST]``, ``<think>``,
 gemma-4's ``<|turn>`` / ``<turn|>``, MiniMax's ``]~b]``."""
 
-_ENDS = re.compile(r"end|eos|eot|eom|sep|turn\|>|return", re.I)
+_ENDS = re.compile(r"end|eos|eot|eom|turn\|>|return", re.I)
 _CONTENT = re.compile(r"text|response|thinking|action|think|content", re.I)
 """A stop token's name (``<|im_end|>``, ``<seed:eos>``, gemma-4's ``<turn|>``), not the end of a part
-inside the turn (Cohere's ``<|END_TEXT|>``, ``</think>``)."""
+inside the turn (Cohere's ``<|END_TEXT|>``, ``</think>``); else a separator (Reka's ``<sep>``)."""
 _HTML = {"<br>", "<p>", "</p>", "<b>", "</b>", "<i>", "</i>", "<code>", "</code>", "<s>", "</s>"}
 _MARK = "steadyrl-sdist-content"
 
@@ -56,7 +56,8 @@ def infer_family(path: Path) -> Family | str:
     if _MARK not in rendered or not found:
         return "writes no special token after an assistant turn (no stop token to end one)"
     ends = [t for _, _, t in found if _ENDS.search(t) and not _CONTENT.search(t)]
-    stop = ends[0] if ends else found[0][2]
+    seps = [t for _, _, t in found if "sep" in t.lower()]
+    stop = (ends or seps or [found[0][2]])[0]
     return Family(path.stem, path.name, stop, tuple(dict.fromkeys((stop, "</s>"))), bos="<s>", specials=specials)
 
 

@@ -86,13 +86,13 @@ def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: 
             message, sampled, parser if observation_role == "tool" and tools else None, style, calls, strict,
             tokenizer.chat_template), tools=tools, template_kwargs=kwargs, end=end)
         names = [c["function"]["name"] for c in message.get("tool_calls") or []]
-        if names and not all(n in sampled for n in names) and all(n in render(
+        if names and not all(n in sampled for n in names) and (not sampled.strip() or all(n in render(
                 tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs
-        ).split(history[-1].get("content") or "\0")[-1] for n in names):
+        ).split(history[-1].get("content") or "\0")[-1] for n in names)):
             raise TemplateError(
                 f"the chat template of {_name(tokenizer)!r} writes a call outside the assistant turn the model "
-                f"samples (the turn after its generation prompt is {sampled!r}): the model cannot write the call "
-                f"the template shows it")
+                f"samples, or none (the turn after its generation prompt is {sampled!r}): no turn the model writes "
+                f"is the call the template shows it")
         if mode == "stepwise" and new and not turn_renders(tokenizer, history, sampled, assistant, tools=tools,
                                                            template_kwargs=kwargs, end=end):
             raise TemplateError(
