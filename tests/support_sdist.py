@@ -7,8 +7,9 @@ one read off the template itself:
 
 * its special tokens: the marker-like strings the template writes (``<|...|>``, ``<｜...｜>``,
   ``[UPPER_CASE]``, ``<tag>``, MiniMax's ``]~b]`` / ``[e~[``), single tokens of the byte-level tokenizer;
-* its stop token: the first special token the template writes after an assistant turn's content
-  (what the model's generation config names as eos for these families);
+* its stop token: the first end-like special token the template writes after an assistant turn's
+  content, before the next message (what the model's generation config names as eos for these
+  families);
 * ``bos``/``eos`` tokens ``<s>`` / ``</s>`` where the template reads ``bos_token`` / ``eos_token``.
 
 A template that cannot render a plain conversation with transformers' renderer, or writes no
@@ -32,7 +33,7 @@ _CONTENT = re.compile(r"text|response|thinking|action|think|content", re.I)
 """A stop token's name (``<|im_end|>``, ``<seed:eos>``, gemma-4's ``<turn|>``), not the end of a part
 inside the turn (Cohere's ``<|END_TEXT|>``, ``</think>``); else a separator (Reka's ``<sep>``)."""
 _HTML = {"<br>", "<p>", "</p>", "<b>", "</b>", "<i>", "</i>", "<code>", "</code>", "<s>", "</s>"}
-_MARK = "steadyrl-sdist-content"
+_MARK, _NEXT = "steadyrl-sdist-content", "steadyrl-sdist-next"
 
 
 def _specials(text: str) -> tuple[str, ...]:
@@ -46,19 +47,22 @@ def infer_family(path: Path) -> Family | str:
     specials = _specials(text)
     family = Family(path.stem, path.name, "</s>", ("</s>",), bos="<s>", specials=specials)
     tok = family_tokenizer(family, path.parent)
-    try:
+    try:  # a user message after the turn: a template may close only the turns a message follows (Apriel-1.6)
         rendered = tok.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant",
-                                            "content": _MARK}], tokenize=False)
+                                            "content": _MARK}, {"role": "user", "content": _NEXT}], tokenize=False)
     except Exception as err:  # noqa: BLE001 - a template may raise anything
         return f"does not render a plain conversation: {type(err).__name__}: {str(err)[:80]}"
-    after = rendered.split(_MARK, 1)[-1] if _MARK in rendered else ""
+    after = rendered.split(_MARK, 1)[-1].split(_NEXT, 1)[0] if _MARK in rendered else ""
     found = sorted((after.find(t), -len(t), t) for t in (*specials, "</s>") if t in after)
     if _MARK not in rendered or not found:
         return "writes no special token after an assistant turn (no stop token to end one)"
     ends = [t for _, _, t in found if _ENDS.search(t) and not _CONTENT.search(t)]
     seps = [t for _, _, t in found if "sep" in t.lower()]
     stop = (ends or seps or [found[0][2]])[0]
-    return Family(path.stem, path.name, stop, tuple(dict.fromkeys((stop, "</s>"))), bos="<s>", specials=specials)
+    # a template with no closer ends a turn with the next role token (GLM): tool results come after its own
+    roles = ("<|observation|>",) if stop == "<|user|>" and "<|observation|>" in specials else ()
+    return Family(path.stem, path.name, stop, tuple(dict.fromkeys((stop, *roles, "</s>"))), bos="<s>",
+                  specials=specials)
 
 
 def sdist_families(templates: Path) -> tuple[list[Family], dict[str, str]]:
