@@ -238,9 +238,10 @@ def _check_renders(tokenizer, *, tools, observation_role: str, kwargs) -> None:
                 "supports tools (Qwen2.5, Qwen3, Llama-3.1, Hermes ...) or set tokenizer.chat_template")
     if observation_role == "tool" and tools:
         name, cid = _tool_names(tools)[0], call_id(id_style(tokenizer.chat_template), _tool_names(tools)[0], 0)
-        turn = [{"role": "assistant", "content": "", "tool_calls": [
+        call = call_form(tokenizer, user, {"role": "assistant", "content": "", "tool_calls": [  # functionary-v3.2:
             {"id": cid, "type": "function", "function": {"name": name, "arguments": _arguments(tools[0])}}]},
-            tool_message(name, PROBE_MARKER, cid)]
+            tools=tools, template_kwargs=kwargs)  # OpenAI's string form
+        turn = [call, tool_message(name, PROBE_MARKER, cid)]
     else:
         turn = [{"role": "assistant", "content": "Let me check."}, {"role": observation_role, "content": PROBE_MARKER}]
     text = render(tokenizer, user + turn, tools=tools, add_generation_prompt=True,

@@ -250,8 +250,10 @@ def call_form(tokenizer, history: list[dict], message: dict, *, tools: list[dict
     as_string = string_arguments(message)
     if as_string is message or not message.get("tool_calls"):
         return message
-    text = _render(tokenizer, history + [as_string], tools, template_kwargs)
-    if text is None:
+    text, plain = _render(tokenizer, history + [as_string], tools, template_kwargs), _render(
+        tokenizer, history, tools, template_kwargs)
+    if text is None or plain is None:
         return message
-    shown = all(c["function"]["arguments"] in text for c in as_string["tool_calls"])
+    turn = text[_turn_start(plain, text):]  # the turn alone: an earlier call may show the same arguments
+    shown = all(c["function"]["arguments"] in turn for c in as_string["tool_calls"])
     return as_string if shown or text == _render(tokenizer, history + [message], tools, template_kwargs) else message

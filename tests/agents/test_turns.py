@@ -66,3 +66,19 @@ def test_arguments_take_openais_string_form_where_the_template_renders_it(famili
     assert isinstance(call_form(tok, Q, call, tools=None)["tool_calls"][0]["function"]["arguments"], str)
     tok, _ = tokenizer(families, "Qwen3-Coder")  # it walks the arguments' keys: the object form
     assert call_form(tok, Q, call, tools=None)["tool_calls"][0]["function"]["arguments"] == {"a": 1, "b": 2}
+
+
+@pytest.mark.parametrize("name", ["Command-R7B", "Cohere2MoE"])
+def test_stepwise_drift_reads_the_turns_the_conversation_holds_otherwise_than_sampled(families, name, monkeypatch):
+    # issue 32: the raw text kept as content was wrapped a second time and the drift still read 0
+    import support_conformance
+
+    import steadyrl.rollout.episodes as episodes
+    from steadyrl.agents.formats import parser_for_template
+
+    tok, _ = tokenizer(families, name)
+    family = families[1][name]
+    args = (tok, "user", list(family.stops), family.kwargs or None, parser_for_template(tok.chat_template), "stepwise")
+    assert support_conformance.episode(*args) == "exact"
+    monkeypatch.setattr(episodes, "shape_turn", lambda tok, history, text, kept, **kw: kept)  # the old rollout
+    assert "rollout/retokenize_drift" in support_conformance.episode(*args)
