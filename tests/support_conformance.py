@@ -5,8 +5,10 @@ and tools/template_table.py, which prints the table in docs/agents.md).
   the parser ``tool_parser: auto`` picks for the template): ``exact`` or the refusal's message;
 * ``episode``: a scripted episode run through the real rollout (``run_episodes``, a scripted
   engine that samples what the template shows the model writing, the real ``ToolAgent``), its
-  token ids compared with the tokenized ``apply_chat_template`` of the whole conversation:
-  ``exact``, ``differs at token N`` or ``failed: why``;
+  token ids compared with the tokenized ``apply_chat_template`` of the whole conversation as the
+  ground truth holds it (an OpenAI-style server with a reasoning parser: ``reasoning_content``,
+  ``content``, ``tool_calls`` with ids; not steadyrl's own messages, so a turn steadyrl keeps
+  otherwise shows): ``exact``, ``differs at token N`` or ``failed: why``;
 * ``round_trip``: the call text the template renders parses back to the call (tools mode).
 
 Each case runs in one ``rollout.multi_turn_mode`` (``TURN_MODES``), the probe and the episode judged
