@@ -39,6 +39,8 @@ _BEHAVIOURS = (  # (a phrase of the probe's message, what the table says)
     ("does not start an assistant turn with its generation prompt", "its turns do not start with its generation prompt"),
     ("does not show the content", "the template drops the observation"),
     ("failed to render", "the template raises"),
+    ("does not render the turn the model wrote", "no reading of the sampled turn renders as written"),
+    ("writes a call outside the assistant turn", "the template writes calls outside the sampled turn"),
 )
 
 
