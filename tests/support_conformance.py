@@ -5,8 +5,10 @@ and tools/template_table.py, which prints the table in docs/agents.md).
   the parser ``tool_parser: auto`` picks for the template): ``exact`` or the refusal's message;
 * ``episode``: a scripted episode run through the real rollout (``run_episodes``, a scripted
   engine that samples what the template shows the model writing, the real ``ToolAgent``), its
-  token ids compared with the tokenized ``apply_chat_template`` of the whole conversation:
-  ``exact``, ``differs at token N`` or ``failed: why``;
+  token ids compared with the tokenized ``apply_chat_template`` of the whole conversation as the
+  ground truth holds it (an OpenAI-style server with a reasoning parser: ``reasoning_content``,
+  ``content``, ``tool_calls`` with ids; not steadyrl's own messages, so a turn steadyrl keeps
+  otherwise shows): ``exact``, ``differs at token N`` or ``failed: why``;
 * ``round_trip``: the call text the template renders parses back to the call (tools mode).
 
 Each case runs in one ``rollout.multi_turn_mode`` (``TURN_MODES``), the probe and the episode judged
@@ -33,6 +35,7 @@ from steadyrl.agents.probe import _thinks, sampled_turn
 from steadyrl.agents.protocol import Reply, Start
 from steadyrl.agents.toolagent import ToolAgent
 from steadyrl.agents.tools import Tool
+from steadyrl.agents.turns import call_form, shape_turn
 from steadyrl.rollout.base import Generation
 from steadyrl.rollout.episodes import TurnLimits, run_episodes
 
@@ -74,27 +77,45 @@ def _plan(mode: str) -> list[tuple[dict, list[dict]]]:
 
 
 def script(tok, mode: str, tools, ends, kwargs, parser, turn_mode: str = "single", before=None):
-    """``(turn texts with their end text, the whole conversation)`` as the model and steadyrl would
-    hold them: each turn is what the template renders for it; calls get the ids steadyrl gives them.
-    ``before`` (a list) gets the conversation before each turn."""
-    conv, turns, calls = list(PROMPT), [], 0
+    """``(turn texts with their end text, the whole conversation)``: each turn is what the template
+    renders for the model's message (its reasoning in the template's field, its calls' arguments in
+    the form the template renders), and the conversation is the ground truth, as an OpenAI-style
+    server with a reasoning parser holds it (``reasoning_content``, ``content``, ``tool_calls`` with
+    ids and string arguments where the template reads them), not steadyrl's reading of the turns.
+    ``before`` (a list) gets the ground truth's conversation before each turn."""
+    conv, truth, turns, calls = list(PROMPT), list(PROMPT), [], 0
     write = sampled_turn if turn_mode == "single" else model_turn
     think = _thinks(tok, render(tok, conv, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)[-40:])
     for i, (message, new) in enumerate(_plan(mode)):
         if message.get("tool_calls"):
             message = {**message, "tool_calls": [{**message["tool_calls"][0], "id": f"call{calls:05d}"}]}
+            message = call_form(tok, truth, message, tools=tools, template_kwargs=kwargs)
             new = [{**new[0], "tool_call_id": f"call{calls:05d}"}]
         if before is not None:
-            before.append(list(conv))
-        text, end = write(tok, conv, message, new, tools=tools, end_texts=ends, kwargs=kwargs, think=think, i=i)
+            before.append(list(truth))
+        text, end = write(tok, truth, message, new, tools=tools, end_texts=ends, kwargs=kwargs, think=think, i=i)
         turns.append((text, end))
         kept = (assistant_message(text, parser(text), first_index=calls, style="alnum9") if message.get("tool_calls")
                 else text_message(text, tok.chat_template))
+        kept = shape_turn(tok, conv, text, kept, tools=tools, template_kwargs=kwargs, end=end)
         if kept.get("tool_calls"):  # the ids the model wrote (Kimi-K2) are the ones its results answer
             new = [{**m, "tool_call_id": c["id"]} for m, c in zip(new, kept["tool_calls"])]
+            message = {**message, "tool_calls": [{**c, "id": k["id"]} for c, k in zip(message["tool_calls"],
+                                                                                      kept["tool_calls"])]}
         calls += len(kept.get("tool_calls", []))
         conv += [kept, *new]
-    return turns, conv
+        truth += [_truth(tok, message, kept, think, i), *new]
+    return turns, truth
+
+
+def _truth(tok, message: dict, kept: dict, think: bool, i: int) -> dict:
+    """The ground truth's assistant message: the planned one, with the reasoning the model wrote
+    (Harmony's in ``thinking``, the field its template reads)."""
+    if not think:
+        return message
+    if "<|channel|>analysis" in (tok.chat_template or ""):
+        return {**message, "thinking": f"r{i}"}
+    return {**message, "reasoning_content": f"r{i}"}
 
 
 class TurnEngine:

@@ -4,7 +4,8 @@
     python tools/template_table.py --check    # exit 1 if the table is out of date
 
 Each row is a template published with a model, as vendored by llama.cpp in the llama-cpp-python
-sdist (downloaded once and cached, see tests/support_realtemplates.py), with tools or with user-role
+sdist (downloaded once and cached, see tests/support_realtemplates.py; every template of it, the
+family of those the suite does not name read off the template: tests/support_sdist.py), with tools or with user-role
 observations; each ``rollout.multi_turn_mode`` column is one conformance case
 (tests/support_conformance.py): ``exact`` (the probe accepts and the scripted episode is exact in
 that mode's terms), ``refused: ...`` (the probe's reason), or ``ACCEPTED, NOT EXACT`` (a bug). The
@@ -38,6 +39,8 @@ _BEHAVIOURS = (  # (a phrase of the probe's message, what the table says)
     ("does not start an assistant turn with its generation prompt", "its turns do not start with its generation prompt"),
     ("does not show the content", "the template drops the observation"),
     ("failed to render", "the template raises"),
+    ("does not render the turn the model wrote", "no reading of the sampled turn renders as written"),
+    ("writes a call outside the assistant turn", "the template writes calls outside the sampled turn"),
 )
 
 
@@ -76,7 +79,7 @@ def counts(cases) -> dict[str, int]:
     return out
 
 
-def table(cases) -> str:
+def table(cases, skipped: dict | None = None) -> str:
     rows = ["| model (template file) | observations | `single` | `stepwise` | `as_sampled` | `auto` runs | "
             "parser (`auto`) | call round trip |", "|---|---|---|---|---|---|---|---|"]
     grouped: dict = {}
@@ -90,21 +93,28 @@ def table(cases) -> str:
     n = counts(cases)
     rows.append(f"\n{len(cases)} cases ({len(grouped)} template rows x 3 modes): {n['exact']} handled exactly, "
                 f"{n['refused']} refused with the reason, {n['wrong']} accepted although not exact.")
+    if skipped:
+        rows.append("\nLeft out (no family can be read off the template): " + "; ".join(
+            f"`{name}`: {why}" for name, why in sorted(skipped.items())).replace("|", "\\|") + ".")
     return "\n".join(rows)
 
 
-def page(cases, text: str) -> str:
+def page(cases, text: str, skipped: dict | None = None) -> str:
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{table(cases)}\n{END}{tail}"
+    return f"{head}{START}\n{table(cases, skipped)}\n{END}{tail}"
 
 
 def all_cases():
+    """(every template of the sdist's cases, {template left out: why}) (tests/support_sdist.py)."""
     from support_conformance import MODES, TURN_MODES, evaluate
-    from support_realtemplates import FAMILIES, template_dir
+    from support_realtemplates import template_dir
+    from support_sdist import sdist_families
 
     templates = template_dir()
-    return [(f, evaluate(f, mode, templates, turn_mode=tm)) for f in FAMILIES for mode in MODES for tm in TURN_MODES]
+    families, skipped = sdist_families(templates)
+    return [(f, evaluate(f, mode, templates, turn_mode=tm)) for f in families for mode in MODES
+            for tm in TURN_MODES], skipped
 
 
 def main() -> int:
@@ -112,7 +122,8 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if docs/agents.md's table is stale")
     args = parser.parse_args()
     text = PAGE.read_text()
-    new = page(all_cases(), text)
+    cases, skipped = all_cases()
+    new = page(cases, text, skipped)
     if args.check:
         if new != text:
             print("docs/agents.md's template table is stale: run python tools/template_table.py")

@@ -228,15 +228,24 @@ def observation_overhead(tokenizer, *, tools: list[dict] | None, observation_rol
     """The tokens the template writes for one ``observation_role`` message with empty content after a
     turn (its header, its end, the next generation prompt; for ``tool`` messages, the most over the
     tools' names): what ``rollout.max_observation_tokens`` must exceed for any content to fit."""
+    from .probe import _thinks, reads_reasoning
+
     history = [{"role": "user", "content": "What is 2 + 3?"}]
-    turn = "<think>\nr1\n</think>\n\na1" if "<think>" in (tokenizer.chat_template or "") else "a1"
+    head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=template_kwargs)
+    # a <think> turn only when the model thinks here (Laguna-XS's template names <think>, thinking off);
+    # in the template's reasoning field where it reads one (Spark-X2.5 writes <think>r1</think>)
+    thinks = _thinks(tokenizer, head[-CONTEXT_CHARS:]) and "<think>" in (tokenizer.chat_template or "")
+    field = thinks and reads_reasoning(tokenizer, history, tools, template_kwargs)
+    turn = "<think>\nr1\n</think>\n\na1" if thinks and not field else "a1"
+    reasoning = {"reasoning_content": "r1"} if field else {}
     names = (_tool_names(tools) if tools and observation_role == "tool" else []) or [None]
 
     def one(name: str | None) -> int:
-        message, assistant = {"role": observation_role, "content": ""}, turn
+        message, assistant = {"role": observation_role, "content": ""}, {"role": "assistant", "content": turn,
+                                                                          **reasoning}
         if name is not None:  # a result answers a call (Mistral's templates insist)
             cid = call_id(id_style(tokenizer.chat_template), name, 0)
-            assistant = {"role": "assistant", "content": turn[:-len("a1")], "tool_calls": [
+            assistant = {"role": "assistant", "content": turn[:-len("a1")], **reasoning, "tool_calls": [
                 {"id": cid, "type": "function", "function": {"name": name, "arguments": {}}}]}
             message = tool_message(name, "", cid)
         ids_of = observation_ids if mode == "single" else observation_tail_ids  # rollout.multi_turn_mode

@@ -16,6 +16,7 @@ from __future__ import annotations
 from .chat import (CONTEXT_CHARS, TemplateDriftError, TemplateError, _closer, _first_difference, _name,
                    _require_template, render)
 from .messages import id_style
+from .turns import call_form, shape_turn, turn_renders
 from .probe import MODE_WORDS, _check_renders, _kept, _role_closer, _script, _thinks, check_template, sampled_turn
 
 
@@ -78,10 +79,26 @@ def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: 
     think, style = _thinks(tokenizer, head[-CONTEXT_CHARS:]), id_style(tokenizer.chat_template)
     contexts, text, calls = [head], head, 0
     for i, (message, new) in enumerate(_script(tokenizer, tools, observation_role, style)):
+        message = call_form(tokenizer, history, message, tools=tools, template_kwargs=kwargs)
         sampled, end = model_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
                                   think=think, i=i)
-        assistant = _kept(message, sampled, parser if observation_role == "tool" and tools else None, style, calls,
-                          strict, tokenizer.chat_template)
+        assistant = shape_turn(tokenizer, history, sampled, _kept(
+            message, sampled, parser if observation_role == "tool" and tools else None, style, calls, strict,
+            tokenizer.chat_template), tools=tools, template_kwargs=kwargs, end=end)
+        names = [c["function"]["name"] for c in message.get("tool_calls") or []]
+        if names and not all(n in sampled for n in names) and (not sampled.strip() or all(n in render(
+                tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs
+        ).split(history[-1].get("content") or "\0")[-1] for n in names)):
+            raise TemplateError(
+                f"the chat template of {_name(tokenizer)!r} writes a call outside the assistant turn the model "
+                f"samples, or none (the turn after its generation prompt is {sampled!r}): no turn the model writes "
+                f"is the call the template shows it")
+        if mode == "stepwise" and new and not turn_renders(tokenizer, history, sampled, assistant, tools=tools,
+                                                           template_kwargs=kwargs, end=end):
+            raise TemplateError(
+                f"the chat template of {_name(tokenizer)!r} does not render the turn the model wrote ({sampled!r}) "
+                f"from any reading of it as reasoning_content, content and tool_calls ({assistant}): the next "
+                f"turns' contexts would hold a turn the model did not write")
         calls += len(message.get("tool_calls") or [])
         if not new:
             break

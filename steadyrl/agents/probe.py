@@ -19,9 +19,13 @@ other modes are probed in :mod:`.modes`, which a refusal here consults to name t
 
 from __future__ import annotations
 
+import json
+import re
+
 from .chat import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, TemplateError, _closer, _first_difference,
                    _name, _next_role_token, _require_template, _suffix, _tool_names, render)
 from .messages import assistant_message, call_id, id_style, text_message, tool_message
+from .turns import call_form, shape_turn
 
 MODES = ("single", "stepwise", "as_sampled")
 """``rollout.multi_turn_mode`` values besides ``auto`` (docs/agents.md, "Multi-turn modes")."""
@@ -66,10 +70,25 @@ def _script(tokenizer, tools, observation_role: str, style: str) -> list[tuple[d
     return turns + [({"role": "assistant", "content": "The answer is 9."}, [])]
 
 
-def _with_reasoning(message: dict, i: int, harmony: bool = False) -> dict:
+def _with_reasoning(message: dict, i: int, harmony: bool = False, field: bool = False) -> dict:
+    """The scripted turn with its reasoning: in the template's field (``field``: the template renders
+    ``reasoning_content``; Harmony's ``thinking``), else as a ``<think>`` block the model writes."""
     if harmony:
         return {**message, "thinking": f"r{i}"}
+    if field:
+        return {**message, "reasoning_content": f"r{i}"}
     return {**message, "content": f"<think>\nr{i}\n</think>\n\n" + (message.get("content") or "")}
+
+
+def reads_reasoning(tokenizer, history, tools, kwargs) -> bool:
+    """Whether the template shows an assistant turn's ``reasoning_content`` after ``history``."""
+    mark = f"{PROBE_MARKER}-reasoning"
+    try:
+        text = render(tokenizer, list(history) + [{"role": "assistant", "content": "a", "reasoning_content": mark}],
+                      tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
+    except TemplateError:
+        return False
+    return mark in text
 
 
 def sampled_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, think: bool, i: int = 0):
@@ -78,7 +97,7 @@ def sampled_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, 
     template that writes no closer), with its reasoning first when it thinks (``think``), whether or
     not the template shows it."""
     if think:
-        message = _with_reasoning(message, i, _harmony(tokenizer))
+        message = _with_reasoning(message, i, _harmony(tokenizer), reads_reasoning(tokenizer, history, tools, kwargs))
     head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
     base = render(tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
     if not base.startswith(head):
@@ -103,6 +122,8 @@ def sampled_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, 
             f"closing token's id to eos_token_id in the model's generation_config.json")
     stop, end = closer
     text = base[len(head): stop - len(end)]
+    if think:  # a template that writes an empty block before the content (Kimi-K2-Thinking): the model writes one
+        text = re.sub(r"^(\s*)<think>\s*</think>\s*(?=<think>)", r"\1", text)
     if think and f"r{i}" not in text:  # the template hides it, the model still writes it
         opened = head.rstrip().endswith("<think>")
         text = (f"<|channel|>analysis<|message|>r{i}<|end|><|start|>assistant" if _harmony(tokenizer) else
@@ -114,7 +135,8 @@ def _role_closer(tokenizer, history, message, new, tools, end_texts, kwargs):
     """The next message's role token that ends ``message`` in a template that writes no closer (GLM),
     looked up after the first message alone and without the turn's reasoning (a template may drop
     reasoning once a message follows: that is found elsewhere, not here)."""
-    plain = {**message, "content": (message.get("content") or "").split("</think>")[-1].lstrip("\n")}
+    plain = {k: v for k, v in message.items() if k != "reasoning_content"}
+    plain["content"] = (message.get("content") or "").split("</think>")[-1].lstrip("\n")
     base = render(tokenizer, history[:1] + [plain], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
     full = render(tokenizer, history[:1] + [plain] + (new or [{"role": "user", "content": "ok"}]), tools=tools,
                   add_generation_prompt=False, template_kwargs=kwargs)
@@ -122,6 +144,11 @@ def _role_closer(tokenizer, history, message, new, tools, end_texts, kwargs):
     return None if found is None else (len(render(tokenizer, history + [message], tools=tools,
                                                   add_generation_prompt=False, template_kwargs=kwargs))
                                        + len(found[1]), found[1])
+
+
+def _loaded(arguments):
+    """A call's arguments as an object (OpenAI's string form read as JSON)."""
+    return json.loads(arguments) if isinstance(arguments, str) else arguments
 
 
 def _kept(message: dict, sampled: str, parser, style: str, index: int, strict: bool, template: str | None = None) -> dict:
@@ -132,7 +159,7 @@ def _kept(message: dict, sampled: str, parser, style: str, index: int, strict: b
     if parser is None:
         return text_message(sampled, None if template is None else template)
     parsed = parser(sampled)
-    expected = [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]
+    expected = [(c["function"]["name"], _loaded(c["function"]["arguments"])) for c in message.get("tool_calls", [])]
     if [(c.name, c.arguments) for c in parsed.calls] == expected and not parsed.errors:
         return assistant_message(sampled, parsed, first_index=index, style=style)
     if not strict or not sampled.split("</think>")[-1].strip():
@@ -157,10 +184,12 @@ def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwarg
     text, calls = head, 0
     before_end = text
     for i, (message, new) in enumerate(_script(tokenizer, tools, observation_role, style)):
+        message = call_form(tokenizer, history, message, tools=tools, template_kwargs=kwargs)
         sampled, end = sampled_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
                                     think=think, i=i)
-        assistant = _kept(message, sampled, parser if observation_role == "tool" and tools else None, style, calls,
-                          strict, tokenizer.chat_template)
+        assistant = shape_turn(tokenizer, history, sampled, _kept(
+            message, sampled, parser if observation_role == "tool" and tools else None, style, calls, strict,
+            tokenizer.chat_template), tools=tools, template_kwargs=kwargs, end=end)
         calls += len(message.get("tool_calls") or [])
         text, before_end = text + sampled + end, text + sampled
         if new:
@@ -209,9 +238,10 @@ def _check_renders(tokenizer, *, tools, observation_role: str, kwargs) -> None:
                 "supports tools (Qwen2.5, Qwen3, Llama-3.1, Hermes ...) or set tokenizer.chat_template")
     if observation_role == "tool" and tools:
         name, cid = _tool_names(tools)[0], call_id(id_style(tokenizer.chat_template), _tool_names(tools)[0], 0)
-        turn = [{"role": "assistant", "content": "", "tool_calls": [
+        call = call_form(tokenizer, user, {"role": "assistant", "content": "", "tool_calls": [  # functionary-v3.2:
             {"id": cid, "type": "function", "function": {"name": name, "arguments": _arguments(tools[0])}}]},
-            tool_message(name, PROBE_MARKER, cid)]
+            tools=tools, template_kwargs=kwargs)  # OpenAI's string form
+        turn = [call, tool_message(name, PROBE_MARKER, cid)]
     else:
         turn = [{"role": "assistant", "content": "Let me check."}, {"role": observation_role, "content": PROBE_MARKER}]
     text = render(tokenizer, user + turn, tools=tools, add_generation_prompt=True,

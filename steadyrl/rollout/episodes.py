@@ -45,8 +45,9 @@ import torch
 
 from ..agents.chat import TemplateError
 from ..agents.messages import text_message
+from ..agents.turns import shape_turn
 from .base import EpisodeInfo, Generation
-from .stepwise import step_context, stepwise_drift, turn_samples
+from .stepwise import step_context, stepwise_drift, turn_drift, turn_samples
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,8 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
         agent.close([e.state for e in episodes])
     for e in episodes:
         e.info.drift_tokens += (_template_drift(tokenizer, e, agent) if mode == "single" else
-                                stepwise_drift(tokenizer, e, agent) if mode == "stepwise" else 0)
+                                stepwise_drift(tokenizer, e, agent) + turn_drift(tokenizer, e, agent) if mode == "stepwise"
+                                else 0)
     return _assemble(first, episodes, tokenizer, limits, mode)
 
 
@@ -138,8 +140,10 @@ def _template_drift(tokenizer, e: _Episode, agent) -> int:
 
     if e.history is None or e.info.failed:
         return 0
-    try:
-        text = render(tokenizer, e.history + [{"role": "assistant", "content": e.text}], tools=agent.tool_schemas,
+    try:  # the last turn as the template holds it (its reasoning, its content without the template's markers)
+        last = shape_turn(tokenizer, e.history, e.text, text_message(e.text, getattr(tokenizer, "chat_template", None)),
+                          tools=agent.tool_schemas, template_kwargs=agent.template_kwargs, end=e.end)
+        text = render(tokenizer, e.history + [last], tools=agent.tool_schemas,
                       add_generation_prompt=False, template_kwargs=agent.template_kwargs)
     except TemplateError:
         return 0
@@ -215,6 +219,9 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         assistant = {"role": "assistant", "content": e.text}
         info.messages.append(assistant)  # the transcript: the text sampled; the conversation: the parsed turn
         kept = reply.assistant or text_message(e.text, getattr(tokenizer, "chat_template", None))
+        if e.history is not None:  # the template's own fields: reasoning, content without its markers
+            kept = shape_turn(tokenizer, e.history, e.text, kept, tools=agent.tool_schemas,
+                              template_kwargs=agent.template_kwargs, end=e.end)
         info.chat.append(dict(kept))
         if reply.failed:
             info.failed, info.error, e.running = True, reply.error, False

@@ -67,6 +67,34 @@ def stepwise_drift(tokenizer, e, agent) -> int:
     return drift
 
 
+def turn_drift(tokenizer, e, agent) -> int:
+    """Sampled tokens of the turns the conversation does not hold as sampled: a turn whose kept
+    message (``e.history[mark]``) the template renders otherwise than the model wrote it (its raw
+    text wrapped in the template's markers a second time, its reasoning in the wrong place) while a
+    reading of it renders as written counts all its tokens; a template that drops only the turn's
+    reasoning counts none. The step-wise
+    contexts are renderings of that conversation, so this is where they would be silently wrong."""
+    from ..agents.turns import shape_turn, turn_renders
+
+    if e.history is None or e.info.failed:
+        return 0
+    drift = 0
+    for k, (start, mark) in enumerate(zip(e.starts, e.marks)):
+        if mark >= len(e.history) or e.history[mark].get("role") != "assistant":
+            continue  # the last turn: the conversation does not go on with it
+        ids = e.ids[start:e.info.turn_ends[k] + 1]  # a kept turn ended with its end token
+        text = tokenizer.decode(ids[:-1], skip_special_tokens=False)
+        end = tokenizer.decode(ids[-1:], skip_special_tokens=False)
+        kw = {"tools": agent.tool_schemas, "template_kwargs": agent.template_kwargs, "end": end}
+        if turn_renders(tokenizer, e.history[:mark], text, e.history[mark], **kw):
+            continue
+        # a turn no reading renders as written (a malformed one) is held as a reasoning parser reads it: 0
+        faithful = shape_turn(tokenizer, e.history[:mark], text, {"role": "assistant", "content": text}, **kw)
+        if turn_renders(tokenizer, e.history[:mark], text, faithful, **kw):
+            drift += len(ids)
+    return drift
+
+
 def turn_samples(e) -> list[TurnSample]:
     """The episode's turns as samples: the context each was generated from and what it sampled."""
     out = []

@@ -16,7 +16,11 @@ STRIPS_THINKING = (
     "{%- for m in messages %}{%- set c = m.content.split('</think>')[-1] if m.role == 'assistant' else m.content %}"
     "{{- '<|im_start|>' + m.role + '\\n' + c + '<|im_end|>\\n' }}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
-KEEPS_THINKING = STRIPS_THINKING.replace("m.content.split('</think>')[-1]", "m.content")
+# the same ChatML keeping every turn's reasoning, from the field a reasoning parser fills (issue 32: a
+# <think> block is kept as reasoning_content, as an OpenAI-style server with a reasoning parser holds it)
+KEEPS_THINKING = STRIPS_THINKING.replace(
+    "m.content.split('</think>')[-1]",
+    "('<think>\\n' + m.reasoning_content + '\\n</think>\\n\\n' if m.reasoning_content else '') + m.content")
 
 
 def run(template: str):

@@ -1,0 +1,80 @@
+"""Every chat template of the llama-cpp-python sdist as a conformance family (tests and tools/template_table.py).
+
+``FAMILIES`` (tests/support_realtemplates.py) names, for the families of issue 21, what the model
+ships beside its template (special tokens, stop tokens). The sdist holds many more templates;
+:func:`sdist_families` makes a family of each of them: the named family where there is one, else
+one read off the template itself:
+
+* its special tokens: the marker-like strings the template writes (``<|...|>``, ``<｜...｜>``,
+  ``[UPPER_CASE]``, ``<tag>``, MiniMax's ``]~b]`` / ``[e~[``), single tokens of the byte-level tokenizer;
+* its stop token: the first end-like special token the template writes after an assistant turn's
+  content, before the next message (what the model's generation config names as eos for these
+  families);
+* ``bos``/``eos`` tokens ``<s>`` / ``</s>`` where the template reads ``bos_token`` / ``eos_token``.
+
+A template that cannot render a plain conversation with transformers' renderer, or writes no
+special token after an assistant turn, is left out with the reason (``skipped``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from support_realtemplates import FAMILIES, Family, family_tokenizer
+
+_SPECIAL = re.compile(r"<\|[^|<>\s'\"]{1,40}\|>|<｜[^｜<>\s]{1,40}｜>|\[[A-Z][A-Z_]{1,30}\]|"
+                      r"<[A-Za-z_][\w:.\-]{0,30}>|</[A-Za-z_][\w:.\-]{0,30}>|<\|[a-z_]+>|<[a-z_]+\|>|\]~b\]|\[e~\[|\]~!b\[")
+"""Marker-like strings in a template: ``<|im_end|>``, ``<｜Assistant｜>``, ``[INST]``, ``<think>``,
+gemma-4's ``<|turn>`` / ``<turn|>``, MiniMax's ``]~b]``."""
+
+_ENDS = re.compile(r"end|eos|eot|eom|turn\|>|return", re.I)
+_CONTENT = re.compile(r"text|response|thinking|action|think|content", re.I)
+"""A stop token's name (``<|im_end|>``, ``<seed:eos>``, gemma-4's ``<turn|>``), not the end of a part
+inside the turn (Cohere's ``<|END_TEXT|>``, ``</think>``); else a separator (Reka's ``<sep>``)."""
+_HTML = {"<br>", "<p>", "</p>", "<b>", "</b>", "<i>", "</i>", "<code>", "</code>", "<s>", "</s>"}
+_MARK, _NEXT = "steadyrl-sdist-content", "steadyrl-sdist-next"
+
+
+def _specials(text: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(t for t in _SPECIAL.findall(text) if t not in _HTML))
+
+
+def infer_family(path: Path) -> Family | str:
+    """The family of a template the suite does not name, read off the template (module docstring);
+    a string: why it is left out."""
+    text = path.read_text()
+    specials = _specials(text)
+    family = Family(path.stem, path.name, "</s>", ("</s>",), bos="<s>", specials=specials)
+    tok = family_tokenizer(family, path.parent)
+    try:  # a user message after the turn: a template may close only the turns a message follows (Apriel-1.6)
+        rendered = tok.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant",
+                                            "content": _MARK}, {"role": "user", "content": _NEXT}], tokenize=False)
+    except Exception as err:  # noqa: BLE001 - a template may raise anything
+        return f"does not render a plain conversation: {type(err).__name__}: {str(err)[:80]}"
+    after = rendered.split(_MARK, 1)[-1].split(_NEXT, 1)[0] if _MARK in rendered else ""
+    found = sorted((after.find(t), -len(t), t) for t in (*specials, "</s>") if t in after)
+    if _MARK not in rendered or not found:
+        return "writes no special token after an assistant turn (no stop token to end one)"
+    ends = [t for _, _, t in found if _ENDS.search(t) and not _CONTENT.search(t)]
+    seps = [t for _, _, t in found if "sep" in t.lower()]
+    stop = (ends or seps or [found[0][2]])[0]
+    # a template with no closer ends a turn with the next role token (GLM): tool results come after its own
+    roles = ("<|observation|>",) if stop == "<|user|>" and "<|observation|>" in specials else ()
+    return Family(path.stem, path.name, stop, tuple(dict.fromkeys((stop, *roles, "</s>"))), bos="<s>",
+                  specials=specials)
+
+
+def sdist_families(templates: Path) -> tuple[list[Family], dict[str, str]]:
+    """(a family per template of the sdist, the named ones first; {template file: why skipped})."""
+    named = {f.template for f in FAMILIES}
+    families, skipped = list(FAMILIES), {}
+    for path in sorted(templates.glob("*.jinja")):
+        if path.name in named:
+            continue
+        found = infer_family(path)
+        if isinstance(found, str):
+            skipped[path.name] = found
+        else:
+            families.append(found)
+    return families, skipped
