@@ -88,7 +88,7 @@ def run_steadyrl(config_path: Path, output_dir: Path, keep: tuple[str, ...] = ()
     ``metrics`` the step's metrics named in ``keep`` (None where the step has none).
     ``run`` is the trainer's :class:`~steadyrl.build.setup.Run` (the trained policy).
     """
-    import steadyrl.trainer.recipe as loop
+    import steadyrl.recipe as loop
 
     steps, holder, generate_cpu = [], {}, [0.0]
     inner, inner_build = loop.train_step, loop.build_engine

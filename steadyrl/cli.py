@@ -158,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
         # no config file: the defaults, unless a demo.* key asks for the built-in demo's config
         demo = path is None and any(item.startswith("demo.") for item in overrides)
         config, preset_keys = load_config(path, overrides, with_sources=True, demo=demo)
-        from .agents.build import check_agent_specs
+        from .build.agent import check_agent_specs
 
         check_agent_specs(config)  # rollout.tools / tool_parser / environment, as train checks them
         for note in config_notes(config):
@@ -170,12 +170,12 @@ def _run(args: argparse.Namespace) -> int:
     _preflight(args, path, overrides)  # input errors are answered before torch is imported (seconds)
     _quiet_libraries()
     if args.command == "train":
-        from .trainer import train
+        from .recipe import train
 
         train(path, overrides, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
         return 0
     if args.command == "eval":
-        from .trainer import evaluate_run
+        from .recipe import evaluate_run
 
         evaluate_run(path, overrides, output_dir=args.output_dir, model=args.model,
                      trust_run_code=args.trust_run_code)
@@ -185,9 +185,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str]) -> None:
     """``train`` / ``eval``: the config, and every check of the input that needs no model
-    (:mod:`steadyrl.run.preflight`), before the trainer, torch and transformers are imported."""
+    (:mod:`steadyrl.preflight.inputs`), before the trainer, torch and transformers are imported."""
     from .config import load_config
-    from .run import preflight
+    from .preflight import inputs as preflight
 
     if args.command == "train" and (args.resume or args.overwrite) and not args.output_dir:
         flag = "--resume" if args.resume else "--overwrite"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from ..agents.build import build_agent
+from .agent import build_agent
 from ..config.schema import Config
 from ..data.prompts import PromptItem, prepare_prompts
 from ..errors import ConfigError

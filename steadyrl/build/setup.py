@@ -35,7 +35,7 @@ from ..models import (
     resolve_device,
     resolve_dtype,
 )
-from ..agents.build import build_agent
+from .agent import build_agent
 from ..trainer.packing import check_padding_free
 from ..data.prompts import PromptItem, prepare_prompts
 from ..rewards.scorer import Scorer
@@ -340,7 +340,7 @@ def build_eval(config: Config, model_path: str, resources: ExitStack, *, of_run_
     run directory's checkpoint with ``of_run_dir``); the prompts are a dict of named sets with
     ``data.eval_sources``. ``resources`` owns the scorer's and the agent's workers."""
     from ..rollout import build_engine, check_engine_available
-    from ..run.preflight import NOTHING_TO_EVALUATE
+    from ..preflight.inputs import NOTHING_TO_EVALUATE
 
     task_of(config).check_eval(config, model_path, of_run_dir)
     check_engine_available(config.rollout.engine)

@@ -725,7 +725,7 @@ class TrainerConfig(Section):
     @classmethod
     def _check_doctor(cls, value: Any, info: ValidationInfo) -> Any:
         # the names live with the detectors (pure Python, no torch)
-        from ..doctor.checks import check_doctor_setting
+        from .doctor_checks import check_doctor_setting
 
         check_doctor_setting(info.field_name, value, doctor_every=info.data.get("doctor_every"))
         return value

@@ -22,7 +22,7 @@ from . import learning, policy  # noqa: F401  (fill DETECTORS)
 from .findings import DETECTORS, Finding, register_detector
 from .report import render
 from .run import RunData, load_run
-from .thresholds import Thresholds
+from ..config.doctor_thresholds import Thresholds
 
 __all__ = ["DETECTORS", "REPORT_FILE", "Finding", "RunData", "Thresholds", "diagnose", "doctor_cli", "load_run",
            "register_detector", "write_report"]
@@ -84,7 +84,7 @@ def doctor_target(args) -> int:
         if args.set:
             raise ConfigError(f"--set {args.set[0]!r}: detector thresholds apply to a RUN_DIR, not to the "
                               f"pre-flight of {target}; use --tolerance")
-        from .preflight_report import preflight_cli
+        from ..preflight.report import preflight_cli
 
         return preflight_cli(str(target), args.overrides, output=args.output, batches=args.batches,
                              prompts=args.prompts, tolerance=args.tolerance, trust_run_code=args.trust_run_code)

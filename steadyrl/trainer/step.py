@@ -1,4 +1,4 @@
-"""The pieces of a training step that :func:`steadyrl.trainer.recipe.train_step` calls: log-probs and
+"""The pieces of a training step that :func:`steadyrl.recipe.train_step` calls: log-probs and
 values of a batch (:func:`prepare`), the step's metrics; the importance correction is
 :mod:`.mismatch`'s (re-exported here).
 

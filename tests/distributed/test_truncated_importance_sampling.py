@@ -12,7 +12,7 @@ import torch
 
 from steadyrl.functional.importance import rollout_mismatch_metrics, truncated_importance_weights
 from steadyrl.rollout import HFEngine
-from steadyrl.trainer import recipe as step_module
+from steadyrl import recipe as step_module
 from steadyrl.trainer.batch import batch_from_generation
 from steadyrl.trainer.forward import response_logprobs
 

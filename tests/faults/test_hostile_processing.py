@@ -26,7 +26,7 @@ from steadyrl.config import load_config
 from steadyrl.config.schema import AlgorithmConfig, KLEstimator
 from steadyrl.functional import ADVANTAGE_ESTIMATORS, NORM_TYPES, RunningMoments
 from steadyrl.models import load_policy
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 from steadyrl.trainer.batch import TrainBatch
 from steadyrl.trainer.processing import process_rewards
 from steadyrl.trainer.update import ppo_update

@@ -22,7 +22,7 @@ import torch
 from steadyrl import cli
 from steadyrl.errors import TrainingHalted
 from steadyrl.tracking import read_jsonl
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 from steadyrl.trainer import update as update_module
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from steadyrl.tracking import read_jsonl
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 
 
 def _steps(run_dir) -> dict[int, dict]:

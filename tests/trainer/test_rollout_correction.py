@@ -20,7 +20,7 @@ from steadyrl.config import load_config
 from steadyrl.errors import ConfigError
 from steadyrl.rollout import HFEngine
 from steadyrl.run.report import sample_rows
-from steadyrl.trainer import recipe as recipe_module
+from steadyrl import recipe as recipe_module
 from steadyrl.trainer import step as step_module
 from steadyrl.trainer.batch import batch_from_generation
 from steadyrl.trainer.forward import response_logprobs
@@ -276,7 +276,7 @@ def test_the_asynchronous_worker_samples_in_rollout_dtype_and_its_batches_are_co
     and measures with rollout.correction, its default cap 2.0 replaced."""
     from steadyrl.demo.task import make_splits
     from steadyrl.tracking import read_jsonl
-    from steadyrl.trainer import train
+    from steadyrl.recipe import train
 
     rows, _ = make_splits(16, 0, min_len=3, max_len=4, seed=0)
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -11,7 +11,7 @@ import torch
 from steadyrl.build.setup import Run, RunModels, RunOptim, RunTask
 from steadyrl.build.task import DataTask, task_of
 from steadyrl.config import load_config
-from steadyrl.demo.builders import DemoTask
+from steadyrl.build.demo import DemoTask
 
 
 def test_a_config_without_data_is_the_demos_task_and_with_data_the_users(tmp_path):

@@ -9,7 +9,7 @@ from typing import Any
 
 def detector_names() -> list[str]:
     """Every registered run-triage detector, in registration order."""
-    from . import DETECTORS
+    from ..doctor import DETECTORS
 
     return list(DETECTORS)
 
@@ -27,7 +27,7 @@ def check_doctor_setting(key: str, value: Any, *, doctor_every: int | None = Non
             raise ValueError(f"{value!r}: {', '.join(map(repr, unknown))} is not a detector; valid names: "
                              f"{', '.join(valid)}")
     elif key == "doctor_thresholds":
-        from .thresholds import Thresholds
+        from .doctor_thresholds import Thresholds
 
         valid = list(Thresholds.help())
         unknown = [name for name in value if name not in valid]

@@ -27,7 +27,7 @@ from pathlib import Path
 from ..build.task import task_of
 from ..config.schema import Config
 from ..tracking import check_backends_available
-from .directory import check_output_dir, probe_lock
+from ..run.directory import check_output_dir, probe_lock
 
 
 def check_train(config: Config, *, output_dir: str | None, resume: bool, overwrite: bool) -> None:

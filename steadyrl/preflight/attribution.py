@@ -9,7 +9,7 @@ import torch
 
 from ..functional.mismatch import mismatch_metrics
 from .engine_side import engine_model, weights_match
-from .preflight import TOLERANCE, Cause, Preflight, _gap_sum, _Side
+from .gap import TOLERANCE, Cause, Preflight, _gap_sum, _Side
 from .roundtrip import round_trip
 
 FACTORS = ("sampling", "precision", "attention", "padding", "stale_weights")

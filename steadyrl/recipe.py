@@ -27,36 +27,36 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
-from .. import distributed as dist
-from ..build.setup import Run, build_eval, build_run, check_inputs
-from ..config import config_to_dict, load_config
-from ..doctor.live import LiveDoctor
-from ..errors import ConfigError
-from ..gguf_model import model_source
-from ..models import resolve_device
-from ..progress import progress
-from ..rollout import build_engine
-from ..rollout.base import Engine
-from ..run import checkpoint as ckpt
-from ..run.asynchronous import start_rollouts
-from ..run.directory import RunLock, check_saved_config
-from ..run.evaluate import run_eval
-from ..run.export import write_final
-from ..run.report import count_empty, halt_if_stuck, log_eval, report_step, sample_rows, write_summary
-from ..run.start import claim_run_dir, load_run_config, prepare_run_dir, resume_hint_on_interrupt
-from ..run.state import restore, save
-from ..run.trust import check_run_code
-from ..run.warnings_once import warnings_once
-from ..secrets import redact_secrets
-from ..tracking import Tracker
-from .batch import batch_from_generation
-from .dynamic import step_samples
-from .global_batch import gather_samples
-from .processing import process_rewards
-from .mismatch import importance_correction, worst_tokens
-from .step import domain_ids, prepare, step_metrics
-from .turn_samples import episode_view, expand_turn_samples, needs_turn_samples
-from .update import ppo_update
+from . import distributed as dist
+from .build.setup import Run, build_eval, build_run, check_inputs
+from .config import config_to_dict, load_config
+from .doctor.live import LiveDoctor
+from .errors import ConfigError
+from .gguf_model import model_source
+from .models import resolve_device
+from .progress import progress
+from .rollout import build_engine
+from .rollout.base import Engine
+from .run import checkpoint as ckpt
+from .run.asynchronous import start_rollouts
+from .run.directory import RunLock, check_saved_config
+from .run.evaluate import run_eval
+from .run.export import write_final
+from .run.report import count_empty, halt_if_stuck, log_eval, report_step, sample_rows, write_summary
+from .run.start import claim_run_dir, load_run_config, prepare_run_dir, resume_hint_on_interrupt
+from .run.state import restore, save
+from .run.trust import check_run_code
+from .run.warnings_once import warnings_once
+from .secrets import redact_secrets
+from .tracking import Tracker
+from .trainer.batch import batch_from_generation
+from .trainer.dynamic import step_samples
+from .trainer.global_batch import gather_samples
+from .trainer.processing import process_rewards
+from .trainer.mismatch import importance_correction, worst_tokens
+from .trainer.step import domain_ids, prepare, step_metrics
+from .trainer.turn_samples import episode_view, expand_turn_samples, needs_turn_samples
+from .trainer.update import ppo_update
 
 
 def train(path: str | None, overrides: list[str], *, output_dir: str | None = None,
