@@ -29,6 +29,9 @@ from ..errors import ConfigError
 from ..rewards import RewardSpec, load_reward
 from ..sandbox import Limits
 from .sources import by_domain, check_domains, load_all_data
+from ..trainer.parts import show_nothing
+
+NOTHING_TO_EVALUATE = "nothing to evaluate: set data.eval_path to a file of held-out prompts"
 
 if TYPE_CHECKING:
     from ..rollout.base import Engine
@@ -68,10 +71,6 @@ class Task(Protocol):
         """``steadyrl eval``'s, the same way (``model_path`` None: a run directory's checkpoint)."""
 
 
-def _show_nothing(engine, when: str) -> None:
-    """A task that shows nothing before and after RL."""
-
-
 class DataTask:
     """A user's task: records from ``data.*``, rewards from ``rewards`` (default ``math``), the
     model ``model.name_or_path``, checked with its prompts before anything is written."""
@@ -100,7 +99,7 @@ class DataTask:
         return inputs.model_path
 
     def show(self, config: Config, run: Run) -> Callable[[Engine, str], None]:
-        return _show_nothing
+        return show_nothing
 
     def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
         return None
@@ -120,7 +119,6 @@ class DataTask:
     def preflight_eval(self, config: Config, model_path: str | None, of_run_dir: bool) -> None:
         from .agent import check_agent_specs
         from ..model_files import check_model_source
-        from ..preflight.inputs import NOTHING_TO_EVALUATE
 
         _, evals, _, _ = check_task(config, for_eval=True, quiet=True)
         if not evals:

@@ -24,14 +24,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..build.task import task_of
+from ..build.task import NOTHING_TO_EVALUATE, task_of  # noqa: F401 - re-exported
 from ..config.schema import Config
 from ..tracking import check_backends_available
 from ..run.directory import check_output_dir, probe_lock
 
 
 def check_train(config: Config, *, output_dir: str | None, resume: bool, overwrite: bool) -> None:
-    """Everything :func:`steadyrl.trainer.train` would refuse that needs no model, in its order."""
+    """Everything :func:`steadyrl.recipe.train` would refuse that needs no model, in its order."""
     if output_dir and os.environ.get("RANK", "0") == "0":  # rank 0 takes the lock; the others would see it
         probe_lock(Path(output_dir))
     if output_dir:
@@ -41,9 +41,6 @@ def check_train(config: Config, *, output_dir: str | None, resume: bool, overwri
 
 
 def check_eval(config: Config, model_path: str | None, *, of_run_dir: bool) -> None:
-    """Everything :func:`steadyrl.trainer.evaluate_run` would refuse that needs no model.
+    """Everything :func:`steadyrl.recipe.evaluate_run` would refuse that needs no model.
     ``model_path``: the model to evaluate (None for a run directory's checkpoint, found later)."""
     task_of(config).preflight_eval(config, model_path, of_run_dir)
-
-
-NOTHING_TO_EVALUATE = "nothing to evaluate: set data.eval_path to a file of held-out prompts"

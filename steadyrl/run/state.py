@@ -19,7 +19,7 @@ from ..build.setup import RunState, seed_everything
 from . import checkpoint as ckpt
 
 if TYPE_CHECKING:
-    from ..build.setup import Run
+    from ..trainer.parts import Run
 
 
 def _checkpoint_state(run: Run, shared: dict) -> dict:

@@ -34,7 +34,7 @@ from ..functional.mismatch import correct_mismatch, mismatch_metrics
 from ..rewards.metrics import domain_name
 
 if TYPE_CHECKING:
-    from ..build.setup import Run
+    from .parts import Run
     from .global_batch import GlobalSamples
 
 WORST_TOKENS = 3

@@ -27,7 +27,7 @@ from .mismatch import bypass_old_logprobs, importance_correction  # noqa: F401 -
 from .packing import micro_batch_plan, trim
 
 if TYPE_CHECKING:
-    from ..build.setup import Run
+    from .parts import Run
 
 
 def _reference_context(run: Run):
