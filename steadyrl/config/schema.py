@@ -27,7 +27,7 @@ from ..functional.constants import (
     TIS_LOG_RATIO_CLAMP,
     dual_clip_default,
 )
-from ..rewards.loader import reward_name, url_option_problems
+from ..reward_specs import reward_name, url_option_problems
 from .compat import check_config
 
 NormType = Literal["batch", "group", "running", "none"]
