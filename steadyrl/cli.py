@@ -144,9 +144,7 @@ def _run(args: argparse.Namespace) -> int:
 
         return plot_cli(args.run_dirs, args.out)
     if args.command == "doctor":
-        from .doctor import doctor_target
-
-        return doctor_target(args)
+        return _doctor(args)
     if args.command == "convert":
         return _convert(args)
     if args.command == "export":
@@ -205,6 +203,30 @@ def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str])
         preflight.check_eval(config, config.model.name_or_path, of_run_dir=False)
     elif args.output_dir is not None and path is not None:  # a run's checkpoint, the user's config
         preflight.check_eval(config, None, of_run_dir=True)
+
+
+_CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    """``steadyrl doctor TARGET``: a config file (.yaml) is the pre-flight (:mod:`steadyrl.preflight.gap`);
+    anything else is read as a run directory (:mod:`steadyrl.doctor`; bad input, exit 2, when it is
+    not one)."""
+    target = Path(args.target)
+    if target.suffix in _CONFIG_SUFFIXES and target.is_file():
+        if args.set:
+            raise ConfigError(f"--set {args.set[0]!r}: detector thresholds apply to a RUN_DIR, not to the "
+                              f"pre-flight of {target}; use --tolerance")
+        from .preflight.report import preflight_cli
+
+        return preflight_cli(str(target), args.overrides, output=args.output, batches=args.batches,
+                             prompts=args.prompts, tolerance=args.tolerance, trust_run_code=args.trust_run_code)
+    if args.overrides:
+        raise ConfigError(f"{args.overrides[0]!r}: key=value overrides go with a CONFIG.yaml (the pre-flight); "
+                          f"RUN_DIR {target} is only read")
+    from .doctor import doctor_cli
+
+    return doctor_cli(str(target), args.output, args.set)
 
 
 def _convert(args: argparse.Namespace) -> int:
