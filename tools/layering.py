@@ -12,6 +12,7 @@ Every import counts (lazy ones inside functions and those under TYPE_CHECKING): 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -19,27 +20,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "steadyrl"
 
-# The floors of docs/architecture.md, top (high number) to bottom. A room may import rooms on a lower
-# floor, or its own; an import of a room on the same floor that is not itself is allowed only where
-# SAME_FLOOR_ALLOWED names it (a room pair, so no cycle can form: the test checks cycles separately).
-FLOORS: dict[str, int] = {
-    "cli": 13, "__main__": 13, "selfcheck": 13,
-    "recipe": 12, "plot": 12, "convert": 12,
-    "preflight": 11,
-    "run": 10, "tracking": 10,
-    "build": 9,
-    "trainer": 8,
-    "demo": 7,
-    "rewards": 6, "gateway": 6,
-    "doctor": 5,
-    "rollout": 4, "agents": 4,
-    "envs": 3,
-    "data": 3, "config": 3,
-    "models": 2, "gguf_model": 2, "model_files": 2, "distributed": 2,
-    "functional": 1,
-    "sandbox": 0, "errors": 0, "files": 0, "lazy": 0, "progress": 0, "secrets": 0, "userfn": 0,
-    "__init__": 0,
-}
+DOC = ROOT / "docs" / "architecture.md"
+
+
+def floors(doc: Path = DOC) -> dict[str, int]:
+    """Room -> floor (0 the lowest), read from the block between ``<!-- floors -->`` and
+    ``<!-- /floors -->`` in docs/architecture.md: one floor a line, top first, the rooms first
+    (separated by single spaces), then two or more spaces and what the floor holds."""
+    text = doc.read_text()
+    block = text.split("<!-- floors -->", 1)[1].split("<!-- /floors -->", 1)[0]
+    lines = [ln for ln in block.splitlines() if ln.strip() and not ln.startswith("```")]
+    out = {}
+    for height, line in enumerate(reversed(lines)):
+        for room in re.split(r"\s{2,}", line.strip(), maxsplit=1)[0].split(" "):
+            out[room] = height
+    return out
 
 
 def modules() -> dict[str, Path]:
@@ -142,14 +137,13 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def up_imports() -> list[tuple[str, str, int]]:
-    """Imports from a room to a room on a higher floor, or to another room on the same floor."""
+    """Imports that do not point down: to a room on a higher floor, to another room on the same
+    floor, or from or to a room without a floor (a new room must be given one)."""
+    floor = floors()
     out = []
     for src, dest, _, line in edges():
         a, b = room_of(src), room_of(dest)
-        fa, fb = FLOORS.get(a), FLOORS.get(b)
-        if fa is None or fb is None:
-            out.append((src, dest, line))  # a room without a floor is itself a finding
-        elif fb > fa:
+        if a not in floor or b not in floor or floor[b] >= floor[a]:
             out.append((src, dest, line))
     return out
 
@@ -183,23 +177,23 @@ def getattr_probes() -> list[tuple[str, int, str]]:
     return out
 
 
-def run_names() -> int | None:
-    """Fields of `Run` plus forwarding properties installed on it (build/setup.py)."""
+def run_names() -> tuple[int, int]:
+    """``(fields, forwarded)`` of ``Run``: its annotated fields and properties, and the attributes
+    of its parts installed on it with ``setattr`` (``run.policy`` for ``run.models.policy``)."""
     for path in PACKAGE.rglob("*.py"):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ClassDef) and node.name == "Run":
-                fields = [s for s in node.body if isinstance(s, ast.AnnAssign)]
-                props = [s for s in node.body if isinstance(s, ast.FunctionDef)
-                         and any(ast.unparse(d) == "property" for d in s.decorator_list)]
-                forwarded = 0
-                for other in ast.walk(tree):
-                    if (isinstance(other, ast.Assign) and isinstance(other.value, (ast.Tuple, ast.List))
-                            and any(isinstance(t, ast.Name) and "FORWARD" in t.id.upper() for t in other.targets)):
-                        forwarded += sum(len(e.elts) if isinstance(e, (ast.Tuple, ast.List)) else 1
-                                         for e in other.value.elts)
-                return len(fields) + len(props) + forwarded
-    return None
+        src = path.read_text()
+        tree = ast.parse(src)
+        classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        if "Run" not in classes or "RunModels" not in classes:
+            continue
+        own = [s for s in classes["Run"].body if isinstance(s, ast.AnnAssign)
+               or (isinstance(s, ast.FunctionDef) and any(ast.unparse(d) == "property" for d in s.decorator_list))]
+        forwarded = 0
+        if "setattr(Run" in src:
+            forwarded = sum(isinstance(s, ast.AnnAssign) for part in ("RunModels", "RunTask", "RunOptim")
+                            for s in classes[part].body)
+        return len(own), forwarded
+    return 0, 0
 
 
 def largest(n: int = 5):
@@ -230,7 +224,8 @@ def main(argv: list[str]) -> int:
     print(f"getattr/hasattr probes on agents/engines/drivers: {len(probes)}")
     for module, line, text in probes:
         print(f"  {module}:{line} {text}")
-    print(f"names on run (fields + properties + forwarded): {run_names()}")
+    own, forwarded = run_names()
+    print(f"names on run: {own + forwarded} ({own} fields, {forwarded} forwarded with setattr)")
     files, funcs = largest()
     print("largest files: " + ", ".join(f"{p} {n}" for n, p in files))
     print("largest functions: " + ", ".join(f"{p} {n}" for n, p in funcs))
