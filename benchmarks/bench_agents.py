@@ -10,7 +10,7 @@ word-piece tokenizer carrying the Qwen2.5 look-alike chat template of ``tests/ag
 warm-started until it calls the tool; both trainers load it from one directory, and each run is a
 fresh process:
 
-* ``steadyrl``: :func:`steadyrl.trainer.train` with ``rollout.tools: [benchmarks.agent_task:add]``,
+* ``steadyrl``: :func:`steadyrl.recipe.train` with ``rollout.tools: [benchmarks.agent_task:add]``,
   ``rollout.tool_parser: hermes``;
 * ``trl``: ``GRPOTrainer(tools=[add])`` (TRL 1.16 on transformers 5.23).
 

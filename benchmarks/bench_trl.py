@@ -9,7 +9,7 @@ demo's supervised defaults (``DemoConfig``) and saved to a temporary directory t
 load. The prompts are the demo's training split (4,000 strings to reverse), the reward is
 ``steadyrl.demo.reverse_reward`` (TRL's reward signature), and each run is one fresh process:
 
-* ``steadyrl``: :func:`steadyrl.trainer.train` on a config file written here;
+* ``steadyrl``: :func:`steadyrl.recipe.train` on a config file written here;
 * ``trl``: ``GRPOTrainer`` with a ``GRPOConfig`` that makes one step the same work.
 
 Settings made equal (steadyrl = TRL ``GRPOConfig``):

@@ -1,7 +1,7 @@
 """The pre-flight's attribution: the engine's side rescored with factors set to the trainer's one at a
 time (sampling processors, precision, attention, padding side, weights), the template round trip, and
 the ranked causes with their share of the gap and the config change that removes each
-(formula: :mod:`.preflight`)."""
+(formula: :mod:`.gap`)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def _round_trip_cause(side: _Side) -> tuple[Cause | None, str]:
 
 
 def attribute(side: _Side, tolerance: float = TOLERANCE, setup: str = "") -> Preflight:
-    """Measure, attribute and rank (formula: :mod:`.preflight`)."""
+    """Measure, attribute and rank (formula: :mod:`.gap`)."""
     total, n = _gap_sum(side, side.engine, side.spec)
     baseline = total / max(n, 1)
     shown_total, _ = _gap_sum(side, side.engine, side.spec, reported=True)

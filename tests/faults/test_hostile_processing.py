@@ -276,7 +276,7 @@ def test_normalised_advantages_do_not_depend_on_the_reward_scale(estimator, opti
     torch.testing.assert_close(advantages(scores * magnitude), reference, rtol=1e-4, atol=1e-4)
 
 
-# --- and end to end, through steadyrl.trainer.train -----------------------------------------------
+# --- and end to end, through steadyrl.recipe.train -----------------------------------------------
 def _all_finite_metrics(run_dir) -> list[dict]:
     from steadyrl.tracking import read_jsonl
 
