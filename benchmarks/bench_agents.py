@@ -128,7 +128,7 @@ def child_steadyrl(args) -> dict:
     rows = args.prompts * args.group
     with tempfile.TemporaryDirectory(prefix="bench_agents_steadyrl_") as tmp:
         steps, run = run_steadyrl(_steadyrl_config(args, Path(tmp)), Path(tmp) / "run", keep=KEEP)
-        heldout = _heldout(run.policy, run.tokenizer, args)
+        heldout = _heldout(run.models.policy, run.models.tokenizer, args)
     records = [{"end": s["end"], "cpu": s["cpu"], "tokens": s["tokens"], "reward": s["reward"],
                 "policy_tokens": round(s["metrics"]["response/length_mean"] * rows),
                 "tool_calls": s["metrics"]["rollout/tool_calls_per_episode"],

@@ -148,7 +148,7 @@ def matched_config(args, model_dir: Path, reward: dict, out: Path) -> Path:
 def child_steadyrl(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_trl_steadyrl_") as tmp:
         steps, run = run_steadyrl(_steadyrl_config(args, Path(tmp)), Path(tmp) / "run")
-        acc = _heldout_accuracy(run.policy, run.tokenizer, args.model_dir, args.max_new_tokens)
+        acc = _heldout_accuracy(run.models.policy, run.models.tokenizer, args.model_dir, args.max_new_tokens)
     return {"steps": steps, "heldout_after": acc}
 
 

@@ -151,7 +151,7 @@ class DemoTask:
         return inputs.model_path
 
     def show(self, config: Config, run):
-        return transcript_printer(config, run.eval_prompts, run.tokenizer, run.agent, run.device)
+        return transcript_printer(config, run.task.eval_prompts, run.models.tokenizer, run.task.agent, run.device)
 
     def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
         if not of_run_dir and not config.data.eval_path:

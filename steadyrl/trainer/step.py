@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 def _reference_context(run: Run):
     """LoRA runs get the reference by switching the adapter off: no second copy of the model."""
-    return run.policy.disable_adapter() if run.uses_adapter_reference else contextlib.nullcontext()
+    return run.models.policy.disable_adapter() if run.models.uses_adapter_reference else contextlib.nullcontext()
 
 
 @torch.no_grad()
@@ -56,7 +56,7 @@ def needs_old_logprobs(run: Run, batch: TrainBatch) -> bool:
     t, algo = run.config.trainer, run.config.algorithm
     samples = len(batch) * dist.world_size()  # mini_batch_size counts samples over all ranks
     several_steps = t.ppo_epochs > 1 or (t.mini_batch_size or samples) < samples
-    kl_in_reward = algo.kl_mode == "reward" and run.kl_controller.value > 0
+    kl_in_reward = algo.kl_mode == "reward" and run.optim.kl_controller.value > 0
     return several_steps or kl_in_reward or batch.rollout_logprobs is not None
 
 
@@ -70,14 +70,15 @@ def prepare(run: Run, batch: TrainBatch) -> TrainBatch:
               "share_prefix": cfg.trainer.share_prompt_prefix,
               "chunk_size": cfg.trainer.logprob_chunk_size, "padding_free": cfg.trainer.padding_free}
     old = ref = values = None
-    policy, critic = run.training_models()  # through the DDP / FSDP wrappers when there are any
+    policy, critic = run.models.training_models()  # through the DDP / FSDP wrappers when there are any
     if cfg.rollout.correction.bypass and batch.rollout_logprobs is not None:
         old = bypass_old_logprobs(batch.rollout_logprobs)  # the engine's: no recompute pass
     elif needs_old_logprobs(run, batch):
         old = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device, budget, pad_free)
-    if run.reference is not None:
-        ref = _per_token(lambda m: response_logprobs(run.reference, m, **kwargs)[0], batch, size, device, budget, pad_free)
-    elif run.uses_adapter_reference:
+    if run.models.reference is not None:
+        reference = run.models.reference
+        ref = _per_token(lambda m: response_logprobs(reference, m, **kwargs)[0], batch, size, device, budget, pad_free)
+    elif run.models.uses_adapter_reference:
         with _reference_context(run):
             ref = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device, budget, pad_free)
     if critic is not None:
@@ -119,15 +120,15 @@ def step_metrics(run: Run, drawn, whole: GlobalSamples, processed, tis_metrics: 
     """A step's metrics besides the update's: rewards, processing, lengths, critic, episodes,
     dynamic sampling, KL coefficient, schedule, epochs, timings and throughput."""
     metrics = _sample_metrics(whole, processed, tis_metrics)
-    metrics.update(episode_metrics(whole.episodes, list(getattr(run.agent, "tools", {}))))
+    metrics.update(episode_metrics(whole.episodes, list(getattr(run.task.agent, "tools", {}))))
     metrics.update(drawn.metrics)
     if run.config.algorithm.kl_mode != "none":
-        metrics["kl/coef"] = run.kl_controller.value
+        metrics["kl/coef"] = run.optim.kl_controller.value
     step_s = times["updated"] - times["start"]
     metrics.update({
         "actor/lr": lr,
-        "epoch": run.sampler.epoch,
-        **{f"data/source/{name}/epoch": e for name, e in getattr(run.sampler, "source_epochs", dict)().items()},
+        "epoch": run.task.sampler.epoch,
+        **{f"data/source/{name}/epoch": e for name, e in getattr(run.task.sampler, "source_epochs", dict)().items()},
         "time/generate_s": drawn.generate_s,
         "time/score_s": drawn.score_s,
         "time/update_s": times["updated"] - times["scored"],

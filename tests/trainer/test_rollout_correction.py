@@ -63,7 +63,7 @@ def _capture(monkeypatch):
 def _shift_step(make_run, monkeypatch, *overrides):
     run = make_run(*overrides)
     seen = _capture(monkeypatch)
-    engine = ShiftEngine(run.policy, run.tokenizer, run.config.rollout.temperature)
+    engine = ShiftEngine(run.models.policy, run.models.tokenizer, run.config.rollout.temperature)
     metrics, extras = recipe_module.train_step(run, engine, 1)
     shift = torch.tensor([SHIFTS[i % len(SHIFTS)] for i in range(len(seen["batch"].advantages))])
     return metrics, seen["batch"], seen["processed"], shift
@@ -73,9 +73,9 @@ def test_a_bf16_engine_beside_an_fp32_trainer_gives_non_zero_mismatch_metrics(ma
     from steadyrl.rollout import build_engine
 
     run = make_run("rollout.dtype=bfloat16", "trainer.samples_every=1")
-    engine = build_engine("hf", run.generator, run.tokenizer, run.config.rollout)
+    engine = build_engine("hf", run.models.generator, run.models.tokenizer, run.config.rollout)
     assert next(engine.model.parameters()).dtype == torch.bfloat16
-    assert next(run.policy.parameters()).dtype == torch.float32
+    assert next(run.models.policy.parameters()).dtype == torch.float32
     metrics, extras = recipe_module.train_step(run, engine, 1)
     assert metrics["mismatch/k3"] > 0 and metrics["mismatch/k1"] != 0
     assert metrics["mismatch/ratio_max"] > 1 > metrics["mismatch/ratio_min"]
@@ -169,7 +169,7 @@ def test_bypass_takes_the_engines_logprobs_as_old_logprobs_without_a_recompute(m
     calls = []
     real = step_module.response_logprobs
     monkeypatch.setattr(step_module, "response_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
-    engine = HFEngine(run.policy, run.tokenizer, dtype=torch.bfloat16)
+    engine = HFEngine(run.models.policy, run.models.tokenizer, dtype=torch.bfloat16)
     generated = []
     original = engine.generate
     engine.generate = lambda *a, **k: generated.append(original(*a, **k)) or generated[-1]
