@@ -44,7 +44,7 @@ def build_agent(config, tokenizer):
     # the mode the template supports (rollout.multi_turn_mode; auto: single when append-only, else stepwise)
     agent.multi_turn_mode = check_mode(tokenizer, ro.multi_turn_mode, tools=agent.tool_schemas,
                                        observation_role=agent.observation_role, end_texts=end_texts,
-                                       template_kwargs=agent.template_kwargs, parser=getattr(agent, "parser", None))
+                                       template_kwargs=agent.template_kwargs, parser=agent.parser)
     check_observation_room(tokenizer, ro.max_observation_tokens, tools=agent.tool_schemas,
                            observation_role=agent.observation_role, end_texts=end_texts,
                            template_kwargs=agent.template_kwargs, mode=agent.multi_turn_mode)

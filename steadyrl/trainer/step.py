@@ -120,7 +120,7 @@ def step_metrics(run: Run, drawn, whole: GlobalSamples, processed, tis_metrics: 
     """A step's metrics besides the update's: rewards, processing, lengths, critic, episodes,
     dynamic sampling, KL coefficient, schedule, epochs, timings and throughput."""
     metrics = _sample_metrics(whole, processed, tis_metrics)
-    metrics.update(episode_metrics(whole.episodes, list(getattr(run.task.agent, "tools", {}))))
+    metrics.update(episode_metrics(whole.episodes, list(run.task.agent.tools if run.task.agent is not None else {})))
     metrics.update(drawn.metrics)
     if run.config.algorithm.kl_mode != "none":
         metrics["kl/coef"] = run.optim.kl_controller.value
