@@ -160,7 +160,7 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
         group_size *= slots
 
     # 2. prepare: the rollout policy's and the reference's log-probs, the critic's values
-    batch = prepare(run, batch_from_generation(drawn.gen))
+    batch = prepare(cfg, run.models, run.device, run.optim.kl_controller.value, batch_from_generation(drawn.gen))
 
     # 3. gather: reward processing sees the samples of all ranks
     whole = gather_samples(drawn.result, drawn.gen, batch, [len(p.ids) for p in drawn.prompts], ro.turn_reward,
@@ -173,7 +173,8 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
                                 old_logprobs=whole.old_logprobs, ref_logprobs=whole.ref_logprobs,
                                 values=whole.values, running=run.optim.running, turn_rewards=whole.turn_rewards,
                                 domains=domain_ids(whole.result.domains))
-    advantages, loss_mask, tis_metrics = importance_correction(run, whole, processed.advantages, processed.loss_mask)
+    advantages, loss_mask, tis_metrics = importance_correction(ro, whole, processed.advantages,
+                                                             processed.loss_mask)
     batch = replace(batch, loss_mask=whole.mine(loss_mask), advantages=whole.mine(advantages),
                     returns=whole.mine(processed.returns), sample_weights=whole.mine(processed.sample_weights))
 

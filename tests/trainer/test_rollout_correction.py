@@ -188,10 +188,9 @@ def _whole(old, rollout, policy, domains=None):
                            result=SimpleNamespace(domains=domains))
 
 
-def _run(**correction):
+def _rollout(**correction):
     settings = [f"rollout.correction.{k}={v}" for k, v in correction.items()]
-    config = load_config(None, ["rollout.dtype=float32", *settings])
-    return SimpleNamespace(config=config)
+    return load_config(None, ["rollout.dtype=float32", *settings]).rollout
 
 
 def test_observation_tokens_never_count_nor_get_masked():
@@ -203,7 +202,7 @@ def test_observation_tokens_never_count_nor_get_masked():
     rollout[policy == 0] = -30.0  # observations: the engine never sampled them
     rollout[1, 5] = float("nan")  # padding-like, outside the policy mask
     loss_mask = policy.float()
-    adv, mask, metrics = importance_correction(_run(mode="mask"), _whole(old, rollout, policy), torch.ones(2, 6),
+    adv, mask, metrics = importance_correction(_rollout(mode="mask"), _whole(old, rollout, policy), torch.ones(2, 6),
                                                loss_mask)
     assert torch.equal(mask, loss_mask) and torch.equal(adv * mask, loss_mask)
     assert metrics["mismatch/k1"] == 0 and metrics["mismatch/k3"] == 0
@@ -216,7 +215,7 @@ def test_the_metrics_are_split_per_domain():
     rollout = torch.tensor([[0.0, 0.0], [-1.0, -1.0], [0.0, 0.0]])
     policy = torch.ones(3, 2)
     whole = _whole(old, rollout, policy, ["math", "code", None])
-    _, _, metrics = importance_correction(_run(mode="mask", high=2), whole, torch.ones(3, 2), policy.clone())
+    _, _, metrics = importance_correction(_rollout(mode="mask", high=2), whole, torch.ones(3, 2), policy.clone())
     assert metrics["mismatch/domain/math/k3"] == 0 == metrics["mismatch/domain/null/k3"]
     assert metrics["mismatch/domain/code/k3"] == pytest.approx(math.e - 2, rel=1e-5)  # r = e: e - 1 - 1
     assert metrics["mismatch/domain/code/masked_seq_frac"] == 1 and metrics["mismatch/domain/math/masked_seq_frac"] == 0
@@ -227,7 +226,7 @@ def test_a_nonfinite_engine_logprob_is_dropped_and_counted_never_weighted_one():
     old = torch.zeros(1, 3)
     rollout = torch.tensor([[0.0, float("inf"), float("nan")]])
     policy = torch.ones(1, 3)
-    adv, mask, metrics = importance_correction(_run(mode="truncate"), _whole(old, rollout, policy),
+    adv, mask, metrics = importance_correction(_rollout(mode="truncate"), _whole(old, rollout, policy),
                                                torch.ones(1, 3), policy.clone())
     assert mask.tolist() == [[1.0, 0.0, 0.0]] and adv[0, 1:].abs().sum() == 0
     assert metrics["mismatch/nonfinite_tokens"] == 2
