@@ -10,7 +10,7 @@ word-piece tokenizer carrying the Qwen2.5 look-alike chat template of ``tests/ag
 warm-started until it calls the tool; both trainers load it from one directory, and each run is a
 fresh process:
 
-* ``steadyrl``: :func:`steadyrl.trainer.train` with ``rollout.tools: [benchmarks.agent_task:add]``,
+* ``steadyrl``: :func:`steadyrl.recipe.train` with ``rollout.tools: [benchmarks.agent_task:add]``,
   ``rollout.tool_parser: hermes``;
 * ``trl``: ``GRPOTrainer(tools=[add])`` (TRL 1.16 on transformers 5.23).
 
@@ -128,7 +128,7 @@ def child_steadyrl(args) -> dict:
     rows = args.prompts * args.group
     with tempfile.TemporaryDirectory(prefix="bench_agents_steadyrl_") as tmp:
         steps, run = run_steadyrl(_steadyrl_config(args, Path(tmp)), Path(tmp) / "run", keep=KEEP)
-        heldout = _heldout(run.policy, run.tokenizer, args)
+        heldout = _heldout(run.models.policy, run.models.tokenizer, args)
     records = [{"end": s["end"], "cpu": s["cpu"], "tokens": s["tokens"], "reward": s["reward"],
                 "policy_tokens": round(s["metrics"]["response/length_mean"] * rows),
                 "tool_calls": s["metrics"]["rollout/tool_calls_per_episode"],

@@ -36,7 +36,7 @@ AGENTS = {"gateway": AGENT, "gateway-http": HTTP_AGENT}
 
 
 def _setup(quick: bool):
-    from steadyrl.agents.build import build_agent
+    from steadyrl.build.agent import build_agent
     from steadyrl.build.prompts import prompt_options
     from steadyrl.config import load_config
     from steadyrl.data.prompts import prepare_prompts
@@ -69,7 +69,7 @@ def train_steps(steps: int, skill_steps: int, out: Path) -> dict[str, dict[str, 
     """``steadyrl train demo.task=tool`` with the driver and with the agent, one after the other:
     the median ``time/step_s`` and ``time/generate_s`` of steps 2.. (step 1 warms up)."""
     from steadyrl.tracking import read_jsonl
-    from steadyrl.trainer import train
+    from steadyrl.recipe import train
 
     common = ["demo.task=tool", f"demo.tool_skill_steps={skill_steps}", f"trainer.max_steps={steps}", "demo.num_eval=16",
               "trainer.eval_every=0", "rollout.tool_isolation=inline", "trainer.save_every=0"]

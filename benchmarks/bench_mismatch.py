@@ -75,7 +75,7 @@ def _overrides(args, mode: str, seed: int) -> list[str]:
 def child(args) -> None:
     """One run in this process: the measurement's time per step, and the run's figures."""
     import steadyrl.trainer.mismatch as mismatch
-    import steadyrl.trainer.recipe as recipe
+    import steadyrl.recipe as recipe
 
     spent = [0.0]
 

@@ -5,7 +5,7 @@
     python -m benchmarks.bench_scaling --write-md BENCHMARKS.md
     python -m benchmarks.bench_scaling --mixed           # mixed response lengths: fixed split vs token budget
 
-Every configuration is one fresh process running ``steadyrl.trainer.train`` for ``--warmup`` +
+Every configuration is one fresh process running ``steadyrl.recipe.train`` for ``--warmup`` +
 ``--steps`` GRPO steps on the demo architecture (2-layer Llama, hidden 128, character vocabulary)
 with random weights, ``--prompts`` prompts of the demo task per step, a reward that varies across
 samples (the fraction of ``a`` in the completion, so advantages and gradients are not zero), no

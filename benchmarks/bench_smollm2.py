@@ -88,7 +88,8 @@ def _steadyrl_config(args, out: Path) -> Path:
 def child_steadyrl(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_smollm2_steadyrl_") as tmp:
         steps, run = run_steadyrl(_steadyrl_config(args, Path(tmp)), Path(tmp) / "run")
-        acc = heldout_accuracy(run.policy, run.tokenizer, _rows(args.model_dir, "heldout.jsonl"), args.max_new_tokens)
+        acc = heldout_accuracy(run.models.policy, run.models.tokenizer, _rows(args.model_dir, "heldout.jsonl"),
+                               args.max_new_tokens)
     return {"steps": steps, "heldout_after": acc}
 
 

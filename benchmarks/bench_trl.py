@@ -9,7 +9,7 @@ demo's supervised defaults (``DemoConfig``) and saved to a temporary directory t
 load. The prompts are the demo's training split (4,000 strings to reverse), the reward is
 ``steadyrl.demo.reverse_reward`` (TRL's reward signature), and each run is one fresh process:
 
-* ``steadyrl``: :func:`steadyrl.trainer.train` on a config file written here;
+* ``steadyrl``: :func:`steadyrl.recipe.train` on a config file written here;
 * ``trl``: ``GRPOTrainer`` with a ``GRPOConfig`` that makes one step the same work.
 
 Settings made equal (steadyrl = TRL ``GRPOConfig``):
@@ -148,7 +148,7 @@ def matched_config(args, model_dir: Path, reward: dict, out: Path) -> Path:
 def child_steadyrl(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_trl_steadyrl_") as tmp:
         steps, run = run_steadyrl(_steadyrl_config(args, Path(tmp)), Path(tmp) / "run")
-        acc = _heldout_accuracy(run.policy, run.tokenizer, args.model_dir, args.max_new_tokens)
+        acc = _heldout_accuracy(run.models.policy, run.models.tokenizer, args.model_dir, args.max_new_tokens)
     return {"steps": steps, "heldout_after": acc}
 
 

@@ -2,7 +2,7 @@
 
 * :func:`machine`: one line describing the CPU, cores, memory and library versions;
 * :func:`peak_rss_mib` / :func:`reset_peak_rss`: the process's peak resident set (``VmHWM``);
-* :func:`run_steadyrl`: ``steadyrl.trainer.train`` in this process, timing every step from outside;
+* :func:`run_steadyrl`: ``steadyrl.recipe.train`` in this process, timing every step from outside;
 * :func:`run_child`: run ``python -m MODULE ARGS`` in a fresh process and read its ``RESULT {json}`` line;
 * :func:`run_pairs`: the paired comparisons (bench_trl, bench_agents): a fresh process per run,
   the order of the sides alternating from pair to pair; :func:`median_of` for their tables;
@@ -77,7 +77,7 @@ def reset_peak_rss() -> None:
 
 
 def run_steadyrl(config_path: Path, output_dir: Path, keep: tuple[str, ...] = ()) -> tuple[list[dict], object]:
-    """Run ``steadyrl.trainer.train(config_path)`` here; returns ``(steps, run)``.
+    """Run ``steadyrl.recipe.train(config_path)`` here; returns ``(steps, run)``.
 
     ``steps[i]`` holds the wall clock (``end``) and this process's CPU time (``cpu``) when step
     ``i + 1`` returned (so a difference of consecutive ends covers everything the loop does
@@ -88,7 +88,7 @@ def run_steadyrl(config_path: Path, output_dir: Path, keep: tuple[str, ...] = ()
     ``metrics`` the step's metrics named in ``keep`` (None where the step has none).
     ``run`` is the trainer's :class:`~steadyrl.build.setup.Run` (the trained policy).
     """
-    import steadyrl.trainer.recipe as loop
+    import steadyrl.recipe as loop
 
     steps, holder, generate_cpu = [], {}, [0.0]
     inner, inner_build = loop.train_step, loop.build_engine

@@ -156,9 +156,7 @@ def _run(args: argparse.Namespace) -> int:
 
         return plot_cli(args.run_dirs, args.out)
     if args.command == "doctor":
-        from .doctor import doctor_target
-
-        return doctor_target(args)
+        return _doctor(args)
     if args.command == "convert":
         return _convert(args)
     if args.command == "export":
@@ -171,7 +169,7 @@ def _run(args: argparse.Namespace) -> int:
         demo = path is None and any(item.startswith("demo.") for item in overrides)
         config, preset_keys = load_config(path, overrides, with_sources=True, demo=demo)
         if args.trust_run_code:  # rollout.tools / tool_parser / environment loaded, as train checks them
-            from .agents.build import check_agent_specs
+            from .build.agent import check_agent_specs
 
             check_agent_specs(config)
         else:  # a config may be someone else's: reading it never imports or runs its code
@@ -187,12 +185,12 @@ def _run(args: argparse.Namespace) -> int:
     _preflight(args, path, overrides)  # input errors are answered before torch is imported (seconds)
     _quiet_libraries()
     if args.command == "train":
-        from .trainer import train
+        from .recipe import train
 
         train(path, overrides, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
         return 0
     if args.command == "eval":
-        from .trainer import evaluate_run
+        from .recipe import evaluate_run
 
         if args.step is not None and args.output_dir is None:
             raise ConfigError(f"--step {args.step}: give the run with --output-dir RUN_DIR (a step is a checkpoint "
@@ -205,9 +203,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str]) -> None:
     """``train`` / ``eval``: the config, and every check of the input that needs no model
-    (:mod:`steadyrl.run.preflight`), before the trainer, torch and transformers are imported."""
+    (:mod:`steadyrl.preflight.inputs`), before the trainer, torch and transformers are imported."""
     from .config import load_config
-    from .run import preflight
+    from .preflight import inputs as preflight
 
     if args.command == "train" and (args.resume or args.overwrite) and not args.output_dir:
         flag = "--resume" if args.resume else "--overwrite"
@@ -225,6 +223,32 @@ def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str])
         preflight.check_eval(config, config.model.name_or_path, of_run_dir=False)
     elif args.output_dir is not None and path is not None:  # a run's checkpoint, the user's config
         preflight.check_eval(config, None, of_run_dir=True)
+
+
+_CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    """``steadyrl doctor TARGET``: a config file (.yaml) is the pre-flight (:mod:`steadyrl.preflight.gap`);
+    anything else is read as a run directory (:mod:`steadyrl.doctor`; bad input, exit 2, when it is
+    not one)."""
+    target = Path(args.target)
+    if target.suffix in _CONFIG_SUFFIXES and target.is_file():
+        if args.set:
+            raise ConfigError(f"--set {args.set[0]!r}: detector thresholds apply to a RUN_DIR, not to the "
+                              f"pre-flight of {target}; use --tolerance")
+        from .doctor import check_model_code
+        from .preflight.report import preflight_cli
+
+        check_model_code(target, args.trust_run_code)
+        return preflight_cli(str(target), args.overrides, output=args.output, batches=args.batches,
+                             prompts=args.prompts, tolerance=args.tolerance, trust_run_code=args.trust_run_code)
+    if args.overrides:
+        raise ConfigError(f"{args.overrides[0]!r}: key=value overrides go with a CONFIG.yaml (the pre-flight); "
+                          f"RUN_DIR {target} is only read")
+    from .doctor import doctor_cli
+
+    return doctor_cli(str(target), args.output, args.set)
 
 
 def _convert(args: argparse.Namespace) -> int:

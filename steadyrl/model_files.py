@@ -1,7 +1,7 @@
 """Checks of a model directory or hub name that load nothing and need no torch: a local path that
 does not exist or is not a ``save_pretrained`` directory, damaged safetensors files, a hub name
 that is neither cached nor reachable. The command line runs them before torch is imported
-(:mod:`steadyrl.run.preflight`); :mod:`steadyrl.models` re-exports them.
+(:mod:`steadyrl.preflight.inputs`); :mod:`steadyrl.models` re-exports them.
 """
 
 from __future__ import annotations

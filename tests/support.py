@@ -154,7 +154,7 @@ def capture_step(monkeypatch) -> dict:
     """Patch the recipe so that a ``train_step`` leaves, in the dict returned, what reward
     processing returned (``processed``), the batch the update ran on (``batch``) and its metrics
     (``update``)."""
-    from steadyrl.trainer import recipe
+    from steadyrl import recipe
 
     seen = {}
     real_process, real_update = recipe.process_rewards, recipe.ppo_update

@@ -32,7 +32,7 @@ from steadyrl.agents.messages import assistant_message, text_message, tool_messa
 from steadyrl.agents.parsers import TOOL_PARSERS
 from steadyrl.agents.modes import check_mode, model_turn
 from steadyrl.agents.probe import _thinks, sampled_turn
-from steadyrl.agents.protocol import Reply, Start
+from steadyrl.agents.protocol import AgentBase, Reply, Start
 from steadyrl.agents.toolagent import ToolAgent
 from steadyrl.agents.tools import Tool
 from steadyrl.agents.turns import call_form, shape_turn
@@ -135,7 +135,7 @@ class TurnEngine:
                           dtype=torch.long), truncated=torch.tensor([False]), completions=[text])
 
 
-class UserAgent:
+class UserAgent(AgentBase):
     """An environment in the user's role: answers turn k with the plan's messages."""
 
     observation_role, tool_schemas = "user", None

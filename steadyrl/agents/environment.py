@@ -31,7 +31,7 @@ import weakref
 
 from ..errors import ConfigError
 from .calls import CallRunner, make_sandbox, submit_all, wait_all
-from .protocol import Reply, Start
+from .protocol import AgentBase, Reply, Start
 
 _SPECS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """The spec each class :func:`load_environment` returned was loaded from."""
@@ -128,7 +128,7 @@ class EnvServer:
         return None
 
 
-class EnvironmentAgent:
+class EnvironmentAgent(AgentBase):
     """Environments, one :class:`EnvServer` per running episode. Under ``process`` isolation each
     is a sandbox worker of its own (kept between steps: a new episode makes a new instance in it),
     so an episode's state, crashes and limits stay in its process; under ``thread`` / ``inline``

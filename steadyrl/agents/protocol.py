@@ -13,7 +13,8 @@ messages, which the chat template renders into observation tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from types import MappingProxyType
+from typing import Mapping, Protocol
 
 
 @dataclass
@@ -44,6 +45,23 @@ class Reply:
 
 
 class Agent(Protocol):
+    """An agent, and the capabilities it declares (read by the step, never probed):
+
+    * ``multi_turn_mode``: how its episodes are trained (``single``, ``stepwise``, ``as_sampled``;
+      ``rollout.multi_turn_mode``, resolved against the chat template when the agent is built);
+    * ``drives_episodes``: it runs a step's episodes itself (``rollout(engine, ...)``, the gateway's)
+      instead of answering turns the episode driver generates;
+    * ``splits_trajectories``: an episode that rewrote its history trains each trajectory as a sample;
+    * ``tools`` (name -> tool, for the episode metrics), ``tool_schemas``, ``parser`` (the tool-call
+      parser, None without tools).
+
+    :class:`AgentBase` gives the defaults an agent without tools, driving nothing, has."""
+
+    multi_turn_mode: str
+    drives_episodes: bool
+    splits_trajectories: bool
+    tools: Mapping[str, object]
+    parser: object | None
     observation_role: str
     tool_schemas: list[dict] | None
     template_kwargs: dict  # variables of the chat template (data.chat_template_kwargs)
@@ -55,3 +73,15 @@ class Agent(Protocol):
     def close(self, states: list) -> None: ...
 
     def shutdown(self) -> None: ...  # the end of the run: workers go
+
+
+class AgentBase:
+    """The declared capabilities' defaults (:class:`Agent`): one-sample episodes the driver
+    generates, no tools. An agent class sets what differs as class or instance attributes."""
+
+    multi_turn_mode: str = "single"
+    drives_episodes: bool = False
+    splits_trajectories: bool = False
+    tools: Mapping[str, object] = MappingProxyType({})
+    tool_schemas: list[dict] | None = None
+    parser: object | None = None

@@ -31,7 +31,7 @@ import pickle
 
 from .calls import CallResult, CallRunner, error_text
 from .messages import assistant_message, tool_message
-from .protocol import Reply, Start
+from .protocol import AgentBase, Reply, Start
 from .tools import MAX_CALLS, PARSE_ERROR, TIME_BUDGET, UNKNOWN_TOOL, server_recipe
 
 MAX_ARGUMENT_DEPTH = 100
@@ -69,7 +69,7 @@ DEFAULT_TIME_BUDGET_S = 60.0
 """``rollout.tool_time_budget_s``'s default: two calls' worth of the default 30 s time limit."""
 
 
-class ToolAgent:
+class ToolAgent(AgentBase):
     observation_role = "tool"
 
     def __init__(self, tools: list, parser, *, timeout_s: float, isolation: str, limits=None, workers: int = 8,

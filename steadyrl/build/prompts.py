@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from ..agents.build import build_agent
+from .agent import build_agent
 from ..config.schema import Config
 from ..data.prompts import PromptItem, prepare_prompts
 from ..errors import ConfigError
@@ -38,7 +38,7 @@ def prompt_options(config: Config, agent) -> dict:
                               "data.chat_template to true or null")
         chat_template = True
     return {"max_prompt_tokens": config.data.max_prompt_tokens, "chat_template": chat_template,
-            "tools": getattr(agent, "tool_schemas", None), "template_kwargs": config.data.chat_template_kwargs}
+            "tools": agent.tool_schemas if agent is not None else None, "template_kwargs": config.data.chat_template_kwargs}
 
 
 @contextmanager

@@ -15,16 +15,15 @@ import copy
 import math
 import random
 from contextlib import ExitStack
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .. import distributed as dist
 from ..config.schema import Config
-from ..data import PromptSampler
 from ..errors import ConfigError
 from ..functional import AdaptiveKLController, FixedKLController, RunningMoments
 from ..models import (
@@ -36,132 +35,21 @@ from ..models import (
     resolve_dtype,
     resolve_precision,
 )
-from ..agents.build import build_agent
+from .agent import build_agent
 from ..trainer.packing import check_padding_free
 from ..data.prompts import PromptItem, prepare_prompts
 from ..rewards.scorer import Scorer
 from .sources import Part, make_sampler, tokenize_parts
 from .prompts import build_tokenizer, check_context_length, named_template_errors, prompt_options
 from ..config.compat import check_parallel
-from .task import DataTask, Task, _show_nothing, task_inputs, task_of
+from .task import NOTHING_TO_EVALUATE, DataTask, Task, task_inputs, task_of
+from ..trainer.parts import Run, RunModels, RunOptim, RunState, RunTask  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     from ..agents.protocol import Agent
-    from ..rollout.base import Engine, Generator, Tokenizer
-    from ..run.asynchronous import AsyncRollouts
+    from ..rollout.base import Tokenizer
 
 
-@dataclass
-class RunState:
-    """Counters that a checkpoint carries."""
-
-    step: int = 0
-    skipped_steps: int = 0
-    consecutive_skips: int = 0
-    consecutive_empty: int = 0  # steps in a row where no sample had a valid reward
-    warnings: int = 0
-    warned: list = field(default_factory=list)  # "Category: text" of each Python warning counted in warnings
-    wall_time_s: float = 0.0
-    eval_before: dict | None = None
-    dropped_prompts: int = 0
-
-
-@dataclass
-class RunModels:
-    """The models of a run: ``policy`` (the trained model), ``reference`` (frozen; None without
-    KL, or with LoRA, whose reference is the policy with its adapter off:
-    ``uses_adapter_reference``), ``critic`` (GAE only); ``train_policy`` / ``train_critic`` (what
-    the update runs through: the data-parallel wrappers, None in one process), ``generator``
-    (what the engine generates with: the policy, or its FSDP view) and the ``tokenizer``."""
-
-    tokenizer: Tokenizer
-    policy: torch.nn.Module
-    reference: torch.nn.Module | None
-    critic: torch.nn.Module | None
-    train_policy: torch.nn.Module | None = None
-    train_critic: torch.nn.Module | None = None
-    generator: Generator | None = None
-    uses_adapter_reference: bool = False
-
-    def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
-        """``(policy, critic)`` to run forward/backward passes through."""
-        policy = self.policy if self.train_policy is None else self.train_policy
-        critic = self.critic if self.train_critic is None else self.train_critic
-        return policy, critic
-
-
-@dataclass
-class RunTask:
-    """What a run trains on: ``scorer`` (the reward functions), ``train_prompts`` /
-    ``eval_prompts`` / ``eval_sets`` (``data.eval_sources``: each set on its own), ``sampler``
-    (draws each step's prompts; a MixtureSampler with ``data.train_sources``), ``agent``
-    (multi-turn: answers the policy's turns; None = one turn), ``show`` (what the task prints
-    before and after RL)."""
-
-    scorer: Scorer
-    train_prompts: list[PromptItem]
-    eval_prompts: list[PromptItem]
-    sampler: PromptSampler
-    agent: Agent | None = None
-    eval_sets: dict[str, list[PromptItem]] | None = None
-    show: Callable[[Engine, str], None] = _show_nothing
-
-
-@dataclass
-class RunOptim:
-    """What updates the models, and what a checkpoint carries of it: ``optimizer``,
-    ``critic_optimizer``, ``scheduler``, ``kl_controller``, ``running`` (reward statistics)."""
-
-    optimizer: torch.optim.Optimizer
-    critic_optimizer: torch.optim.Optimizer | None
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    kl_controller: FixedKLController | AdaptiveKLController
-    running: RunningMoments
-
-
-@dataclass
-class Run:
-    """Everything a run holds (built by :func:`build_run`), in parts:
-
-    * **where**: ``config``, ``output_dir``, ``device``, ``total_steps`` (``trainer.max_steps``,
-      or fewer when ``trainer.max_epochs`` ends first);
-    * ``models`` (:class:`RunModels`), ``task`` (:class:`RunTask`), ``optim`` (:class:`RunOptim`);
-    * **state**: ``state`` (the counters a checkpoint carries) and ``rollouts`` (the asynchronous
-      rollout worker when ``rollout.asynchronous.max_staleness`` is set).
-
-    Every attribute of a part is read on the run too (``run.policy`` is ``run.models.policy``,
-    ``run.scorer`` is ``run.task.scorer``, ``run.optimizer`` is ``run.optim.optimizer``).
-    """
-
-    config: Config
-    output_dir: Path
-    device: torch.device
-    models: RunModels
-    task: RunTask
-    optim: RunOptim
-    total_steps: int = 0
-    state: RunState = field(default_factory=RunState)
-    rollouts: AsyncRollouts | None = None
-
-    def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
-        """``(policy, critic)`` to run forward/backward passes through."""
-        return self.models.training_models()
-
-
-def _forwarded(part: str, name: str) -> property:
-    def get(self):
-        return getattr(getattr(self, part), name)
-
-    def put(self, value) -> None:
-        setattr(getattr(self, part), name, value)
-
-    return property(get, put, doc=f"``run.{part}.{name}``")
-
-
-for _part, _cls in (("models", RunModels), ("task", RunTask), ("optim", RunOptim)):
-    for _field in fields(_cls):
-        setattr(Run, _field.name, _forwarded(_part, _field.name))
-del _part, _cls, _field
 
 
 def seed_everything(seed: int) -> None:
@@ -362,7 +250,6 @@ def build_eval(config: Config, model_path: str, resources: ExitStack, *, of_run_
     run directory's checkpoint with ``of_run_dir``); the prompts are a dict of named sets with
     ``data.eval_sources``. ``resources`` owns the scorer's and the agent's workers."""
     from ..rollout import build_engine, check_engine_available
-    from ..run.preflight import NOTHING_TO_EVALUATE
 
     task_of(config).check_eval(config, model_path, of_run_dir)
     check_engine_available(config.rollout.engine)

@@ -3,7 +3,7 @@ reward functions that score them (the task's default when no config names any), 
 each other before any model loads.
 
 A run's task is a :class:`Task`: a user's (:class:`DataTask`: data files, ``model.name_or_path``)
-or the built-in demo's (:class:`steadyrl.demo.builders.DemoTask`: records, reward and model built
+or the built-in demo's (:class:`steadyrl.build.demo.DemoTask`: records, reward and model built
 locally); :func:`task_of` is the one place that chooses (no data in the config: the demo). The
 build step calls the same hooks, in the same order, whichever it is:
 
@@ -15,7 +15,7 @@ build step calls the same hooks, in the same order, whichever it is:
 
 ``task_inputs`` is the one entry for records and rewards: :mod:`.setup` calls it for training
 (``check_inputs``) and for ``steadyrl eval`` (``build_eval``). Its checks, :func:`check_task`, import
-no torch: the command line runs them before it loads torch (:mod:`steadyrl.run.preflight`), so a
+no torch: the command line runs them before it loads torch (:mod:`steadyrl.preflight.inputs`), so a
 typo is answered in a moment.
 """
 
@@ -29,6 +29,9 @@ from ..errors import ConfigError
 from ..rewards import RewardSpec, load_reward
 from ..sandbox import Limits
 from .sources import by_domain, check_domains, load_all_data
+from ..trainer.parts import show_nothing
+
+NOTHING_TO_EVALUATE = "nothing to evaluate: set data.eval_path to a file of held-out prompts"
 
 if TYPE_CHECKING:
     from ..rollout.base import Engine
@@ -62,14 +65,10 @@ class Task(Protocol):
 
     def preflight_train(self, config: Config) -> None:
         """``steadyrl train``'s checks of the task that need no model, before torch is imported
-        (:mod:`steadyrl.run.preflight`)."""
+        (:mod:`steadyrl.preflight.inputs`)."""
 
     def preflight_eval(self, config: Config, model_path: str | None, of_run_dir: bool) -> None:
         """``steadyrl eval``'s, the same way (``model_path`` None: a run directory's checkpoint)."""
-
-
-def _show_nothing(engine, when: str) -> None:
-    """A task that shows nothing before and after RL."""
 
 
 class DataTask:
@@ -100,13 +99,13 @@ class DataTask:
         return inputs.model_path
 
     def show(self, config: Config, run: Run) -> Callable[[Engine, str], None]:
-        return _show_nothing
+        return show_nothing
 
     def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
         return None
 
     def preflight_train(self, config: Config) -> None:
-        from ..agents.build import check_agent_specs
+        from .agent import check_agent_specs
         from ..gguf_model import check_gguf_file
         from ..model_files import check_model_paths
 
@@ -118,9 +117,8 @@ class DataTask:
             check_model_paths(config, config.model.name_or_path)
 
     def preflight_eval(self, config: Config, model_path: str | None, of_run_dir: bool) -> None:
-        from ..agents.build import check_agent_specs
+        from .agent import check_agent_specs
         from ..model_files import check_model_source
-        from ..run.preflight import NOTHING_TO_EVALUATE
 
         _, evals, _, _ = check_task(config, for_eval=True, quiet=True)
         if not evals:
@@ -135,7 +133,7 @@ def task_of(config: Config) -> Task:
     (``Config.is_demo``), else the user's. The one place that reads ``is_demo`` to choose: the build
     step and the trainer call the task's hooks and never branch on it."""
     if config.is_demo:
-        from ..demo.builders import DemoTask
+        from .demo import DemoTask
 
         return DemoTask()
     return DataTask()

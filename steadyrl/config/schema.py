@@ -35,7 +35,7 @@ from ..functional.constants import (
     TIS_LOG_RATIO_CLAMP,
     dual_clip_default,
 )
-from ..rewards.loader import reward_name, url_option_problems
+from ..reward_specs import reward_name, url_option_problems
 from .compat import check_config
 
 NormType = Literal["batch", "group", "running", "none"]
@@ -797,7 +797,7 @@ class TrainerConfig(Section):
     @classmethod
     def _check_doctor(cls, value: Any, info: ValidationInfo) -> Any:
         # the names live with the detectors (pure Python, no torch)
-        from ..doctor.checks import check_doctor_setting
+        from .doctor_checks import check_doctor_setting
 
         check_doctor_setting(info.field_name, value, doctor_every=info.data.get("doctor_every"))
         return value

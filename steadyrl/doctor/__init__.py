@@ -1,5 +1,5 @@
 """``steadyrl doctor RUN_DIR``: triage of a run from its metrics.jsonl and samples.jsonl (and
-``steadyrl doctor CONFIG.yaml``: the pre-flight, :mod:`.preflight`, which imports torch).
+``steadyrl doctor CONFIG.yaml`` is the pre-flight of :mod:`steadyrl.preflight`, which imports torch).
 
 Each detector (a function in :data:`DETECTORS`, see :mod:`.policy` and :mod:`.learning`) looks
 for one way runs go wrong: entropy collapse or explosion, clip fraction drift, groups without
@@ -25,7 +25,7 @@ from ..printable import printable
 from .findings import DETECTORS, Finding, register_detector
 from .report import render
 from .run import RunData, load_run
-from .thresholds import Thresholds
+from ..config.doctor_thresholds import Thresholds
 
 __all__ = ["DETECTORS", "REPORT_FILE", "Finding", "RunData", "Thresholds", "diagnose", "doctor_cli", "load_run",
            "register_detector", "write_report"]
@@ -74,9 +74,6 @@ def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tup
     return path, findings
 
 
-CONFIG_SUFFIXES = (".yaml", ".yml")
-
-
 def check_model_code(config_path: Path, trust_run_code: bool) -> None:
     """The pre-flight loads the model: a config file that sets ``model.trust_remote_code`` would run
     the model's own Python files. Whoever wrote the file (a run directory's marker is a file its
@@ -95,27 +92,6 @@ def check_model_code(config_path: Path, trust_run_code: bool) -> None:
         raise ConfigError(f"{str(config_path)!r} sets model.trust_remote_code: the pre-flight would load the "
                           "model with its own Python files, and a config may come from someone else; pass "
                           "--trust-run-code if you trust it (or set model.trust_remote_code=true yourself)")
-
-
-def doctor_target(args) -> int:
-    """``steadyrl doctor TARGET``: a config file (.yaml) is the pre-flight (:mod:`.preflight`); anything
-    else is read as a run directory (and is bad input, exit 2, when it is not one)."""
-    from ..errors import ConfigError
-
-    target = Path(args.target)
-    if target.suffix in CONFIG_SUFFIXES and target.is_file():
-        if args.set:
-            raise ConfigError(f"--set {args.set[0]!r}: detector thresholds apply to a RUN_DIR, not to the "
-                              f"pre-flight of {target}; use --tolerance")
-        check_model_code(target, args.trust_run_code)
-        from .preflight_report import preflight_cli
-
-        return preflight_cli(str(target), args.overrides, output=args.output, batches=args.batches,
-                             prompts=args.prompts, tolerance=args.tolerance, trust_run_code=args.trust_run_code)
-    if args.overrides:
-        raise ConfigError(f"{args.overrides[0]!r}: key=value overrides go with a CONFIG.yaml (the pre-flight); "
-                          f"RUN_DIR {target} is only read")
-    return doctor_cli(str(target), args.output, args.set)
 
 
 def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .findings import Finding, register_detector
 from .run import RunData, fmt, mean, span, values
-from .thresholds import Thresholds
+from ..config.doctor_thresholds import Thresholds
 
 
 def failed_fraction(run: RunData) -> list[tuple[float, float]]:

@@ -7,7 +7,7 @@ import math
 
 from .findings import Finding, register_detector
 from .run import RunData, aligned, correlation, fmt, mean, span, values, windows
-from .thresholds import Thresholds
+from ..config.doctor_thresholds import Thresholds
 
 
 def _late(series, t: Thresholds) -> float:

@@ -33,7 +33,7 @@ from ..tracking.tracker import read_metrics, read_samples
 from . import diagnose
 from .findings import Finding
 from .run import RunData, fmt, mean, values
-from .thresholds import Thresholds
+from ..config.doctor_thresholds import Thresholds
 
 FINDINGS_METRIC = "health/doctor_findings"
 """Distinct detectors that have fired so far in the run (cumulative), logged every step."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .findings import Finding, register_detector
 from .learning import solved
 from .run import RunData, fmt, mean, median, span, values, windows
-from .thresholds import Thresholds
+from ..config.doctor_thresholds import Thresholds
 
 
 def _early_late(run: RunData, key: str, t: Thresholds):

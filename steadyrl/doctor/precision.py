@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .findings import Finding, register_detector
 from .run import RunData, fmt, median, span, values
-from .thresholds import Thresholds
+from ..config.doctor_thresholds import Thresholds
 
 
 @register_detector("lost_updates")

@@ -34,6 +34,7 @@ import traceback
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 
 from ..errors import ConfigError
+from ..agents.protocol import AgentBase
 from ..secrets import redact_text
 from ..userfn import SPEC_FORMS, resolve_spec
 from .assemble import assemble, check_reward
@@ -86,7 +87,7 @@ def load_agent(spec: str):
     return fn, inspect.iscoroutinefunction(fn), how
 
 
-class GatewayAgent:
+class GatewayAgent(AgentBase):
     """The agent of a run with ``rollout.agent``: :meth:`rollout` runs a step's episodes through
     the gateway (started on first use, stopped by :meth:`shutdown` at the end of the run)."""
 

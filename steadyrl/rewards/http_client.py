@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigError
 from ..secrets import Secret, reveal
+from ..reward_specs import VALID_URL, url_problem  # noqa: F401 - re-exported
 
 __all__ = ["REASONS", "RequestFailed", "post_json", "url_problem", "checked_url", "check_reachable", "api_key_from_env",
            "MAX_BACKOFF_S", "VALID_URL"]
@@ -105,29 +106,6 @@ def post_json(url: str, body, *, headers: dict | None = None, timeout_s: float =
             pause = max(min(backoff_s * 2 ** attempt, MAX_BACKOFF_S), min(_retry_after(err), MAX_BACKOFF_S))
             sleep(pause)
     raise AssertionError("unreachable")
-
-
-VALID_URL = "an http:// or https:// URL with a host, e.g. http://localhost:8000"
-
-
-def url_problem(url) -> str | None:
-    """Why ``url`` cannot be a server's address (scheme http or https, a host, a valid port), or
-    None. The one check of every URL option (``http``'s ``url``, ``llm_judge``'s ``base_url``,
-    ``code``'s ``url``): at config validation and again when the reward is built."""
-    if not isinstance(url, str):
-        return f"not a URL (a {type(url).__name__})"
-    if not url.strip():
-        return "an empty string"
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https"):
-        return f"its scheme is {parts.scheme!r}, not http or https" if parts.scheme else "no scheme"
-    if not parts.hostname:
-        return "no host"
-    try:
-        parts.port
-    except ValueError as err:
-        return f"a bad port ({err})"
-    return None
 
 
 def checked_url(field: str, url) -> str:

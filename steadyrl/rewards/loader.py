@@ -32,20 +32,15 @@ import functools
 import inspect
 from pathlib import Path
 
-from ..secrets import is_env_reference, resolve_env_options, reveal
+from ..secrets import resolve_env_options, reveal
 from ..errors import RewardLoadError
 from ..userfn import SPEC_FORMS, is_file_target, resolve_spec
 from . import code, judge, math_verifier, remote, reward_model, verifiers  # noqa: F401  (registers the built-ins)
 from .calling import CALL_STYLE_ATTR, TRL_NOT_PASSED, call_error, describe_call, needs_trl_only, plan_call
-from .http_client import VALID_URL, url_problem
+from ..reward_specs import URL_OPTIONS, reward_name, url_option_problems  # noqa: F401 - re-exported
 from .registry import BUILTIN_REWARDS, RewardFn
 
 __all__ = ["BoundReward", "load_reward", "reward_name", "url_option_problems", "URL_OPTIONS", "SENDS_SECRETS"]
-
-URL_OPTIONS = {"http": ("url",), "llm_judge": ("base_url",), "code": ("url",)}
-"""The options of built-in rewards that name a server: each must be an http(s) URL with a host
-(:func:`~steadyrl.rewards.http_client.url_problem`), whether or not ``check_url`` is on."""
-
 
 SENDS_SECRETS = {"http": ("headers",)}
 """Options of built-ins that keep :class:`~steadyrl.secrets.Secret` values and reveal them only in
@@ -63,21 +58,6 @@ class BoundReward(functools.partial):
 
 def _err(spec: str, what: str) -> RewardLoadError:
     return RewardLoadError(f"reward {spec!r}: {what}")
-
-
-def url_option_problems(name: str, options: dict) -> list[tuple[str, object, str]]:
-    """``(option, value, what is wrong and what is valid)`` for each server URL option of built-in
-    ``name`` that is not an http(s) URL with a host; an ``{env: NAME}`` value is checked when the
-    reward is built, once the variable is read."""
-    out = []
-    for key in URL_OPTIONS.get(name.strip(), ()):
-        value = options.get(key)
-        if value is None or is_env_reference(value):
-            continue
-        problem = url_problem(value)
-        if problem is not None:
-            out.append((key, value, f"{problem}; valid: {VALID_URL}"))
-    return out
 
 
 def _builtin(name: str, options: dict) -> RewardFn:
@@ -190,9 +170,3 @@ def absolute_file_spec(spec: str) -> str:
     if not is_file_target(target):
         return spec
     return f"{Path(target).expanduser().resolve()}:{attr}"
-
-
-def reward_name(spec: str) -> str:
-    """A short name for a spec, for metrics: the built-in name or the function's name."""
-    spec = spec.strip()
-    return spec.rsplit(":", 1)[1].rsplit(".", 1)[-1] if ":" in spec else spec

@@ -7,38 +7,65 @@ up to and including its first EOS token; one with no EOS in ``max_new_tokens`` i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 import torch
 
 
+PROMPT, RESPONSE, ROW, ITEMS = "prompt", "response", "row", "items"
+"""How a :class:`Generation` field is aligned with its rows: ``[B, P]`` left-padded prompts,
+``[B, R]`` right-padded responses, a ``[B]`` tensor, or a list with one item per row."""
+
+PAD_ID = "pad_id"  # a field padded with the tokenizer's pad token id
+
+
+def row_field(layout: str, pad=0, *, optional: bool = False, missing_from: str | None = None,
+              encoded: bool = True):
+    """A row-aligned :class:`Generation` field: its ``layout``, what pads it (``PAD_ID``: the pad
+    token), whether it may be None, the field that stands in for it in a part that lacks it when
+    parts are concatenated (``missing_from``), and whether the asynchronous worker sends it."""
+    meta = {"layout": layout, "pad": pad, "missing_from": missing_from, "encoded": encoded}
+    return field(default=None, metadata=meta) if optional else field(metadata=meta)
+
+
 @dataclass
 class Generation:
-    """Sampled responses for a batch of prompts (``B = prompts * n`` rows)."""
+    """Sampled responses for a batch of prompts (``B = prompts * n`` rows). Every field is row-aligned
+    (:func:`row_field`): :meth:`select`, :func:`concat_generations` and the asynchronous worker's
+    encoding go over the fields, so a new per-row input is one field here."""
 
-    prompt_ids: torch.Tensor  # [B, P] left-padded
-    prompt_mask: torch.Tensor  # [B, P]
-    response_ids: torch.Tensor  # [B, R] right-padded
-    response_mask: torch.Tensor  # [B, R], 1 up to and including the first EOS
-    truncated: torch.Tensor  # [B] bool: no EOS within max_new_tokens
-    completions: list[str]  # decoded responses, special tokens skipped
-    rollout_logprobs: torch.Tensor | None = None  # [B, R] from the engine (vLLM), else None
-    policy_mask: torch.Tensor | None = None  # [B, R] 1 on policy-sampled tokens; None = response_mask
-    episodes: list[EpisodeInfo] | None = None  # multi-turn episodes' turns, rewards and counters
+    prompt_ids: torch.Tensor = row_field(PROMPT, PAD_ID)  # [B, P] left-padded
+    prompt_mask: torch.Tensor = row_field(PROMPT)  # [B, P]
+    response_ids: torch.Tensor = row_field(RESPONSE, PAD_ID)  # [B, R] right-padded
+    response_mask: torch.Tensor = row_field(RESPONSE)  # [B, R], 1 up to and including the first EOS
+    truncated: torch.Tensor = row_field(ROW)  # [B] bool: no EOS within max_new_tokens
+    completions: list[str] = row_field(ITEMS)  # decoded responses, special tokens skipped
+    # [B, R] from the engine (vLLM), else None
+    rollout_logprobs: torch.Tensor | None = row_field(RESPONSE, 0.0, optional=True)
+    # [B, R] 1 on policy-sampled tokens; None = response_mask (so a part without one is all the policy's)
+    policy_mask: torch.Tensor | None = row_field(RESPONSE, optional=True, missing_from="response_mask",
+                                                 encoded=False)
+    # multi-turn episodes' turns, rewards and counters
+    episodes: list[EpisodeInfo] | None = row_field(ITEMS, optional=True, encoded=False)
 
     def __len__(self) -> int:
         return self.response_ids.shape[0]
 
     def select(self, rows: list[int]) -> "Generation":
-        """Rows ``rows`` of every per-sample field, in that order."""
+        """Rows ``rows`` of every field, in that order."""
         index = torch.tensor(rows, dtype=torch.long)
-        pick = lambda x: None if x is None else x[index]  # noqa: E731
-        return Generation(prompt_ids=self.prompt_ids[index], prompt_mask=self.prompt_mask[index],
-                          response_ids=self.response_ids[index], response_mask=self.response_mask[index],
-                          truncated=self.truncated[index], completions=[self.completions[i] for i in rows],
-                          rollout_logprobs=pick(self.rollout_logprobs), policy_mask=pick(self.policy_mask),
-                          episodes=None if self.episodes is None else [self.episodes[i] for i in rows])
+
+        def pick(f, x):
+            if x is None:
+                return None
+            return [x[i] for i in rows] if f.metadata["layout"] == ITEMS else x[index]
+
+        return Generation(**{f.name: pick(f, getattr(self, f.name)) for f in fields(self)})
+
+    def encoded(self) -> dict:
+        """The fields the asynchronous rollout worker sends (tensors and strings), by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata["encoded"]}
 
     @property
     def trained_mask(self) -> torch.Tensor:
@@ -182,29 +209,25 @@ def _pad_to(x: torch.Tensor | None, length: int, value, left: bool) -> torch.Ten
 
 def concat_generations(parts: list[Generation], pad_id: int) -> Generation:
     """One :class:`Generation` of several, rows in order: prompts left-padded and responses
-    right-padded to the longest."""
+    right-padded to the longest; a field that only some parts have is filled from its
+    ``missing_from`` field in the others (``policy_mask``: the response mask), a list that some
+    part lacks is None."""
     if len(parts) == 1:
         return parts[0]
-    p = max(g.prompt_ids.shape[1] for g in parts)
-    r = max(g.response_ids.shape[1] for g in parts)
+    longest = {PROMPT: max(g.prompt_ids.shape[1] for g in parts), RESPONSE: max(g.response_ids.shape[1] for g in parts)}
 
-    def responses(name: str, value):
-        values = [getattr(g, name) for g in parts]
-        if all(v is None for v in values):
+    def joined(f):
+        layout, missing_from = f.metadata["layout"], f.metadata["missing_from"]
+        values = [getattr(g, f.name) for g in parts]
+        if all(v is None for v in values) or (layout == ITEMS and any(v is None for v in values)):
             return None
-        if name == "policy_mask":  # a part without one is all the policy's
-            values = [g.trained_mask for g in parts]
-        return torch.cat([_pad_to(v, r, value, False) for v in values])
+        if layout == ITEMS:
+            return [item for v in values for item in v]
+        if missing_from is not None:
+            values = [getattr(g, missing_from) if v is None else v for g, v in zip(parts, values)]
+        if layout == ROW:
+            return torch.cat(values)
+        pad = pad_id if f.metadata["pad"] == PAD_ID else f.metadata["pad"]
+        return torch.cat([_pad_to(v, longest[layout], pad, layout == PROMPT) for v in values])
 
-    episodes = [g.episodes for g in parts]
-    return Generation(
-        prompt_ids=torch.cat([_pad_to(g.prompt_ids, p, pad_id, True) for g in parts]),
-        prompt_mask=torch.cat([_pad_to(g.prompt_mask, p, 0, True) for g in parts]),
-        response_ids=responses("response_ids", pad_id),
-        response_mask=responses("response_mask", 0),
-        truncated=torch.cat([g.truncated for g in parts]),
-        completions=[c for g in parts for c in g.completions],
-        rollout_logprobs=responses("rollout_logprobs", 0.0),
-        policy_mask=responses("policy_mask", 0),
-        episodes=None if any(e is None for e in episodes) else [e for es in episodes for e in es],
-    )
+    return Generation(**{f.name: joined(f) for f in fields(Generation)})

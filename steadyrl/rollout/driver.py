@@ -48,7 +48,7 @@ def rollout(engine, tokenizer, agent, prompts: list, n: int, rollout_config, *, 
             max_new_tokens: int | None = None, **sampling):
     """The episodes of ``prompts`` (``n`` each) as one :class:`~steadyrl.rollout.base.Generation`;
     a ``rollout.agent`` runs them itself, through the gateway (:mod:`steadyrl.gateway`)."""
-    if getattr(agent, "drives_episodes", False):
+    if agent is not None and agent.drives_episodes:
         return agent.rollout(engine, tokenizer, prompts, n, turn_limits(rollout_config, max_new_tokens), seeds=seeds,
                              **sampling)
     return run_episodes(engine, tokenizer, prompts, n, agent=agent,

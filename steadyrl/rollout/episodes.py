@@ -92,7 +92,7 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
                          {"prompt": p.messages if p.messages is not None else p.text, **p.columns})
                 for p in prompts for _ in range(n)]
     _start(agent, tokenizer, episodes, seeds or list(range(len(episodes))))
-    mode = getattr(agent, "multi_turn_mode", "single")
+    mode = agent.multi_turn_mode
     eos = set(engine.eos_ids)
     end_texts = [tokenizer.decode([i]) for i in sorted(eos)]
     shared = all(e.prompt_ids == list(prompts[i // n].ids) for i, e in enumerate(episodes))

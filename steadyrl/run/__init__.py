@@ -1,4 +1,4 @@
-"""The harness around the recipe (:mod:`steadyrl.trainer.recipe`): what a run owns besides its models.
+"""The harness around the recipe (:mod:`steadyrl.recipe`): what a run owns besides its models.
 
 * :mod:`.directory` — the run directory: its name, lock, marker, saved config and the checks on it;
 * :mod:`.checkpoint` — checkpoint files: atomic writes, pruning, loading, RNG state;

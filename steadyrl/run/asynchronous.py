@@ -68,10 +68,10 @@ class AsyncRollouts:
         self._start(run, rng)
 
     def _start(self, run, rng: torch.Tensor) -> None:
-        cfg, policy = run.config, unwrap(run.policy)
+        cfg, policy = run.config, unwrap(run.models.policy)
         init = {"model_config": policy.config, "generation_config": getattr(policy, "generation_config", None),
                 "dtype": DTYPES[cfg.rollout.dtype] if cfg.rollout.dtype else next(policy.parameters()).dtype,
-                "tokenizer": run.tokenizer,
+                "tokenizer": run.models.tokenizer,
                 "attn_implementation": getattr(policy.config, "_attn_implementation", None),
                 "batch_size": cfg.rollout.generation_batch_size, "share_prefix": cfg.trainer.share_prompt_prefix,
                 "micro_batch_size": cfg.trainer.micro_batch_size,
@@ -120,13 +120,13 @@ class AsyncRollouts:
 
     def push(self, version: int) -> None:
         """The policy's weights after ``version`` training steps, for the requests that follow."""
-        state = {k: v.detach().cpu().clone() for k, v in unwrap(self.run.policy).state_dict().items()}
+        state = {k: v.detach().cpu().clone() for k, v in unwrap(self.run.models.policy).state_dict().items()}
         self._send({"kind": "weights", "version": version, "state": state})
         self.version = version
 
     def _submit(self, step: int) -> None:
         ro = self.run.config.rollout
-        prompts = self.run.sampler.next_batch()
+        prompts = self.run.task.sampler.next_batch()
         self.prompts[step] = prompts
         rng = None
         if self.staleness == 0:
@@ -173,7 +173,7 @@ class AsyncRollouts:
         t1 = time.perf_counter()
         n = self.run.config.rollout.group_size
         samples = [p for p in prompts for _ in range(n)]
-        result = score_episodes(self.run.scorer, samples, gen, environment=False)
+        result = score_episodes(self.run.task.scorer, samples, gen, environment=False)
         metrics = {"rollout/staleness_mean": float(age), "rollout/staleness_max": float(age),
                    "rollout/policy_version": float(message["version"]), "time/rollout_wait_s": t1 - t0}
         return Draw(prompts, gen, result, t1 - t0, time.perf_counter() - t1), metrics

@@ -25,7 +25,7 @@ from . import checkpoint as ckpt
 from .state import save
 
 if TYPE_CHECKING:
-    from ..build.setup import Run
+    from ..trainer.parts import Run
 
 
 def sample_rows(extras: dict, limit: int = 8) -> list[dict]:

@@ -43,9 +43,7 @@ def decode(data: bytes) -> dict:
 
 def generation_to_dict(gen) -> dict:
     """A single-turn :class:`~steadyrl.rollout.base.Generation` as tensors and strings."""
-    return {"prompt_ids": gen.prompt_ids, "prompt_mask": gen.prompt_mask, "response_ids": gen.response_ids,
-            "response_mask": gen.response_mask, "truncated": gen.truncated, "completions": list(gen.completions),
-            "rollout_logprobs": gen.rollout_logprobs}
+    return gen.encoded()
 
 
 def generation_from_dict(data: dict):

@@ -19,20 +19,20 @@ from ..build.setup import RunState, seed_everything
 from . import checkpoint as ckpt
 
 if TYPE_CHECKING:
-    from ..build.setup import Run
+    from ..trainer.parts import Run
 
 
 def _checkpoint_state(run: Run, shared: dict) -> dict:
     state = dict(vars(run.state))
     state.update({
         "optimizer": shared["optimizer"],
-        "critic_optimizer": run.critic_optimizer.state_dict() if run.critic_optimizer else None,
-        "scheduler": run.scheduler.state_dict(),
+        "critic_optimizer": run.optim.critic_optimizer.state_dict() if run.optim.critic_optimizer else None,
+        "scheduler": run.optim.scheduler.state_dict(),
         "rng": shared["rng_ranks"][0],
         "rng_ranks": shared["rng_ranks"],  # every rank's, in rank order
-        "running": run.running.state_dict(),
-        "kl_controller": run.kl_controller.state_dict(),
-        "sampler": run.sampler.state_dict(),
+        "running": run.optim.running.state_dict(),
+        "kl_controller": run.optim.kl_controller.state_dict(),
+        "sampler": run.task.sampler.state_dict(),
         # the batches in flight, completed, and the rollout worker's RNG (rollout.asynchronous)
         "asynchronous": run.rollouts.state_dict() if run.rollouts is not None else None,
     })
@@ -43,8 +43,8 @@ def _gathered_state(run: Run) -> dict:
     """What only all ranks together hold (a collective: every rank calls it): every rank's RNG
     state and, under FSDP, the full weights and optimizer state."""
     return {"rng_ranks": dist.gather_objects(ckpt.rng_state()),
-            "policy": dist.full_model_state_dict(run.policy),
-            "optimizer": dist.full_optimizer_state_dict(run.policy, run.optimizer)}
+            "policy": dist.full_model_state_dict(run.models.policy),
+            "optimizer": dist.full_optimizer_state_dict(run.models.policy, run.optim.optimizer)}
 
 
 def save(run: Run, step: int) -> Path | None:
@@ -52,8 +52,9 @@ def save(run: Run, step: int) -> Path | None:
     if not dist.is_main():
         dist.barrier()
         return None
-    path = ckpt.save_checkpoint(run.output_dir / "checkpoints", step, policy=run.policy, tokenizer=run.tokenizer,
-                                state=_checkpoint_state(run, shared), critic=run.critic,
+    path = ckpt.save_checkpoint(run.output_dir / "checkpoints", step, policy=run.models.policy,
+                                tokenizer=run.models.tokenizer,
+                                state=_checkpoint_state(run, shared), critic=run.models.critic,
                                 keep=run.config.trainer.keep_checkpoints, policy_state_dict=shared["policy"])
     dist.barrier()
     return path
@@ -74,20 +75,20 @@ def _restore_rng(run: Run, state: dict) -> None:
 def restore(run: Run, path: Path) -> dict:
     """Load checkpoint ``path`` into the freshly built ``run``; returns its state."""
     state = ckpt.load_state(path)
-    if dist.is_fsdp(run.policy):
-        dist.load_full_model_state_dict(run.policy, ckpt.read_model_weights(path / "policy"))
+    if dist.is_fsdp(run.models.policy):
+        dist.load_full_model_state_dict(run.models.policy, ckpt.read_model_weights(path / "policy"))
     else:
-        ckpt.load_model_weights(run.policy, path / "policy")
-    if run.critic is not None:
-        ckpt.load_model_weights(run.critic.backbone, path / "critic")
-        run.critic.value_head.load_state_dict(torch.load(path / "critic" / "value_head.pt", weights_only=True))
-        run.critic_optimizer.load_state_dict(state["critic_optimizer"])
-    dist.load_full_optimizer_state_dict(run.policy, run.optimizer, state["optimizer"])
-    run.scheduler.load_state_dict(state["scheduler"])
+        ckpt.load_model_weights(run.models.policy, path / "policy")
+    if run.models.critic is not None:
+        ckpt.load_model_weights(run.models.critic.backbone, path / "critic")
+        run.models.critic.value_head.load_state_dict(torch.load(path / "critic" / "value_head.pt", weights_only=True))
+        run.optim.critic_optimizer.load_state_dict(state["critic_optimizer"])
+    dist.load_full_optimizer_state_dict(run.models.policy, run.optim.optimizer, state["optimizer"])
+    run.optim.scheduler.load_state_dict(state["scheduler"])
     _apply_optim_config(run)
-    run.running.load_state_dict(state["running"])
-    run.kl_controller.load_state_dict(state["kl_controller"])
-    run.sampler.load_state_dict(state["sampler"])
+    run.optim.running.load_state_dict(state["running"])
+    run.optim.kl_controller.load_state_dict(state["kl_controller"])
+    run.task.sampler.load_state_dict(state["sampler"])
     run.state = RunState(**{k: state[k] for k in vars(RunState()) if k in state})
     _restore_rng(run, state)
     return state
@@ -98,12 +99,12 @@ def _apply_optim_config(run: Run) -> None:
     way out of a halted run) was silently overridden by the saved learning rate. Only the
     schedule's position (its step count) and the moment estimates come from the checkpoint;
     with an unchanged config this sets the same values the checkpoint held."""
-    optim, scheduler = run.config.optim, run.scheduler
-    for optimizer, lr in ((run.optimizer, optim.lr), (run.critic_optimizer, optim.critic_lr)):
+    optim, scheduler = run.config.optim, run.optim.scheduler
+    for optimizer, lr in ((run.optim.optimizer, optim.lr), (run.optim.critic_optimizer, optim.critic_lr)):
         for group in optimizer.param_groups if optimizer is not None else []:
             group.update(lr=lr, initial_lr=lr, betas=tuple(optim.betas), eps=optim.eps,
                          weight_decay=optim.weight_decay)
-    scheduler.base_lrs = [optim.lr] * len(run.optimizer.param_groups)
-    for group, factor in zip(run.optimizer.param_groups, scheduler.lr_lambdas):
+    scheduler.base_lrs = [optim.lr] * len(run.optim.optimizer.param_groups)
+    for group, factor in zip(run.optim.optimizer.param_groups, scheduler.lr_lambdas):
         group["lr"] = optim.lr * factor(scheduler.last_epoch)
-    scheduler._last_lr = [group["lr"] for group in run.optimizer.param_groups]
+    scheduler._last_lr = [group["lr"] for group in run.optim.optimizer.param_groups]

@@ -55,16 +55,16 @@ class StepSamples:
 def draw_batch(run, engine, step: int, index: int) -> Draw:
     """Draw ``index`` of step ``step``: prompts, episodes and scores."""
     ro = run.config.rollout
-    prompts = dist.shard(run.sampler.next_batch())  # whole prompts: a group never spans two ranks
+    prompts = dist.shard(run.task.sampler.next_batch())  # whole prompts: a group never spans two ranks
     rows = len(prompts) * ro.group_size
     first_row = (index * dist.world_size() + dist.rank()) * rows  # the sample's global index
     seeds = episode_seeds(run.config.trainer.seed, step, first_row, rows)  # environments replay on resume
     t0 = time.perf_counter()
-    gen = rollout(engine, run.tokenizer, run.agent, prompts, ro.group_size, ro, seeds=seeds,
+    gen = rollout(engine, run.models.tokenizer, run.task.agent, prompts, ro.group_size, ro, seeds=seeds,
                   temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k)
     t1 = time.perf_counter()
     samples = [p for p in prompts for _ in range(ro.group_size)]
-    result = score_episodes(run.scorer, samples, gen, environment=ro.environment is not None)
+    result = score_episodes(run.task.scorer, samples, gen, environment=ro.environment is not None)
     return Draw(prompts, gen, result, t1 - t0, time.perf_counter() - t1)
 
 
@@ -102,7 +102,7 @@ def step_samples(run, engine, step: int) -> StepSamples:
         if short:
             draws.append(draw_batch(run, engine, step, len(draws)))
         else:  # this rank is full: only keep its sampler in step with the others'
-            run.sampler.next_batch()
+            run.task.sampler.next_batch()
             draws.append(Draw([], None, None, 0.0, 0.0))
     return _fill_step(run, draws, kept[:quota], quota, filtered)
 
@@ -119,7 +119,7 @@ def _fill_step(run, draws: list[Draw], kept: list[tuple[int, int]], quota: int, 
             offsets[i] = start
             start += len(d.prompts)
     rows = [(offsets[i] + g) * n + k for i, g in groups for k in range(n)]
-    gen = concat_generations([d.gen for d in real], run.tokenizer.pad_token_id).select(rows)
+    gen = concat_generations([d.gen for d in real], run.models.tokenizer.pad_token_id).select(rows)
     result = merge_results([d.result for d in real]).select(rows)
     prompts = [draws[i].prompts[g] for i, g in groups]
     selected = torch.tensor([(i, g) in kept for i, g in groups for _ in range(n)], dtype=torch.bool)

@@ -45,7 +45,7 @@ from ..functional.mismatch import correct_mismatch, mismatch_metrics
 from ..rewards.metrics import domain_name
 
 if TYPE_CHECKING:
-    from ..build.setup import Run
+    from ..config.schema import RolloutConfig
     from .global_batch import GlobalSamples
 
 WORST_TOKENS = 3
@@ -98,13 +98,12 @@ def _measure(old: torch.Tensor, rollout: torch.Tensor, policy: torch.Tensor, pla
     return metrics
 
 
-def importance_correction(run: Run, whole: GlobalSamples, advantages: torch.Tensor,
+def importance_correction(ro: RolloutConfig, whole: GlobalSamples, advantages: torch.Tensor,
                           loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """Correct and measure the mismatch when the engine returned its log-probs (module doc).
     Returns ``(advantages, loss_mask, metrics)``; without rollout log-probs, the inputs unchanged."""
     if whole.rollout_logprobs is None:
         return advantages, loss_mask, {}
-    ro = run.config.rollout
     old, rollout = whole.old_logprobs, whole.rollout_logprobs
     if ro.correction.bypass:
         keep = (loss_mask != 0) & torch.isfinite(rollout)

@@ -27,9 +27,11 @@ def needs_turn_samples(agent, drawn) -> bool:
     """Whether this step trains turn samples: always in step-wise mode; with an agent through the
     gateway (``rollout.agent``), when an episode of the step on any rank made more than one
     trajectory (it rewrote its history: each trajectory is then a sample of the episode)."""
-    if getattr(agent, "multi_turn_mode", "single") == "stepwise":
+    if agent is None:
+        return False
+    if agent.multi_turn_mode == "stepwise":
         return True
-    if not getattr(agent, "splits_trajectories", False):
+    if not agent.splits_trajectories:
         return False
     many = any(len(e.samples or []) > 1 for e in drawn.gen.episodes or [])
     return bool(dist.all_reduce_max(int(many)))

@@ -10,7 +10,7 @@ import shlex
 import yaml
 
 from steadyrl import cli
-from steadyrl.trainer import recipe as loop
+from steadyrl import recipe as loop
 
 
 def _interrupt_at(monkeypatch, stop_step: int) -> None:

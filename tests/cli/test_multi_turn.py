@@ -195,7 +195,7 @@ def test_environment_runs_resume_exactly(agent_run, tmp_path):
     as the uninterrupted run did (the environments are seeded from trainer.seed, step and row)."""
     import support
     from steadyrl.tracking import read_jsonl
-    from steadyrl.trainer import train
+    from steadyrl.recipe import train
 
     root, base = agent_run
     cfg = _write(root, base, "dice.yaml", rollout={"environment": f"{root / 'env.py'}:Dice"},
@@ -246,7 +246,7 @@ def test_a_thinking_template_trains_in_multi_turn(agent_run, tmp_path, mode):
     """The same template trains: auto picks stepwise (each turn a sample of the template's rendering
     of its history), as_sampled one sequence as sampled; drift 0 either way, reward per episode."""
     from steadyrl.tracking import read_jsonl
-    from steadyrl.trainer import train
+    from steadyrl.recipe import train
 
     root, base = agent_run
     cfg = _write(root, base, f"qwen3_{mode}.yaml", model={"name_or_path": str(_qwen3_model(root, tmp_path))},

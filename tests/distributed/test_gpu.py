@@ -14,7 +14,7 @@ import yaml
 from dp_common import torchrun
 
 from steadyrl.tracking import read_metrics
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 
 pytestmark = pytest.mark.gpu
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")

@@ -16,7 +16,7 @@ import yaml
 from dp_common import HERE, launch, torchrun
 
 from steadyrl.tracking import read_metrics
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 
 TIMING = ("time/", "throughput/")
 

@@ -12,7 +12,7 @@ import torch
 
 from steadyrl.functional.importance import rollout_mismatch_metrics, truncated_importance_weights
 from steadyrl.rollout import HFEngine
-from steadyrl.trainer import recipe as step_module
+from steadyrl import recipe as step_module
 from steadyrl.trainer.batch import batch_from_generation
 from steadyrl.trainer.forward import response_logprobs
 
@@ -126,7 +126,7 @@ def _capture(monkeypatch):
 def test_a_training_step_scales_the_advantages_by_the_capped_weight(shift, weight, tis_run, monkeypatch):
     run = tis_run("rollout.tis_cap=2.0")
     seen = _capture(monkeypatch)
-    engine = LogprobEngine(run.policy, run.tokenizer, run.config.rollout.temperature, shift)
+    engine = LogprobEngine(run.models.policy, run.models.tokenizer, run.config.rollout.temperature, shift)
     metrics, _ = step_module.train_step(run, engine, 1)
     batch, processed = seen["batch"], seen["processed"]
     assert batch.old_logprobs is not None  # recomputed by the trainer, not taken from the engine
@@ -151,7 +151,7 @@ class NanEngine(LogprobEngine):
 def test_a_token_whose_behaviour_logprob_is_nan_leaves_the_loss(tis_run, monkeypatch):
     run = tis_run("rollout.tis_cap=2.0")
     seen = _capture(monkeypatch)
-    engine = NanEngine(run.policy, run.tokenizer, run.config.rollout.temperature, 0.0)
+    engine = NanEngine(run.models.policy, run.models.tokenizer, run.config.rollout.temperature, 0.0)
     metrics, _ = step_module.train_step(run, engine, 1)
     batch, processed = seen["batch"], seen["processed"]
     second = processed.loss_mask[:, 1].bool()  # valid tokens for the reward path ...
@@ -166,7 +166,7 @@ def test_a_token_whose_behaviour_logprob_is_nan_leaves_the_loss(tis_run, monkeyp
 def test_without_a_cap_the_mismatch_is_measured_and_nothing_is_reweighted(tis_run, monkeypatch):
     run = tis_run()
     seen = _capture(monkeypatch)
-    engine = LogprobEngine(run.policy, run.tokenizer, run.config.rollout.temperature, -1.0)
+    engine = LogprobEngine(run.models.policy, run.models.tokenizer, run.config.rollout.temperature, -1.0)
     metrics, _ = step_module.train_step(run, engine, 1)
     torch.testing.assert_close(seen["batch"].advantages, seen["processed"].advantages)
     assert metrics["rollout/logprob_diff_mean"] == pytest.approx(1.0, abs=1e-5)
@@ -177,7 +177,7 @@ def test_the_deprecated_vllm_key_still_reweights_the_step(tis_run, monkeypatch):
     run = tis_run("rollout.vllm.tis_cap=2.0")  # the old name of rollout.tis_cap
     assert run.config.rollout.tis_cap == 2.0
     seen = _capture(monkeypatch)
-    engine = LogprobEngine(run.policy, run.tokenizer, run.config.rollout.temperature, -1.0)
+    engine = LogprobEngine(run.models.policy, run.models.tokenizer, run.config.rollout.temperature, -1.0)
     metrics, _ = step_module.train_step(run, engine, 1)
     torch.testing.assert_close(seen["batch"].advantages.double(), seen["processed"].advantages.double() * 2.0,
                                rtol=1e-5, atol=1e-6)

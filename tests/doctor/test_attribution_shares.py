@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 import pytest
 
 from steadyrl.doctor import attribution
-from steadyrl.doctor.attribution import attribute, shapley_gaps
-from steadyrl.doctor.preflight_report import render
+from steadyrl.preflight.attribution import attribute, shapley_gaps
+from steadyrl.preflight.report import render
 
 
 def oracle(names, value):

@@ -14,8 +14,8 @@ import yaml
 
 from steadyrl.cli import main
 from steadyrl.config import load_config
-from steadyrl.doctor.attribution import attribute
-from steadyrl.doctor.preflight import build_side
+from steadyrl.preflight.attribution import attribute
+from steadyrl.preflight.gap import build_side
 
 torch.set_num_threads(1)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 
 
 @pytest.mark.parametrize("preset", ["grpo", "ppo"])

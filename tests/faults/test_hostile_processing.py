@@ -26,7 +26,7 @@ from steadyrl.config import load_config
 from steadyrl.config.schema import AlgorithmConfig, KLEstimator
 from steadyrl.functional import ADVANTAGE_ESTIMATORS, NORM_TYPES, RunningMoments
 from steadyrl.models import load_policy
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 from steadyrl.trainer.batch import TrainBatch
 from steadyrl.trainer.processing import process_rewards
 from steadyrl.trainer.update import ppo_update
@@ -276,7 +276,7 @@ def test_normalised_advantages_do_not_depend_on_the_reward_scale(estimator, opti
     torch.testing.assert_close(advantages(scores * magnitude), reference, rtol=1e-4, atol=1e-4)
 
 
-# --- and end to end, through steadyrl.trainer.train -----------------------------------------------
+# --- and end to end, through steadyrl.recipe.train -----------------------------------------------
 def _all_finite_metrics(run_dir) -> list[dict]:
     from steadyrl.tracking import read_jsonl
 

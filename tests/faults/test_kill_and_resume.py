@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from steadyrl.tracking import read_jsonl
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 
 DEADLINE_S = 120
 POLL_S = 0.0005  # a save of the tiny model lasts ~10 ms

@@ -1,4 +1,4 @@
-"""The non-finite guard end to end, through ``steadyrl.trainer.train`` and the CLI.
+"""The non-finite guard end to end, through ``steadyrl.recipe.train`` and the CLI.
 
 The real path first: a user reward of +-1e38 with no reward clip and a preset that does not
 normalise (Dr. GRPO divides by nothing) gives advantages of ~1e38, whose loss or gradient norm
@@ -22,7 +22,7 @@ import torch
 from steadyrl import cli
 from steadyrl.errors import TrainingHalted
 from steadyrl.tracking import read_jsonl
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 from steadyrl.trainer import update as update_module
 
 

@@ -1,4 +1,4 @@
-"""Reward functions that fail, end to end through ``steadyrl.trainer.train``.
+"""Reward functions that fail, end to end through ``steadyrl.recipe.train``.
 
 A reward function is called once per step on the whole batch, in a worker process under its
 time limit. An exception or a time-out fails every sample of that call; ``None`` or NaN fails one
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from steadyrl.tracking import read_jsonl
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 
 
 def _steps(run_dir) -> dict[int, dict]:

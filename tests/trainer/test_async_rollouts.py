@@ -19,7 +19,7 @@ import yaml
 from steadyrl.config import load_config
 from steadyrl.errors import ConfigError, RolloutWorkerError
 from steadyrl.tracking import read_jsonl
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 
 REWARDS = '''
 def varied(prompts, completions, **columns):

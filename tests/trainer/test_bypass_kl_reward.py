@@ -13,7 +13,7 @@ import torch
 
 from steadyrl.config import load_config
 from steadyrl.rollout import HFEngine
-from steadyrl.trainer import recipe as recipe_module
+from steadyrl import recipe as recipe_module
 from steadyrl.trainer.batch import batch_from_generation
 from steadyrl.trainer.forward import response_logprobs
 from steadyrl.trainer.mismatch import bypass_old_logprobs
@@ -47,7 +47,7 @@ def test_a_nonfinite_engine_logprob_is_not_charged_in_the_kl_penalty(tiny_model_
     run = build("rollout.correction.bypass=true", "algorithm.kl_mode=reward", "algorithm.kl_coef=0.5",
                 "algorithm.kl_estimator=k1")
     seen = capture_step(monkeypatch)
-    recipe_module.train_step(run, NanEngine(run.policy, run.tokenizer, run.config.rollout.temperature), 1)
+    recipe_module.train_step(run, NanEngine(run.models.policy, run.models.tokenizer, run.config.rollout.temperature), 1)
     batch = seen["batch"]
     bad = ~torch.isfinite(batch.rollout_logprobs) & batch.response_mask.bool()
     assert bad[0, 0]

@@ -18,7 +18,7 @@ import yaml
 
 from steadyrl.config.schema import AlgorithmConfig
 from steadyrl.tracking import read_jsonl
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 from steadyrl.trainer.dynamic import informative_groups
 
 REWARDS = '''

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from steadyrl.tracking import read_metrics
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 
 SMALL_DEMO = [
     "trainer.max_steps=60", "trainer.save_every=0", "trainer.samples_every=0",

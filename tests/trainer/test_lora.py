@@ -10,7 +10,7 @@ pytest.importorskip("peft")
 
 from steadyrl.config import load_config  # noqa: E402
 from steadyrl.tracking import read_metrics  # noqa: E402
-from steadyrl.trainer import train  # noqa: E402
+from steadyrl.recipe import train  # noqa: E402
 from steadyrl.build.setup import build_run  # noqa: E402
 
 LORA = {"enabled": True, "r": 4, "alpha": 8.0}
@@ -20,20 +20,20 @@ def test_lora_reference_is_the_adapter_switched_off(write_config, task_dir, tmp_
     path = write_config(model={"lora": LORA}, algorithm={"kl_mode": "loss", "kl_coef": 0.1})
     run = build_run(load_config(str(path)), tmp_path)
     try:
-        assert run.reference is None and run.uses_adapter_reference
-        trainable = [n for n, p in run.policy.named_parameters() if p.requires_grad]
+        assert run.models.reference is None and run.models.uses_adapter_reference
+        trainable = [n for n, p in run.models.policy.named_parameters() if p.requires_grad]
         assert trainable and all("lora_" in n for n in trainable)
         ids = torch.tensor([[1, 4, 5, 6, 12]])
         with torch.no_grad():
-            for p in run.policy.parameters():
+            for p in run.models.policy.parameters():
                 if p.requires_grad:
                     p.add_(0.5)  # move the adapter away from its no-op initialisation
-            with run.policy.disable_adapter():
-                base = run.policy(ids).logits
-            adapted = run.policy(ids).logits
+            with run.models.policy.disable_adapter():
+                base = run.models.policy(ids).logits
+            adapted = run.models.policy(ids).logits
         assert not torch.allclose(base, adapted)
     finally:
-        run.scorer.close()
+        run.task.scorer.close()
 
 
 def test_lora_run_trains_saves_the_adapter_and_resumes_exactly(write_config, task_dir, tmp_path):

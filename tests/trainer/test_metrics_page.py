@@ -127,7 +127,7 @@ def _runs(task_dir: Path, chat: Path) -> dict[str, tuple[dict, list[str]]]:
 def logged(tiny_model_dir, task_dir, chat_model, tmp_path_factory) -> dict[str, set[str]]:
     """run name -> every key of its metrics.jsonl."""
     import support
-    from steadyrl.trainer import train
+    from steadyrl.recipe import train
 
     root = tmp_path_factory.mktemp("metric_runs")
     base = {

@@ -129,7 +129,7 @@ def test_a_real_model_passes_the_check_and_packs_exactly(attention, tiny_model_d
 def test_a_run_padding_free_logs_the_metrics_of_the_padded_run(write_config, task_dir, tmp_path):
     """Whole GRPO steps with a reference model (old, reference and policy passes)."""
     from steadyrl.tracking import read_jsonl
-    from steadyrl.trainer import train
+    from steadyrl.recipe import train
 
     logs = []
     for name, extra in (("padded", {}), ("packed", {"padding_free": True})):

@@ -204,7 +204,7 @@ def test_the_cli_refuses_plain_bfloat16_at_lr_1e_6_with_exit_2(tmp_path, capsys)
 
 def test_the_preflight_prints_the_precision_warning_before_training(write_config, tmp_path, capsys):
     from steadyrl.config import load_config
-    from steadyrl.run.preflight import check_train
+    from steadyrl.preflight.inputs import check_train
 
     path = write_config(model={"dtype": "bfloat16", "bf16_update": "plain"}, optim={"lr": 2e-4})
     check_train(load_config(str(path)), output_dir=str(tmp_path / "run"), resume=False, overwrite=False)

@@ -6,7 +6,7 @@ import pytest
 
 from steadyrl.config import ALGORITHM_PRESETS
 from steadyrl.tracking import read_metrics
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 
 WATCHED = ("reward/mean", "actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/pg_clipfrac",
            "response/length_mean", "time/step_s")

@@ -10,7 +10,7 @@ import pytest
 import support
 
 from steadyrl.tracking import read_metrics
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 
 TIMING = ("time/", "throughput/")
 

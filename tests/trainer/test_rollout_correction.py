@@ -20,7 +20,7 @@ from steadyrl.config import load_config
 from steadyrl.errors import ConfigError
 from steadyrl.rollout import HFEngine
 from steadyrl.run.report import sample_rows
-from steadyrl.trainer import recipe as recipe_module
+from steadyrl import recipe as recipe_module
 from steadyrl.trainer import step as step_module
 from steadyrl.trainer.batch import batch_from_generation
 from steadyrl.trainer.forward import response_logprobs
@@ -63,7 +63,7 @@ def _capture(monkeypatch):
 def _shift_step(make_run, monkeypatch, *overrides):
     run = make_run(*overrides)
     seen = _capture(monkeypatch)
-    engine = ShiftEngine(run.policy, run.tokenizer, run.config.rollout.temperature)
+    engine = ShiftEngine(run.models.policy, run.models.tokenizer, run.config.rollout.temperature)
     metrics, extras = recipe_module.train_step(run, engine, 1)
     shift = torch.tensor([SHIFTS[i % len(SHIFTS)] for i in range(len(seen["batch"].advantages))])
     return metrics, seen["batch"], seen["processed"], shift
@@ -73,9 +73,9 @@ def test_a_bf16_engine_beside_an_fp32_trainer_gives_non_zero_mismatch_metrics(ma
     from steadyrl.rollout import build_engine
 
     run = make_run("rollout.dtype=bfloat16", "trainer.samples_every=1")
-    engine = build_engine("hf", run.generator, run.tokenizer, run.config.rollout)
+    engine = build_engine("hf", run.models.generator, run.models.tokenizer, run.config.rollout)
     assert next(engine.model.parameters()).dtype == torch.bfloat16
-    assert next(run.policy.parameters()).dtype == torch.float32
+    assert next(run.models.policy.parameters()).dtype == torch.float32
     metrics, extras = recipe_module.train_step(run, engine, 1)
     assert metrics["mismatch/k3"] > 0 and metrics["mismatch/k1"] != 0
     assert metrics["mismatch/ratio_max"] > 1 > metrics["mismatch/ratio_min"]
@@ -169,7 +169,7 @@ def test_bypass_takes_the_engines_logprobs_as_old_logprobs_without_a_recompute(m
     calls = []
     real = step_module.response_logprobs
     monkeypatch.setattr(step_module, "response_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
-    engine = HFEngine(run.policy, run.tokenizer, dtype=torch.bfloat16)
+    engine = HFEngine(run.models.policy, run.models.tokenizer, dtype=torch.bfloat16)
     generated = []
     original = engine.generate
     engine.generate = lambda *a, **k: generated.append(original(*a, **k)) or generated[-1]
@@ -188,10 +188,9 @@ def _whole(old, rollout, policy, domains=None):
                            result=SimpleNamespace(domains=domains))
 
 
-def _run(**correction):
+def _rollout(**correction):
     settings = [f"rollout.correction.{k}={v}" for k, v in correction.items()]
-    config = load_config(None, ["rollout.dtype=float32", *settings])
-    return SimpleNamespace(config=config)
+    return load_config(None, ["rollout.dtype=float32", *settings]).rollout
 
 
 def test_observation_tokens_never_count_nor_get_masked():
@@ -203,7 +202,7 @@ def test_observation_tokens_never_count_nor_get_masked():
     rollout[policy == 0] = -30.0  # observations: the engine never sampled them
     rollout[1, 5] = float("nan")  # padding-like, outside the policy mask
     loss_mask = policy.float()
-    adv, mask, metrics = importance_correction(_run(mode="mask"), _whole(old, rollout, policy), torch.ones(2, 6),
+    adv, mask, metrics = importance_correction(_rollout(mode="mask"), _whole(old, rollout, policy), torch.ones(2, 6),
                                                loss_mask)
     assert torch.equal(mask, loss_mask) and torch.equal(adv * mask, loss_mask)
     assert metrics["mismatch/k1"] == 0 and metrics["mismatch/k3"] == 0
@@ -216,7 +215,7 @@ def test_the_metrics_are_split_per_domain():
     rollout = torch.tensor([[0.0, 0.0], [-1.0, -1.0], [0.0, 0.0]])
     policy = torch.ones(3, 2)
     whole = _whole(old, rollout, policy, ["math", "code", None])
-    _, _, metrics = importance_correction(_run(mode="mask", high=2), whole, torch.ones(3, 2), policy.clone())
+    _, _, metrics = importance_correction(_rollout(mode="mask", high=2), whole, torch.ones(3, 2), policy.clone())
     assert metrics["mismatch/domain/math/k3"] == 0 == metrics["mismatch/domain/null/k3"]
     assert metrics["mismatch/domain/code/k3"] == pytest.approx(math.e - 2, rel=1e-5)  # r = e: e - 1 - 1
     assert metrics["mismatch/domain/code/masked_seq_frac"] == 1 and metrics["mismatch/domain/math/masked_seq_frac"] == 0
@@ -227,7 +226,7 @@ def test_a_nonfinite_engine_logprob_is_dropped_and_counted_never_weighted_one():
     old = torch.zeros(1, 3)
     rollout = torch.tensor([[0.0, float("inf"), float("nan")]])
     policy = torch.ones(1, 3)
-    adv, mask, metrics = importance_correction(_run(mode="truncate"), _whole(old, rollout, policy),
+    adv, mask, metrics = importance_correction(_rollout(mode="truncate"), _whole(old, rollout, policy),
                                                torch.ones(1, 3), policy.clone())
     assert mask.tolist() == [[1.0, 0.0, 0.0]] and adv[0, 1:].abs().sum() == 0
     assert metrics["mismatch/nonfinite_tokens"] == 2
@@ -276,7 +275,7 @@ def test_the_asynchronous_worker_samples_in_rollout_dtype_and_its_batches_are_co
     and measures with rollout.correction, its default cap 2.0 replaced."""
     from steadyrl.demo.task import make_splits
     from steadyrl.tracking import read_jsonl
-    from steadyrl.trainer import train
+    from steadyrl.recipe import train
 
     rows, _ = make_splits(16, 0, min_len=3, max_len=4, seed=0)
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

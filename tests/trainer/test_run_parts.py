@@ -1,5 +1,5 @@
 """The build step's shape: one task, a user's or the demo's, chosen in one place and called
-through the same hooks; a Run of a few parts whose attributes still read on the run."""
+through the same hooks; a Run of a few typed parts, read through the parts (nothing forwarded)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import torch
 
-from steadyrl.build.setup import Run, RunModels, RunOptim, RunTask
+from steadyrl.trainer.parts import Run, RunModels, RunOptim, RunTask
 from steadyrl.build.task import DataTask, task_of
 from steadyrl.config import load_config
-from steadyrl.demo.builders import DemoTask
+from steadyrl.build.demo import DemoTask
 
 
 def test_a_config_without_data_is_the_demos_task_and_with_data_the_users(tmp_path):
@@ -37,14 +37,18 @@ def _run() -> Run:
                task=task, optim=optim, total_steps=3)
 
 
-def test_a_runs_parts_read_and_write_through_their_old_names():
+def test_a_runs_parts_are_read_through_the_parts():
     run = _run()
-    assert run.policy is run.models.policy and run.generator is run.models.policy
-    assert (run.scorer, run.sampler, run.eval_prompts, run.agent) == ("scorer", "sampler", ["e"], None)
-    assert (run.optimizer, run.scheduler, run.kl_controller, run.running) == ("opt", "sched", "kl", "rm")
-    assert run.training_models() == (run.models.policy, None)
-    run.show = print
-    assert run.task.show is print
-    run.optimizer = "other"
-    assert run.optim.optimizer == "other"
+    assert run.models.generator is run.models.policy
+    assert (run.task.scorer, run.task.sampler, run.task.eval_prompts, run.task.agent) == ("scorer", "sampler", ["e"], None)
+    assert (run.optim.optimizer, run.optim.scheduler, run.optim.kl_controller) == ("opt", "sched", "kl")
+    assert run.models.training_models() == (run.models.policy, None)
 
+
+def test_a_run_has_under_ten_names_and_forwards_none_of_its_parts():
+    run = _run()
+    names = [n for n in vars(type(run)) if not n.startswith("_")] + list(vars(run))
+    assert sorted(set(names)) == ["config", "device", "models", "optim", "output_dir", "rollouts", "state", "task",
+                                  "total_steps"]
+    for part in ("policy", "scorer", "optimizer", "tokenizer", "agent"):
+        assert not hasattr(run, part)

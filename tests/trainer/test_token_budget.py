@@ -181,7 +181,7 @@ def test_a_ppo_run_with_a_budget_logs_the_metrics_of_the_fixed_split(write_confi
     """Whole steps (old, reference and critic passes, two epochs, the critic update): the same
     metrics, the budget only changes how the rows are grouped."""
     from steadyrl.tracking import read_jsonl
-    from steadyrl.trainer import train
+    from steadyrl.recipe import train
 
     logs = []
     for name, trainer in (("fixed", {"micro_batch_size": 4}), ("budget", {"max_tokens_per_micro_batch": 40})):

@@ -27,15 +27,15 @@ import os
 import sys
 from pathlib import Path
 
-from ..build.task import task_of
+from ..build.task import NOTHING_TO_EVALUATE, task_of  # noqa: F401 - re-exported
 from ..config.schema import Config
 from ..precision import precision_warnings
 from ..tracking import check_backends_available
-from .directory import check_output_dir, probe_lock
+from ..run.directory import check_output_dir, probe_lock
 
 
 def check_train(config: Config, *, output_dir: str | None, resume: bool, overwrite: bool) -> None:
-    """Everything :func:`steadyrl.trainer.train` would refuse that needs no model, in its order."""
+    """Everything :func:`steadyrl.recipe.train` would refuse that needs no model, in its order."""
     if output_dir and os.environ.get("RANK", "0") == "0":  # rank 0 takes the lock; the others would see it
         probe_lock(Path(output_dir))
     if output_dir:
@@ -48,9 +48,6 @@ def check_train(config: Config, *, output_dir: str | None, resume: bool, overwri
 
 
 def check_eval(config: Config, model_path: str | None, *, of_run_dir: bool) -> None:
-    """Everything :func:`steadyrl.trainer.evaluate_run` would refuse that needs no model.
+    """Everything :func:`steadyrl.recipe.evaluate_run` would refuse that needs no model.
     ``model_path``: the model to evaluate (None for a run directory's checkpoint, found later)."""
     task_of(config).preflight_eval(config, model_path, of_run_dir)
-
-
-NOTHING_TO_EVALUATE = "nothing to evaluate: set data.eval_path to a file of held-out prompts"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .preflight import TOLERANCE, Preflight
+from .gap import TOLERANCE, Preflight
 
 
 def render(result: Preflight, rewards: list[str] = ()) -> str:
@@ -42,8 +42,8 @@ def preflight_cli(config_path: str, overrides: list[str], *, output: str | None 
     from ..errors import ConfigError
     from ..run.trust import check_run_code
     from .attribution import attribute
-    from .preflight import build_side, reward_check
-    from .run import MARKER
+    from .gap import build_side, reward_check
+    from ..doctor.run import MARKER
 
     for name, value in (("--batches", batches), ("--prompts", prompts)):
         if value < 1:

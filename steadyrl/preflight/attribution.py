@@ -1,7 +1,7 @@
 """The pre-flight's attribution: the engine's side rescored with factors set to the trainer's one at a
 time (sampling processors, precision, attention, padding side, weights), the template round trip, and
 the ranked causes with their signed share of the gap and the config change that removes each
-(formula: :mod:`.preflight`)."""
+(formula: :mod:`.gap`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 from ..functional.mismatch import mismatch_metrics
 from .engine_side import engine_model, weights_match
-from .preflight import TOLERANCE, Cause, Preflight, _gap_sum, _Side
+from .gap import TOLERANCE, Cause, Preflight, _gap_sum, _Side
 from .roundtrip import round_trip
 
 FACTORS = ("sampling", "precision", "attention", "padding", "stale_weights")
@@ -139,7 +139,7 @@ def _factor_causes(side: _Side, present: dict, baseline: float, n: int, toleranc
 
 
 def attribute(side: _Side, tolerance: float = TOLERANCE, setup: str = "") -> Preflight:
-    """Measure, attribute and rank (formula: :mod:`.preflight`)."""
+    """Measure, attribute and rank (formula: :mod:`.gap`)."""
     total, n = _gap_sum(side, side.engine, side.spec)
     baseline = total / max(n, 1)
     shown_total, _ = _gap_sum(side, side.engine, side.spec, reported=True)

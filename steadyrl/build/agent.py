@@ -12,28 +12,28 @@ def build_agent(config, tokenizer):
         return None
     if ro.agent is not None:  # the agent drives its episodes through the gateway (steadyrl.gateway)
         from ..gateway import GatewayAgent
-        from .parsers import load_parser
+        from ..agents.parsers import load_parser
 
         return GatewayAgent(ro.agent, parser=load_parser(ro.tool_parser), concurrency=ro.agent_concurrency,
                             timeout_s=ro.agent_timeout_s, template_kwargs=dict(config.data.chat_template_kwargs))
-    from .chat import check_observation_room
-    from .modes import check_mode
+    from ..agents.chat import check_observation_room
+    from ..agents.modes import check_mode
 
     isolation = ro.tool_isolation or _default_isolation()
     if ro.tools:
-        from .parsers import load_parser
-        from .toolagent import ToolAgent
-        from .tools import load_tools
+        from ..agents.parsers import load_parser
+        from ..agents.toolagent import ToolAgent
+        from ..agents.tools import load_tools
 
         agent = ToolAgent(load_tools(list(ro.tools)), load_parser(ro.tool_parser), timeout_s=ro.tool_timeout_s,
                           isolation=isolation, limits=ro.tool_limits, workers=ro.tool_workers,
                           max_calls_per_turn=ro.max_tool_calls_per_turn, time_budget_s=ro.tool_time_budget_s)
-        from .messages import id_style, renders_tool_calls
+        from ..agents.messages import id_style, renders_tool_calls
 
         agent.id_style = id_style(getattr(tokenizer, "chat_template", None))  # call ids as the template wants them
         agent.structured_calls = renders_tool_calls(tokenizer, agent.tool_schemas, dict(config.data.chat_template_kwargs))
     else:
-        from .environment import EnvironmentAgent, load_environment
+        from ..agents.environment import EnvironmentAgent, load_environment
 
         agent = EnvironmentAgent(load_environment(ro.environment), observation_role=ro.observation_role,
                                  timeout_s=ro.tool_timeout_s, isolation=isolation, limits=ro.tool_limits)
@@ -44,7 +44,7 @@ def build_agent(config, tokenizer):
     # the mode the template supports (rollout.multi_turn_mode; auto: single when append-only, else stepwise)
     agent.multi_turn_mode = check_mode(tokenizer, ro.multi_turn_mode, tools=agent.tool_schemas,
                                        observation_role=agent.observation_role, end_texts=end_texts,
-                                       template_kwargs=agent.template_kwargs, parser=getattr(agent, "parser", None))
+                                       template_kwargs=agent.template_kwargs, parser=agent.parser)
     check_observation_room(tokenizer, ro.max_observation_tokens, tools=agent.tool_schemas,
                            observation_role=agent.observation_role, end_texts=end_texts,
                            template_kwargs=agent.template_kwargs, mode=agent.multi_turn_mode)
@@ -58,14 +58,14 @@ def check_agent_specs(config) -> None:
     before torch is imported). An adapter environment (``openenv:URL``...) is checked when built."""
     ro = config.rollout
     if ro.tools:
-        from .parsers import load_parser
-        from .tools import load_tools
+        from ..agents.parsers import load_parser
+        from ..agents.tools import load_tools
 
         load_tools(list(ro.tools))
         load_parser(ro.tool_parser)
     elif ro.environment is not None:
         from ..envs import is_spec
-        from .environment import load_environment
+        from ..agents.environment import load_environment
 
         if not is_spec(ro.environment):
             load_environment(ro.environment)

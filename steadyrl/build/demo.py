@@ -22,7 +22,7 @@ from ..rewards import RewardSpec
 
 def demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]:
     """The built-in demo's records (train, held-out) and its reward."""
-    from . import make_splits, reverse_reward
+    from ..demo import make_splits, reverse_reward
 
     demo = config.demo
     if demo.task == "tool":
@@ -36,11 +36,11 @@ def demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]
 
 
 def _tool_demo_task(config: Config) -> tuple[list[dict], list[dict], list[RewardSpec]]:
-    from .tool_task import make_tool_splits, tool_answer_reward
+    from ..demo.tool_task import make_tool_splits, tool_answer_reward
 
     demo = config.demo
     if not config.rollout.tools and config.rollout.agent is None:  # an agent brings its own calculator
-        from .tool_demo import TOOL_SPEC
+        from ..demo.tool_demo import TOOL_SPEC
 
         raise ConfigError(f"demo.task = 'tool' needs the calculator in rollout.tools (rollout.tools=[{TOOL_SPEC}]); "
                           "'steadyrl train demo.task=tool' without a config file sets it")
@@ -55,15 +55,15 @@ def _build_demo_model(config: Config, train: list[dict]):
     """``(model, tokenizer)`` of ``demo.task``, warm-started."""
     demo, seed = config.demo, config.trainer.seed
     if demo.task == "tool":
-        from .tool_demo import build_tool_demo
+        from ..demo.tool_demo import build_tool_demo
 
         model, tokenizer, info = build_tool_demo(demo, train, seed=seed)
         phases = ", ".join(f"{name} {p['steps']} steps, loss {p['loss_first']:.3f} -> {p['loss_last']:.3f}"
                            for name, p in info.items() if isinstance(p, dict))
         print(f"warm-start ({phases or 'none'}) in {info['seconds']:.1f}s", flush=True)
         return model, tokenizer
-    from . import build_char_tokenizer, build_tiny_model, warm_start
-    from .task import VOCAB_CHARS
+    from ..demo import build_char_tokenizer, build_tiny_model, warm_start
+    from ..demo.task import VOCAB_CHARS
 
     tokenizer = build_char_tokenizer(VOCAB_CHARS)
     model = build_tiny_model(tokenizer, n_layers=demo.n_layers, hidden_size=demo.hidden_size,
@@ -108,7 +108,7 @@ def transcript_printer(config: Config, eval_prompts: list, tokenizer, agent, dev
             return
         from ..rollout.driver import rollout
         from ..printable import printable
-        from .tool_task import format_transcript
+        from ..demo.tool_task import format_transcript
 
         prompt = eval_prompts[0]
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -132,7 +132,7 @@ class DemoTask:
     resume_keys: tuple[str, ...] = ("demo",)  # the demo's settings built its model and its records
 
     def records(self, config: Config, for_eval: bool, quiet: bool = False):
-        from ..build.sources import load_all_data
+        from .sources import load_all_data
 
         train, evals, specs = demo_task(config)
         train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval, quiet=quiet,
@@ -145,14 +145,14 @@ class DemoTask:
         _refuse_a_model(config)  # the model is built by :meth:`model`, in the run directory
 
     def model(self, config: Config, output_dir: Path, inputs) -> str:
-        from ..build.prompts import tokenize_prompts
+        from .prompts import tokenize_prompts
 
         inputs.model_path = demo_model(config, output_dir, inputs.train_records)
         tokenize_prompts(config, inputs)
         return inputs.model_path
 
     def show(self, config: Config, run):
-        return transcript_printer(config, run.eval_prompts, run.tokenizer, run.agent, run.device)
+        return transcript_printer(config, run.task.eval_prompts, run.models.tokenizer, run.task.agent, run.device)
 
     def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
         if not of_run_dir and not config.data.eval_path:

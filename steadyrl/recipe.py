@@ -27,39 +27,39 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
-from .. import distributed as dist
-from ..build.setup import Run, build_eval, build_run, check_inputs
-from ..config import config_to_dict, load_config
-from ..config.schema import overlong_limit
-from ..doctor.live import LiveDoctor
-from ..errors import ConfigError
-from ..gguf_model import model_source
-from ..models import resolve_device
-from ..progress import progress
-from ..rollout import build_engine
-from ..rollout.hf import engine_sync_metrics
-from ..rollout.base import Engine
-from ..run import checkpoint as ckpt
-from ..run.asynchronous import start_rollouts
-from ..run.directory import RunLock, check_saved_config
-from ..run.evaluate import run_eval
-from ..run.export import find_checkpoint, write_final
-from ..run.preemption import SigtermStop
-from ..run.report import count_empty, halt_if_stuck, log_eval, report_step, sample_rows, write_summary
-from ..run.start import claim_run_dir, load_run_config, prepare_run_dir, resume_hint_on_interrupt
-from ..run.state import restore, save
-from ..run.trust import check_run_code
-from ..run.warnings_once import warnings_once
-from ..secrets import redact_secrets
-from ..tracking import Tracker
-from .batch import batch_from_generation
-from .dynamic import step_samples
-from .global_batch import gather_samples
-from .processing import process_rewards, reward_components
-from .mismatch import importance_correction, worst_tokens
-from .step import domain_ids, prepare, step_metrics
-from .turn_samples import episode_view, expand_turn_samples, needs_turn_samples
-from .update import ppo_update
+from . import distributed as dist
+from .build.setup import Run, build_eval, build_run, check_inputs
+from .config import config_to_dict, load_config
+from .config.schema import overlong_limit
+from .doctor.live import LiveDoctor
+from .errors import ConfigError
+from .gguf_model import model_source
+from .models import resolve_device
+from .progress import progress
+from .rollout import build_engine
+from .rollout.base import Engine
+from .rollout.hf import engine_sync_metrics
+from .run import checkpoint as ckpt
+from .run.asynchronous import start_rollouts
+from .run.directory import RunLock, check_saved_config
+from .run.evaluate import run_eval
+from .run.export import find_checkpoint, write_final
+from .run.preemption import SigtermStop
+from .run.report import count_empty, halt_if_stuck, log_eval, report_step, sample_rows, write_summary
+from .run.start import claim_run_dir, load_run_config, prepare_run_dir, resume_hint_on_interrupt
+from .run.state import restore, save
+from .run.trust import check_run_code
+from .run.warnings_once import warnings_once
+from .secrets import redact_secrets
+from .tracking import Tracker
+from .trainer.batch import batch_from_generation
+from .trainer.dynamic import step_samples
+from .trainer.global_batch import gather_samples
+from .trainer.processing import process_rewards, reward_components
+from .trainer.mismatch import importance_correction, worst_tokens
+from .trainer.step import domain_ids, prepare, step_metrics
+from .trainer.turn_samples import episode_view, expand_turn_samples, needs_turn_samples
+from .trainer.update import ppo_update
 
 
 def train(path: str | None, overrides: list[str], *, output_dir: str | None = None,
@@ -89,7 +89,7 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
         run.rollouts = start_rollouts(run, saved)  # rollout.asynchronous: None when off
         if run.rollouts is not None:
             resources.callback(run.rollouts.close)
-        engine = build_engine(config.rollout.engine, run.generator, run.tokenizer, config.rollout,
+        engine = build_engine(config.rollout.engine, run.models.generator, run.models.tokenizer, config.rollout,
                               seed=config.trainer.seed + dist.rank(),
                               max_model_len=config.data.max_prompt_tokens + config.rollout.max_new_tokens,
                               share_prefix=config.trainer.share_prompt_prefix)
@@ -101,12 +101,13 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
             resume_step=run.state.step if latest is not None or resume else None))
 
         def evaluate_now() -> dict:
-            return run_eval(config, engine, run.scorer, run.eval_sets or run.eval_prompts, run.device, run.agent)
+            task = run.task
+            return run_eval(config, engine, task.scorer, task.eval_sets or task.eval_prompts, run.device, task.agent)
 
         if run.state.step == 0:
             run.state.eval_before = evaluate_now()
             log_eval(tracker, run.state.eval_before, 0, "before RL")
-            run.show(engine, "before")
+            run.task.show(engine, "before")
 
         # --- the loop: one step, then what is logged, saved and evaluated after it
         t = config.trainer
@@ -144,7 +145,7 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
         # --- the end: eval after, summary
         eval_after = evaluate_now()
         log_eval(tracker, eval_after, run.state.step, "after RL")
-        run.show(engine, "after")
+        run.task.show(engine, "after")
         final = write_final(config, out) if dist.is_main() else None  # the policy as a plain HF directory
         doctor.finish()  # report.md: the run's triage
         return write_summary(run, eval_after, elapsed_before + time.time() - started, final)
@@ -160,12 +161,12 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
     drawn = step_samples(run, engine, step)
     times["scored"] = time.perf_counter()
     episodes, group_size, slots = drawn, ro.group_size, 1
-    if needs_turn_samples(run.agent, drawn):  # each turn (gateway: each trajectory) a sample of its own
-        drawn, slots = expand_turn_samples(episodes, run.tokenizer)
+    if needs_turn_samples(run.task.agent, drawn):  # each turn (gateway: each trajectory) a sample of its own
+        drawn, slots = expand_turn_samples(episodes, run.models.tokenizer)
         group_size *= slots
 
     # 2. prepare: the rollout policy's and the reference's log-probs, the critic's values
-    batch = prepare(run, batch_from_generation(drawn.gen))
+    batch = prepare(cfg, run.models, run.device, run.optim.kl_controller.value, batch_from_generation(drawn.gen))
 
     # 3. gather: reward processing sees the samples of all ranks
     whole = gather_samples(drawn.result, drawn.gen, batch, [len(p.ids) for p in drawn.prompts], ro.turn_reward,
@@ -174,36 +175,37 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
     # 4. process rewards: clip, normalise, KL in the reward, advantages; then importance correction
     trainable = whole.result.valid if whole.selected is None else whole.result.valid & whole.selected
     processed = process_rewards(whole.result.scores, trainable, whole.policy_mask, whole.truncated,
-                                algo, group_size, kl_coef=run.kl_controller.value,
+                                algo, group_size, kl_coef=run.optim.kl_controller.value,
                                 old_logprobs=whole.old_logprobs, ref_logprobs=whole.ref_logprobs,
-                                values=whole.values, running=run.running, turn_rewards=whole.turn_rewards,
+                                values=whole.values, running=run.optim.running, turn_rewards=whole.turn_rewards,
                                 domains=domain_ids(whole.result.domains), episode_size=slots,
                                 components=reward_components(whole.result), overlong_limit=overlong_limit(cfg),
                                 episode_lengths=whole.response_mask.sum(-1))
-    advantages, loss_mask, tis_metrics = importance_correction(run, whole, processed.advantages, processed.loss_mask)
+    advantages, loss_mask, tis_metrics = importance_correction(ro, whole, processed.advantages,
+                                                             processed.loss_mask)
     batch = replace(batch, loss_mask=whole.mine(loss_mask), advantages=whole.mine(advantages),
                     returns=whole.mine(processed.returns), sample_weights=whole.mine(processed.sample_weights))
 
     # 5. update: PPO epochs over mini-batches (policy and critic), then the schedule and the KL controller
-    lr = run.scheduler.get_last_lr()[0]
+    lr = run.optim.scheduler.get_last_lr()[0]
     metrics: dict[str, float] = {}
     if loss_mask.sum() > 0:  # the global mask: every rank takes the same branch
-        policy, critic = run.training_models()
-        update_metrics, steps, skipped = ppo_update(policy, run.optimizer, batch, cfg,
-                                                    kl_coef=run.kl_controller.value, critic=critic,
-                                                    critic_optimizer=run.critic_optimizer, device=run.device)
+        policy, critic = run.models.training_models()
+        update_metrics, steps, skipped = ppo_update(policy, run.optim.optimizer, batch, cfg,
+                                                    kl_coef=run.optim.kl_controller.value, critic=critic,
+                                                    critic_optimizer=run.optim.critic_optimizer, device=run.device)
         metrics.update(update_metrics)
-        engine.update_weights(run.generator)  # vLLM: pushed before the next generation
+        engine.update_weights(run.models.generator)  # vLLM: pushed before the next generation
         metrics.update(engine_sync_metrics(engine))  # rollout.dtype's copy: refreshed exactly? (docs/precision.md)
     else:  # no sample may enter the loss: nothing to learn from, nothing is touched
         steps = skipped = 0
         metrics["batch/no_valid_sample"] = 1.0
-    run.scheduler.step()  # counts training steps, skipped ones included (run/warnings_once.py)
+    run.optim.scheduler.step()  # counts training steps, skipped ones included (run/warnings_once.py)
     if run.rollouts is not None:  # the next requests are generated from this step's weights
         run.rollouts.push(step)
     kl_now = metrics.get(f"kl/{algo.kl_estimator}")
     if kl_now is not None:
-        run.kl_controller.update(kl_now, n_steps=len(batch) * dist.world_size(), step=step)
+        run.optim.kl_controller.update(kl_now, n_steps=len(batch) * dist.world_size(), step=step)
     times["updated"] = time.perf_counter()
 
     # 6. bookkeeping: the counters a checkpoint carries, the step's metrics
@@ -220,7 +222,7 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
         mismatch = worst_tokens(batch.old_logprobs, batch.rollout_logprobs, mask, batch.response_ids)
     # samples: this rank's own; result: all ranks' (rank 0's rows first, so they line up on rank 0)
     extras = {"prompts": episodes.samples, "completions": episodes.gen.completions, "result": whole.result,
-              "episodes": episodes.gen.episodes, "decode": run.tokenizer.decode, "mismatch_tokens": mismatch}
+              "episodes": episodes.gen.episodes, "decode": run.models.tokenizer.decode, "mismatch_tokens": mismatch}
     return metrics, extras
 
 

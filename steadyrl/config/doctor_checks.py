@@ -7,11 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 
-def detector_names() -> list[str]:
-    """Every registered run-triage detector, in registration order."""
-    from . import DETECTORS
+DETECTOR_NAMES = ("zero_variance", "truncation", "length_hacking", "reward_vs_heldout", "dominance",
+                  "entropy_collapse", "entropy_explosion", "clip_drift", "mismatch", "grad_spikes",
+                  "skipped_steps", "staleness")
+"""The run-triage detectors' names in registration order: the torch-free view of
+:data:`steadyrl.doctor.DETECTORS` that the config reads (the doctor sits above the config), kept
+equal to the registry by a test (tests/config/test_doctor_checks.py)."""
 
-    return list(DETECTORS)
+
+def detector_names() -> list[str]:
+    """Every run-triage detector, in registration order."""
+    return list(DETECTOR_NAMES)
 
 
 def check_doctor_setting(key: str, value: Any, *, doctor_every: int | None = None) -> None:
@@ -27,7 +33,7 @@ def check_doctor_setting(key: str, value: Any, *, doctor_every: int | None = Non
             raise ValueError(f"{value!r}: {', '.join(map(repr, unknown))} is not a detector; valid names: "
                              f"{', '.join(valid)}")
     elif key == "doctor_thresholds":
-        from .thresholds import Thresholds
+        from .doctor_thresholds import Thresholds
 
         valid = list(Thresholds.help())
         unknown = [name for name in value if name not in valid]

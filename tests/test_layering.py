@@ -1,0 +1,41 @@
+"""The floors of docs/architecture.md, pinned: every import in steadyrl/ (lazy ones inside
+functions and those under ``TYPE_CHECKING`` too) points to a room on a lower floor, and no two
+rooms import each other, however indirectly. ``python tools/layering.py --edges`` lists them."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _layering():
+    spec = importlib.util.spec_from_file_location("layering", ROOT / "tools" / "layering.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_room_has_a_floor_in_the_architecture_page():
+    layering = _layering()
+    rooms = {layering.room_of(m) for m in layering.modules()}
+    assert sorted(rooms - set(layering.floors())) == []
+
+
+def test_no_import_points_sideways_or_up_a_floor():
+    ups = [f"{src}:{line} -> {dest}" for src, dest, line in _layering().up_imports()]
+    assert ups == []
+
+
+def test_no_two_rooms_import_each_other():
+    layering = _layering()
+    assert layering.cycles(layering.room_graph()) == []
+
+
+def test_the_measure_sees_lazy_and_type_checking_imports(tmp_path):
+    """The measure itself: an import inside a function or under TYPE_CHECKING counts."""
+    layering = _layering()
+    path = tmp_path / "m.py"
+    path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..run.state import Run\n"
+                    "def f():\n    from ..build import setup\n")
+    found = {target for target, _, _ in layering.imports_of("steadyrl.trainer.m", path)}
+    assert {"steadyrl.run.state", "steadyrl.build"} <= found
