@@ -248,6 +248,9 @@ def observation_overhead(tokenizer, *, tools: list[dict] | None, observation_rol
             assistant = {"role": "assistant", "content": turn[:-len("a1")], **reasoning, "tool_calls": [
                 {"id": cid, "type": "function", "function": {"name": name, "arguments": {}}}]}
             message = tool_message(name, "", cid)
+            from .turns import call_form  # the arguments in the form the template renders (functionary: a string)
+
+            assistant = call_form(tokenizer, history, assistant, tools=tools, template_kwargs=template_kwargs)
         ids_of = observation_ids if mode == "single" else observation_tail_ids  # rollout.multi_turn_mode
         return len(ids_of(tokenizer, history, assistant, [message], tools=tools, end_texts=end_texts,
                           template_kwargs=template_kwargs))

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 import pytest
 
-from steadyrl.doctor import attribution
+from steadyrl.preflight import attribution
 from steadyrl.preflight.attribution import attribute, shapley_gaps
 from steadyrl.preflight.report import render
 

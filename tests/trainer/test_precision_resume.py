@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from steadyrl.precision import precision_plan
 from steadyrl.tracking import read_metrics
-from steadyrl.trainer import train
+from steadyrl.recipe import train
 
 
 def _weights(run_dir):
