@@ -43,6 +43,7 @@ from .sources import Part, make_sampler, tokenize_parts
 from .prompts import build_tokenizer, check_context_length, named_template_errors, prompt_options
 from ..config.compat import check_parallel
 from .task import DataTask, Task, _show_nothing, task_inputs, task_of
+from .teacher import check_teacher_tokenizer, load_teacher, teacher_device
 
 if TYPE_CHECKING:
     from ..agents.protocol import Agent
@@ -81,6 +82,7 @@ class RunModels:
     train_critic: torch.nn.Module | None = None
     generator: Generator | None = None
     uses_adapter_reference: bool = False
+    teacher: torch.nn.Module | None = None  # on-policy distillation's frozen teacher (teacher.*), or None
 
     def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
         """``(policy, critic)`` to run forward/backward passes through."""
@@ -293,6 +295,8 @@ def check_inputs(config: Config, resources: ExitStack) -> Inputs:
                     train_parts=train_parts, eval_parts=eval_parts, task=task_of(config))
     resources.callback(lambda: inputs.agent is not None and inputs.agent.shutdown())  # built with the prompts
     inputs.task.check_model(config, inputs)  # a user's model and prompts; the demo's model is built later
+    teacher_device(config, device)  # teacher.device names a device that exists
+    check_teacher_tokenizer(config, inputs.tokenizer, inputs.model_path)  # the demo's: once it is built
     return inputs
 
 
@@ -304,7 +308,10 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     trainer = config.trainer
     seed_everything(trainer.seed)
     device, scorer = inputs.device, inputs.scorer
+    tokenizer_checked = inputs.tokenizer is not None  # a user's: compared with the teacher's in check_inputs
     model_path = inputs.task.model(config, output_dir, inputs)  # the demo's: built in output_dir/warmstart
+    if not tokenizer_checked:
+        check_teacher_tokenizer(config, inputs.tokenizer, model_path)
     policy, reference, critic, adapter_ref = build_models(config, model_path, device)
     train_policy, train_critic, reference, generator = parallelize(config, policy, reference, critic, device)
     train_prompts = inputs.train_prompts
@@ -318,7 +325,7 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     sampler = make_sampler(config, train_prompts, inputs.train_parts)
     models = RunModels(tokenizer=inputs.tokenizer, policy=policy, reference=reference, critic=critic,
                        train_policy=train_policy, train_critic=train_critic, generator=generator,
-                       uses_adapter_reference=adapter_ref)
+                       uses_adapter_reference=adapter_ref, teacher=load_teacher(config, device))
     task = RunTask(scorer=scorer, train_prompts=train_prompts, eval_prompts=inputs.eval_prompts, sampler=sampler,
                    agent=inputs.agent, eval_sets=inputs.eval_sets)
     optim = RunOptim(optimizer=optimizer, critic_optimizer=critic_optimizer, scheduler=scheduler,

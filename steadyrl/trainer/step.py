@@ -26,6 +26,7 @@ from .global_batch import GlobalSamples
 from .mismatch import bypass_old_logprobs, importance_correction  # noqa: F401 - re-exported
 from .packing import micro_batch_plan, trim
 from .selection import needs_old_entropy, needs_selection_inputs
+from .teacher import teacher_logprobs
 
 if TYPE_CHECKING:
     from ..build.setup import Run
@@ -70,11 +71,12 @@ def needs_old_logprobs(run: Run, batch: TrainBatch) -> bool:
     several_steps = t.ppo_epochs > 1 or (t.mini_batch_size or samples) < samples
     kl_in_reward = algo.kl_mode == "reward" and run.kl_controller.value > 0
     selects = needs_selection_inputs(algo)  # the token selections read the old pass before the update
-    return several_steps or kl_in_reward or selects or batch.rollout_logprobs is not None
+    distills = run.models.teacher is not None  # the distillation reward is log pi_old - log pi_teacher
+    return several_steps or kl_in_reward or selects or distills or batch.rollout_logprobs is not None
 
 
 def prepare(run: Run, batch: TrainBatch) -> TrainBatch:
-    """Fill in the rollout policy's and reference's log-probs and the critic's values. With
+    """Fill in the rollout policy's, the reference's and the teacher's log-probs and the critic's values. With
     ``rollout.correction.bypass`` the rollout policy's log-probs are the engine's (no forward pass)."""
     cfg, device = run.config, run.device
     size, budget = cfg.trainer.micro_batch_size, cfg.trainer.max_tokens_per_micro_batch
@@ -101,7 +103,10 @@ def prepare(run: Run, batch: TrainBatch) -> TrainBatch:
             ref = _per_token(lambda m: response_logprobs(policy, m, **kwargs)[0], batch, size, device, budget, pad_free)
     if critic is not None:
         values = _per_token(lambda m: critic_values(critic, m), batch, size, device, budget, pad_free)
-    return replace(batch, old_logprobs=old, ref_logprobs=ref, values=values, old_entropy=entropy)
+    teacher = teacher_logprobs(run, batch, lambda fn, where: _per_token(fn, batch, size, where, budget, pad_free),
+                               kwargs)
+    return replace(batch, old_logprobs=old, ref_logprobs=ref, values=values, old_entropy=entropy,
+                   teacher_logprobs=teacher)
 
 
 def _length_metrics(whole: GlobalSamples) -> dict[str, float]:
