@@ -30,6 +30,8 @@ NOT_RUN_HERE = {
     "reward/code/readonly_fs": "the code reward",
     "reward/code/separate_user": "the code reward",
     "reward/code/isolation_level": "the code reward",
+    "distill/reverse_kl": "on-policy distillation with a teacher (tests/trainer/test_distillation.py)",
+    "distill/teacher_logprob_mean": "on-policy distillation with a teacher",
 }
 
 
