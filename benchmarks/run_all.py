@@ -21,6 +21,7 @@ BENCHMARKS = {
     "code_reward": "benchmarks.bench_code_reward",
     "smollm2": "benchmarks.bench_smollm2",
     "errors": "benchmarks.bench_errors",
+    "distill": "benchmarks.bench_distill",
 }
 
 
