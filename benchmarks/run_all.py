@@ -22,6 +22,7 @@ BENCHMARKS = {
     "smollm2": "benchmarks.bench_smollm2",
     "errors": "benchmarks.bench_errors",
     "algorithms": "benchmarks.bench_algorithms",
+    "distill": "benchmarks.bench_distill",
 }
 
 

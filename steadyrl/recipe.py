@@ -180,7 +180,9 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
                                 values=whole.values, running=run.optim.running, turn_rewards=whole.turn_rewards,
                                 domains=domain_ids(whole.result.domains), episode_size=slots,
                                 components=reward_components(whole.result), overlong_limit=overlong_limit(cfg),
-                                episode_lengths=whole.response_mask.sum(-1))
+                                episode_lengths=whole.response_mask.sum(-1),
+                                teacher_logprobs=whole.teacher_logprobs, distill_coef=cfg.teacher.distill_coef,
+                                task_rewards=cfg.teacher.task_rewards)
     advantages, loss_mask, tis_metrics = importance_correction(ro, whole, processed.advantages,
                                                              processed.loss_mask)
     batch = replace(batch, loss_mask=whole.mine(loss_mask), advantages=whole.mine(advantages),

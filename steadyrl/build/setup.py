@@ -44,6 +44,7 @@ from .prompts import build_tokenizer, check_context_length, named_template_error
 from ..config.compat import check_parallel
 from .task import NOTHING_TO_EVALUATE, DataTask, Task, task_inputs, task_of
 from ..trainer.parts import Run, RunModels, RunOptim, RunState, RunTask  # noqa: F401 - re-exported
+from .teacher import check_teacher_tokenizer, load_teacher, teacher_device
 
 if TYPE_CHECKING:
     from ..agents.protocol import Agent
@@ -201,6 +202,8 @@ def check_inputs(config: Config, resources: ExitStack) -> Inputs:
                     train_parts=train_parts, eval_parts=eval_parts, task=task_of(config))
     resources.callback(lambda: inputs.agent is not None and inputs.agent.shutdown())  # built with the prompts
     inputs.task.check_model(config, inputs)  # a user's model and prompts; the demo's model is built later
+    teacher_device(config, device)  # teacher.device names a device that exists
+    check_teacher_tokenizer(config, inputs.tokenizer, inputs.model_path)  # the demo's: once it is built
     return inputs
 
 
@@ -212,7 +215,10 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     trainer = config.trainer
     seed_everything(trainer.seed)
     device, scorer = inputs.device, inputs.scorer
+    tokenizer_checked = inputs.tokenizer is not None  # a user's: compared with the teacher's in check_inputs
     model_path = inputs.task.model(config, output_dir, inputs)  # the demo's: built in output_dir/warmstart
+    if not tokenizer_checked:
+        check_teacher_tokenizer(config, inputs.tokenizer, model_path)
     policy, reference, critic, adapter_ref = build_models(config, model_path, device)
     train_policy, train_critic, reference, generator = parallelize(config, policy, reference, critic, device)
     train_prompts = inputs.train_prompts
@@ -228,7 +234,7 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     sampler = make_sampler(config, train_prompts, inputs.train_parts)
     models = RunModels(tokenizer=inputs.tokenizer, policy=policy, reference=reference, critic=critic,
                        train_policy=train_policy, train_critic=train_critic, generator=generator,
-                       uses_adapter_reference=adapter_ref)
+                       uses_adapter_reference=adapter_ref, teacher=load_teacher(config, device))
     task = RunTask(scorer=scorer, train_prompts=train_prompts, eval_prompts=inputs.eval_prompts, sampler=sampler,
                    agent=inputs.agent, eval_sets=inputs.eval_sets)
     optim = RunOptim(optimizer=optimizer, critic_optimizer=critic_optimizer, scheduler=scheduler,

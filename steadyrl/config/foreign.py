@@ -201,6 +201,15 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "geo_mask_high": (_OTHER, "rollout.correction.high (with rollout.correction.mode=geometric)"),
     "kl_coeff": (_OTHER, "algorithm.kl_coef"),
     "lambd": (_OTHER, "algorithm.lam"),
+    # on-policy distillation (TRL GKDTrainer / GKDConfig / GOLDTrainer): docs/distillation.md
+    "gkdtrainer": (_TRL, "teacher.name_or_path (on-policy distillation: docs/distillation.md)"),
+    "teacher_model_name_or_path": (_TRL, "teacher.name_or_path"),
+    "gkdconfig.lmbda": (_TRL, "nothing: every sample is the student's own (on-policy); set teacher.name_or_path"),
+    "gkdconfig.beta": (_TRL, "nothing: the distillation signal is always the reverse KL at the sampled token "
+                             "(GKD's beta=1), weighted by teacher.distill_coef"),
+    "gkdconfig.temperature": (_TRL, "rollout.temperature (student and teacher log-probs are both taken at it)"),
+    "goldtrainer": (_TRL, "nothing: no cross-tokenizer distillation; teacher.name_or_path must share the "
+                          "policy's tokenizer"),
     "rank": (_OTHER, "model.lora.r"),
     "lora_r": (_OTHER, "model.lora.r"),
     "lora_alpha": (_OTHER, "model.lora.alpha"),

@@ -36,6 +36,12 @@ JUDGE_TEMPLATE = (
 )
 """The default user message of the ``llm_judge`` reward."""
 
+RUBRIC_TEMPLATE = (
+    "Judge whether the response meets one criterion.\n\nQuestion:\n{prompt}\n\nResponse:\n{completion}\n\n"
+    "Criterion:\n{criterion}\n\nDoes the response meet the criterion? Reply with PASS or FAIL only."
+)
+"""The default user message of the ``llm_judge`` reward's rubric mode (one criterion per question)."""
+
 
 def O(default: Any, help: str, **constraints: Any) -> Any:  # noqa: E743 - one letter, like schema.F
     """An option with its help text."""
@@ -149,6 +155,14 @@ class RequestOptions(CachedOptions):
     answer_key: str = O("answer", "Column holding the gold answer (part of the cache key).", min_length=1)
 
 
+class Criterion(BaseModel):
+    """One rubric criterion of the ``llm_judge`` reward."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1, max_length=2000, description="What the response must do.")
+    weight: float = Field(1.0, gt=0, allow_inf_nan=False, description="Its weight in the score.")
+
+
 class LlmJudgeOptions(RequestOptions, DeviceOptions):
     backend: Literal["openai", "local"] = O("openai", "openai: an OpenAI-compatible chat-completions endpoint; "
                                             "local: a causal LM run here.")
@@ -168,9 +182,24 @@ class LlmJudgeOptions(RequestOptions, DeviceOptions):
     concurrency: int = O(8, "openai: requests in flight at once.", ge=1)
     request_timeout_s: float = O(30.0, "openai: time limit of one request.", gt=0)
     batch_size: int = O(8, "local: judge prompts per generate.", ge=1)
+    mode: Literal["score", "rubric"] = O("score", "score: one grade per sample; rubric: one PASS/FAIL question "
+                                         "per weighted criterion, the reward the passed weight's share.")
+    criteria: list[Criterion] | None = O(None, "rubric: the criteria of every row, a list of {text, weight}; "
+                                         "null = the column criteria_key.", min_length=1, max_length=32)
+    criteria_key: str | None = O(None, "rubric: the column holding each row's criteria (a list of {text, weight} "
+                                 "or of strings, or its JSON text); used when criteria is null.", min_length=1)
+    rubric_template: str = O(RUBRIC_TEMPLATE, "rubric: the judge's user message for one criterion ({prompt}, "
+                             "{completion}, {answer}, {criterion}).")
 
     @model_validator(mode="after")
     def _backend(self) -> "LlmJudgeOptions":
+        if self.mode == "rubric" and self.criteria is None and self.criteria_key is None:
+            raise ValueError("mode 'rubric' needs criteria (a list of {text, weight}) or criteria_key (the column "
+                             "holding each row's criteria)")
+        if self.mode == "rubric" and not all(k in self.rubric_template for k in ("{completion}", "{criterion}")):
+            raise ValueError("rubric_template must contain {completion} and {criterion}")
+        if self.mode == "score" and (self.criteria is not None or self.criteria_key is not None):
+            raise ValueError("criteria and criteria_key go with mode 'rubric'")
         if not self.max_score > self.min_score:
             raise ValueError(f"max_score={self.max_score!r} must be greater than min_score={self.min_score!r}")
         if self.backend == "local" and (self.base_url is not None or self.api_key_env is not None):

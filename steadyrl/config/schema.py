@@ -187,6 +187,24 @@ class ModelConfig(Section):
     lora: LoraConfig = Field(default_factory=LoraConfig)
 
 
+class TeacherConfig(Section):
+    """On-policy distillation (docs/distillation.md): a frozen teacher scores the student's sampled tokens."""
+
+    name_or_path: str | None = F(None, "Teacher model for on-policy distillation: a hub name or a local directory "
+                                 "(AutoModelForCausalLM), loaded like the reference; it must share the policy's "
+                                 "tokenizer (same vocabulary). null = no distillation.")
+    revision: str | None = F(None, "Hub revision (branch, tag or commit) of the teacher.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = F(
+        "auto", "Teacher weights dtype (inference only). auto = bfloat16 on a CUDA GPU that supports it, else float32.")
+    device: str | None = F(None, "Device of the teacher's forward (e.g. cuda:1); null = the trainer's device.")
+    trust_remote_code: bool = F(False, "Allow the teacher's custom modelling code from the hub.")
+    distill_coef: float = F(1.0, "Weight of the per-token distillation reward -coef * (log pi_student - "
+                            "log pi_teacher) of each sampled policy token.", ge=0)
+    task_rewards: bool = F(True, "Train on the task's rewards too (mixed distillation). false = pure "
+                           "distillation: the rewards are still scored and logged (and eval accuracy "
+                           "reported) but only the teacher's signal enters the advantage.")
+
+
 GENERATED = ("reasoning_gym:", "textarena:")
 """Data paths whose rows an adapter generates (steadyrl.envs): a train split and a held-out test split."""
 
@@ -955,6 +973,7 @@ class Config(Section):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     demo: DemoConfig = Field(default_factory=DemoConfig)
+    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
 
     @property
     def is_demo(self) -> bool:

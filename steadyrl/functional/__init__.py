@@ -62,6 +62,9 @@ _LAZY = {
     # .shaping
     "overlong_penalty": "shaping",
     "normalize_then_sum": "shaping",
+    # .distill
+    "distillation_token_rewards": "distill",
+    "distillation_metrics": "distill",
     "cispo_policy_loss": "losses",
     "gspo_policy_loss": "losses",
     "ppo_policy_loss": "losses",
@@ -181,6 +184,9 @@ __all__ = [
     # reward shaping
     "overlong_penalty",
     "normalize_then_sum",
+    # on-policy distillation
+    "distillation_token_rewards",
+    "distillation_metrics",
     "ppo_policy_loss",
     "gspo_policy_loss",
     "cispo_policy_loss",

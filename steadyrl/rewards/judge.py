@@ -20,6 +20,10 @@ Two backends:
   the trainer's device, ``batch_size`` judge prompts at a time
   (:mod:`steadyrl.rewards.judge_local`). Scored inline by default, like ``reward_model``.
 
+``mode: rubric`` asks the judge one weighted criterion at a time instead (``rubric_template`` with
+``{criterion}``; the criteria fixed in the options or a column per row) and scores the weighted share
+of criteria passed: :mod:`steadyrl.rewards.rubric`.
+
 A sample the judge fails on (the request failed after its retries, a reply without a score, a
 missing gold answer where the template asks for one) scores ``None``: only that sample is left out,
 and the reason is counted (``reward/llm_judge/failures/<reason>``).
@@ -35,20 +39,27 @@ from .cached import DEFAULT_CACHE_SIZE, CachedReward
 from .http_client import RequestFailed, api_key_from_env, check_reachable, checked_url, post_json
 from .registry import register_reward
 from .reward_model import message_text
+from .rubric import Rubric
 
-__all__ = ["ScoreParser", "fill_template", "HttpJudge", "llm_judge", "DEFAULT_TEMPLATE"]
+__all__ = ["ScoreParser", "fill_template", "HttpJudge", "llm_judge", "DEFAULT_TEMPLATE", "RUBRIC_TEMPLATE"]
 DEFAULT_TEMPLATE = (
     "Rate how well the response answers the question, from 0 (wrong or useless) to 10 (correct and "
     "complete).\n\nQuestion:\n{prompt}\n\nReference answer:\n{answer}\n\nResponse:\n{completion}\n\n"
     "Reply with the rating only, as a number."
 )
-_PLACEHOLDER = re.compile(r"\{(prompt|completion|answer)\}")
+RUBRIC_TEMPLATE = (
+    "Judge whether the response meets one criterion.\n\nQuestion:\n{prompt}\n\nResponse:\n{completion}\n\n"
+    "Criterion:\n{criterion}\n\nDoes the response meet the criterion? Reply with PASS or FAIL only."
+)
+_PLACEHOLDER = re.compile(r"\{(prompt|completion|answer|criterion)\}")
 _NUMBER = r"(-?\d+(?:\.\d+)?)"
 
 
-def fill_template(template: str, prompt, completion, answer) -> str:
-    """``template`` with ``{prompt}``, ``{completion}``, ``{answer}`` replaced (nothing else)."""
-    values = {"prompt": message_text(prompt), "completion": message_text(completion), "answer": str(answer)}
+def fill_template(template: str, prompt, completion, answer, criterion: str | None = None) -> str:
+    """``template`` with ``{prompt}``, ``{completion}``, ``{answer}`` (and ``{criterion}`` when given)
+    replaced, in one pass: a value holding a placeholder is not filled again."""
+    values = {"prompt": message_text(prompt), "completion": message_text(completion), "answer": str(answer),
+              "criterion": "{criterion}" if criterion is None else criterion}
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
@@ -86,18 +97,56 @@ class ScoreParser:
 class JudgeBase:
     """What both backends share: the template, the parser, and the per-sample judge messages."""
 
-    def setup_judge(self, template: str, parser: ScoreParser, system_prompt: str | None, answer_key: str):
-        if not isinstance(template, str) or "{completion}" not in template:
+    def setup_judge(self, template: str, parser: ScoreParser, system_prompt: str | None, answer_key: str,
+                    rubric: Rubric | None = None, rubric_template: str = RUBRIC_TEMPLATE):
+        if rubric is not None:
+            if not isinstance(rubric_template, str) or not all(
+                    key in rubric_template for key in ("{completion}", "{criterion}")):
+                raise ConfigError("llm_judge reward: option rubric_template must be a string containing "
+                                  "{completion} and {criterion} (and usually {prompt})")
+            template = rubric_template
+        elif not isinstance(template, str) or "{completion}" not in template:
             raise ConfigError("llm_judge reward: option template must be a string containing {completion} "
                               "(and usually {prompt}, {answer})")
-        self.template, self.parser, self.system_prompt = template, parser, system_prompt
-        self.reads_columns = (answer_key,) if "{answer}" in template else ()
+        self.template, self.parser, self.system_prompt, self.rubric = template, parser, system_prompt, rubric
+        self.needs_answer = "{answer}" in template
+        wanted = (answer_key,) if self.needs_answer else ()
+        self.reads_columns = wanted + ((rubric.key,) if rubric is not None and rubric.key else ())
 
-    def messages(self, prompt, completion, answer) -> list[dict]:
-        if answer is None and self.reads_columns:
+    def messages(self, prompt, completion, answer, criterion: str | None = None) -> list[dict]:
+        if answer is None and self.needs_answer:
             raise RequestFailed("no_answer", "the template asks for {answer} and the sample has none")
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return system + [{"role": "user", "content": fill_template(self.template, prompt, completion, answer)}]
+        text = fill_template(self.template, prompt, completion, answer, criterion)
+        return system + [{"role": "user", "content": text}]
+
+    def score_rubric(self, prompts: list, completions: list, columns: dict, ask) -> list:
+        """Rubric mode: every (row, criterion) question asked at once through ``ask(list of messages)
+        -> list of reply texts or RequestFailed``, then each row's weighted score."""
+        answers = columns.get(self.answer_key) or [None] * len(completions)
+        scores: list = [None] * len(completions)
+        rows, questions = [], []
+        for i, (p, c, a) in enumerate(zip(prompts, completions, answers)):
+            try:
+                criteria = self.rubric.criteria_of(columns, i)
+                asked = [self.messages(p, c, a, text) for text, _ in criteria]
+            except RequestFailed as err:
+                self.count_failure(err.reason)
+                continue
+            rows.append((i, criteria, len(questions)))
+            questions.extend(asked)
+        replies = ask(questions) if questions else []
+        for i, criteria, start in rows:
+            try:
+                scores[i] = self.rubric.combine(criteria, replies[start:start + len(criteria)])
+            except RequestFailed as err:
+                self.count_failure(err.reason)
+        return scores
+
+    def metrics(self) -> dict[str, float]:
+        """The cached reward's metrics, and in rubric mode the criteria's pass rates."""
+        out = super().metrics()
+        return out if self.rubric is None else {**out, **self.rubric.metrics()}
 
 
 class HttpJudge(JudgeBase, CachedReward):
@@ -105,9 +154,10 @@ class HttpJudge(JudgeBase, CachedReward):
 
     def __init__(self, *, base_url: str, model: str, api_key_env: str | None, parser: ScoreParser, template: str,
                  system_prompt, answer_key: str, max_new_tokens: int, concurrency: int, retries: int,
-                 backoff_s: float, request_timeout_s: float, check_url: bool, cache_size: int):
+                 backoff_s: float, request_timeout_s: float, check_url: bool, cache_size: int,
+                 rubric: Rubric | None = None, rubric_template: str = RUBRIC_TEMPLATE):
         CachedReward.__init__(self, "llm_judge", cache_size=cache_size, answer_key=answer_key)
-        self.setup_judge(template, parser, system_prompt, answer_key)
+        self.setup_judge(template, parser, system_prompt, answer_key, rubric, rubric_template)
         if not isinstance(base_url, str) or not base_url:
             raise ConfigError("llm_judge reward: backend 'openai' needs the option base_url (e.g. "
                               "http://localhost:8000/v1)")
@@ -124,22 +174,35 @@ class HttpJudge(JudgeBase, CachedReward):
     def __repr__(self) -> str:  # never shows the headers (the key)
         return f"HttpJudge(url={self.url!r}, model={self.model!r})"
 
+    def _reply(self, messages: list[dict]) -> str:
+        body = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": self.max_new_tokens}
+        reply = post_json(self.url, body, headers=self.headers, timeout_s=self.request_timeout_s,
+                          retries=self.retries, backoff_s=self.backoff_s)
+        try:
+            return str(reply["choices"][0]["message"]["content"])
+        except (KeyError, IndexError, TypeError):
+            raise RequestFailed("bad_reply", f"not a chat-completions reply: {str(reply)[:80]}") from None
+
     def _judge_one(self, prompt, completion, answer) -> float | None:
         try:
-            body = {"model": self.model, "messages": self.messages(prompt, completion, answer),
-                    "temperature": 0.0, "max_tokens": self.max_new_tokens}
-            reply = post_json(self.url, body, headers=self.headers, timeout_s=self.request_timeout_s,
-                              retries=self.retries, backoff_s=self.backoff_s)
-            try:
-                text = reply["choices"][0]["message"]["content"]
-            except (KeyError, IndexError, TypeError):
-                raise RequestFailed("bad_reply", f"not a chat-completions reply: {str(reply)[:80]}") from None
-            return self.parser.parse(str(text))
+            return self.parser.parse(self._reply(self.messages(prompt, completion, answer)))
         except RequestFailed as err:
             self.count_failure(err.reason)
             return None
 
+    def _ask_one(self, messages: list[dict]):
+        try:
+            return self._reply(messages)
+        except RequestFailed as err:
+            return err
+
+    def _ask(self, questions: list[list[dict]]) -> list:
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(questions)))) as pool:
+            return list(pool.map(self._ask_one, questions))
+
     def score_new(self, prompts: list, completions: list, columns: dict) -> list:
+        if self.rubric is not None:
+            return self.score_rubric(prompts, completions, columns, self._ask)
         answers = columns.get(self.answer_key) or [None] * len(completions)
         with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(completions)))) as pool:
             return list(pool.map(self._judge_one, prompts, completions, answers))
@@ -152,16 +215,19 @@ def llm_judge(*, backend: str = "openai", model: str, base_url: str | None = Non
               max_new_tokens: int = 16, concurrency: int = 8, retries: int = 3, backoff_s: float = 1.0,
               request_timeout_s: float = 30.0, check_url: bool = True, batch_size: int = 8,
               revision: str | None = None, device: str = "auto", dtype: str = "auto",
-              cache_size: int = DEFAULT_CACHE_SIZE):
+              cache_size: int = DEFAULT_CACHE_SIZE, mode: str = "score", criteria: list | None = None,
+              criteria_key: str | None = None, rubric_template: str = RUBRIC_TEMPLATE):
     """An LLM judge's score of each completion (module docstring)."""
     parser = ScoreParser(pattern, min_score, max_score, scale)  # options checked: LlmJudgeOptions
+    rubric = Rubric(criteria, criteria_key) if mode == "rubric" else None
+    judged = {"rubric": rubric, "rubric_template": rubric_template}
     if backend == "local":
         from .judge_local import LocalJudge
 
         return LocalJudge(model=model, revision=revision, device=device, dtype=dtype, parser=parser,
                           template=template, system_prompt=system_prompt, answer_key=answer_key,
-                          max_new_tokens=max_new_tokens, batch_size=batch_size, cache_size=cache_size)
+                          max_new_tokens=max_new_tokens, batch_size=batch_size, cache_size=cache_size, **judged)
     return HttpJudge(base_url=base_url, model=model, api_key_env=api_key_env, parser=parser, template=template,
                      system_prompt=system_prompt, answer_key=answer_key, max_new_tokens=max_new_tokens,
                      concurrency=concurrency, retries=retries, backoff_s=backoff_s,
-                     request_timeout_s=request_timeout_s, check_url=check_url, cache_size=cache_size)
+                     request_timeout_s=request_timeout_s, check_url=check_url, cache_size=cache_size, **judged)

@@ -15,7 +15,7 @@ import torch
 
 from ..errors import ConfigError
 from .http_client import RequestFailed
-from .judge import JudgeBase, ScoreParser
+from .judge import RUBRIC_TEMPLATE, JudgeBase, ScoreParser
 from .reward_model import DeviceReward, _model_config
 
 __all__ = ["LocalJudge"]
@@ -25,10 +25,11 @@ class LocalJudge(JudgeBase, DeviceReward):
     """The local backend of ``llm_judge`` (module docstring)."""
 
     def __init__(self, *, model: str, revision, device: str, dtype: str, parser: ScoreParser, template: str,
-                 system_prompt, answer_key: str, max_new_tokens: int, batch_size: int, cache_size: int):
+                 system_prompt, answer_key: str, max_new_tokens: int, batch_size: int, cache_size: int,
+                 rubric=None, rubric_template: str = RUBRIC_TEMPLATE):
         DeviceReward.__init__(self, "llm_judge", device=device, dtype=dtype, cache_size=cache_size,
                               answer_key=answer_key)
-        self.setup_judge(template, parser, system_prompt, answer_key)
+        self.setup_judge(template, parser, system_prompt, answer_key, rubric, rubric_template)
         self.source, self.revision = model, revision
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
         config = _model_config("llm_judge", model, revision, False)
@@ -63,7 +64,19 @@ class LocalJudge(JudgeBase, DeviceReward):
                                  attention_mask=batch["attention_mask"].to(self.device), generation_config=config)
         return self.tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:].cpu(), skip_special_tokens=True)
 
+    def _ask(self, questions: list[list[dict]]) -> list[str]:
+        """Rubric mode: the judge's reply to each question, ``batch_size`` at a time."""
+        model = self.loaded()
+        rendered = [self._render(q) for q in questions]
+        replies: list[str] = []
+        for start in range(0, len(rendered), self.batch_size):
+            chunk = rendered[start:start + self.batch_size]
+            replies.extend(self._generate(model, [t for t, _ in chunk], [tp for _, tp in chunk]))
+        return replies
+
     def score_new(self, prompts: list, completions: list, columns: dict) -> list:
+        if self.rubric is not None:
+            return self.score_rubric(prompts, completions, columns, self._ask)
         model = self.loaded()
         answers = columns.get(self.answer_key) or [None] * len(completions)
         scores: list = [None] * len(completions)

@@ -28,6 +28,7 @@ class TrainBatch:
     loss_mask: torch.Tensor | None = None  # [B, R]: policy_mask with excluded samples zeroed
     old_logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
+    teacher_logprobs: torch.Tensor | None = None  # [B, R] on-policy distillation's teacher (teacher.*)
     rollout_logprobs: torch.Tensor | None = None
     values: torch.Tensor | None = None
     advantages: torch.Tensor | None = None

@@ -23,7 +23,8 @@ from .. import distributed as dist
 from ..rewards.scoring import ScoreResult
 from ..rollout.episodes import turn_reward_tensor
 
-PER_TOKEN = ("response_mask", "policy_mask", "old_logprobs", "ref_logprobs", "values", "rollout_logprobs")
+PER_TOKEN = ("response_mask", "policy_mask", "old_logprobs", "ref_logprobs", "values", "rollout_logprobs",
+             "teacher_logprobs")
 
 
 @dataclass
@@ -43,6 +44,7 @@ class GlobalSamples:
     episodes: list | None = None  # multi-turn: every rank's EpisodeInfo, in rank order
     turn_rewards: torch.Tensor | None = None  # [N, R_max] earlier turns' environment rewards, or None
     selected: torch.Tensor | None = None  # [N] rows dynamic sampling lets train (None: every row)
+    teacher_logprobs: torch.Tensor | None = None  # [N, R_max] on-policy distillation's teacher, or None
 
     def mine(self, x: torch.Tensor | None) -> torch.Tensor | None:
         """This rank's rows of a global ``[N]`` or ``[N, R_max]`` tensor (its own response length)."""

@@ -96,7 +96,7 @@ def trim(batch: TrainBatch) -> TrainBatch:
     for name in ("input_ids", "attention_mask", "position_ids"):
         changes[name] = getattr(batch, name)[:, seq]
     for name in ("response_ids", "response_mask", "policy_mask", "loss_mask", "old_logprobs", "ref_logprobs",
-                 "rollout_logprobs", "values", "advantages", "returns"):
+                 "teacher_logprobs", "rollout_logprobs", "values", "advantages", "returns"):
         value = getattr(batch, name)
         changes[name] = None if value is None else value[:, per_token]
     return replace(batch, **changes)

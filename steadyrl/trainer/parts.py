@@ -70,6 +70,7 @@ class RunModels:
     train_critic: torch.nn.Module | None = None
     generator: Generator | None = None
     uses_adapter_reference: bool = False
+    teacher: torch.nn.Module | None = None  # on-policy distillation's frozen teacher (teacher.*), or None
 
     def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
         """``(policy, critic)`` to run forward/backward passes through."""

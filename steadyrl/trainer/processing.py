@@ -14,6 +14,10 @@
 5. sample masks: invalid rewards, the difficulty mask, truncated responses; difficulty weights;
 6. the advantage estimator (outcome estimators read each row's sum: ``p`` minus the row's KL
    penalties; samples whose reward is invalid stay out of their group's statistics);
+   on-policy distillation (``teacher_logprobs``) adds ``-distill_coef * (log pi_old - log pi_teacher)``
+   per policy token in step 4, beside the KL penalty (clipped as it is), so outcome estimators see its
+   row sum and per-token estimators (``reinforce_plus_plus``, ``gae``) see it token by token; with
+   ``task_rewards=False`` (pure distillation) every valid score counts as 0 in steps 0-3;
 7. optional whitening over the valid tokens;
 8. advantage clip to ``[-advantage_clip, advantage_clip]``.
 
@@ -40,6 +44,8 @@ from ..functional import (
     compute_advantages,
     difficulty_mask,
     difficulty_weights,
+    distillation_metrics,
+    distillation_token_rewards,
     episode_reward_scale,
     episode_token_rewards,
     group_mean_std,
@@ -148,7 +154,8 @@ class Processed:
 
 
 def _token_rewards(raw, valid, mask, algo: AlgorithmConfig, group_size: int, *, kl_coef, old_logprobs,
-                   ref_logprobs, running, turn_rewards, domains, metrics: dict):
+                   ref_logprobs, running, turn_rewards, domains, metrics: dict, teacher_logprobs=None,
+                   distill_coef: float = 0.0):
     """Steps 1-4: ``(token_rewards [B, R], row sums [B])``, both float64."""
     clip = algo.reward_clip
     metrics["critic/reward_clip_frac"] = float(clip_fraction(raw, -clip, clip, valid)) if clip else 0.0
@@ -168,6 +175,10 @@ def _token_rewards(raw, valid, mask, algo: AlgorithmConfig, group_size: int, *, 
     if algo.kl_mode == "reward" and ref_logprobs is not None and kl_coef > 0:
         kl = kl_penalty(old_logprobs.double(), ref_logprobs.double(), algo.kl_estimator)
         penalty = torch.where(mask, kl_coef * kl, zero)
+    if teacher_logprobs is not None:  # on-policy distillation: a reward, so minus it is a penalty
+        metrics.update(distillation_metrics(old_logprobs, teacher_logprobs, mask))
+        penalty = penalty - distillation_token_rewards(old_logprobs.double(), teacher_logprobs.double(), mask,
+                                                       distill_coef)
     if clip:
         counted = mask & valid.unsqueeze(-1)  # the valid samples' tokens, as critic/reward_clip_frac
         last = last_token_rewards(torch.ones_like(p), mask).bool() & (s.abs() > clip).unsqueeze(-1)
@@ -233,6 +244,9 @@ def process_rewards(
     components: RewardComponents | None = None,
     overlong_limit: int | None = None,
     episode_lengths: torch.Tensor | None = None,
+    teacher_logprobs: torch.Tensor | None = None,
+    distill_coef: float = 1.0,
+    task_rewards: bool = True,
 ) -> Processed:
     """Run steps 1-8 (module docstring) on one step's samples. Inputs are not modified.
 
@@ -249,9 +263,16 @@ def process_rewards(
     function's scores, for ``reward_aggregation: normalize_then_sum``; ``overlong_limit``: the length
     the overlong buffer ends at (``rollout.max_new_tokens`` or the episode's limit); ``episode_lengths
     [B]``: each episode's tokens after the prompt, observations included (default: ``response_mask``'s).
+    ``teacher_logprobs [B, R]``: on-policy distillation's teacher log-probs of the sampled tokens (needs
+    ``old_logprobs``), weighted by ``distill_coef``; ``task_rewards=False``: pure distillation, the scores
+    enter as 0 (they are still reported by the scorer's own metrics).
     """
     mask = response_mask.bool()
     valid = valid.bool() & mask.any(-1) & torch.isfinite(scores)
+    if not task_rewards:  # pure distillation: every sample trains on the teacher's signal alone
+        valid = valid.bool() & mask.any(-1)  # a failed reward still drops its sample, as dynamic sampling does
+        scores = torch.zeros_like(scores, dtype=torch.float64)
+        components = None
     raw = torch.where(valid, scores.double(), torch.zeros((), dtype=torch.float64))
     metrics: dict[str, float] = {}
 
@@ -264,7 +285,8 @@ def process_rewards(
     # 1-4. clip, normalise, the processed score on the tokens, KL in the reward
     token_rewards, seq_scores = _token_rewards(
         raw, valid, mask, algo, group_size, kl_coef=kl_coef, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs,
-        running=running, turn_rewards=turn_rewards, domains=domains, metrics=metrics)
+        running=running, turn_rewards=turn_rewards, domains=domains, metrics=metrics,
+        teacher_logprobs=teacher_logprobs, distill_coef=distill_coef)
 
     # 5. sample masks and weights
     keep, weights = _sample_masks(raw, valid, truncated, algo, group_size, metrics)

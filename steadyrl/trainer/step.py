@@ -26,6 +26,7 @@ from .global_batch import GlobalSamples
 from .mismatch import bypass_old_logprobs, importance_correction  # noqa: F401 - re-exported
 from .packing import micro_batch_plan, trim
 from .selection import needs_old_entropy, needs_selection_inputs
+from .teacher import teacher_logprobs
 
 if TYPE_CHECKING:
     from ..config.schema import Config
@@ -71,12 +72,13 @@ def needs_old_logprobs(config: Config, kl_coef: float, batch: TrainBatch) -> boo
     several_steps = t.ppo_epochs > 1 or (t.mini_batch_size or samples) < samples
     kl_in_reward = algo.kl_mode == "reward" and kl_coef > 0
     selects = needs_selection_inputs(algo)  # the token selections read the old pass before the update
-    return several_steps or kl_in_reward or selects or batch.rollout_logprobs is not None
+    distills = config.teacher.name_or_path is not None  # the distillation reward is log pi_old - log pi_teacher
+    return several_steps or kl_in_reward or selects or distills or batch.rollout_logprobs is not None
 
 
 def prepare(config: Config, models: RunModels, device, kl_coef: float, batch: TrainBatch) -> TrainBatch:
-    """Fill in the rollout policy's and reference's log-probs and the critic's values (``kl_coef``:
-    the KL controller's coefficient now). With ``rollout.correction.bypass`` the rollout policy's
+    """Fill in the rollout policy's, the reference's and the teacher's log-probs and the critic's values
+    (``kl_coef``: the KL controller's coefficient now). With ``rollout.correction.bypass`` the rollout policy's
     log-probs are the engine's (no forward pass)."""
     cfg = config
     size, budget = cfg.trainer.micro_batch_size, cfg.trainer.max_tokens_per_micro_batch
@@ -106,7 +108,10 @@ def prepare(config: Config, models: RunModels, device, kl_coef: float, batch: Tr
         old = bypass_old_logprobs(batch.rollout_logprobs, ref)
     if critic is not None:
         values = _per_token(lambda m: critic_values(critic, m), batch, size, device, budget, pad_free)
-    return replace(batch, old_logprobs=old, ref_logprobs=ref, values=values, old_entropy=entropy)
+    teacher = teacher_logprobs(models, batch, lambda fn, where: _per_token(fn, batch, size, where, budget, pad_free),
+                               kwargs)
+    return replace(batch, old_logprobs=old, ref_logprobs=ref, values=values, old_entropy=entropy,
+                   teacher_logprobs=teacher)
 
 
 def _length_metrics(whole: GlobalSamples) -> dict[str, float]:

@@ -32,6 +32,8 @@ NOT_RUN_HERE = {
     "reward/code/isolation_level": "the code reward",
     "rollout/weight_sync_max_diff": "rollout.dtype's engine copy (tests/trainer/test_precision_engine.py)",
     "rollout/weight_sync_changed_frac": "rollout.dtype's engine copy (tests/trainer/test_precision_engine.py)",
+    "distill/reverse_kl": "on-policy distillation with a teacher (tests/trainer/test_distillation.py)",
+    "distill/teacher_logprob_mean": "on-policy distillation with a teacher",
 }
 
 

@@ -1,0 +1,141 @@
+"""Rubric rewards: the ``llm_judge`` reward with ``mode: rubric`` asks its judge one weighted criterion at a time.
+
+For sample ``i`` with criteria ``(c_k, w_k)`` (the options' fixed ``criteria``, or the row's column
+``criteria_key``), the judge reads ``rubric_template`` with ``{criterion}`` = ``c_k`` and replies with a
+verdict ``v_k`` in ``{0, 1}``::
+
+    r_i = sum_k w_k v_k / sum_k w_k
+
+The verdict is the *last* of the words ``PASS`` / ``FAIL`` / ``YES`` / ``NO`` (any case, whole words)
+in the first :data:`MAX_REPLY_CHARS` characters of the reply: one linear regex scan. A reply
+without one is model-written noise: that criterion scores 0 and is counted
+(``criterion/not_a_verdict_frac``); a request that fails outright (the server, after its
+retries) makes the whole sample score ``None``, as the score mode does.
+
+A row's criteria are a list of ``{text, weight}`` mappings or of strings (weight 1), or a JSON
+text of one; at most :data:`MAX_CRITERIA`, each text at most :data:`MAX_CRITERION_CHARS`. A row
+whose criteria are missing or malformed scores ``None`` (reason ``bad_criteria``).
+
+Per-criterion pass rates are reported as ``criterion/<k>/pass_rate`` (``k`` the criterion's index
+in its list; logged as ``reward/<name>/criterion/<k>/pass_rate``) for ``k < MAX_CRITERIA``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+
+from ..errors import ConfigError
+from .http_client import RequestFailed
+
+__all__ = ["Rubric", "parse_verdict", "parse_criteria", "MAX_CRITERIA", "MAX_REPLY_CHARS"]
+
+MAX_CRITERIA = 32
+"""Criteria per row: a judge call each, so a row cannot ask for thousands."""
+
+MAX_CRITERION_CHARS = 2000
+"""Characters of one criterion's text."""
+
+MAX_REPLY_CHARS = 4000
+"""Characters of a judge's reply that are read for the verdict."""
+
+_VERDICT = re.compile(r"\b(pass|fail|yes|no)\b", re.IGNORECASE)
+_PASSING = {"pass", "yes"}
+
+
+def parse_verdict(reply) -> float | None:
+    """1.0 (pass / yes), 0.0 (fail / no) from the last verdict word of ``reply``, or None without one."""
+    if not isinstance(reply, str):
+        return None
+    last = None
+    for match in _VERDICT.finditer(reply[:MAX_REPLY_CHARS]):
+        last = match.group(1).lower()
+    return None if last is None else float(last in _PASSING)
+
+
+def _criterion(item, where: str) -> tuple[str, float]:
+    if isinstance(item, str):
+        text, weight = item, 1.0
+    elif isinstance(item, dict) and set(item) <= {"text", "weight"} and "text" in item:
+        text, weight = item["text"], item.get("weight", 1.0)
+    else:
+        raise ValueError(f"{where}: a criterion is a string or a mapping {{text, weight}}, got {str(item)[:60]!r}")
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_CRITERION_CHARS:
+        raise ValueError(f"{where}: a criterion's text must be a non-empty string of at most "
+                         f"{MAX_CRITERION_CHARS} characters")
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
+        raise ValueError(f"{where}: criterion weight {weight!r} must be a finite number > 0")
+    return text, float(weight)
+
+
+def parse_criteria(value, where: str) -> list[tuple[str, float]]:
+    """``[(text, weight)]`` of a criteria list (or its JSON text); ``ValueError`` naming ``where`` otherwise."""
+    if isinstance(value, str):
+        if len(value) > MAX_CRITERIA * (MAX_CRITERION_CHARS + 64):
+            raise ValueError(f"{where}: the criteria text is too long")
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(f"{where}: not a list of criteria nor its JSON text") from None
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"{where}: give a non-empty list of criteria ({{text, weight}} or strings)")
+    if len(value) > MAX_CRITERIA:
+        raise ValueError(f"{where}: {len(value)} criteria, at most {MAX_CRITERIA}")
+    return [_criterion(item, where) for item in value]
+
+
+class Rubric:
+    """The criteria of each row, the weighted score of its verdicts, and the pass-rate counts."""
+
+    def __init__(self, criteria, criteria_key: str | None):
+        if criteria is None and criteria_key is None:
+            raise ConfigError("llm_judge reward: mode 'rubric' needs option criteria (a list of {text, weight}) "
+                              "or option criteria_key (the column holding each row's criteria)")
+        try:
+            self.fixed = None if criteria is None else parse_criteria(criteria, "llm_judge reward: option criteria")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        self.key = criteria_key
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._asked = [0] * MAX_CRITERIA
+        self._passed = [0] * MAX_CRITERIA
+        self._replies = self._noise = 0
+
+    def criteria_of(self, columns: dict, i: int) -> list[tuple[str, float]]:
+        """Row ``i``'s criteria: the row's column when ``criteria_key`` is set, else the fixed list."""
+        if self.key is None:
+            return self.fixed
+        values = columns.get(self.key)
+        try:
+            return parse_criteria(None if values is None else values[i], f"column {self.key!r}")
+        except ValueError as err:
+            raise RequestFailed("bad_criteria", str(err)) from None
+
+    def combine(self, criteria: list[tuple[str, float]], replies: list) -> float | None:
+        """The weighted score of one row from its judge replies (a :class:`RequestFailed` is the
+        whole row's failure: raised)."""
+        for reply in replies:
+            if isinstance(reply, RequestFailed):
+                raise reply
+        verdicts = [parse_verdict(r) for r in replies]
+        with self._lock:
+            for k, v in enumerate(verdicts):
+                self._asked[k] += 1
+                self._passed[k] += int(v == 1.0)
+            self._replies += len(verdicts)
+            self._noise += sum(v is None for v in verdicts)
+        total = sum(w for _, w in criteria)
+        return sum(w * (v or 0.0) for (_, w), v in zip(criteria, verdicts)) / total
+
+    def metrics(self) -> dict[str, float]:
+        """``criterion/<k>/pass_rate`` and ``criterion/not_a_verdict_frac`` since the last call (then reset)."""
+        with self._lock:
+            out = {f"criterion/{k}/pass_rate": self._passed[k] / n for k, n in enumerate(self._asked) if n}
+            if self._replies:
+                out["criterion/not_a_verdict_frac"] = self._noise / self._replies
+            self._reset()
+        return out
