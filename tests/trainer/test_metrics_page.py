@@ -34,6 +34,11 @@ NOT_RUN_HERE = {
     "rollout/weight_sync_changed_frac": "rollout.dtype's engine copy (tests/trainer/test_precision_engine.py)",
     "distill/reverse_kl": "on-policy distillation with a teacher (tests/trainer/test_distillation.py)",
     "distill/teacher_logprob_mean": "on-policy distillation with a teacher",
+    "actor/gate_mean": "policy_loss: sapo (tests/trainer/test_new_algorithms.py)",
+    "actor/cov_selected_frac": "policy_loss: kl_cov / clip_cov (tests/trainer/test_new_algorithms.py)",
+    "actor/entropy_selected_frac": "algorithm.top_entropy_quantile (tests/trainer/test_new_algorithms.py)",
+    "critic/overlong_frac": "algorithm.overlong_buffer (tests/trainer/test_new_algorithms.py)",
+    "critic/overlong_penalty_mean": "algorithm.overlong_buffer (tests/trainer/test_new_algorithms.py)",
 }
 
 
