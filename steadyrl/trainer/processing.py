@@ -225,6 +225,18 @@ def _batch_metrics(advantages, returns, loss_mask, raw, valid, keep, group_size:
     }
 
 
+def _whiten_and_clip(advantages, loss_mask, algo: AlgorithmConfig, metrics: dict):
+    """Steps 7-8: optional whitening over the valid tokens, then the advantage clip (and its fraction)."""
+    if algo.whiten_advantages:
+        advantages = masked_whiten(advantages, loss_mask)
+    if not algo.advantage_clip:
+        metrics["critic/advantage_clip_frac"] = 0.0
+        return advantages
+    c = algo.advantage_clip
+    metrics["critic/advantage_clip_frac"] = float(clip_fraction(advantages, -c, c, loss_mask))
+    return advantages.clamp(-c, c)
+
+
 def process_rewards(
     scores: torch.Tensor,
     valid: torch.Tensor,
@@ -303,14 +315,7 @@ def process_rewards(
 
     # 7-8. whitening, advantage clip
     loss_mask = mask & keep.unsqueeze(-1)
-    if algo.whiten_advantages:
-        advantages = masked_whiten(advantages, loss_mask)
-    if algo.advantage_clip:
-        c = algo.advantage_clip
-        metrics["critic/advantage_clip_frac"] = float(clip_fraction(advantages, -c, c, loss_mask))
-        advantages = advantages.clamp(-c, c)
-    else:
-        metrics["critic/advantage_clip_frac"] = 0.0
+    advantages = _whiten_and_clip(advantages, loss_mask, algo, metrics)
 
     metrics.update(_batch_metrics(advantages, returns, loss_mask, raw, valid, keep, group_size))
     zero = torch.zeros((), dtype=torch.float64)
