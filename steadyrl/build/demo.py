@@ -165,6 +165,9 @@ class DemoTask:
     def preflight_train(self, config: Config) -> None:
         _refuse_a_model(config)  # its records are generated and its model built in the run directory
 
+    def preflight_eval(self, config: Config, model_path: str | None, of_run_dir: bool) -> None:
+        self.check_eval(config, model_path, of_run_dir)
+
 
 def _refuse_a_model(config: Config) -> None:
     """The demo trains its own model: a ``model.name_or_path`` would be ignored, so it is refused
@@ -174,6 +177,3 @@ def _refuse_a_model(config: Config) -> None:
             f"model.name_or_path = {config.model.name_or_path!r} but data.train_path is not set: the built-in "
             "demo trains its own model and would ignore it; set data.train_path (and data.eval_path) to train "
             "this model on your data, or leave model.name_or_path unset for the demo")
-
-    def preflight_eval(self, config: Config, model_path: str | None, of_run_dir: bool) -> None:
-        self.check_eval(config, model_path, of_run_dir)

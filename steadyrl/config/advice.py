@@ -16,8 +16,9 @@ about as much as a token ratio divided by the response length (the paper uses 3e
 
 
 ESTIMATOR_OPTIONS: dict[str, tuple[str, ...]] = {
-    "gae": ("gamma", "lam"), "grpo": ("norm_by_std",), "grpo_passk": ("norm_by_std",),
-    "reinforce_plus_plus": ("gamma",),
+    "gae": ("gamma", "lam"), "grpo": ("norm_by_std", "group_stats"), "rloo": ("group_stats",),
+    "reinforce_plus_plus": ("gamma",), "reinforce_plus_plus_baseline": ("group_stats",),
+    "grpo_passk": ("norm_by_std",),
 }
 """The ``algorithm.*`` settings each advantage estimator takes (the others take none); the registry
 in :mod:`steadyrl.functional.advantages` declares the same (a test keeps the two equal: the config

@@ -22,7 +22,7 @@ def _whole(old, rollout, policy):
 
 
 def _run(*overrides):
-    return SimpleNamespace(config=load_config(None, ["rollout.dtype=float32", *overrides]))
+    return load_config(None, ["rollout.dtype=float32", *overrides]).rollout
 
 
 OLD = torch.zeros(2, 4)

@@ -45,7 +45,7 @@ def test_a_step_under_reject_keeps_the_advantages_of_the_kept_tokens_unweighted(
                                                    "rollout.correction.high=2"]))
     whole = SimpleNamespace(old_logprobs=OLD.float(), rollout_logprobs=ROLLOUT.float(), policy_mask=MASK.long(),
                             result=SimpleNamespace(domains=None))
-    adv, mask, metrics = importance_correction(run, whole, torch.ones(2, 3), MASK.float())
+    adv, mask, metrics = importance_correction(run.config.rollout, whole, torch.ones(2, 3), MASK.float())
     assert mask.tolist() == [[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]]  # e^1, e^2 > 2 and e^-1 < 0.5: dropped
     assert torch.equal(adv * mask, mask)
     assert metrics["mismatch/masked_token_frac"] == pytest.approx(3 / 6)
