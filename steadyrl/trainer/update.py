@@ -282,10 +282,18 @@ def ppo_update(policy, optimizer, batch: TrainBatch, config: Config, *, kl_coef:
     return metrics.result(), metrics.optimizer_steps, skipped
 
 
+def _optimized(params, optimizer) -> list:
+    """The tensors the optimizer updates: its own parameter list (under FSDP2 the sharded DTensors;
+    the module's ``parameters()`` may be unsharded views whose storage is freed after the step),
+    or ``params`` for an optimizer without one."""
+    groups = getattr(optimizer, "param_groups", None)
+    return [p for g in groups for p in g["params"] if p.requires_grad] if groups else list(params)
+
+
 def _probes(params, optimizer, critic_params, critic_optimizer) -> dict[str, UpdateProbe]:
     """A fixed sample of the trained weights of the policy (and critic), read before the update:
     ``actor/update_ratio``, ``actor/params_changed_frac`` (and ``critic/...``) after it."""
-    probes = {"actor": UpdateProbe(params, optimizer)}
+    probes = {"actor": UpdateProbe(_optimized(params, optimizer), optimizer)}
     if critic_optimizer is not None:
-        probes["critic"] = UpdateProbe(critic_params, critic_optimizer)
+        probes["critic"] = UpdateProbe(_optimized(critic_params, critic_optimizer), critic_optimizer)
     return probes
