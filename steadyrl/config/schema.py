@@ -753,8 +753,10 @@ class TrainerConfig(Section):
     keep_checkpoints: int = F(2, "Keep the newest N checkpoints.", ge=1)
     eval_every: int = F(0, "Evaluate every N steps; 0 = only before and after training.", ge=0)
     samples_every: int = F(10, "Log a table of sample completions every N steps; 0 = never.", ge=0)
-    logprob_impl: Literal["fused", "naive"] = F("fused", "fused = log-probs from hidden states in chunks "
-                                                "(no [B, T, V] logits); naive = from full logits.")
+    logprob_impl: Literal["fused", "naive", "chunked_grad"] = F(
+        "fused", "fused = log-probs from hidden states in chunks (no [B, T, V] logits); naive = from full "
+        "logits; chunked_grad = from hidden states in whole-vocabulary-row token chunks, one recompute in "
+        "the backward (none with a frozen LM head), no [B, T, V] logits either (for GPUs; unmeasured there).")
     share_prompt_prefix: bool = F(True, "Compute each prompt once per group: generation prefills it once "
                                   "and repeats its KV cache; log-prob passes run each distinct prompt once "
                                   "(same numbers, less work). Skipped automatically for models without a "
