@@ -33,19 +33,24 @@ from __future__ import annotations
 
 import torch
 
-from .logprobs import ACCELERATOR_CHUNK_ELEMENTS, _check_temperature, _compute_dtype, _mm_into
+from .logprobs import _check_temperature, _compute_dtype, _mm_into
 
 __all__ = ["logprobs_from_hidden_rows", "ROW_CHUNK_ELEMENTS"]
 
-ROW_CHUNK_ELEMENTS = {"cpu": 2**23}
-"""Float32 values of one whole-row chunk per device type: 2**23 (32 MiB) is 55 tokens at
-V = 151,936 on the CPU; accelerators take ``ACCELERATOR_CHUNK_ELEMENTS`` (2**25)."""
+ROW_CHUNK_ELEMENTS = {"cpu": 2**25}
+"""Values of one whole-row chunk per device type: 2**25 (128 MiB in float32) is 220 tokens at
+V = 151,936. Every chunk adds its share to the whole ``[V, H]`` float32 weight gradient, so small
+chunks pay that read-modify-write many times: on the CPU 2**23 (55 tokens) took twice as long as
+2**25 (bf16, 1,024 tokens; BENCHMARKS.md). Accelerators take ``ACCELERATOR_ROW_ELEMENTS``."""
+ACCELERATOR_ROW_ELEMENTS = 2**27
+"""2**27 values (883 tokens at V = 151,936; 512 MiB per float32 copy, a few copies live): ~37 weight
+gradient updates at 32,768 tokens. Not yet measured on a GPU."""
 
 
 def _rows(n: int, v: int, chunk_size: int | None, device: torch.device) -> int:
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 token, got {chunk_size}")
-    budget = ROW_CHUNK_ELEMENTS.get(device.type, ACCELERATOR_CHUNK_ELEMENTS)
+    budget = ROW_CHUNK_ELEMENTS.get(device.type, ACCELERATOR_ROW_ELEMENTS)
     rows = chunk_size if chunk_size is not None else budget // max(v, 1)
     return max(1, min(rows, max(n, 1)))
 
@@ -187,7 +192,7 @@ def logprobs_from_hidden_rows(
     """:func:`~steadyrl.functional.logprobs_from_hidden`'s values and gradients, whole-row chunks.
 
     ``hidden [..., H]``, ``weight [V, H]``, ``labels [...]``; ``chunk_size`` tokens per chunk
-    (``None``: ``ROW_CHUNK_ELEMENTS // V``). Never holds more than one ``[chunk_size, V]`` chunk
+    (``None``: ``ROW_CHUNK_ELEMENTS // V`` on the CPU). Never holds more than one ``[chunk_size, V]`` chunk
     (and its float32 copies). Returns ``logp [...]`` float32, or ``(logp, entropy)``.
     """
     _check_temperature(temperature)
