@@ -4,14 +4,15 @@
 :func:`~steadyrl.functional.logprobs.logprobs_from_hidden` (``trainer.logprob_impl: chunked_grad``)
 but a different schedule, the one of Liger's fused linear cross-entropy: a chunk is ``rows`` tokens
 by the WHOLE vocabulary, so there is no online merge over vocabulary blocks, and each chunk's
-float32 work is a few fused whole-row kernels (``log_softmax``, ``exp``, ``entr``) instead of a dozen
-separate passes. Per token chunk, with ``z = (h W^T + b) / tau``:
+float32 work is a few whole-row kernels (``logsumexp``, ``exp``, a product and a sum) instead of a
+dozen separate passes over vocabulary blocks. Per token chunk, with ``z = (h W^T + b) / tau``:
 
-    u = log_softmax(z),  p = e^u,  logp = u[y],  H = sum_v entr(p_v) = -sum_v p_v u_v
+    u = log_softmax(z),  p = e^u,  logp = u[y],  H = -sum_v p_v u_v
     d loss / d z = a (onehot(y) - p) - b p (u + H) = a onehot(y) - p (a + b H + b u)
 
-with ``a``, ``b`` the upstream gradients of ``logp`` and ``H``. ``entr(0) = 0``, so banned tokens
-(``-inf`` bias) add nothing, without a NaN mask.
+with ``a``, ``b`` the upstream gradients of ``logp`` and ``H``. Banned tokens (``-inf`` bias, so
+``p = 0`` and ``u = -inf``) add nothing: ``u`` is clamped to the dtype's lowest value before the
+product and their gradient is masked to 0 (only when the bias holds a ``-inf``).
 
 The upstream gradients are unknown in the forward pass (the RL losses are not linear in the
 log-probs), so the full gradient cannot be formed there as Liger does for a scalar loss. Two exact
@@ -73,14 +74,15 @@ class _Chunks:
         return g if g.dtype == self.cdt else g.to(self.cdt)
 
 
-def _logit_grad(u, p, labels, a, b, entropy):
+def _logit_grad(u, p, labels, a, b, entropy, mask_inf: bool):
     """``a onehot(y) - p (a + b H + b u)`` of a chunk (``u`` = log p; ``a``, ``b`` per token, or None)."""
     if b is None:
         g = p * (-a).unsqueeze(1)
     else:
         coef = torch.addcmul((a + b * entropy).unsqueeze(1), b.unsqueeze(1), u)
         g = coef.mul_(p).neg_()
-        g.masked_fill_(p == 0, 0.0)  # u = -inf there (banned tokens): 0 * inf
+        if mask_inf:  # u = -inf at banned tokens: 0 * inf
+            g.masked_fill_(p == 0, 0.0)
     valid = labels >= 0
     if valid.any():
         g.scatter_add_(1, labels.clamp(min=0).unsqueeze(1), torch.where(valid, a, 0.0).unsqueeze(1))
@@ -91,6 +93,7 @@ class _FromHiddenRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, labels, temperature, rows, want_entropy, cdt, need):
         ctx.set_materialize_grads(False)
+        mask_inf = bias is not None and bool(torch.isneginf(bias).any())
         n, v = hidden.shape[0], weight.shape[0]
         dt = torch.float64 if cdt == torch.float64 else torch.float32
         need_h, need_w, need_b = need
@@ -112,18 +115,20 @@ class _FromHiddenRows(torch.autograd.Function):
                 if entropy is None:
                     continue
                 p = u.exp()
-                entropy[r0:r1] = torch.special.entr(p).sum(1)
+                if mask_inf:  # -inf at banned tokens, where p = 0: 0 * -inf would be NaN
+                    u.clamp_(min=torch.finfo(dt).min)
+                entropy[r0:r1] = (p * u).sum(1).neg_()
                 if eager:
-                    _forward_bases(bases, r0, r1, u, p, y, entropy[r0:r1], ch, want_entropy)
+                    _forward_bases(bases, r0, r1, u, p, y, entropy[r0:r1], ch, want_entropy, mask_inf)
         ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy if entropy is not None else lse,
                               bases if eager else lse)
-        ctx.args = (temperature, rows, cdt, dt, eager, want_entropy)
+        ctx.args = (temperature, rows, cdt, dt, eager, want_entropy, mask_inf)
         return logp, (entropy if want_entropy else logp.new_zeros(0))
 
     @staticmethod
     def backward(ctx, g_logp, g_entropy):
         hidden, weight, bias, labels, lse, entropy, bases = ctx.saved_tensors
-        temperature, rows, cdt, dt, eager, want_entropy = ctx.args
+        temperature, rows, cdt, dt, eager, want_entropy, mask_inf = ctx.args
         if g_entropy is not None and g_entropy.numel() == 0:
             g_entropy = None
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
@@ -140,25 +145,25 @@ class _FromHiddenRows(torch.autograd.Function):
             return gh.to(hidden.dtype), None, None, None, None, None, None, None, None
         with torch.autocast(hidden.device.type, enabled=False):
             gh, gw, gb = _backward_recompute(hidden, weight, bias, labels, lse, entropy, a, b,
-                                             (temperature, rows, cdt, dt), (need_h, need_w, need_b))
+                                             (temperature, rows, cdt, dt, mask_inf), (need_h, need_w, need_b))
         grads = [None if g is None else g.to(x.dtype) for g, x in zip((gh, gw, gb), (hidden, weight, bias))]
         return (*grads, None, None, None, None, None, None)
 
 
-def _forward_bases(bases, r0, r1, u, p, y, entropy, ch, want_entropy):
+def _forward_bases(bases, r0, r1, u, p, y, entropy, ch, want_entropy, mask_inf):
     """The hidden gradient's bases of a chunk, ``(onehot - p) W`` and ``-p (u + H) W`` (the backward's
     ``a`` and ``b`` carry the ``1 / tau``)."""
     one = torch.ones_like(entropy)
-    g1 = _logit_grad(u, p, y, one, None, entropy)
+    g1 = _logit_grad(u, p, y, one, None, entropy, mask_inf)
     _mm_into(bases[0, r0:r1], ch.matmul_dtype(g1), ch.w, first=True)
     if want_entropy:
-        g2 = _logit_grad(u, p, y, torch.zeros_like(one), one, entropy)
+        g2 = _logit_grad(u, p, y, torch.zeros_like(one), one, entropy, mask_inf)
         _mm_into(bases[1, r0:r1], ch.matmul_dtype(g2), ch.w, first=True)
 
 
 def _backward_recompute(hidden, weight, bias, labels, lse, entropy, a, b, args, need):
     """One pass over the token chunks: recompute ``u``, form the logit gradient, both matmuls."""
-    temperature, rows, cdt, dt = args
+    temperature, rows, cdt, dt, mask_inf = args
     need_h, need_w, need_b = need
     n, hdim, v = hidden.shape[0], hidden.shape[1], weight.shape[0]
     ch = _Chunks(hidden, weight, bias, temperature, cdt, dt)
@@ -169,7 +174,8 @@ def _backward_recompute(hidden, weight, bias, labels, lse, entropy, a, b, args, 
         r1 = min(n, r0 + rows)
         u = ch.logits(r0, r1).sub_(lse[r0:r1].unsqueeze(1))
         p = u.exp()
-        g = _logit_grad(u, p, labels[r0:r1], a[r0:r1], None if b is None else b[r0:r1], entropy[r0:r1])
+        g = _logit_grad(u, p, labels[r0:r1], a[r0:r1], None if b is None else b[r0:r1], entropy[r0:r1],
+                        mask_inf)
         gm = ch.matmul_dtype(g)
         if gh is not None:
             _mm_into(gh[r0:r1], gm, ch.w, first=True)
