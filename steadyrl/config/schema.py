@@ -439,6 +439,10 @@ class RolloutConfig(Section):
     top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     top_k: int = F(0, "Top-k sampling; 0 = off.", ge=0)
     generation_batch_size: int | None = F(None, "Prompts per generate call; null = all at once.", ge=1, le=MAX_SAMPLES)
+    hf_cache: Literal["dynamic", "static"] = F(
+        "dynamic", "KV cache of the hf engine: dynamic (transformers' default) or static (preallocated; "
+        "on CUDA transformers compiles the decoding step for it). Same token ids (tested on the CPU); "
+        "static skips prompt-prefix sharing in generation. Its GPU speed is not measured yet.")
     tis_cap: float | None = F(None, "Truncated importance sampling, where the engine's own log-probs "
                               "come back (rollout.engine=vllm, or asynchronous rollouts): weight each "
                               "token by exp(clamp(logp_train - logp_behaviour, -10, 10)) capped at this "
