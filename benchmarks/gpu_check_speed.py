@@ -8,7 +8,9 @@
   peak CUDA allocation over the inputs (``max_memory_allocated`` minus the allocation before).
   A method that runs out of memory reports ``OOM``; one that would exceed the time budget is skipped.
 * Generation: tokens per second of ``model.generate`` (the HF engine) on the check's batch, per
-  cache setting transformers offers here (``dynamic``, the default, and ``static``).
+  ``rollout.hf_cache`` setting (``dynamic``, the default, and ``static``, which transformers
+  compiles on CUDA; the first timed call of ``static`` includes that compilation's warm-up left
+  after a 2-token call).
 
 On the CPU (``--tiny --device cpu``, the test) the sizes shrink and memory reads ``n/a``.
 """
