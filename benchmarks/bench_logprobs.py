@@ -8,6 +8,8 @@ Every method computes the log-probs of the labels and the entropies of ``softmax
 and backpropagates ``sum(logp * g1 + entropy * g2)`` to ``hidden`` and ``W`` (fixed random g1, g2):
 
 * ``steadyrl-fused``: ``logprobs_from_hidden(hidden, W, labels, return_entropy=True)``;
+* ``steadyrl-chunked-grad``: ``logprobs_from_hidden_rows`` (``trainer.logprob_impl: chunked_grad``:
+  whole-vocabulary-row token chunks, one recompute in the backward; none with ``--frozen-head``);
 * ``steadyrl-chunked``: ``logits = hidden @ W.T``, then ``logprobs_and_entropy_from_logits``;
 * ``naive``: ``logp = log_softmax((hidden @ W.T).float(), -1)``, ``logp.gather(...)`` and
   ``-(logp.exp() * logp).sum(-1)``;
@@ -64,6 +66,12 @@ def _fused(hidden, weight, labels):
     return logprobs_from_hidden(hidden, weight, labels, return_entropy=True)
 
 
+def _chunked_grad(hidden, weight, labels):
+    from steadyrl.functional import logprobs_from_hidden_rows
+
+    return logprobs_from_hidden_rows(hidden, weight, labels, return_entropy=True)
+
+
 def _chunked(hidden, weight, labels):
     from steadyrl.functional import logprobs_and_entropy_from_logits
 
@@ -89,19 +97,20 @@ def _trl(hidden, weight, labels):
     return logp, -(full.exp() * full).sum(-1)
 
 
-METHODS = {"steadyrl-fused": _fused, "steadyrl-chunked": _chunked, "naive": _naive, "trl": _trl}
+METHODS = {"steadyrl-fused": _fused, "steadyrl-chunked-grad": _chunked_grad, "steadyrl-chunked": _chunked,
+           "naive": _naive, "trl": _trl}
 
 
 # --- the child: one method at one size --------------------------------------------------------------
 
 
-def _inputs(tokens: int, dtype, seed: int = 0):
+def _inputs(tokens: int, dtype, seed: int = 0, frozen_head: bool = False):
     import torch
 
     g = torch.Generator().manual_seed(seed)
     shape = (max(1, tokens // SEQ_LEN), min(tokens, SEQ_LEN))
     hidden = torch.randn(*shape, H, generator=g).to(dtype).requires_grad_(True)
-    weight = (torch.randn(V, H, generator=g) * 0.02).to(dtype).requires_grad_(True)
+    weight = (torch.randn(V, H, generator=g) * 0.02).to(dtype).requires_grad_(not frozen_head)
     labels = torch.randint(0, V, shape, generator=g)
     g1, g2 = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
     return hidden, weight, labels, g1, g2
@@ -112,12 +121,12 @@ def _step(fn, hidden, weight, labels, g1, g2) -> None:
     (logp.float() * g1 + ent.float() * g2).sum().backward()
 
 
-def measure(fn, tokens: int, reps: int, dtype_name: str, threads: int) -> dict:
+def measure(fn, tokens: int, reps: int, dtype_name: str, threads: int, frozen_head: bool = False) -> dict:
     """Time and peak memory of ``reps`` forward + backward passes of ``fn`` in this process."""
     import torch
 
     torch.set_num_threads(threads)
-    hidden, weight, labels, g1, g2 = _inputs(tokens, getattr(torch, dtype_name))
+    hidden, weight, labels, g1, g2 = _inputs(tokens, getattr(torch, dtype_name), frozen_head=frozen_head)
     w = min(tokens, WARMUP_TOKENS)
     warm = hidden[:1, :w].detach().clone().requires_grad_(True)
     _step(fn, warm, weight, labels[:1, :w], g1[:1, :w], g2[:1, :w])
@@ -157,6 +166,7 @@ def _run_child(method: str, tokens: int, reps: int, args) -> dict:
     cap = int(min(args.mem_cap_gib, _available_gib() - args.mem_margin_gib) * GIB)
     cmd = [sys.executable, "-m", "benchmarks.bench_logprobs", "--child", method, "--tokens", str(tokens),
            "--reps", str(reps), "--dtype", args.dtype, "--threads", str(args.threads)]
+    cmd += ["--frozen-head"] if args.frozen_head else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     try:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout,
@@ -242,7 +252,8 @@ def _table(results: list[dict]) -> list[str]:
 def report(results: list[dict], args, command: str, load: tuple) -> str:
     lines = [f"Command: `{command}`", "",
              f"Machine: {machine(args.threads)}. dtype {args.dtype}, V = {V:,}, H = {H}, "
-             f"sequences of {SEQ_LEN} tokens.", "",
+             f"sequences of {SEQ_LEN} tokens"
+             f"{'; LM-head weight frozen (no weight gradient)' if args.frozen_head else ''}.", "",
              f"Load average (1 min) before / after the run: {load[0]:.2f} / {load[1]:.2f}.", ""]
     lines += _table(results)
     lines += ["", *_targets(results)]
@@ -270,7 +281,7 @@ def _targets(results: list[dict]) -> list[str]:
 
 
 def write_md(path: Path, body: str, dtype: str) -> None:
-    """Replace this benchmark's generated block for ``dtype`` in ``path``; add it if it is missing."""
+    """Replace this benchmark's generated block for ``dtype`` (or ``--md-key``) in ``path``; add it if missing."""
     start, end = MD_MARK.format(dtype=dtype, end="start"), MD_MARK.format(dtype=dtype, end="end")
     block = f"{start}\n{body}{end}"
     text = path.read_text() if path.exists() else (
@@ -297,6 +308,8 @@ def _parse(argv):
     p.add_argument("--mem-margin-gib", type=float, default=2.0, help="memory left free for others")
     p.add_argument("--timeout", type=int, default=900, help="seconds per child")
     p.add_argument("--write-md", metavar="PATH", help="write the result into this markdown file")
+    p.add_argument("--md-key", help="name of the generated block in --write-md (default: the dtype)")
+    p.add_argument("--frozen-head", action="store_true", help="the LM-head weight needs no gradient (LoRA)")
     p.add_argument("--child", choices=list(METHODS), help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -304,7 +317,7 @@ def _parse(argv):
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     if args.child:
-        res = measure(METHODS[args.child], args.tokens[0], args.reps, args.dtype, args.threads)
+        res = measure(METHODS[args.child], args.tokens[0], args.reps, args.dtype, args.threads, args.frozen_head)
         print("RESULT " + json.dumps(res), flush=True)
         return 0
     command = "python -m benchmarks.bench_logprobs " + " ".join(sys.argv[1:] if argv is None else argv)
@@ -315,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     body = report(results, args, command.strip(), (load0, os.getloadavg()[0]))
     print("\n" + body, flush=True)
     if args.write_md:
-        write_md(Path(args.write_md), body, args.dtype)
+        write_md(Path(args.write_md), body, args.md_key or args.dtype)
     return 0 if all(not r.get("error") for r in results) else 1
 
 

@@ -19,6 +19,10 @@ peak CUDA memory (``max_memory_allocated``; CPU: n/a) and the bytes of weights +
 (counted from the tensors). ``--device cpu`` emulates the CUDA default (float32 weights under
 bfloat16 autocast on the CPU). Beside them, when ``trl`` is importable, TRL's ``GRPOTrainer``
 (``bf16=True`` on CUDA) on the same prompts and reward for 2 steps. Prints a markdown table.
+
+Then (issue 36, :mod:`benchmarks.gpu_check_speed`) log-prob time and memory at 8k / 32k / 131k tokens
+per log-prob path against naive and TRL, and generation tokens/s per HF engine setting;
+``--sections`` picks the parts (default all three).
 """
 
 from __future__ import annotations
@@ -213,6 +217,9 @@ def parse(argv):
     p.add_argument("--lr", type=float, default=1e-6)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-trl", action="store_true", help="leave TRL's column out even when trl is installed")
+    p.add_argument("--sections", default="precision,logprobs,generate",
+                   help="comma-separated: precision (the settings' step), logprobs, generate (issue 36)")
+    p.add_argument("--reps", type=int, default=3, help="timed repetitions of each log-prob measurement")
     return p.parse_args(argv)
 
 
@@ -223,16 +230,45 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: --device cuda but no CUDA device here; use --device cpu", file=sys.stderr)
         return 2
-    rows = [measure(args, dtype, update) for dtype, update in SETTINGS]
-    trl_row = None if args.no_trl else measure_trl(args)
-    if trl_row is not None:
-        rows.append(trl_row)
+    sections = {s.strip() for s in args.sections.split(",") if s.strip()}
+    unknown = sections - {"precision", "logprobs", "generate"}
+    if unknown:
+        print(f"gpu_check: --sections {sorted(unknown)} unknown; valid: precision, logprobs, generate",
+              file=sys.stderr)
+        return 2
     where = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     shape = "tiny Qwen2" if args.tiny else "Qwen2.5-0.5B-shaped Qwen2 (random weights)"
-    print(f"{shape} on {where}; {args.prompts} prompts x {args.group} samples x {args.new_tokens} new tokens, "
-          f"lr {args.lr:g}, one update per step" + ("" if trl_row else "; TRL not installed: no TRL row"))
-    print(table(rows))
+    if "precision" in sections:
+        rows = [measure(args, dtype, update) for dtype, update in SETTINGS]
+        trl_row = None if args.no_trl else measure_trl(args)
+        if trl_row is not None:
+            rows.append(trl_row)
+        print(f"{shape} on {where}; {args.prompts} prompts x {args.group} samples x {args.new_tokens} new "
+              f"tokens, lr {args.lr:g}, one update per step" + ("" if trl_row else "; TRL not installed: no TRL row"))
+        print(table(rows))
+    _speed_sections(args, sections, shape, where)
     return 0
+
+
+def _speed_sections(args, sections: set, shape: str, where: str) -> None:
+    """Issue 36's figures: log-prob time / memory per path, generation tokens/s per engine setting."""
+    import torch
+
+    from . import gpu_check_speed as speed
+
+    dims = TINY if args.tiny else QWEN_0_5B
+    device = torch.device(args.device)
+    if "logprobs" in sections:
+        rows = speed.logprob_rows(args, device, dims["hidden_size"], dims["vocab_size"])
+        print(f"\nLog-probs + entropy, forward + backward, bf16 hidden {dims['hidden_size']}, V = "
+              f"{dims['vocab_size']:,}, on {where} (mean of {args.reps}):")
+        print(speed.logprob_table(rows))
+    if "generate" in sections:
+        model = build_model(dims).to(device=device, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32)
+        rows = speed.generation_rows(args, model, device)
+        print(f"\nGeneration, {shape} on {where}: {args.prompts} prompts x {args.group} samples x "
+              f"{args.new_tokens} new tokens:")
+        print(speed.generation_table(rows))
 
 
 if __name__ == "__main__":

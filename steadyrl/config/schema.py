@@ -457,6 +457,10 @@ class RolloutConfig(Section):
     top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     top_k: int = F(0, "Top-k sampling; 0 = off.", ge=0)
     generation_batch_size: int | None = F(None, "Prompts per generate call; null = all at once.", ge=1, le=MAX_SAMPLES)
+    hf_cache: Literal["dynamic", "static"] = F(
+        "dynamic", "KV cache of the hf engine: dynamic (transformers' default) or static (preallocated; "
+        "on CUDA transformers compiles the decoding step for it). Same token ids (tested on the CPU); "
+        "static skips prompt-prefix sharing in generation. Its GPU speed is not measured yet.")
     tis_cap: float | None = F(None, "Truncated importance sampling, where the engine's own log-probs "
                               "come back (rollout.engine=vllm, or asynchronous rollouts): weight each "
                               "token by exp(clamp(logp_train - logp_behaviour, -10, 10)) capped at this "
@@ -771,8 +775,10 @@ class TrainerConfig(Section):
     keep_checkpoints: int = F(2, "Keep the newest N checkpoints.", ge=1)
     eval_every: int = F(0, "Evaluate every N steps; 0 = only before and after training.", ge=0)
     samples_every: int = F(10, "Log a table of sample completions every N steps; 0 = never.", ge=0)
-    logprob_impl: Literal["fused", "naive"] = F("fused", "fused = log-probs from hidden states in chunks "
-                                                "(no [B, T, V] logits); naive = from full logits.")
+    logprob_impl: Literal["fused", "naive", "chunked_grad"] = F(
+        "fused", "fused = log-probs from hidden states in chunks (no [B, T, V] logits); naive = from full "
+        "logits; chunked_grad = from hidden states in whole-vocabulary-row token chunks, one recompute in "
+        "the backward (none with a frozen LM head), no [B, T, V] logits either (for GPUs; unmeasured there).")
     share_prompt_prefix: bool = F(True, "Compute each prompt once per group: generation prefills it once "
                                   "and repeats its KV cache; log-prob passes run each distinct prompt once "
                                   "(same numbers, less work). Skipped automatically for models without a "

@@ -42,6 +42,8 @@ _LAZY = {
     "logprobs_and_entropy_from_logits": "logprobs",
     "logprobs_from_hidden": "logprobs",
     "logprobs_from_logits": "logprobs",
+    # .logprobs_grad
+    "logprobs_from_hidden_rows": "logprobs_grad",
     # .losses
     "POLICY_LOSSES": "losses",
     "POLICY_LOSS_METRIC_REDUCTIONS": "losses",
@@ -120,6 +122,7 @@ __all__ = [
     "entropy_from_logits",
     "logprobs_and_entropy_from_logits",
     "logprobs_from_hidden",
+    "logprobs_from_hidden_rows",
     # KL
     "kl_penalty",
     "KL_ESTIMATORS",

@@ -46,7 +46,7 @@ def build_engine(name: str, model, tokenizer, rollout_config, *, seed: int = 0, 
     if name == "hf":
         dtype = DTYPES[rollout_config.dtype] if getattr(rollout_config, "dtype", None) else None
         return HFEngine(model, tokenizer, batch_size=rollout_config.generation_batch_size, share_prefix=share_prefix,
-                        dtype=dtype)
+                        dtype=dtype, cache=getattr(rollout_config, "hf_cache", "dynamic"))
     if name == "vllm":
         from .vllm import VLLMEngine  # imported lazily: vLLM is an optional GPU extra
 

@@ -35,8 +35,9 @@ class HFEngine:
     with ``dtype`` a copy of it in that precision that also reports its log-probs (module doc)."""
 
     def __init__(self, model, tokenizer, *, batch_size: int | None = None, share_prefix: bool = True,
-                 dtype: torch.dtype | None = None):
+                 dtype: torch.dtype | None = None, cache: str = "dynamic"):
         self.tokenizer = tokenizer
+        self.cache = cache  # rollout.hf_cache: "dynamic" or "static" (transformers' cache_implementation)
         self.batch_size = batch_size
         self.share_prefix = share_prefix
         self.dtype = dtype
@@ -88,11 +89,14 @@ class HFEngine:
             output_scores=logprobs,
             return_dict_in_generate=logprobs,
         )
+        if self.cache != "dynamic":
+            config.cache_implementation = self.cache
         was_training = model.training
         model.eval()
         try:
             with neutral_generation_defaults(model):
-                shared = prefill_once(model, input_ids, attention_mask, n) if self.share_prefix else None
+                share = self.share_prefix and self.cache == "dynamic"  # a repeated prefix needs a dynamic cache
+                shared = prefill_once(model, input_ids, attention_mask, n) if share else None
                 if shared is not None:  # each prompt prefilled once, its cache repeated for the group
                     config.num_return_sequences = 1
                     out = model.generate(**shared, generation_config=config)

@@ -1,10 +1,13 @@
 """Forward passes of the training step: response log-probs (and entropy) and critic values.
 
-Two log-prob paths, chosen by ``trainer.logprob_impl``:
+Three log-prob paths, chosen by ``trainer.logprob_impl``:
 
 * ``fused`` (default): the backbone's last hidden states at the response positions go through
   :func:`~steadyrl.functional.logprobs_from_hidden` with the LM-head weight, so ``[B, R, V]``
   logits never exist, in the forward or the backward pass.
+* ``chunked_grad``: the same hidden states through
+  :func:`~steadyrl.functional.logprobs_from_hidden_rows`: whole-vocabulary-row token chunks, one
+  recompute in the backward pass (none with a frozen LM head); meant for accelerators.
 * ``naive``: the model's logits for the response positions only (``logits_to_keep``), then the
   chunked :func:`~steadyrl.functional.logprobs_and_entropy_from_logits`.
 
@@ -26,11 +29,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..functional import logprobs_and_entropy_from_logits, logprobs_from_hidden, logprobs_from_logits
+from ..functional import (logprobs_and_entropy_from_logits, logprobs_from_hidden, logprobs_from_hidden_rows,
+                          logprobs_from_logits)
 from ..models import lm_backbone_and_head
 from ..rollout.prefix import hidden_with_shared_prompts
 from .batch import TrainBatch
 from .packing import pack_rows
+
+
+HIDDEN_IMPLS = {"fused": logprobs_from_hidden, "chunked_grad": logprobs_from_hidden_rows}
+"""The ``trainer.logprob_impl`` values that read the last hidden states and the LM-head weight."""
 
 
 class PolicyLogprobs(nn.Module):
@@ -51,7 +59,7 @@ class PolicyLogprobs(nn.Module):
         if generate is not None:
             return self.model.generate(**generate)
         p, r = input_ids.shape[1] - response_ids.shape[1], response_ids.shape[1]
-        parts = lm_backbone_and_head(self.model) if impl == "fused" else None
+        parts = lm_backbone_and_head(self.model) if impl in HIDDEN_IMPLS else None
         packed = pack_rows(input_ids, attention_mask, position_ids, p, r) if padding_free else None
         if parts is not None:
             backbone, head = parts
@@ -67,7 +75,7 @@ class PolicyLogprobs(nn.Module):
                 out = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                use_cache=False)
                 hidden = out.last_hidden_state[:, p - 1 : p - 1 + r]
-            result = logprobs_from_hidden(hidden, head.weight, response_ids, temperature,
+            result = HIDDEN_IMPLS[impl](hidden, head.weight, response_ids, temperature,
                                           return_entropy=with_entropy, chunk_size=chunk_size, bias=head.bias)
             logp, entropy = result if with_entropy else (result, None)
         else:

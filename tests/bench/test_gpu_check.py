@@ -57,3 +57,35 @@ def test_the_optimizer_comparison_counts_bytes_and_moved_weights():
     fp32 = bench.run(10_000, 3, "float32", "adamw")
     assert kahan["moved"] == fp32["moved"] == 1.0 and plain["moved"] < 0.1
     assert (fp32["bytes"], kahan["bytes"], plain["bytes"]) == (16, 12, 8)
+
+
+def test_the_speed_sections_run_on_a_tiny_model_and_print_every_path_and_cache(capsys):
+    assert gpu_check.main([*ARGS, "--sections", "logprobs,generate", "--reps", "1"]) == 0
+    out = capsys.readouterr().out
+    for impl in ("fused", "chunked_grad", "naive"):
+        assert f"| 64 | {impl} |" in out and f"| 256 | {impl} |" in out
+    assert "| generate, cache dynamic | 16 |" in out and "1.00x" in out
+    assert "generate, cache static" in out
+
+
+def test_an_unknown_section_exits_2_naming_the_valid_ones(capsys):
+    assert gpu_check.main([*ARGS, "--sections", "logprobs,speed"]) == 2
+    assert "valid: precision, logprobs, generate" in capsys.readouterr().err
+
+
+def test_the_log_prob_table_compares_with_naive_and_trl_and_marks_out_of_memory():
+    from benchmarks.gpu_check_speed import logprob_table
+
+    rows = [{"impl": "chunked_grad", "tokens": 32768, "s": 0.09, "extra_gib": 1.0},
+            {"impl": "naive", "tokens": 32768, "oom": True},
+            {"impl": "trl", "tokens": 32768, "s": 0.075, "extra_gib": 27.8}]
+    text = logprob_table(rows)
+    assert "| 32,768 | chunked_grad | 90.0 | 1.00 | - | 1.20x | 0.036x |" in text
+    assert "| 32,768 | naive | OOM | OOM | - | - | - |" in text
+
+
+def test_a_logprob_measurement_reports_time_and_no_cuda_memory_on_the_cpu():
+    from benchmarks.gpu_check_speed import _logprob_fn, time_logprobs
+
+    r = time_logprobs(_logprob_fn("chunked_grad"), 16, 8, 32, torch.device("cpu"), torch.bfloat16, reps=1)
+    assert r["tokens"] == 16 and r["s"] > 0 and r["extra_gib"] is None
