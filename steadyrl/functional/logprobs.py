@@ -62,6 +62,21 @@ MIN_VOCAB_BLOCK = 256
 """Fewest vocabulary columns of a tile when ``chunk_size`` asks for many tokens (matmul efficiency)."""
 
 
+def check_hidden_shapes(hidden, weight, bias, labels) -> torch.Size:
+    """``hidden [..., H]``, ``weight [V, H]``, ``bias [V]`` or None, ``labels [...]`` agree; returns ``[...]``."""
+    if hidden.shape[-1] != weight.shape[-1] or weight.dim() != 2:
+        raise ValueError(
+            f"hidden size {hidden.shape[-1]} does not match weight shape {tuple(weight.shape)} "
+            "(expected weight [V, H])"
+        )
+    if bias is not None and bias.shape != weight.shape[:1]:
+        raise ValueError(f"bias shape {tuple(bias.shape)} must be [V] = {tuple(weight.shape[:1])}")
+    lead = hidden.shape[:-1]
+    if labels.shape != lead:
+        raise ValueError(f"labels shape {tuple(labels.shape)} must equal hidden shape {tuple(lead)}")
+    return lead
+
+
 def _check_temperature(temperature: float) -> None:
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -406,16 +421,7 @@ def logprobs_from_hidden(
     Returns ``logp [...]`` float32, or ``(logp, entropy)`` with ``return_entropy=True``.
     """
     _check_temperature(temperature)
-    if hidden.shape[-1] != weight.shape[-1] or weight.dim() != 2:
-        raise ValueError(
-            f"hidden size {hidden.shape[-1]} does not match weight shape {tuple(weight.shape)} "
-            "(expected weight [V, H])"
-        )
-    if bias is not None and bias.shape != weight.shape[:1]:
-        raise ValueError(f"bias shape {tuple(bias.shape)} must be [V] = {tuple(weight.shape[:1])}")
-    lead = hidden.shape[:-1]
-    if labels.shape != lead:
-        raise ValueError(f"labels shape {tuple(labels.shape)} must equal hidden shape {tuple(lead)}")
+    lead = check_hidden_shapes(hidden, weight, bias, labels)
     flat_h = hidden.reshape(-1, hidden.shape[-1])
     flat_labels = labels.reshape(-1).long()
     tile = _tile_shape(flat_h.shape[0], weight.shape[0], chunk_size, hidden.device, whole_rows=False)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from .logprobs import _check_temperature, _compute_dtype, _mm_into
+from .logprobs import _check_temperature, _compute_dtype, _mm_into, check_hidden_shapes
 
 __all__ = ["logprobs_from_hidden_rows", "ROW_CHUNK_ELEMENTS"]
 
@@ -202,16 +202,7 @@ def logprobs_from_hidden_rows(
     (and its float32 copies). Returns ``logp [...]`` float32, or ``(logp, entropy)``.
     """
     _check_temperature(temperature)
-    if hidden.shape[-1] != weight.shape[-1] or weight.dim() != 2:
-        raise ValueError(
-            f"hidden size {hidden.shape[-1]} does not match weight shape {tuple(weight.shape)} "
-            "(expected weight [V, H])"
-        )
-    if bias is not None and bias.shape != weight.shape[:1]:
-        raise ValueError(f"bias shape {tuple(bias.shape)} must be [V] = {tuple(weight.shape[:1])}")
-    lead = hidden.shape[:-1]
-    if labels.shape != lead:
-        raise ValueError(f"labels shape {tuple(labels.shape)} must equal hidden shape {tuple(lead)}")
+    lead = check_hidden_shapes(hidden, weight, bias, labels)
     flat_h = hidden.reshape(-1, hidden.shape[-1])
     flat_labels = labels.reshape(-1).long()
     rows = _rows(flat_h.shape[0], weight.shape[0], chunk_size, hidden.device)
