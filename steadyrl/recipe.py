@@ -102,7 +102,8 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
 
         def evaluate_now() -> dict:
             task = run.task
-            return run_eval(config, engine, task.scorer, task.eval_sets or task.eval_prompts, run.device, task.agent)
+            return run_eval(config, engine, task.scorer, task.eval_sets or task.eval_prompts, run.device,
+                            driver=task.driver)
 
         if run.state.step == 0:
             run.state.eval_before = evaluate_now()

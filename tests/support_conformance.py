@@ -31,7 +31,8 @@ from steadyrl.agents.formats import parser_for_template
 from steadyrl.agents.messages import assistant_message, text_message, tool_message
 from steadyrl.agents.parsers import TOOL_PARSERS
 from steadyrl.agents.modes import check_mode, model_turn
-from steadyrl.agents.probe import _thinks, sampled_turn
+from steadyrl.agents.probe import sampled_turn
+from steadyrl.agents.templating import thinks as _thinks
 from steadyrl.agents.protocol import AgentBase, Reply, Start
 from steadyrl.agents.toolagent import ToolAgent
 from steadyrl.agents.tools import Tool

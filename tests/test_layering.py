@@ -39,3 +39,13 @@ def test_the_measure_sees_lazy_and_type_checking_imports(tmp_path):
                     "def f():\n    from ..build import setup\n")
     found = {target for target, _, _ in layering.imports_of("steadyrl.trainer.m", path)}
     assert {"steadyrl.run.state", "steadyrl.build"} <= found
+
+
+TEMPLATE_MODULES = {f"steadyrl.agents.{name}" for name in ("chat", "probe", "modes", "messages", "turns", "templating")}
+
+
+def test_the_chat_template_modules_share_public_helpers_not_private_names():
+    layering = _layering()
+    private = [f"{src}:{line} imports {name}" for src, name, line in layering.private_imports()
+               if src in TEMPLATE_MODULES or name.rsplit(".", 1)[0] in TEMPLATE_MODULES]
+    assert private == []

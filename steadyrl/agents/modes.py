@@ -13,11 +13,12 @@ is append-only, else ``stepwise``.
 
 from __future__ import annotations
 
-from .chat import (CONTEXT_CHARS, TemplateDriftError, TemplateError, _closer, _first_difference, _name,
-                   _require_template, render)
 from .messages import id_style
+from .probe import MODE_WORDS, check_template, sampled_turn
+from .templating import (CONTEXT_CHARS, TemplateDriftError, TemplateError, check_renders, find_closer, first_difference,
+                         kept_message, render, rendered_tail, require_template, role_closer, scripted_turns,
+                         template_name, thinks)
 from .turns import call_form, shape_turn, turn_renders
-from .probe import MODE_WORDS, _check_renders, _kept, _role_closer, _script, _thinks, check_template, sampled_turn
 
 
 def _boundary(text: str, i: int) -> int:
@@ -39,7 +40,7 @@ def model_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, th
     head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
     base = render(tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
     if not head.startswith(plain):
-        raise TemplateError(f"the chat template of {_name(tokenizer)!r} renders the conversation so far "
+        raise TemplateError(f"the chat template of {template_name(tokenizer)!r} renders the conversation so far "
                             f"differently when a generation prompt follows it")
     prompt = head[len(plain):]
     at = next((base.rfind(prompt[:n]) for n in range(len(prompt), 0, -1) if base.rfind(prompt[:n]) > 0), -1)
@@ -48,14 +49,15 @@ def model_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, th
     elif at > 0:  # the turn before renders differently once a turn follows (Hermes' tool results): find the turn
         turn = base[at:]
     else:  # a template that writes the generation prompt whatever it is asked (Command-R7B)
-        at = _boundary(head, _first_difference(head, base))
+        at = _boundary(head, first_difference(head, base))
         prompt, turn = head[at:], base[at:]
-    start = _boundary(prompt, _first_difference(prompt, turn))  # not inside a tag: <think> / <tool_call>
-    closed = _closer(turn, start, end_texts)
-    found = closed or _role_closer(tokenizer, history, message, new, tools, end_texts, kwargs)
+    start = _boundary(prompt, first_difference(prompt, turn))  # not inside a tag: <think> / <tool_call>
+    closed = find_closer(turn, start, end_texts)
+    found = closed or role_closer(tokenizer, history, message, new, tools, end_texts, kwargs)
     if found is None:
         raise TemplateError(
-            f"the chat template of {_name(tokenizer)!r} does not close an assistant turn with any of the tokens "
+            f"the chat template of {template_name(tokenizer)!r} does not close an assistant turn with any of "
+            f"the tokens "
             f"that stop generation {end_texts}; add the closing token's id to eos_token_id in the model's "
             f"generation_config.json")
     stop, end = found
@@ -72,17 +74,15 @@ def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: 
     turn's end token, whatever the template does to earlier turns), and in step-wise mode each
     turn's context rendered. Returns the turn contexts' texts; raises ``TemplateError`` where the
     rollout would."""
-    from .chat import _tail
-
     history = [{"role": "user", "content": "What is 2 + 3 + 4?"}]
     head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
-    think, style = _thinks(tokenizer, head[-CONTEXT_CHARS:]), id_style(tokenizer.chat_template)
+    think, style = thinks(tokenizer, head[-CONTEXT_CHARS:]), id_style(tokenizer.chat_template)
     contexts, text, calls = [head], head, 0
-    for i, (message, new) in enumerate(_script(tokenizer, tools, observation_role, style)):
+    for i, (message, new) in enumerate(scripted_turns(tokenizer, tools, observation_role, style)):
         message = call_form(tokenizer, history, message, tools=tools, template_kwargs=kwargs)
         sampled, end = model_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
                                   think=think, i=i)
-        assistant = shape_turn(tokenizer, history, sampled, _kept(
+        assistant = shape_turn(tokenizer, history, sampled, kept_message(
             message, sampled, parser if observation_role == "tool" and tools else None, style, calls, strict,
             tokenizer.chat_template), tools=tools, template_kwargs=kwargs, end=end)
         names = [c["function"]["name"] for c in message.get("tool_calls") or []]
@@ -90,19 +90,20 @@ def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: 
                 tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs
         ).split(history[-1].get("content") or "\0")[-1] for n in names)):
             raise TemplateError(
-                f"the chat template of {_name(tokenizer)!r} writes a call outside the assistant turn the model "
+                f"the chat template of {template_name(tokenizer)!r} writes a call outside the assistant turn the model "
                 f"samples, or none (the turn after its generation prompt is {sampled!r}): no turn the model writes "
                 f"is the call the template shows it")
         if mode == "stepwise" and new and not turn_renders(tokenizer, history, sampled, assistant, tools=tools,
                                                            template_kwargs=kwargs, end=end):
             raise TemplateError(
-                f"the chat template of {_name(tokenizer)!r} does not render the turn the model wrote ({sampled!r}) "
+                f"the chat template of {template_name(tokenizer)!r} does not render the turn the model wrote "
+                f"({sampled!r}) "
                 f"from any reading of it as reasoning_content, content and tool_calls ({assistant}): the next "
                 f"turns' contexts would hold a turn the model did not write")
         calls += len(message.get("tool_calls") or [])
         if not new:
             break
-        text += sampled + end + _tail(tokenizer, history, assistant, new, tools, end_texts, kwargs, end)
+        text += sampled + end + rendered_tail(tokenizer, history, assistant, new, tools, end_texts, kwargs, end)
         history = history + [assistant] + new
         contexts.append(render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
                         if mode == "stepwise" else text)
@@ -112,7 +113,7 @@ def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: 
 def mode_works(tokenizer, mode: str, **kw) -> bool:
     """Whether ``mode`` (stepwise, as_sampled) can run the scripted episode with this template."""
     try:
-        _check_renders(tokenizer, tools=kw["tools"], observation_role=kw["observation_role"], kwargs=kw["kwargs"])
+        check_renders(tokenizer, tools=kw["tools"], observation_role=kw["observation_role"], kwargs=kw["kwargs"])
         play_mode(tokenizer, mode, tools=kw["tools"], observation_role=kw["observation_role"],
                   end_texts=kw["end_texts"], kwargs=kw["kwargs"], parser=kw.get("parser"), strict=False)
         return True
@@ -138,7 +139,7 @@ def check_mode(tokenizer, mode: str, *, tools: list[dict] | None, observation_ro
             if "rollout.multi_turn_mode: stepwise" not in str(err):
                 raise
             mode = "stepwise"
-    _require_template(tokenizer)
+    require_template(tokenizer)
     if parser is None:
         from .formats import parser_for_template
         from .parsers import TOOL_PARSERS
@@ -147,7 +148,7 @@ def check_mode(tokenizer, mode: str, *, tools: list[dict] | None, observation_ro
     else:
         strict = True
     try:
-        _check_renders(tokenizer, tools=tools, observation_role=observation_role, kwargs=template_kwargs)
+        check_renders(tokenizer, tools=tools, observation_role=observation_role, kwargs=template_kwargs)
         play_mode(tokenizer, mode, tools=tools, observation_role=observation_role, end_texts=end_texts,
                   kwargs=template_kwargs, parser=parser, strict=strict)
     except TemplateError as err:

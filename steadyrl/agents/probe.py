@@ -19,12 +19,12 @@ other modes are probed in :mod:`.modes`, which a refusal here consults to name t
 
 from __future__ import annotations
 
-import json
 import re
 
-from .chat import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, TemplateError, _closer, _first_difference,
-                   _name, _next_role_token, _require_template, _suffix, _tool_names, render)
-from .messages import assistant_message, call_id, id_style, text_message, tool_message
+from .messages import id_style
+from .templating import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, TemplateError, check_renders, find_closer,
+                         first_difference, is_harmony, kept_message, render, rendered_suffix, require_template,
+                         role_closer, scripted_turns, template_name, thinks)
 from .turns import call_form, shape_turn
 
 MODES = ("single", "stepwise", "as_sampled")
@@ -35,39 +35,6 @@ MODE_WORDS = {
                 "rendering of its history, as at inference)",
     "as_sampled": "rollout.multi_turn_mode: as_sampled (one sequence, as the policy saw it while sampling)",
 }
-
-
-def _arguments(tool: dict) -> dict:
-    """Arguments that fit ``tool``'s JSON schema (one per property: 1, "x", true, [], {})."""
-    props = tool.get("function", tool).get("parameters", {}).get("properties", {}) or {}
-    values = {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
-    return {k: values.get((v or {}).get("type"), "x") for k, v in list(props.items())[:2]}
-
-
-def _harmony(tokenizer) -> bool:
-    return "<|channel|>analysis" in (tokenizer.chat_template or "")
-
-
-def _thinks(tokenizer, prompt_tail: str) -> bool:
-    """The model writes reasoning: a thinking template whose generation prompt does not close it
-    (or a Harmony template: gpt-oss writes its analysis channel first)."""
-    return _harmony(tokenizer) or "</think>" in (tokenizer.chat_template or "") and "</think>" not in prompt_tail
-
-
-def _script(tokenizer, tools, observation_role: str, style: str) -> list[tuple[dict, list[dict]]]:
-    """Three turns: (assistant message, the messages that follow it)."""
-    if observation_role == "tool" and tools:
-        name, args = _tool_names(tools)[0], _arguments(tools[0])
-        turns = []
-        for i in range(2):
-            cid = call_id(style, name, i)
-            message = {"role": "assistant", "content": "", "tool_calls": [
-                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}
-            turns.append((message, [tool_message(name, f"{PROBE_MARKER}-{i}", cid)]))
-    else:
-        turns = [({"role": "assistant", "content": f"a{i}"},
-                  [{"role": observation_role, "content": f"{PROBE_MARKER}-{i}"}]) for i in range(2)]
-    return turns + [({"role": "assistant", "content": "The answer is 9."}, [])]
 
 
 def _with_reasoning(message: dict, i: int, harmony: bool = False, field: bool = False) -> dict:
@@ -97,11 +64,11 @@ def sampled_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, 
     template that writes no closer), with its reasoning first when it thinks (``think``), whether or
     not the template shows it."""
     if think:
-        message = _with_reasoning(message, i, _harmony(tokenizer), reads_reasoning(tokenizer, history, tools, kwargs))
+        message = _with_reasoning(message, i, is_harmony(tokenizer), reads_reasoning(tokenizer, history, tools, kwargs))
     head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
     base = render(tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
     if not base.startswith(head):
-        diff = _first_difference(head, base)
+        diff = first_difference(head, base)
         hidden = think and f"r{i}" not in base[len(head) - CONTEXT_CHARS:]
         in_prompt = diff >= len(render(tokenizer, history, tools=tools, add_generation_prompt=False,
                                        template_kwargs=kwargs))
@@ -110,14 +77,16 @@ def sampled_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, 
                 "how it renders the turn (an empty reasoning block it drops ...)" if in_prompt else
                 "renders the conversation so far differently once an assistant turn follows it")
         raise TemplateDriftError(
-            f"the chat template of {_name(tokenizer)!r} {what}: at character {diff} the prompt the model continues "
+            f"the chat template of {template_name(tokenizer)!r} {what}: at character {diff} the prompt the "
+            f"model continues "
             f"holds {head[diff:diff + CONTEXT_CHARS]!r}, the conversation with the turn "
             f"{base[diff:diff + CONTEXT_CHARS]!r}")
-    closer = _closer(base, len(head), end_texts) or _role_closer(tokenizer, history, message, new, tools, end_texts,
+    closer = find_closer(base, len(head), end_texts) or role_closer(tokenizer, history, message, new, tools, end_texts,
                                                                   kwargs)
     if closer is None:
         raise TemplateError(
-            f"the chat template of {_name(tokenizer)!r} does not close an assistant turn with any of the tokens "
+            f"the chat template of {template_name(tokenizer)!r} does not close an assistant turn with any of "
+            f"the tokens "
             f"that stop generation {end_texts} (a turn renders as {base[len(head):][-CONTEXT_CHARS:]!r}); add the "
             f"closing token's id to eos_token_id in the model's generation_config.json")
     stop, end = closer
@@ -126,51 +95,9 @@ def sampled_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, 
         text = re.sub(r"^(\s*)<think>\s*</think>\s*(?=<think>)", r"\1", text)
     if think and f"r{i}" not in text:  # the template hides it, the model still writes it
         opened = head.rstrip().endswith("<think>")
-        text = (f"<|channel|>analysis<|message|>r{i}<|end|><|start|>assistant" if _harmony(tokenizer) else
+        text = (f"<|channel|>analysis<|message|>r{i}<|end|><|start|>assistant" if is_harmony(tokenizer) else
                 f"\nr{i}\n</think>\n\n" if opened else f"<think>\nr{i}\n</think>\n\n") + text
     return text, end
-
-
-def _role_closer(tokenizer, history, message, new, tools, end_texts, kwargs):
-    """The next message's role token that ends ``message`` in a template that writes no closer (GLM),
-    looked up after the first message alone and without the turn's reasoning (a template may drop
-    reasoning once a message follows: that is found elsewhere, not here)."""
-    plain = {k: v for k, v in message.items() if k != "reasoning_content"}
-    plain["content"] = (message.get("content") or "").split("</think>")[-1].lstrip("\n")
-    base = render(tokenizer, history[:1] + [plain], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
-    full = render(tokenizer, history[:1] + [plain] + (new or [{"role": "user", "content": "ok"}]), tools=tools,
-                  add_generation_prompt=False, template_kwargs=kwargs)
-    found = _next_role_token(base, full, end_texts)
-    return None if found is None else (len(render(tokenizer, history + [message], tools=tools,
-                                                  add_generation_prompt=False, template_kwargs=kwargs))
-                                       + len(found[1]), found[1])
-
-
-def _loaded(arguments):
-    """A call's arguments as an object (OpenAI's string form read as JSON)."""
-    return json.loads(arguments) if isinstance(arguments, str) else arguments
-
-
-def _kept(message: dict, sampled: str, parser, style: str, index: int, strict: bool, template: str | None = None) -> dict:
-    """The assistant message the rollout keeps for a sampled turn: the parser's reading of the text
-    (tool use), else the text itself (an environment's episode). A parser that does not read the
-    call back is an error when it is the run's (``strict``); the template's own is only a guess, and
-    then the scripted call stands, beside the reasoning the model wrote."""
-    if parser is None:
-        return text_message(sampled, None if template is None else template)
-    parsed = parser(sampled)
-    expected = [(c["function"]["name"], _loaded(c["function"]["arguments"])) for c in message.get("tool_calls", [])]
-    if [(c.name, c.arguments) for c in parsed.calls] == expected and not parsed.errors:
-        return assistant_message(sampled, parsed, first_index=index, style=style)
-    if not strict or not sampled.split("</think>")[-1].strip():
-        # the template's own parser is a guess; and a template that renders no text for a structured
-        # call (it shows only content, as the tool demo's) teaches no format to check the run's parser on
-        reasoning = sampled.split("</think>")[0] + "</think>" if "</think>" in sampled else ""
-        return {**message, "content": reasoning} if expected else {**message, "content": sampled}
-    raise TemplateError(
-        f"the tool parser does not read back the call the chat template teaches: {sampled!r} parses "
-        f"as {[(c.name, c.arguments) for c in parsed.calls]} (errors {parsed.errors}), expected {expected}; "
-        f"set rollout.tool_parser to the template's format (tool_parser: auto picks it)")
 
 
 def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwargs=None, parser=None,
@@ -179,22 +106,22 @@ def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwarg
     the whole conversation)``. Raises ``TemplateError`` where the rollout would."""
     history = [{"role": "user", "content": "What is 2 + 3 + 4?"}]
     head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
-    think = _thinks(tokenizer, head[-CONTEXT_CHARS:])
+    think = thinks(tokenizer, head[-CONTEXT_CHARS:])
     style = id_style(tokenizer.chat_template)
     text, calls = head, 0
     before_end = text
-    for i, (message, new) in enumerate(_script(tokenizer, tools, observation_role, style)):
+    for i, (message, new) in enumerate(scripted_turns(tokenizer, tools, observation_role, style)):
         message = call_form(tokenizer, history, message, tools=tools, template_kwargs=kwargs)
         sampled, end = sampled_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
                                     think=think, i=i)
-        assistant = shape_turn(tokenizer, history, sampled, _kept(
+        assistant = shape_turn(tokenizer, history, sampled, kept_message(
             message, sampled, parser if observation_role == "tool" and tools else None, style, calls, strict,
             tokenizer.chat_template), tools=tools, template_kwargs=kwargs, end=end)
         calls += len(message.get("tool_calls") or [])
         text, before_end = text + sampled + end, text + sampled
         if new:
-            text += _suffix(tokenizer, history, assistant, new, tools, end_texts, f"a {observation_role!r} message",
-                            kwargs, end)
+            text += rendered_suffix(tokenizer, history, assistant, new, tools, end_texts,
+                                    f"a {observation_role!r} message", kwargs, end)
         history = history + [assistant] + new
     whole = render(tokenizer, history, tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
     if whole == before_end:  # a template with no closer (GLM): the last stop token is the model's alone
@@ -203,7 +130,7 @@ def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwarg
 
 
 def _diagnose(text: str, whole: str) -> str:
-    i = _first_difference(text, whole)
+    i = first_difference(text, whole)
     lo, hi = max(0, i - CONTEXT_CHARS), i + CONTEXT_CHARS
     seen, shown = text[lo:hi], whole[lo:hi]
     if "</think>" in seen and "</think>" not in shown or text.count("</think>") > whole.count("</think>"):
@@ -224,35 +151,6 @@ def _exact(tokenizer, *, tools, observation_role, end_texts, kwargs) -> str | No
     return None if whole.startswith(text) else _diagnose(text, whole)
 
 
-def _check_renders(tokenizer, *, tools, observation_role: str, kwargs) -> None:
-    """The template shows the tools (when given) and renders ``observation_role`` messages."""
-    user = [{"role": "user", "content": "What is 2 + 3?"}]
-    if tools:
-        prompt = render(tokenizer, user, tools=tools, add_generation_prompt=True, purpose="a prompt with tools",
-                        template_kwargs=kwargs)
-        hidden = [n for n in _tool_names(tools) if n not in prompt]
-        if hidden:
-            raise TemplateError(
-                f"the chat template of {_name(tokenizer)!r} ignores tools=: the rendered prompt does not "
-                f"mention tool(s) {hidden}, so the model would never see them; use a model whose template "
-                "supports tools (Qwen2.5, Qwen3, Llama-3.1, Hermes ...) or set tokenizer.chat_template")
-    if observation_role == "tool" and tools:
-        name, cid = _tool_names(tools)[0], call_id(id_style(tokenizer.chat_template), _tool_names(tools)[0], 0)
-        call = call_form(tokenizer, user, {"role": "assistant", "content": "", "tool_calls": [  # functionary-v3.2:
-            {"id": cid, "type": "function", "function": {"name": name, "arguments": _arguments(tools[0])}}]},
-            tools=tools, template_kwargs=kwargs)  # OpenAI's string form
-        turn = [call, tool_message(name, PROBE_MARKER, cid)]
-    else:
-        turn = [{"role": "assistant", "content": "Let me check."}, {"role": observation_role, "content": PROBE_MARKER}]
-    text = render(tokenizer, user + turn, tools=tools, add_generation_prompt=True,
-                  purpose=f"a {observation_role!r} message", template_kwargs=kwargs)
-    if PROBE_MARKER not in text:
-        raise TemplateError(
-            f"the chat template of {_name(tokenizer)!r} cannot render {observation_role} messages (their "
-            f"content does not appear in the rendering), so the model would never see the observations; "
-            f"use a template that renders role {observation_role!r}")
-
-
 def _alternatives(tokenizer, *, tools, observation_role, end_texts, kwargs) -> list[str]:
     """The settings under which the scripted episode is exact (to name in a refusal)."""
     found = []
@@ -271,7 +169,7 @@ def _alternatives(tokenizer, *, tools, observation_role, end_texts, kwargs) -> l
 
 def _works(tokenizer, **kw) -> bool:
     try:
-        _check_renders(tokenizer, tools=kw["tools"], observation_role=kw["observation_role"], kwargs=kw["kwargs"])
+        check_renders(tokenizer, tools=kw["tools"], observation_role=kw["observation_role"], kwargs=kw["kwargs"])
         return _exact(tokenizer, **kw) is None
     except TemplateError:
         return False
@@ -282,7 +180,7 @@ def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str
     """Probe, before training, that a multi-turn rollout with this template is exact (module
     docstring). Raises ``TemplateError``, or ``TemplateDriftError`` naming what the template does
     and the settings that would handle it."""
-    _require_template(tokenizer)
+    require_template(tokenizer)
     kwargs = template_kwargs
     strict = parser is not None
     if parser is None:  # the parser of the template's own format (what tool_parser: auto reads)
@@ -290,7 +188,7 @@ def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str
         from .parsers import TOOL_PARSERS
 
         parser = TOOL_PARSERS[parser_for_template(tokenizer.chat_template)]
-    _check_renders(tokenizer, tools=tools, observation_role=observation_role, kwargs=kwargs)
+    check_renders(tokenizer, tools=tools, observation_role=observation_role, kwargs=kwargs)
     try:
         text, whole = play(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
                            kwargs=kwargs, parser=parser, strict=strict)
@@ -304,10 +202,11 @@ def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str
     from .modes import mode_works
 
     modes = [MODE_WORDS[m] for m in ("stepwise", "as_sampled") if mode_works(
-        tokenizer, m, tools=tools, observation_role=observation_role, end_texts=end_texts, kwargs=kwargs, parser=parser)]
+        tokenizer, m, tools=tools, observation_role=observation_role, end_texts=end_texts, kwargs=kwargs,
+        parser=parser)]
     fix = "; ".join(fixes + modes) or "none found (no multi-turn mode renders this conversation)"
     raise TemplateDriftError(
-        f"the chat template of {_name(tokenizer)!r}, with observations of role {observation_role!r}"
+        f"the chat template of {template_name(tokenizer)!r}, with observations of role {observation_role!r}"
         f"{' and tools' if tools else ''}{f' and {kwargs}' if kwargs else ''}, cannot be trained token in / "
         f"token out: {problem}. What would handle it: {fix}")
 

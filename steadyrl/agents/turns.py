@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 
-from .chat import HISTORY_CLOSERS, TemplateError, render
+from .templating import HISTORY_CLOSERS, TemplateError, render
 
 __all__ = ["shape_turn", "turn_renders", "call_form", "string_arguments"]
 

@@ -93,7 +93,7 @@ def demo_model(config: Config, output_dir: Path, train: list[dict]) -> str:
     return str(warm)
 
 
-def transcript_printer(config: Config, eval_prompts: list, tokenizer, agent, device):
+def transcript_printer(config: Config, eval_prompts: list, tokenizer, driver, device):
     """``show(engine, when)``: prints the tool demo's greedy episode on its first held-out prompt
     (``when``: before / after RL); does nothing for other tasks."""
     if not (config.demo.task == "tool" and eval_prompts):
@@ -112,7 +112,7 @@ def transcript_printer(config: Config, eval_prompts: list, tokenizer, agent, dev
 
         prompt = eval_prompts[0]
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            gen = rollout(engine, tokenizer, agent, [prompt], 1, config.rollout, do_sample=False)
+            gen = rollout(engine, tokenizer, driver, [prompt], 1, config.rollout, do_sample=False)  # the run's
         episode = gen.episodes[0]
         turns = list(episode.messages) or [{"role": "assistant", "content": gen.completions[0]}]
         text = format_transcript(prompt.messages or prompt.text, turns)
@@ -144,15 +144,13 @@ class DemoTask:
     def check_model(self, config: Config, inputs) -> None:
         _refuse_a_model(config)  # the model is built by :meth:`model`, in the run directory
 
-    def model(self, config: Config, output_dir: Path, inputs) -> str:
+    def model(self, config: Config, output_dir: Path, inputs):
         from .prompts import tokenize_prompts
 
-        inputs.model_path = demo_model(config, output_dir, inputs.train_records)
-        tokenize_prompts(config, inputs)
-        return inputs.model_path
+        return tokenize_prompts(config, demo_model(config, output_dir, inputs.train_records), inputs)
 
     def show(self, config: Config, run):
-        return transcript_printer(config, run.task.eval_prompts, run.models.tokenizer, run.task.agent, run.device)
+        return transcript_printer(config, run.task.eval_prompts, run.models.tokenizer, run.task.driver, run.device)
 
     def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
         if not of_run_dir and not config.data.eval_path:

@@ -1,9 +1,9 @@
 """A run's prompts: rendered (chat template, tools' schemas) and tokenized, checked against the model.
 
 * :func:`prompt_options` — how prompts are rendered (a multi-turn episode is a conversation);
-* :func:`tokenize_prompts` — the training and held-out prompts of :class:`~.setup.Inputs`, by
-  source with ``data.train_sources`` / ``eval_sources``, with the run's agent built first (its
-  tools go into the template);
+* :func:`tokenize_prompts` — the model's :class:`Prompts`: its tokenizer, the run's agent (built
+  first: its tools go into the template) and the training and held-out prompts of the checked
+  records, by source with ``data.train_sources`` / ``eval_sources``; returned, nothing filled in;
 * :func:`check_context_length` — the longest prompt plus its response budget fits the model;
 * :func:`named_template_errors` — a chat template's failure names the config key behind it.
 """
@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from .agent import build_agent
 from ..config.schema import Config
@@ -56,30 +57,53 @@ def named_template_errors(config: Config):
         raise type(err)(f"{key}: {err}") from None
 
 
-def tokenize_prompts(config: Config, inputs) -> None:
-    """The tokenizer, the agent and the prompts of ``inputs`` (:class:`~.setup.Inputs`), filled in."""
-    inputs.tokenizer = build_tokenizer(config, inputs.model_path)
+@dataclass
+class Prompts:
+    """What a task's model hooks return (:class:`~.task.Task`): the model to load, its tokenizer, the
+    run's agent (built with the tokenizer; its owner shuts it down) and the prompts tokenized with
+    it (``train_parts``: per source with ``data.train_sources``; ``eval_sets`` with
+    ``data.eval_sources``; ``dropped``: training prompts too long to keep)."""
+
+    model_path: str
+    tokenizer: object
+    agent: object | None
+    train_prompts: list[PromptItem]
+    eval_prompts: list[PromptItem]
+    dropped: int = 0
+    train_parts: list | None = None
+    eval_sets: dict[str, list[PromptItem]] | None = None
+
+
+def tokenize_prompts(config: Config, model_path: str, inputs) -> Prompts:
+    """The :class:`Prompts` of the model at ``model_path`` for the checked records of ``inputs``
+    (:class:`~.setup.Inputs`, only read). The agent is built first; a failure after it shuts it down."""
+    tokenizer = build_tokenizer(config, model_path)
     with named_template_errors(config):
-        _render_prompts(config, inputs)
+        agent = build_agent(config, tokenizer)
+        try:
+            return _render_prompts(config, model_path, tokenizer, agent, inputs)
+        except BaseException:
+            if agent is not None:
+                agent.shutdown()
+            raise
 
 
-def _render_prompts(config: Config, inputs) -> None:
-    inputs.agent = build_agent(config, inputs.tokenizer)
-    options = prompt_options(config, inputs.agent)
+def _render_prompts(config: Config, model_path: str, tokenizer, agent, inputs) -> Prompts:
+    options = prompt_options(config, agent)
+    train_parts, eval_sets = None, None
     if inputs.train_parts is None:
-        inputs.train_prompts, inputs.dropped = prepare_prompts(inputs.train_records, inputs.tokenizer,
-                                                               source="data.train_path", **options)
+        train, dropped = prepare_prompts(inputs.train_records, tokenizer, source="data.train_path", **options)
     else:  # each source on its own: the mixture samples from each source's prompts
-        inputs.train_parts, inputs.dropped = tokenize_parts(inputs.train_parts, "data.train_sources",
-                                                            inputs.tokenizer, options)
-        inputs.train_prompts = [item for part in inputs.train_parts for item in part.records]
+        train_parts, dropped = tokenize_parts(inputs.train_parts, "data.train_sources", tokenizer, options)
+        train = [item for part in train_parts for item in part.records]
     if inputs.eval_parts is None:
-        inputs.eval_prompts, _ = prepare_prompts(inputs.eval_records, inputs.tokenizer,
-                                                 source="data.eval_path", **options)
+        evals, _ = prepare_prompts(inputs.eval_records, tokenizer, source="data.eval_path", **options)
     else:
-        parts, _ = tokenize_parts(inputs.eval_parts, "data.eval_sources", inputs.tokenizer, options)
-        inputs.eval_sets = {p.name: p.records for p in parts}
-        inputs.eval_prompts = [item for p in parts for item in p.records]
+        parts, _ = tokenize_parts(inputs.eval_parts, "data.eval_sources", tokenizer, options)
+        eval_sets = {p.name: p.records for p in parts}
+        evals = [item for p in parts for item in p.records]
+    return Prompts(model_path=model_path, tokenizer=tokenizer, agent=agent, train_prompts=train, eval_prompts=evals,
+                   dropped=dropped, train_parts=train_parts, eval_sets=eval_sets)
 
 
 def check_context_length(config: Config, model_path: str, train_prompts: list[PromptItem],

@@ -17,7 +17,6 @@ import random
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -37,20 +36,14 @@ from ..models import (
 )
 from .agent import build_agent
 from ..trainer.packing import check_padding_free
-from ..data.prompts import PromptItem, prepare_prompts
+from ..data.prompts import prepare_prompts
 from ..rewards.scorer import Scorer
 from .sources import Part, make_sampler, tokenize_parts
-from .prompts import build_tokenizer, check_context_length, named_template_errors, prompt_options
+from .prompts import Prompts, build_tokenizer, check_context_length, named_template_errors, prompt_options
 from ..config.compat import check_parallel
 from .task import NOTHING_TO_EVALUATE, DataTask, Task, task_inputs, task_of
 from ..trainer.parts import Run, RunModels, RunOptim, RunState, RunTask  # noqa: F401 - re-exported
 from .teacher import check_teacher_tokenizer, load_teacher, teacher_device
-
-if TYPE_CHECKING:
-    from ..agents.protocol import Agent
-    from ..rollout.base import Tokenizer
-
-
 
 
 def seed_everything(seed: int) -> None:
@@ -164,15 +157,12 @@ class Inputs:
     eval_records: list[dict]
     scorer: Scorer
     task: Task = field(default_factory=DataTask)  # the user's, or the demo's (build/task.py task_of)
-    model_path: str | None = None  # None until the task's model is known (the demo's: built in the run directory)
-    tokenizer: Tokenizer | None = None
-    train_prompts: list[PromptItem] | None = None
-    eval_prompts: list[PromptItem] | None = None
-    dropped: int = 0
-    agent: Agent | None = None
-    train_parts: list[Part] | None = None  # data.train_sources, tokenized by _tokenize_prompts
+    train_parts: list[Part] | None = None  # data.train_sources, records
     eval_parts: list[Part] | None = None  # data.eval_sources, records
-    eval_sets: dict[str, list[PromptItem]] | None = None  # data.eval_sources
+    # what the task's check_model returned: the model, its tokenizer, the agent, the prompts
+    # tokenized with it; None until the task's model is known (the demo's: built in the run directory)
+    prompts: Prompts | None = None
+    resources: ExitStack | None = None  # what owns the scorer's and the agent's workers
 
 
 def check_inputs(config: Config, resources: ExitStack) -> Inputs:
@@ -199,12 +189,19 @@ def check_inputs(config: Config, resources: ExitStack) -> Inputs:
     train_records, eval_records, scorer, (train_parts, eval_parts) = task_inputs(config)
     resources.callback(scorer.close)
     inputs = Inputs(device=device, train_records=train_records, eval_records=eval_records, scorer=scorer,
-                    train_parts=train_parts, eval_parts=eval_parts, task=task_of(config))
-    resources.callback(lambda: inputs.agent is not None and inputs.agent.shutdown())  # built with the prompts
-    inputs.task.check_model(config, inputs)  # a user's model and prompts; the demo's model is built later
+                    train_parts=train_parts, eval_parts=eval_parts, task=task_of(config), resources=resources)
+    inputs.prompts = _owned(inputs.task.check_model(config, inputs), resources)  # the demo's: None, built later
     teacher_device(config, device)  # teacher.device names a device that exists
-    check_teacher_tokenizer(config, inputs.tokenizer, inputs.model_path)  # the demo's: once it is built
+    if inputs.prompts is not None:  # a user's model: its vocabulary against the teacher's, before any weights load
+        check_teacher_tokenizer(config, inputs.prompts.tokenizer, inputs.prompts.model_path)
     return inputs
+
+
+def _owned(prompts: Prompts | None, resources: ExitStack) -> Prompts | None:
+    """``prompts``, its agent's workers now owned by ``resources`` (shut down when it closes)."""
+    if prompts is not None and prompts.agent is not None:
+        resources.callback(prompts.agent.shutdown)
+    return prompts
 
 
 def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) -> Run:
@@ -215,13 +212,16 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     trainer = config.trainer
     seed_everything(trainer.seed)
     device, scorer = inputs.device, inputs.scorer
-    tokenizer_checked = inputs.tokenizer is not None  # a user's: compared with the teacher's in check_inputs
-    model_path = inputs.task.model(config, output_dir, inputs)  # the demo's: built in output_dir/warmstart
-    if not tokenizer_checked:
-        check_teacher_tokenizer(config, inputs.tokenizer, model_path)
+    tokenizer_checked = inputs.prompts is not None  # a user's: compared with the teacher's in check_inputs
+    prompts = inputs.task.model(config, output_dir, inputs)  # the demo's: built in output_dir/warmstart
+    if prompts is not inputs.prompts:
+        _owned(prompts, inputs.resources)
+    model_path = prompts.model_path
+    if not tokenizer_checked:  # the demo's: once it is built
+        check_teacher_tokenizer(config, prompts.tokenizer, model_path)
     policy, reference, critic, adapter_ref = build_models(config, model_path, device)
     train_policy, train_critic, reference, generator = parallelize(config, policy, reference, critic, device)
-    train_prompts = inputs.train_prompts
+    train_prompts = prompts.train_prompts
     update = config.model.bf16_update
     optimizer = build_optimizer(policy.parameters(), config.optim, config.optim.lr, update)
     critic_optimizer = (build_optimizer(critic.parameters(), config.optim, config.optim.critic_lr, update)
@@ -231,20 +231,20 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     algo = config.algorithm
     kl = (AdaptiveKLController(algo.kl_coef, algo.kl_target, algo.kl_horizon) if algo.kl_target
           else FixedKLController(algo.kl_coef))
-    sampler = make_sampler(config, train_prompts, inputs.train_parts)
-    models = RunModels(tokenizer=inputs.tokenizer, policy=policy, reference=reference, critic=critic,
+    sampler = make_sampler(config, train_prompts, prompts.train_parts)
+    models = RunModels(tokenizer=prompts.tokenizer, policy=policy, reference=reference, critic=critic,
                        train_policy=train_policy, train_critic=train_critic, generator=generator,
                        uses_adapter_reference=adapter_ref, teacher=load_teacher(config, device))
-    task = RunTask(scorer=scorer, train_prompts=train_prompts, eval_prompts=inputs.eval_prompts, sampler=sampler,
-                   agent=inputs.agent, eval_sets=inputs.eval_sets)
+    task = RunTask(scorer=scorer, train_prompts=train_prompts, eval_prompts=prompts.eval_prompts, sampler=sampler,
+                   agent=prompts.agent, eval_sets=prompts.eval_sets)
     optim = RunOptim(optimizer=optimizer, critic_optimizer=critic_optimizer, scheduler=scheduler,
                      kl_controller=kl, running=RunningMoments())
     run = Run(config=config, output_dir=output_dir, device=device, models=models, task=task, optim=optim,
               total_steps=total)
     task.show = inputs.task.show(config, run)
-    run.state.dropped_prompts = inputs.dropped
-    if inputs.dropped and dist.is_main():
-        print(f"data: dropped {inputs.dropped} of {len(inputs.train_records)} training prompts longer than "
+    run.state.dropped_prompts = prompts.dropped
+    if prompts.dropped and dist.is_main():
+        print(f"data: dropped {prompts.dropped} of {len(inputs.train_records)} training prompts longer than "
               f"data.max_prompt_tokens = {config.data.max_prompt_tokens} tokens", flush=True)
     if dist.world_size() > 1:  # the ranks sample different responses (resume restores each rank's RNG)
         seed_everything(trainer.seed + dist.rank())

@@ -8,10 +8,13 @@ locally); :func:`task_of` is the one place that chooses (no data in the config: 
 build step calls the same hooks, in the same order, whichever it is:
 
 1. ``records`` (records and default rewards) -> ``check_model`` (before the run directory is
-   touched: the user's model paths and prompts checked against it);
-2. ``model`` (after it: the path to load, built there by the demo) -> ``show`` (what the task
-   prints before and after RL); ``check_eval`` for ``steadyrl eval``; ``resume_keys`` for
-   ``--resume``.
+   touched: the user's model paths and prompts checked against it, returned as
+   :class:`~.prompts.Prompts`; the demo's: None, its model is not built yet);
+2. ``model`` (after it: the model's :class:`~.prompts.Prompts`, the demo's built there) -> ``show``
+   (what the task prints before and after RL); ``check_eval`` for ``steadyrl eval``;
+   ``resume_keys`` for ``--resume``.
+
+The hooks return what they make; none fills in the object it is given.
 
 ``task_inputs`` is the one entry for records and rewards: :mod:`.setup` calls it for training
 (``check_inputs``) and for ``steadyrl eval`` (``build_eval``). Its checks, :func:`check_task`, import
@@ -35,6 +38,7 @@ NOTHING_TO_EVALUATE = "nothing to evaluate: set data.eval_path to a file of held
 
 if TYPE_CHECKING:
     from ..rollout.base import Engine
+    from .prompts import Prompts
     from .setup import Inputs, Run
 
 __all__ = ["Task", "DataTask", "task_of", "task_inputs", "check_task", "build_rewards", "check_reward_columns"]
@@ -51,11 +55,13 @@ class Task(Protocol):
         """``(train, evals, train_parts, eval_parts, default rewards)``; ``quiet``: no console notes.
         Default rewards are built only when the config names none and has no environment."""
 
-    def check_model(self, config: Config, inputs: Inputs) -> None:
-        """Before the run directory is touched: the model's source and the prompts against it."""
+    def check_model(self, config: Config, inputs: Inputs) -> Prompts | None:
+        """Before the run directory is touched: the model's source and the prompts against it
+        (None: the task's model is built later, by :meth:`model`)."""
 
-    def model(self, config: Config, output_dir: Path, inputs: Inputs) -> str:
-        """After: the path of the model to load (``inputs`` tokenized with its tokenizer)."""
+    def model(self, config: Config, output_dir: Path, inputs: Inputs) -> Prompts:
+        """After: the model to load and the prompts tokenized with its tokenizer (``inputs.prompts``:
+        what :meth:`check_model` returned)."""
 
     def show(self, config: Config, run: Run) -> Callable[[Engine, str], None]:
         """``show(engine, when)``: what the task prints before and after RL."""
@@ -85,18 +91,24 @@ class DataTask:
             default = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
         return train, evals, train_parts, eval_parts, default
 
-    def check_model(self, config: Config, inputs: Inputs) -> None:
+    def check_model(self, config: Config, inputs: Inputs) -> Prompts:
         from ..gguf_model import model_source
         from ..model_files import check_model_paths
         from .prompts import check_context_length, tokenize_prompts
 
-        inputs.model_path = model_source(config)  # model.gguf_file: its converted, cached copy
-        check_model_paths(config, inputs.model_path)
-        tokenize_prompts(config, inputs)
-        check_context_length(config, inputs.model_path, inputs.train_prompts, inputs.eval_prompts)
+        model_path = model_source(config)  # model.gguf_file: its converted, cached copy
+        check_model_paths(config, model_path)
+        prompts = tokenize_prompts(config, model_path, inputs)
+        try:
+            check_context_length(config, model_path, prompts.train_prompts, prompts.eval_prompts)
+        except BaseException:
+            if prompts.agent is not None:
+                prompts.agent.shutdown()
+            raise
+        return prompts
 
-    def model(self, config: Config, output_dir: Path, inputs: Inputs) -> str:
-        return inputs.model_path
+    def model(self, config: Config, output_dir: Path, inputs: Inputs) -> Prompts:
+        return inputs.prompts
 
     def show(self, config: Config, run: Run) -> Callable[[Engine, str], None]:
         return show_nothing

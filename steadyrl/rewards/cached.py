@@ -28,6 +28,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
+from ..metrics import Count
 
 __all__ = ["CachedReward"]
 
@@ -112,7 +113,7 @@ class CachedReward:
     def metrics(self) -> dict[str, float]:
         """``time_s``, ``cache_hit_rate`` and ``failures/<reason>`` since the last call (then reset)."""
         with self._counts_lock:
-            out = {f"failures/{reason}": float(n) for reason, n in sorted(self._failures.items())}
+            out = {f"failures/{reason}": Count(n) for reason, n in sorted(self._failures.items())}
             if self._lookups:
                 out["cache_hit_rate"] = self._hits / self._lookups
                 out["time_s"] = self._seconds

@@ -36,6 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ConfigError
+from ..metrics import Count
 from ..sandbox import cgroups
 from ..sandbox.programs import probe_isolation, run_program
 from ..sandbox.view import bwrap_path
@@ -123,7 +124,7 @@ class CodeReward:
     def metrics(self) -> dict[str, float]:
         """Failures by reason, time, tests run, mean pass rate and the isolation in effect since the last call."""
         with self._counts_lock:
-            out = {f"failures/{why}": float(n) for why, n in sorted(self._failures.items())}
+            out = {f"failures/{why}": Count(n) for why, n in sorted(self._failures.items())}
             if self._rates:
                 out.update(time_s=self._seconds, tests=float(self._tests),
                            pass_rate=sum(self._rates) / len(self._rates))

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import ConfigError
+from ..metrics import Count
 from ..sandbox import Limits, Rebuild, Sandbox, SandboxUnavailable, output_note
 
 __all__ = ["Isolation", "ISOLATIONS", "Outcome", "call_reward", "default_isolation", "make_runner",
@@ -78,6 +79,7 @@ class Outcome:
     elapsed_s: float
     failed: list | None = None
     metrics: dict | None = None  # process isolation: what the worker's copy of the function's metrics() said
+    metric_counts: list | None = None  # ... and which of its keys it reported as counts (unchecked: a worker's word)
 
     def per_sample(self, size: int) -> tuple[list, list]:
         """``(scores, failed)``, each of length ``size``."""
@@ -268,7 +270,9 @@ def _serve_batch(fn, request):
     report = getattr(getattr(fn, "fn", fn), "metrics", None)  # the worker's object is the one that scored
     if callable(report):
         try:
-            yield {"metrics": {str(k)[:100]: float(v) for k, v in list(report().items())[:64]}}
+            values = list(report().items())[:64]
+            yield {"metrics": {str(k)[:100]: float(v) for k, v in values},
+                   "counts": [str(k)[:100] for k, v in values if isinstance(v, Count)]}  # declared by the reporter
         except Exception:  # noqa: BLE001 - a metrics report never fails a batch
             pass
 
@@ -339,10 +343,11 @@ class _ProcessCall:
         if reply.status == "error":  # the sandbox's own target failed, not the user's function
             error = f"the worker failed: {reply.error}"
         parts = [p for p in reply.parts if not (isinstance(p, dict) and "metrics" in p)]
-        reported = [p["metrics"] for p in reply.parts if isinstance(p, dict) and "metrics" in p]
+        reported = [p for p in reply.parts if isinstance(p, dict) and "metrics" in p]
         outcome = collect(parts, self.size, self.runner.chunk_size, end, error, reply.elapsed_s)
-        if reported and isinstance(reported[-1], dict):
-            outcome = dataclasses.replace(outcome, metrics=reported[-1])
+        if reported and isinstance(reported[-1]["metrics"], dict):
+            outcome = dataclasses.replace(outcome, metrics=reported[-1]["metrics"],
+                                          metric_counts=reported[-1].get("counts"))
         if outcome.error is not None and reply.status in ("ok", "error") and reply.output:
             error = outcome.error + output_note(reply.output, reply.output_bytes)
             outcome = dataclasses.replace(outcome, error=error)

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import ConfigError
+from ..metrics import Count
 from ..secrets import redact_text
 from .calling import PlannedReward, call_error, chat_shape_hint, describe_call
 from .loader import load_reward, reward_name
@@ -158,6 +159,9 @@ class ScoreResult:
     elapsed_s: dict[str, float] = field(default_factory=dict)
     # "reward/<name>/<metric>" -> value: what reward objects with a metrics() method reported
     metrics: dict[str, float] = field(default_factory=dict)
+    # the keys of ``metrics`` that are counts (reported as steadyrl.metrics.Count): summed over
+    # processes and draws; the others are averaged (trainer/global_batch.merge_results)
+    metric_counts: set[str] = field(default_factory=set)
     # name -> "fn(prompts, completions, solution=...): missing a required argument: 'solution'":
     # functions whose signature could not take the call (the whole batch failed with it)
     call_errors: dict[str, str] = field(default_factory=dict)
@@ -220,7 +224,8 @@ class ScoreResult:
                            scores=self.scores[index], valid=self.valid[index], failures=failures,
                            errors=dict(self.errors), elapsed_s=dict(self.elapsed_s),
                            domains=None if self.domains is None else [self.domains[i] for i in rows],
-                           routes=dict(self.routes), metrics=dict(self.metrics), call_errors=dict(self.call_errors),
+                           routes=dict(self.routes), metrics=dict(self.metrics), metric_counts=set(self.metric_counts),
+                           call_errors=dict(self.call_errors),
                            declined={k: [v[i] for i in rows] for k, v in self.declined.items()})
 
 
@@ -412,31 +417,36 @@ class RewardScorer:
                 hint = chat_shape_hint(self._planned[i].plan, result.errors.get(spec.name) or "")
                 if hint:
                     result.errors[spec.name] = f"{result.errors[spec.name].rstrip()}\n{hint}\n"
-        result.metrics = self._reported_metrics(outcomes)
+        result.metrics, result.metric_counts = self._reported_metrics(outcomes)
         # a binding error counts only if the call failed too (a decorator may accept what its
         # wrapped signature does not)
         result.call_errors = {self.specs[i].name: text for i, text in refused.items()
                               if outcomes[i].status == "exception"}
         return result
 
-    def _reported_metrics(self, outcomes: list) -> dict[str, float]:
+    def _reported_metrics(self, outcomes: list) -> tuple[dict[str, float], set[str]]:
         """``reward/<name>/<key>`` from each function's optional ``metrics()`` method: the trainer's
         own object, or under ``process`` isolation what the worker's copy (the one that scored)
-        reported with the batch - checked, since the worker runs untrusted code."""
+        reported with the batch - checked, since the worker runs untrusted code. Also the keys
+        reported as a :class:`~steadyrl.metrics.Count` (declared by the reporter: summed, not averaged)."""
         out: dict[str, float] = {}
+        counts: set[str] = set()
         for spec, isolation, outcome in zip(self.specs, self.isolations, outcomes):
             if isolation == "process":
-                out.update(_worker_metrics(spec.name, outcome.metrics))
+                values, counted = _worker_metrics(spec.name, outcome.metrics, outcome.metric_counts)
+                out.update(values)
+                counts.update(counted)
                 continue
             report = getattr(spec.fn, "metrics", None)
             if not callable(report):
                 continue
             try:
-                values = report()
-                out.update({f"reward/{spec.name}/{k}": float(v) for k, v in values.items()})
+                values = {f"reward/{spec.name}/{k}": v for k, v in report().items()}
+                out.update({k: float(v) for k, v in values.items()})
+                counts.update(k for k, v in values.items() if isinstance(v, Count))
             except Exception:  # noqa: BLE001 - a metrics report never fails a step
                 continue
-        return out
+        return out, counts
 
     def close(self) -> None:
         """Stop the worker processes (idle ones exit at once)."""
@@ -453,17 +463,21 @@ class RewardScorer:
 MAX_WORKER_METRICS = 64
 
 
-def _worker_metrics(name: str, reported) -> dict[str, float]:
+def _worker_metrics(name: str, reported, counted=None) -> tuple[dict[str, float], set[str]]:
     """A worker's ``{key: number}`` report as ``reward/<name>/<key>``: at most 64 finite numbers
-    under short keys of word characters and ``/``; anything else is dropped."""
+    under short keys of word characters and ``/``; anything else is dropped. ``counted``: the keys
+    the worker said were counts (a list of strings; anything else ignored)."""
     if not isinstance(reported, dict):
-        return {}
-    out = {}
+        return {}, set()
+    counted = set(k for k in counted if isinstance(k, str)) if isinstance(counted, list) else set()
+    out, counts = {}, set()
     for key, value in list(reported.items())[:MAX_WORKER_METRICS]:
         if isinstance(key, str) and 0 < len(key) <= 64 and all(c.isalnum() or c in "_/" for c in key) \
                 and _is_number(value) and math.isfinite(value):
             out[f"reward/{name}/{key}"] = float(value)
-    return out
+            if key in counted:
+                counts.add(f"reward/{name}/{key}")
+    return out, counts
 
 
 def _batch_for(plan, prompts, completions, columns, completion_ids, chat_prompts,

@@ -1,7 +1,11 @@
 """The episodes of a step or an evaluation, from the run's rollout config.
 
-* :func:`rollout` runs them through :func:`steadyrl.rollout.episodes.run_episodes` — one turn when
-  there is no agent — with the turn limits of ``rollout.*`` (:func:`turn_limits`);
+* :func:`episode_driver` chooses, once, when the run's task is built, what runs a step's episodes:
+  :class:`TurnDriver` (:func:`steadyrl.rollout.episodes.run_episodes`, which generates each turn
+  and hands it to the agent; one turn when there is no agent), or an agent that declares it drives
+  episodes itself (``drives_episodes``: the gateway's ``rollout.agent``);
+* :func:`rollout` runs them through that driver with the turn limits of ``rollout.*``
+  (:func:`turn_limits`);
 * environment instances are seeded from ``trainer.seed``, the step and the sample's global index
   (:func:`episode_seeds`), so a resumed run replays the same episodes.
 """
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Protocol
 
 from .episodes import TurnLimits, run_episodes
 
@@ -44,12 +49,37 @@ def episode_seeds(seed: int, step: int, first_row: int, rows: int) -> list[int]:
     return [one(first_row + i) for i in range(rows)]
 
 
-def rollout(engine, tokenizer, agent, prompts: list, n: int, rollout_config, *, seeds: list[int] | None = None,
-            max_new_tokens: int | None = None, **sampling):
-    """The episodes of ``prompts`` (``n`` each) as one :class:`~steadyrl.rollout.base.Generation`;
-    a ``rollout.agent`` runs them itself, through the gateway (:mod:`steadyrl.gateway`)."""
+class EpisodeDriver(Protocol):
+    """Runs ``n`` episodes of each of ``prompts`` -> one :class:`~steadyrl.rollout.base.Generation`."""
+
+    def __call__(self, engine, tokenizer, prompts: list, n: int, limits: TurnLimits, *,
+                 seeds: list[int] | None = None, **sampling): ...
+
+
+@dataclass(frozen=True)
+class TurnDriver:
+    """The episode driver of an agent that answers turns (or of no agent: one turn each):
+    :func:`~steadyrl.rollout.episodes.run_episodes` generates each turn and hands it to ``agent``."""
+
+    agent: object | None = None
+
+    def __call__(self, engine, tokenizer, prompts: list, n: int, limits: TurnLimits, *,
+                 seeds: list[int] | None = None, **sampling):
+        return run_episodes(engine, tokenizer, prompts, n, agent=self.agent, limits=limits, seeds=seeds, **sampling)
+
+
+def episode_driver(agent) -> EpisodeDriver:
+    """What runs the episodes of ``agent`` (None: one turn, no agent), chosen once when the run's
+    task is built from the capability the agent declares (``drives_episodes``): the agent's own
+    ``rollout`` (the gateway's ``rollout.agent``), else a :class:`TurnDriver`."""
     if agent is not None and agent.drives_episodes:
-        return agent.rollout(engine, tokenizer, prompts, n, turn_limits(rollout_config, max_new_tokens), seeds=seeds,
-                             **sampling)
-    return run_episodes(engine, tokenizer, prompts, n, agent=agent,
-                        limits=turn_limits(rollout_config, max_new_tokens), seeds=seeds, **sampling)
+        return agent.rollout
+    return TurnDriver(agent)
+
+
+def rollout(engine, tokenizer, driver: EpisodeDriver, prompts: list, n: int, rollout_config, *,
+            seeds: list[int] | None = None, max_new_tokens: int | None = None, **sampling):
+    """The episodes of ``prompts`` (``n`` each) as one :class:`~steadyrl.rollout.base.Generation`,
+    run by ``driver`` (:func:`episode_driver`) with the turn limits of ``rollout_config``."""
+    return driver(engine, tokenizer, prompts, n, turn_limits(rollout_config, max_new_tokens), seeds=seeds,
+                  **sampling)

@@ -34,7 +34,7 @@ from .. import distributed as dist
 from ..printable import printable
 from ..progress import progress
 from ..rewards.scorer import AGENT_REWARD, ENVIRONMENT_REWARD, score_episodes
-from ..rollout.driver import episode_seeds, rollout
+from ..rollout.driver import episode_driver, episode_seeds, rollout
 from ..secrets import redact_text
 
 __all__ = ["evaluate", "evaluate_sets", "pass_at_k"]
@@ -99,37 +99,42 @@ def _summary(tally: dict, n: int) -> dict:
 
 
 @torch.no_grad()
-def run_eval(config, engine, scorer, prompts: list | dict, device: torch.device, agent=None) -> dict:
+def run_eval(config, engine, scorer, prompts: list | dict, device: torch.device, agent=None, *,
+             driver=None) -> dict:
     """Evaluate on held-out ``prompts`` with an RNG of its own (training's RNG is untouched, so a
     resumed run reproduces an uninterrupted one); a dict of named sets (``data.eval_sources``) is
-    evaluated set by set and overall."""
+    evaluated set by set and overall. ``driver``: the run's episode driver (``RunTask.driver``);
+    without it, the one ``agent`` declares (:func:`~steadyrl.rollout.driver.episode_driver`)."""
     if not prompts:
         return {}
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(config.trainer.seed + 1)
         if isinstance(prompts, dict):
-            return evaluate_sets(engine, scorer, prompts, config.eval, config.rollout, agent)
-        return evaluate(engine, scorer, prompts, config.eval, config.rollout, agent)
+            return evaluate_sets(engine, scorer, prompts, config.eval, config.rollout, agent, driver=driver)
+        return evaluate(engine, scorer, prompts, config.eval, config.rollout, agent, driver=driver)
 
 
-def evaluate(engine, scorer, prompts: list, eval_config, rollout_config, agent=None) -> dict:
+def evaluate(engine, scorer, prompts: list, eval_config, rollout_config, agent=None, *, driver=None) -> dict:
     """Evaluate the engine's model on ``prompts`` (:class:`~steadyrl.data.prompts.PromptItem`):
     whole episodes when there is an ``agent`` (tools or an environment), greedy and sampled."""
     if not prompts:
         return {}
-    return _summary(_tally(engine, scorer, prompts, eval_config, rollout_config, agent), eval_config.num_samples)
+    driver = driver or episode_driver(agent)
+    return _summary(_tally(engine, scorer, prompts, eval_config, rollout_config, driver), eval_config.num_samples)
 
 
 @torch.no_grad()
-def evaluate_sets(engine, scorer, sets: dict[str, list], eval_config, rollout_config, agent=None) -> dict:
+def evaluate_sets(engine, scorer, sets: dict[str, list], eval_config, rollout_config, agent=None, *,
+                  driver=None) -> dict:
     """Each named held-out set evaluated on its own (``<set>/<metric>``), and all of them together
     (the plain metric names: counted over every prompt of every set, not averaged over sets)."""
     out, tallies = {}, []
+    driver = driver or episode_driver(agent)
     for name, prompts in sets.items():
         if not prompts:
             continue
-        tally = _tally(engine, scorer, prompts, eval_config, rollout_config, agent)
+        tally = _tally(engine, scorer, prompts, eval_config, rollout_config, driver)
         tallies.append(tally)
         out.update({f"{name}/{k}": v for k, v in _summary(tally, eval_config.num_samples).items()})
     if not tallies:
@@ -139,7 +144,7 @@ def evaluate_sets(engine, scorer, sets: dict[str, list], eval_config, rollout_co
     return {**_summary(whole, eval_config.num_samples), **out}
 
 
-def _tally(engine, scorer, prompts: list, eval_config, rollout_config, agent) -> dict:
+def _tally(engine, scorer, prompts: list, eval_config, rollout_config, driver) -> dict:
     """Per prompt: greedy correctness (None: not applicable) and correct samples of ``num_samples``."""
     max_new = eval_config.max_new_tokens or rollout_config.max_new_tokens
     environment = rollout_config.environment is not None
@@ -150,7 +155,7 @@ def _tally(engine, scorer, prompts: list, eval_config, rollout_config, agent) ->
         raise ValueError(f"eval.accuracy_reward {name!r} is not one of the rewards {names}")
 
     def episodes(chunk, first: int, n: int, **sampling):
-        gen = rollout(engine, engine.tokenizer, agent, chunk, n, rollout_config, max_new_tokens=max_new,
+        gen = rollout(engine, engine.tokenizer, driver, chunk, n, rollout_config, max_new_tokens=max_new,
                       seeds=episode_seeds(0, -1, first * n, len(chunk) * n), **sampling)
         return score_episodes(scorer, [p for p in chunk for _ in range(n)], gen, environment=environment)
 

@@ -60,7 +60,7 @@ def draw_batch(run, engine, step: int, index: int) -> Draw:
     first_row = (index * dist.world_size() + dist.rank()) * rows  # the sample's global index
     seeds = episode_seeds(run.config.trainer.seed, step, first_row, rows)  # environments replay on resume
     t0 = time.perf_counter()
-    gen = rollout(engine, run.models.tokenizer, run.task.agent, prompts, ro.group_size, ro, seeds=seeds,
+    gen = rollout(engine, run.models.tokenizer, run.task.driver, prompts, ro.group_size, ro, seeds=seeds,
                   temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k)
     t1 = time.perf_counter()
     samples = [p for p in prompts for _ in range(ro.group_size)]

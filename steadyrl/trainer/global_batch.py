@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import distributed as dist
+from ..metrics import Metrics
 from ..rewards.scoring import ScoreResult
 from ..rollout.episodes import turn_reward_tensor
 
@@ -84,6 +85,7 @@ def merge_results(results: list[ScoreResult]) -> ScoreResult:
     if len(results) == 1:
         return results[0]
     first = results[0]
+    reported, counts = _merge_reported(results)
     failures = {name: {} for name in first.names}
     for r in results:
         for name, kinds in r.failures.items():
@@ -98,21 +100,25 @@ def merge_results(results: list[ScoreResult]) -> ScoreResult:
     return ScoreResult(names=first.names, weights=first.weights,
                        raw={name: [x for r in results for x in r.raw[name]] for name in first.names},
                        scores=torch.cat([r.scores for r in results]), valid=torch.cat([r.valid for r in results]),
-                       failures=failures, errors=errors, elapsed_s=elapsed, metrics=_merge_reported(results),
+                       failures=failures, errors=errors, elapsed_s=elapsed, metrics=reported, metric_counts=counts,
                        domains=None if first.domains is None else [d for r in results for d in r.domains],
                        routes=first.routes,
                        declined={name: [x for r in results for x in r.declined.get(name, [False] * r.batch_size)]
                                  for name in {n for r in results for n in r.declined}})
 
 
-def _merge_reported(results: list[ScoreResult]) -> dict[str, float]:
-    """Reward objects' own metrics over the ranks: failure counts (``.../failures/<reason>``)
-    add up, the rest (rates, times) are averaged over the ranks that reported them."""
-    merged: dict[str, list[float]] = {}
+def _merge_reported(results: list[ScoreResult]) -> tuple[dict[str, float], set[str]]:
+    """Reward objects' own metrics over the ranks (and draws): what the reporter declared a count
+    (``ScoreResult.metric_counts``, e.g. ``.../failures/<reason>``) adds up, the rest (rates,
+    times) is averaged over the parts that reported it."""
+    acc = Metrics()
     for r in results:
         for key, value in r.metrics.items():
-            merged.setdefault(key, []).append(value)
-    return {key: sum(v) if "/failures/" in key else sum(v) / len(v) for key, v in merged.items()}
+            if key in r.metric_counts:
+                acc.count(key, value)
+            else:
+                acc.mean(key, value, 1.0)
+    return acc.merged(), {key for r in results for key in r.metric_counts}
 
 
 def gather_samples(result: ScoreResult, gen, batch, prompt_lengths: list[int],

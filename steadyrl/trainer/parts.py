@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # annotations only: importing this module loads neither torch
     from ..rewards.scorer import Scorer
     from ..agents.protocol import Agent
     from ..rollout.base import Engine, Generator, Tokenizer
-    from ..rollout.driver import Draw
+    from ..rollout.driver import Draw, EpisodeDriver
 
 
 class Rollouts(Protocol):
@@ -84,8 +84,10 @@ class RunTask:
     """What a run trains on: ``scorer`` (the reward functions), ``train_prompts`` /
     ``eval_prompts`` / ``eval_sets`` (``data.eval_sources``: each set on its own), ``sampler``
     (draws each step's prompts; a MixtureSampler with ``data.train_sources``), ``agent``
-    (multi-turn: answers the policy's turns; None = one turn), ``show`` (what the task prints
-    before and after RL)."""
+    (multi-turn: answers the policy's turns; None = one turn), ``driver`` (what runs a step's
+    episodes: chosen once, here, from the agent's declared capabilities by
+    :func:`~steadyrl.rollout.driver.episode_driver`), ``show`` (what the task prints before and
+    after RL)."""
 
     scorer: Scorer
     train_prompts: list[PromptItem]
@@ -94,6 +96,13 @@ class RunTask:
     agent: Agent | None = None
     eval_sets: dict[str, list[PromptItem]] | None = None
     show: Callable[[Engine, str], None] = show_nothing
+    driver: EpisodeDriver | None = None  # None: chosen from ``agent`` when the task is built
+
+    def __post_init__(self) -> None:
+        if self.driver is None:
+            from ..rollout.driver import episode_driver  # not at import: this module loads no room it names
+
+            self.driver = episode_driver(self.agent)
 
 
 @dataclass

@@ -23,7 +23,8 @@ backward all-reduces them. DDP (and FSDP) average over ranks; each rank's loss i
 the global sum (local numerators over global denominators), so multiplying it by
 ``world_size`` makes the synchronised gradient the gradient of the global loss — the one a
 single process computes on the whole batch. Metrics are reduced over ranks in
-:meth:`Metrics.result`; the skip decision uses the global loss and the (already global)
+:meth:`steadyrl.metrics.Metrics.result` (the one accumulator: each metric's
+reduction declared where it is recorded); the skip decision uses the global loss and the (already global)
 gradient norm, so every rank steps or skips together.
 
 ``actor/update_ratio`` / ``actor/params_changed_frac`` (and the critic's): how far the step's
@@ -37,7 +38,6 @@ non-finite loss or gradient norm, of the policy or of the critic, skips the step
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 
 import torch
 
@@ -53,6 +53,7 @@ from ..functional import (
     masked_mean,
     value_loss,
 )
+from ..metrics import Metrics
 from .batch import TrainBatch
 from .forward import critic_values, response_logprobs
 from .optim import UpdateProbe
@@ -60,71 +61,6 @@ from .packing import micro_batch_plan, trim
 from .selection import needs_selection_inputs, select_tokens, selection_metrics
 
 KL_METRIC_ESTIMATORS = ("k1", "k2", "k3", "abs")
-
-
-class Metrics:
-    """Accumulates a step's metrics over micro-batches, mini-batches and epochs.
-
-    ``mean``: a token-weighted mean (clip fractions, entropy, mean ratio). ``total``: a quantity
-    that adds up within an optimizer step and over ranks (losses with global denominators),
-    reported as its average over the step's optimizer steps. ``same``: a quantity every rank
-    already holds whole (the gradient norm after synchronisation, the global loss), averaged
-    likewise. ``largest`` / ``smallest``: the extreme over the whole step (the ratio's max and
-    min). Across data-parallel ranks, weighted means pool their sums and weights, totals add up
-    and extremes take the extreme.
-    """
-
-    def __init__(self) -> None:
-        self._weighted: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-        self._totals: dict[str, float] = defaultdict(float)
-        self._same: dict[str, float] = defaultdict(float)
-        self._largest: dict[str, float] = {}
-        self._smallest: dict[str, float] = {}
-        self.optimizer_steps = 0
-        self.empty_minibatches = 0
-
-    def mean(self, name: str, value, weight: float) -> None:
-        acc = self._weighted[name]
-        acc[0] += float(value) * weight
-        acc[1] += weight
-
-    def total(self, name: str, value) -> None:
-        self._totals[name] += float(value)
-
-    def same(self, name: str, value) -> None:
-        self._same[name] += float(value)
-
-    def largest(self, name: str, value) -> None:
-        self._largest[name] = max(self._largest.get(name, -math.inf), float(value))
-
-    def smallest(self, name: str, value) -> None:
-        self._smallest[name] = min(self._smallest.get(name, math.inf), float(value))
-
-    def result(self) -> dict[str, float]:
-        """The metrics of the whole step over all ranks (a collective: every rank calls it)."""
-        weighted: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-        totals: dict[str, float] = defaultdict(float)
-        largest: dict[str, float] = {}
-        smallest: dict[str, float] = {}
-        mine = (dict(self._weighted), dict(self._totals), self._largest, self._smallest)
-        for rank_weighted, rank_totals, rank_largest, rank_smallest in dist.gather_objects(mine):
-            for k, (s, w) in rank_weighted.items():
-                weighted[k][0] += s
-                weighted[k][1] += w
-            for k, v in rank_totals.items():
-                totals[k] += v
-            for k, v in rank_largest.items():
-                largest[k] = max(largest.get(k, -math.inf), v)
-            for k, v in rank_smallest.items():
-                smallest[k] = min(smallest.get(k, math.inf), v)
-        steps = max(self.optimizer_steps, 1)
-        out = {k: (s / w if w > 0 else 0.0) for k, (s, w) in weighted.items()}
-        out.update({k: v / steps for k, v in totals.items()})
-        out.update({k: v / steps for k, v in self._same.items()})
-        out.update(largest)
-        out.update(smallest)
-        out["health/empty_minibatches"] = float(self.empty_minibatches)  # the same on every rank
-        return out
 
 
 def loss_denominators(loss_mask: torch.Tensor) -> tuple[float, float]:
@@ -160,10 +96,8 @@ def _policy_micro_step(policy, m: TrainBatch, config: Config, agg: dict, kl_coef
     for name, value in pg.items():
         key = "actor/pg_" + name if name.startswith("clipfrac") else "actor/" + name
         reduce = POLICY_LOSS_METRIC_REDUCTIONS.get(name, "mean")  # declared by the loss, where it is made
-        if reduce == "mean":
-            metrics.mean(key, value, tokens)
-        elif tokens > 0:  # an extreme of no token is no value
-            (metrics.largest if reduce == "max" else metrics.smallest)(key, value)
+        if reduce == "mean" or tokens > 0:  # an extreme of no token is no value
+            metrics.record(key, value, reduce, weight=tokens)
     metrics.mean("actor/entropy", masked_mean(entropy.detach(), m.loss_mask), tokens)
     if m.ref_logprobs is not None:
         if algo.kl_mode == "loss":

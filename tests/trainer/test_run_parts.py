@@ -52,3 +52,53 @@ def test_a_run_has_under_ten_names_and_forwards_none_of_its_parts():
                                   "total_steps"]
     for part in ("policy", "scorer", "optimizer", "tokenizer", "agent"):
         assert not hasattr(run, part)
+
+
+def test_the_episode_driver_is_chosen_once_when_the_task_is_built():
+    from steadyrl.agents.protocol import AgentBase
+    from steadyrl.rollout.driver import TurnDriver
+
+    class Driving(AgentBase):
+        drives_episodes = True
+
+        def rollout(self, engine, tokenizer, prompts, n, limits, *, seeds=None, **sampling):
+            return ("driven", len(prompts), n)
+
+    plain, turns, driving = AgentBase(), RunTask("s", [], [], "x"), Driving()
+    assert turns.driver == TurnDriver(None)
+    assert RunTask("s", [], [], "x", agent=plain).driver == TurnDriver(plain)
+    task = RunTask("s", [], [], "x", agent=driving)
+    assert task.driver == driving.rollout
+    driving.drives_episodes = False  # read once, at build time: a later change does not re-choose
+    from steadyrl.rollout.driver import rollout
+
+    assert rollout(None, None, task.driver, ["p"], 2, load_config(None, []).rollout) == ("driven", 1, 2)
+
+
+def test_the_tasks_model_hooks_return_the_prompts_and_fill_in_nothing(tmp_path, monkeypatch):
+    import contextlib
+    import dataclasses
+    import json
+
+    import yaml
+
+    import support
+    from steadyrl.build import setup
+    from steadyrl.build.prompts import Prompts
+    from steadyrl.demo.task import make_splits
+
+    model = support.build_tiny_lm(tmp_path / "model")
+    train, _ = make_splits(8, 2, min_len=3, max_len=4, seed=0)
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({
+        "model": {"name_or_path": str(model)}, "data": {"train_path": str(tmp_path / "train.jsonl")},
+        "rollout": {"max_new_tokens": 8}, "trainer": {"device": "cpu"}}))
+    config = load_config(str(tmp_path / "config.yaml"), [])
+    with contextlib.ExitStack() as resources:
+        inputs = setup.check_inputs(config, resources)
+        before = {f.name: getattr(inputs, f.name) for f in dataclasses.fields(inputs)}
+        prompts = inputs.task.check_model(config, inputs)  # a second call: returns, changes nothing
+        assert isinstance(prompts, Prompts) and prompts.model_path == str(model)
+        assert len(prompts.train_prompts) == len(inputs.prompts.train_prompts) == 8 and prompts.agent is None
+        assert all(getattr(inputs, name) is value for name, value in before.items())
+        assert inputs.task.model(config, tmp_path / "run", inputs) is inputs.prompts
