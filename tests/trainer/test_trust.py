@@ -17,6 +17,7 @@ HARMLESS = {
     "unit", "gold_marker", "tests_key", "test_format", "extract", "score", "threshold", "tolerance",
     "on_timeout", "language", "backend", "template", "system_prompt", "min_score", "max_score", "scale",
     "normalize", "mean", "std", "label_index", "chat_template", "columns", "answer_tag", "column",
+    "criteria", "criteria_key", "rubric_template",  # llm_judge's rubric: text and a column, as template
     # sizes, time limits and retries (bounded by the reward itself)
     "workers", "test_timeout_s", "sample_timeout_s", "max_tests", "memory_mb", "processes", "file_size_mb",
     "open_files", "max_output_kib", "batch_size", "concurrency", "retries", "backoff_s", "request_timeout_s",
