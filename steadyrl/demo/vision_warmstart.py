@@ -2,11 +2,16 @@
 
 1. A character tokenizer over :data:`~.vision_task.VISION_ALPHABET` and a tiny Qwen2-VL with its
    processor (:mod:`.vision_model`): each 28 x 28 square is one image token.
-2. A supervised warm start on the training prompts with their answers' letters replaced by letters
-   drawn at random (:func:`format_answers`): the model learns to write one letter of
-   :data:`~.vision_task.LETTERS` per square and end its turn, and nothing of which colour is which
-   letter. Its held-out accuracy is then about chance (1/6 for one square, 1/36 for two, 1/216 for
-   three): RL has to find the table.
+2. A supervised warm start on the training prompts with decoy answers (:func:`format_answers`):
+   half written with a decoy table (:func:`decoy`: every colour another colour's letter), half
+   with letters drawn at random. The model learns to read each square in turn, to write one letter
+   of :data:`~.vision_task.LETTERS` per square and end its turn, and a table that is wrong for every
+   colour; the random half keeps every letter likely enough to be sampled. Its greedy held-out
+   accuracy is 0%: RL has to find the real table.
+
+   Measured (one seed, 2 CPU cores, a minimal GRPO loop): random letters alone leave the model
+   unable to tell which square a letter belongs to, and RL stalled below 20% held-out in 400 steps;
+   with the decoy half it reached 80% in 100 steps and 100% in 150.
 
 Rows are encoded as the rollout sees them: the prompt rendered by the processor's chat template
 with the generation prompt, the images expanded into their tokens by the processor, then the
