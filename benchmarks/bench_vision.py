@@ -13,7 +13,9 @@ RL step are timed on each:
 
 * ``generate``: ``model.generate`` of ``n`` samples per prompt, ``new`` tokens each (no early stop);
 * ``logprobs f+b``: one forward over prompt + response, the log-probs of the response tokens,
-  their sum backpropagated (the trainer's policy pass; the vision tower frozen, as by default).
+  their sum backpropagated (the trainer's policy pass; the vision tower frozen, as by default);
+  every sample of a group carries its prompt's images, so the tower runs once per sample (the
+  ``vision tower`` column: that forward's image encoding alone, no gradient).
 
 Times are the CPU time of the process's one thread (``time.thread_time``, ``torch.set_num_threads(1)``),
 the minimum over the repetitions (the least disturbed one on a shared machine); the overhead is
@@ -116,7 +118,12 @@ def _stages(model, batch: dict, pad_id: int) -> dict:
         model.zero_grad(set_to_none=True)
         logp.sum().backward()
 
-    return {"generate": t_gen, "logprobs": _time(forward_backward)}
+    out_times = {"generate": t_gen, "logprobs": _time(forward_backward)}
+    if "pixel_values" in full:  # the part of the forward that is the vision tower (frozen: no backward)
+        with torch.no_grad():
+            out_times["tower"] = _time(lambda: model.model.get_image_features(full["pixel_values"],
+                                                                              full["image_grid_thw"]))
+    return out_times
 
 
 def measure(side: int, k: int, reps: int) -> dict:
@@ -129,7 +136,7 @@ def measure(side: int, k: int, reps: int) -> dict:
     for _ in range(reps):  # interleaved, so a change of load falls on both alike
         runs["image"].append(_stages(model, image, pad))
         runs["text"].append(_stages(model, text, pad))
-    best = {side_: {s: min(r[s] for r in rs) for s in ("generate", "logprobs")} for side_, rs in runs.items()}
+    best = {side_: {s: min(r[s] for r in rs) for s in rs[0]} for side_, rs in runs.items()}
     image_tokens = int((image["input_ids"] == model.config.image_token_id).sum()) // PROMPTS
     return {"side": side, "k": k, "prompt_tokens": image["input_ids"].shape[1], "image_tokens": image_tokens,
             "preprocess": preprocess, **best}
@@ -137,12 +144,13 @@ def measure(side: int, k: int, reps: int) -> dict:
 
 def _table(rows: list[dict]) -> list[str]:
     out = ["| image side | images | prompt tokens (image tokens) | preprocess, ms/image | generate text / image, s | "
-           "overhead | log-probs f+b text / image, s | overhead |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "overhead | log-probs f+b text / image, s | overhead | of which the vision tower, s |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         g, f = (r["text"]["generate"], r["image"]["generate"]), (r["text"]["logprobs"], r["image"]["logprobs"])
         out.append(f"| {r['side']} | {r['k']} | {r['prompt_tokens']} ({r['image_tokens']}) | {1000 * r['preprocess']:.1f} "
-                   f"| {g[0]:.3f} / {g[1]:.3f} | {g[1] / g[0]:.2f}x | {f[0]:.3f} / {f[1]:.3f} | {f[1] / f[0]:.2f}x |")
+                   f"| {g[0]:.3f} / {g[1]:.3f} | {g[1] / g[0]:.2f}x | {f[0]:.3f} / {f[1]:.3f} | {f[1] / f[0]:.2f}x "
+                   f"| {r['image']['tower']:.3f} |")
     return out
 
 
