@@ -22,7 +22,8 @@ import torch
 from .vlm import QWEN_VL_MODEL_TYPES
 
 __all__ = ["TOKEN_ALIGNED_KEYS", "collate_image_inputs", "token_aligned_inputs", "image_token_id",
-           "image_token_count", "repeat_image_inputs", "image_count", "move_image_inputs", "has_images"]
+           "image_token_count", "repeat_image_inputs", "image_count", "move_image_inputs", "has_images",
+           "computes_own_positions", "model_image_kwargs", "placeholder_token_ids"]
 
 TOKEN_ALIGNED_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
 """Processor outputs laid out along the tokens: recomputed from the ids, never part of image inputs."""
@@ -58,6 +59,14 @@ def image_token_id(model_config) -> int | None:
         if isinstance(value, int):
             return value
     return None
+
+
+def placeholder_token_ids(model_config) -> list[int]:
+    """The ids that stand for an image's (or a video's) features: a sequence may hold them only
+    where a processor put them for its images, never as sampled tokens (the forward refuses ids
+    without features)."""
+    ids = [image_token_id(model_config), getattr(model_config, "video_token_id", None)]
+    return sorted({i for i in ids if isinstance(i, int)})
 
 
 def token_aligned_inputs(model_config, input_ids: torch.Tensor) -> dict:
@@ -109,3 +118,22 @@ def move_image_inputs(inputs: dict | None, device, dtype: torch.dtype | None = N
         v = v.to(device)
         out[k] = v.to(dtype) if dtype is not None and v.is_floating_point() else v
     return out
+
+
+def computes_own_positions(model_config) -> bool:
+    """Whether the model computes its own positions from the ids and the images (Qwen-VL's
+    multimodal RoPE): it must then get no 1-D text ``position_ids`` with images."""
+    return getattr(model_config, "model_type", None) in QWEN_VL_MODEL_TYPES
+
+
+def model_image_kwargs(model_config, input_ids: torch.Tensor, inputs: dict | None, position_ids,
+                       dtype: torch.dtype | None = None) -> dict:
+    """The keyword arguments a forward over ``input_ids`` takes besides the ids and the mask: the
+    batch's collated image ``inputs`` (on the ids' device, floats in ``dtype``), the token-aligned
+    inputs, and ``position_ids`` — None with images for a model that computes its own
+    (:func:`computes_own_positions`). Without images: just ``position_ids``."""
+    if inputs is None:
+        return {"position_ids": position_ids}
+    own = computes_own_positions(model_config)
+    return {**move_image_inputs(inputs, input_ids.device, dtype), **token_aligned_inputs(model_config, input_ids),
+            "position_ids": None if own else position_ids}
