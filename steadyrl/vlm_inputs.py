@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import torch
 
+from .metrics import Metrics
 from .vlm import QWEN_VL_MODEL_TYPES
 
 __all__ = ["TOKEN_ALIGNED_KEYS", "collate_image_inputs", "token_aligned_inputs", "image_token_id",
            "image_token_count", "repeat_image_inputs", "image_count", "move_image_inputs", "has_images",
-           "computes_own_positions", "model_image_kwargs", "placeholder_token_ids"]
+           "computes_own_positions", "model_image_kwargs", "placeholder_token_ids", "image_metrics"]
 
 TOKEN_ALIGNED_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
 """Processor outputs laid out along the tokens: recomputed from the ids, never part of image inputs."""
@@ -137,3 +138,15 @@ def model_image_kwargs(model_config, input_ids: torch.Tensor, inputs: dict | Non
     own = computes_own_positions(model_config)
     return {**move_image_inputs(inputs, input_ids.device, dtype), **token_aligned_inputs(model_config, input_ids),
             "position_ids": None if own else position_ids}
+
+
+def image_metrics(image_inputs: list[dict | None] | None, ids: torch.Tensor, model_config) -> Metrics:
+    """``rollout/images_per_step`` (the images of the step's samples, a count over ranks) and
+    ``rollout/image_tokens_per_sample`` (the image tokens in ``ids``, ``[B, T]`` prompt + response
+    ids of the samples, per sample) of one rank's samples (docs/metrics.md)."""
+    metrics = Metrics()
+    metrics.count("rollout/images_per_step", sum(image_count(x) for x in image_inputs or ()))
+    rows = ids.shape[0]
+    if rows:
+        metrics.mean("rollout/image_tokens_per_sample", float(image_token_count(model_config, ids).sum()) / rows, rows)
+    return metrics
