@@ -26,7 +26,9 @@ ids (Qwen-VL computes its multimodal RoPE positions itself). Prefix sharing
 prompt cache would have to be computed with the image features merged into the prompt's
 embeddings and the model's multimodal positions (and ``rope_deltas``) carried over to the
 continuation, which ``generate`` does not take from a ready cache; so those prompts are run ``n``
-times (text-only chunks still share). A VLM never samples its image (and video) placeholder tokens
+times (text-only chunks still share, except on a model that computes its own positions: Qwen-VL
+keeps the last forward's ``rope_deltas`` and would continue a text prompt's shared cache with the
+positions of an earlier image batch). A VLM never samples its image (and video) placeholder tokens
 (``suppress_tokens``): a sampled placeholder is an image token without an image, which the
 forward passes after it refuse; sampling then differs from ``softmax(logits / temperature)`` by
 the placeholders' probability (nothing, for a trained VLM; the recomputed log-probs leave it in).
@@ -42,7 +44,7 @@ from contextlib import contextmanager
 import torch
 
 from ..functional import logprobs_from_logits
-from ..vlm_inputs import (collate_image_inputs, has_images, model_image_kwargs, placeholder_token_ids,
+from ..vlm_inputs import (collate_image_inputs, computes_own_positions, has_images, model_image_kwargs, placeholder_token_ids,
                           repeat_image_inputs)
 from .base import Generation, concat_generations, eos_token_ids, response_mask_from_ids
 from .prefix import prefill_once
@@ -127,7 +129,8 @@ class HFEngine:
         try:
             with neutral_generation_defaults(model):
                 # a repeated prefix needs a dynamic cache, and no images (module doc)
-                share = self.share_prefix and self.cache == "dynamic" and rows_images is None
+                share = (self.share_prefix and self.cache == "dynamic" and rows_images is None
+                         and not computes_own_positions(getattr(model, "config", None)))
                 shared = prefill_once(model, input_ids, attention_mask, n) if share else None
                 if shared is not None:  # each prompt prefilled once, its cache repeated for the group
                     config.num_return_sequences = 1
