@@ -94,6 +94,27 @@ class HFEngine:
                  for i in range(0, len(prompt_ids), step)]
         return concat_generations(parts, self.tokenizer.pad_token_id)
 
+    def _run(self, model, input_ids, attention_mask, n: int, config, rows_images) -> torch.Tensor:
+        """``model.generate`` in eval mode with the neutral defaults: from a shared prefix cache
+        where that applies, with the rows' image inputs where they have any (module doc)."""
+        was_training = model.training
+        model.eval()
+        try:
+            with neutral_generation_defaults(model):
+                # a repeated prefix needs a dynamic cache, and no images (module doc)
+                share = (self.share_prefix and self.cache == "dynamic" and rows_images is None
+                         and not computes_own_positions(getattr(model, "config", None)))
+                shared = prefill_once(model, input_ids, attention_mask, n) if share else None
+                if shared is not None:  # each prompt prefilled once, its cache repeated for the group
+                    config.num_return_sequences = 1
+                    return model.generate(**shared, generation_config=config)
+                extra = {} if rows_images is None else _image_kwargs(model, input_ids,
+                                                                     collate_image_inputs(rows_images))
+                return model.generate(input_ids=input_ids, attention_mask=attention_mask, **extra,
+                                      generation_config=config)
+        finally:
+            model.train(was_training)
+
     def _generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, top_k, do_sample, logprobs=False,
                   image_inputs=None):
         from transformers import GenerationConfig
@@ -124,26 +145,7 @@ class HFEngine:
         placeholders = placeholder_token_ids(getattr(model, "config", None))  # a VLM's (module doc)
         if placeholders:
             config.suppress_tokens = placeholders
-        was_training = model.training
-        model.eval()
-        try:
-            with neutral_generation_defaults(model):
-                # a repeated prefix needs a dynamic cache, and no images (module doc)
-                share = (self.share_prefix and self.cache == "dynamic" and rows_images is None
-                         and not computes_own_positions(getattr(model, "config", None)))
-                shared = prefill_once(model, input_ids, attention_mask, n) if share else None
-                if shared is not None:  # each prompt prefilled once, its cache repeated for the group
-                    config.num_return_sequences = 1
-                    out = model.generate(**shared, generation_config=config)
-                elif rows_images is not None:
-                    extra = _image_kwargs(model, input_ids, collate_image_inputs(rows_images))
-                    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **extra,
-                                         generation_config=config)
-                else:
-                    out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                         generation_config=config)
-        finally:
-            model.train(was_training)
+        out = self._run(model, input_ids, attention_mask, n, config, rows_images)
         repeat = 1 if rows_images is not None else n  # rows already repeated with their images
         scores = out.scores if logprobs else None
         out = out.sequences if logprobs else out
