@@ -196,3 +196,15 @@ def test_vllm_gets_token_ids_and_the_pil_images_and_returns_each_rows_image_inpu
     assert gen.rollout_logprobs[0].tolist() == [-1.0, -2.0]
     with pytest.raises(ValueError, match="prompt 0 has image inputs but no images"):
         engine.generate(ids, 1, max_new_tokens=2, image_inputs=inputs)
+
+
+def test_a_vlm_steps_metrics_count_its_images_and_a_text_policys_have_none():
+    from steadyrl.trainer.step import vision_metrics
+
+    tok, model, processor = tiny_vlm("llava")
+    ids, inputs = _prompts(tok, processor)
+    gen = HFEngine(model, tok).generate(ids, 2, max_new_tokens=2, image_inputs=inputs)
+    out = vision_metrics(SimpleNamespace(models=SimpleNamespace(policy=model)), gen)
+    assert out == {"rollout/images_per_step": 4.0, "rollout/image_tokens_per_sample": pytest.approx(16 / 6)}
+    text_policy = SimpleNamespace(config=SimpleNamespace(model_type="llama"))
+    assert vision_metrics(SimpleNamespace(models=SimpleNamespace(policy=text_policy)), gen) == {}
