@@ -208,3 +208,26 @@ def test_a_vlm_steps_metrics_count_its_images_and_a_text_policys_have_none():
     assert out == {"rollout/images_per_step": 4.0, "rollout/image_tokens_per_sample": pytest.approx(16 / 6)}
     text_policy = SimpleNamespace(config=SimpleNamespace(model_type="llama"))
     assert vision_metrics(SimpleNamespace(models=SimpleNamespace(policy=text_policy)), gen) == {}
+
+
+def test_single_turn_episodes_pass_the_prompts_images_to_the_engine_and_text_prompts_pass_none():
+    from steadyrl.rollout.episodes import TurnLimits, run_episodes
+
+    tok, model, processor = tiny_vlm("qwen2_vl")
+    ids, inputs = _prompts(tok, processor)
+    images = [(square((255, 0, 0)),), (square((0, 0, 255), pattern=True),), ()]
+    prompts = [SimpleNamespace(ids=i, image_inputs=x, images=im) for i, x, im in zip(ids, inputs, images)]
+    limits = TurnLimits(max_turns=1, max_new_tokens=2, max_observation_tokens=8, observation_truncation="right",
+                        episode_tokens=64)
+    seen = []
+
+    class Engine:
+        def generate(self, prompt_ids, n, **kwargs):
+            seen.append(kwargs)
+            return HFEngine(model, tok).generate(prompt_ids, n, **kwargs)
+
+    gen = run_episodes(Engine(), tok, prompts, 2, limits=limits, temperature=1.0)
+    assert seen[0]["image_inputs"] == inputs and seen[0]["images"] == images
+    assert gen.image_inputs == [inputs[0], inputs[0], inputs[1], inputs[1], None, None]
+    run_episodes(Engine(), tok, [SimpleNamespace(ids=ids[2])], 1, limits=limits)  # a text run: no new kwargs
+    assert "image_inputs" not in seen[1] and "images" not in seen[1]
