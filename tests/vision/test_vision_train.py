@@ -120,3 +120,34 @@ def test_float64_logprobs_with_images_equal_the_plain_forward_tightly():
         for row in range(len(batch)):
             torch.testing.assert_close(logp[row].double() * batch.response_mask[row],
                                        plain_logprobs(model, batch, row).double(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_prepare_and_the_update_read_each_rows_images_through_shuffled_mini_and_micro_batches(family):
+    """``prepare``'s old and reference log-probs (token-budget micro-batches, rows re-ordered by
+    length) and the update's (shuffled mini-batches of two epochs) see the same images per row:
+    at lr 0 every ratio is exactly 1 and the KL to the reference (the same weights) is 0."""
+    import copy
+
+    from steadyrl.config import load_config
+    from steadyrl.trainer.parts import RunModels
+    from steadyrl.trainer.step import prepare
+    from steadyrl.trainer.update import ppo_update
+
+    tok, model, batch = _mixed(family)
+    config = load_config(None, ["trainer.device=cpu", "algorithm.kl_mode=loss", "trainer.ppo_epochs=2",
+                                "trainer.mini_batch_size=4", "trainer.micro_batch_size=2",
+                                "trainer.max_tokens_per_micro_batch=80"])
+    models = RunModels(tokenizer=tok, policy=model, reference=copy.deepcopy(model), critic=None)
+    batch = prepare(config, models, torch.device("cpu"), 0.1, batch)
+    with torch.no_grad():
+        whole, _ = response_logprobs(model, batch, temperature=1.0)
+    mask = batch.response_mask
+    torch.testing.assert_close(batch.old_logprobs * mask, whole * mask, rtol=0, atol=1e-5)
+    torch.testing.assert_close(batch.ref_logprobs * mask, whole * mask, rtol=0, atol=1e-5)
+    batch.loss_mask, batch.advantages = mask, torch.randn(mask.shape)
+    metrics, steps, _ = ppo_update(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, config,
+                                   kl_coef=0.1, device=torch.device("cpu"))
+    assert steps == 4
+    assert metrics["actor/ratio_max"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["actor/ratio_min"] == pytest.approx(1.0, abs=1e-4)
