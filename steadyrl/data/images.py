@@ -154,7 +154,8 @@ def _decode(data: bytes, value, max_pixels: int, where: str):
     except DataError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
-        raise _bad(where, value, f"a decompression bomb ({err})") from None
+        raise _bad(where, value, f"a decompression bomb: its header claims more pixels than data.max_image_pixels = "
+                                 f"{max_pixels} allows ({str(err).split(',')[0]})") from None
     except Exception as err:  # noqa: BLE001 - a corrupt file raises many kinds (OSError, SyntaxError, ...)
         raise _bad(where, value, f"not a readable image ({type(err).__name__}: {str(err)[:120]})") from None
     return image.convert("RGB") if image.mode != "RGB" else image
