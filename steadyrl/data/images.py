@@ -70,11 +70,11 @@ def byte_limit(max_pixels: int) -> int:
     return 4 * max_pixels + (1 << 20)
 
 
-def image_column_of(records: list[dict], configured: str | None) -> str | None:
-    """The image column of ``records``: ``configured`` (a :class:`DataError` when no record has
-    it), else the first of :data:`IMAGE_COLUMNS` that a record has, else None."""
+def image_column_of(records: list[dict], configured: str | None, *, strict: bool = True) -> str | None:
+    """The image column of ``records``: ``configured`` (with ``strict``, a :class:`DataError` when
+    no record has it), else the first of :data:`IMAGE_COLUMNS` that a record has, else None."""
     if configured is not None:
-        if records and not any(configured in r for r in records):
+        if strict and records and not any(configured in r for r in records):
             columns = sorted({k for r in records for k in r})
             raise DataError(f"data.image_column = {configured!r}: no row has that column; columns: {columns}")
         return configured
