@@ -14,6 +14,7 @@ the start-up checks of ``data.domain_key`` against the rewards, and the training
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..config.schema import Config, SourceConfig
 from ..data import EVAL_SPLITS, MixtureSampler, PromptSampler, eval_split_of, load_records
