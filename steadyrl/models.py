@@ -134,8 +134,6 @@ def is_vision_model(name: str, *, revision: str | None = None, trust_remote_code
     False when its config cannot be read (loading then says why)."""
     from transformers import AutoConfig
 
-    from .vlm import is_vision_config
-
     try:
         config = AutoConfig.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError):
@@ -249,9 +247,9 @@ def apply_lora(model: nn.Module, lora_config) -> nn.Module:
 
 
 def is_vision_config(config) -> bool:
-    from .vlm import is_vision_config as check
-
-    return config is not None and check(config)
+    """:func:`steadyrl.vlm.is_vision_config` (the same rule: a ``vision_config``), which this floor's
+    neighbour may not be imported for."""
+    return getattr(config, "vision_config", None) is not None
 
 
 VISION_PARTS = ("visual", "vision_tower", "vision_model", "multi_modal_projector", "mm_projector", "connector",
