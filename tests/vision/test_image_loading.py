@@ -211,3 +211,18 @@ def test_a_row_without_images_is_left_exactly_as_it_is():
     record = {"prompt": [{"role": "user", "content": "hi"}], "images": None}
     prompt, images = prompt_with_images(record, ImageOptions(column="images"), "row 1")
     assert prompt is record["prompt"] and images == ()
+
+
+def test_a_datasets_image_column_from_save_to_disk_and_parquet_loads(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from steadyrl.data import load_records
+
+    red = Image.new("RGB", (5, 5), (250, 0, 0))
+    ds = datasets.Dataset.from_dict({"prompt": ["colour?"], "images": [[red]]})
+    ds = ds.cast_column("images", datasets.Sequence(datasets.Image()))
+    ds.save_to_disk(str(tmp_path / "saved"))
+    ds.to_parquet(str(tmp_path / "rows.parquet"))
+    for path in (tmp_path / "saved", tmp_path / "rows.parquet"):
+        (record,) = load_records(path)
+        _, images = prompt_with_images(record, ImageOptions(column="images"), "row 1")
+        assert [im.getpixel((0, 0)) for im in images] == [(250, 0, 0)]
