@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .agent import build_agent
 from ..config.schema import Config
 from ..data.prompts import PromptItem, prepare_prompts
-from ..data.images import ImageOptions, image_column_of
+from ..data.images import ImageOptions, image_column_of, looks_like_image
 from ..errors import ConfigError, ModelLoadError
 from ..models import is_vision_model, load_tokenizer
 from .sources import data_folder, tokenize_parts
@@ -83,9 +83,13 @@ def image_options(config: Config, records: list[dict], processor, model_path: st
     (the training data), a ``data.image_column`` no row has is a :class:`DataError`."""
     d = config.data
     column = image_column_of(records, d.image_column, strict=strict)
-    if processor is None:
-        pictured = next((i for i, r in enumerate(records)
-                         if (column and r.get(column) not in (None, [], ())) or _has_image_part(r["prompt"])), None)
+    if processor is None:  # a column found by its name alone may hold text: only image-like values count
+        def pictured_row(r):
+            value = r.get(column) if column else None
+            held = value not in (None, [], ()) if d.image_column else looks_like_image(value)
+            return held or _has_image_part(r["prompt"])
+
+        pictured = next((i for i, r in enumerate(records) if pictured_row(r)), None)
         if pictured is not None:
             raise ConfigError(f"row {pictured + 1} of the data has images (data.image_column = {column!r}), but "
                               f"model.name_or_path = {model_path!r} is a text-only model (its config has no "

@@ -37,7 +37,7 @@ from pathlib import Path
 from ..errors import ConfigError, DataError
 
 __all__ = ["ImageOptions", "IMAGE_COLUMNS", "byte_limit", "image_column_of", "load_image", "load_images",
-           "prompt_with_images"]
+           "looks_like_image", "prompt_with_images"]
 
 IMAGE_COLUMNS = ("images", "image")
 """The columns ``data.image_column: null`` looks for, in this order."""
@@ -79,6 +79,22 @@ def image_column_of(records: list[dict], configured: str | None, *, strict: bool
             raise DataError(f"data.image_column = {configured!r}: no row has that column; columns: {columns}")
         return configured
     return next((name for name in IMAGE_COLUMNS if any(name in r for r in records)), None)
+
+
+_IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff")
+
+
+def looks_like_image(value) -> bool:
+    """Whether a column value looks like images (what a text model refuses when the column was
+    found by name, not configured): bytes, a PIL image, an Image feature dict, a data:image URL, a
+    path with an image file's extension, or a list holding one. A plain text value does not."""
+    if isinstance(value, (list, tuple)):
+        return any(looks_like_image(v) for v in value)
+    if isinstance(value, str):
+        return value.startswith("data:image/") or value.lower().endswith(_IMAGE_SUFFIXES)
+    if isinstance(value, dict):
+        return "bytes" in value or "path" in value
+    return isinstance(value, (bytes, bytearray, memoryview)) or type(value).__module__.startswith("PIL.")
 
 
 def _short(value) -> str:

@@ -14,6 +14,7 @@ from steadyrl.data.images import (
     ImageOptions,
     byte_limit,
     image_column_of,
+    looks_like_image,
     load_image,
     load_images,
     prompt_with_images,
@@ -226,3 +227,9 @@ def test_a_datasets_image_column_from_save_to_disk_and_parquet_loads(tmp_path):
         (record,) = load_records(path)
         _, images = prompt_with_images(record, ImageOptions(column="images"), "row 1")
         assert [im.getpixel((0, 0)) for im in images] == [(250, 0, 0)]
+
+
+def test_only_image_like_values_look_like_images():
+    assert looks_like_image(["pics/a.PNG"]) and looks_like_image(b"\x89PNG") and looks_like_image({"bytes": None, "path": "x"})
+    assert looks_like_image(Image.new("RGB", (1, 1))) and looks_like_image("data:image/png;base64,AAAA")
+    assert not looks_like_image("a cat on a mat") and not looks_like_image(None) and not looks_like_image([])

@@ -92,6 +92,18 @@ def test_images_for_a_text_model_name_the_model_and_the_column(tmp_path):
             setup.check_inputs(config, resources)
 
 
+def test_a_text_models_data_may_have_a_text_column_named_image(tmp_path):
+    """Found by its name alone (data.image_column null), a column of text is no image column."""
+    import support
+
+    model = support.build_tiny_lm(tmp_path / "text_model")
+    rows = [{"prompt": "abc", "answer": "1", "image": "a cat on a mat"}]
+    config = config_for(tmp_path, model, write_data(tmp_path / "data", rows))
+    with contextlib.ExitStack() as resources:
+        prompts = setup.check_inputs(config, resources).prompts
+    assert prompts.train_prompts[0].columns["image"] == "a cat on a mat"
+
+
 def test_a_text_model_without_images_keeps_prompts_exactly(tmp_path):
     import support
 
