@@ -256,11 +256,12 @@ def prompt_with_images(record: dict, options: ImageOptions, where: str) -> tuple
     column = options.column
     column_images = load_images(record.get(column), options, f"{where}, column {column!r}") if column else []
     prompt = record["prompt"]
-    if not isinstance(prompt, list):
-        return (_with_column_images(prompt, len(column_images)), tuple(column_images)) if column_images else (prompt, ())
-    parts = [p for m in prompt if isinstance(m.get("content"), list) for p in m["content"] if _is_image_part(p)]
-    if not parts:
-        return (_with_column_images(prompt, len(column_images)), tuple(column_images)) if column_images else (prompt, ())
+    parts = [] if not isinstance(prompt, list) else [
+        p for m in prompt if isinstance(m.get("content"), list) for p in m["content"] if _is_image_part(p)]
+    if not parts:  # a string prompt, or a chat prompt with no image part
+        if not column_images:
+            return prompt, ()
+        return _with_column_images(prompt, len(column_images)), tuple(column_images)
     bare = sum(_part_value(p) is None for p in parts)
     if bare != len(column_images):
         raise DataError(f"{where}: the prompt has {bare} image part(s) without an image of their own "
