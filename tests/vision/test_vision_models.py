@@ -138,3 +138,28 @@ def test_a_critic_on_a_vlm_is_refused_naming_the_reason(saved):
     _, path = saved
     with pytest.raises(ConfigError, match="vision-language model.*text-only hidden states"):
         ValueModel.from_pretrained(path, dtype=torch.float32, device=CPU)
+
+
+def test_the_autocast_plan_covers_the_whole_vlm_with_float32_weights(saved):
+    """model.dtype auto on a GPU: float32 weights computed in bfloat16 — the vision tower's matmuls
+    too (it sits under the backbone the hooks wrap), whether the full model or the fused path's
+    backbone is called."""
+    from steadyrl.precision import PrecisionPlan, use_autocast
+
+    family, path = saved
+    model = load_policy(path, dtype=torch.float32, device=CPU)
+    use_autocast(model, PrecisionPlan(stored="float32", computed="bfloat16", update="adamw", sampled="bfloat16"), "cpu")
+    vision_linears = [m for name in VISION_NAMES[family] for m in model.get_submodule(name).modules()
+                      if isinstance(m, torch.nn.Linear)]
+    seen = []
+    for linear in vision_linears:
+        linear.register_forward_hook(lambda mod, args, out: seen.append(out.dtype))
+    backbone, _ = lm_backbone_and_head(model)
+    inputs = batch(family, path, model)
+    with torch.no_grad():
+        backbone(**inputs, use_cache=False)
+        assert seen and set(seen) == {torch.bfloat16}
+        seen.clear()
+        assert torch.isfinite(model(**inputs).logits.float()).all()
+    assert seen and set(seen) == {torch.bfloat16}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
