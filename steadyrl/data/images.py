@@ -16,7 +16,8 @@ when the data has one) and from the image parts of a conversational prompt:
 
 Every image is checked at start-up, before training: its size is read from the file's header and
 refused above ``data.max_image_pixels`` *before* the pixels are decoded (a decompression bomb costs
-nothing), its bytes are capped (:func:`byte_limit`), then it is decoded in full (a truncated or
+nothing), its bytes are capped (:func:`byte_limit`), only the :data:`FORMATS` are read (EPS,
+for one, would run Ghostscript), then it is decoded in full (a truncated or
 corrupt file fails here, not mid-run) and converted to RGB. ``http(s)://`` URLs are refused (no
 network), as is a symbolic link anywhere in a relative path (steadyrl never follows links:
 steadyrl/files.py). A bad image is a :class:`~steadyrl.errors.DataError` naming the row, the
@@ -41,6 +42,10 @@ __all__ = ["ImageOptions", "IMAGE_COLUMNS", "byte_limit", "image_column_of", "lo
 
 IMAGE_COLUMNS = ("images", "image")
 """The columns ``data.image_column: null`` looks for, in this order."""
+
+FORMATS = ("PNG", "JPEG", "MPO", "GIF", "BMP", "WEBP", "TIFF", "PPM")
+"""The image formats read (Pillow's names). Others are refused: some Pillow opens through outside
+programs (EPS runs Ghostscript), which a data file must never start."""
 
 _PART_KEYS = ("image", "url", "path")  # where a {"type": "image"} part may carry its own image
 
@@ -164,7 +169,7 @@ def _decode(data: bytes, value, max_pixels: int, where: str):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))  # reads the header only
+            image = Image.open(io.BytesIO(data), formats=FORMATS)  # reads the header only
             _checked(image, value, max_pixels, where)  # before a single pixel is decoded
             image.load()
     except DataError:
@@ -173,7 +178,8 @@ def _decode(data: bytes, value, max_pixels: int, where: str):
         raise _bad(where, value, f"a decompression bomb: its header claims more pixels than data.max_image_pixels = "
                                  f"{max_pixels} allows ({str(err).split(',')[0]})") from None
     except Exception as err:  # noqa: BLE001 - a corrupt file raises many kinds (OSError, SyntaxError, ...)
-        raise _bad(where, value, f"not a readable image ({type(err).__name__}: {str(err)[:120]})") from None
+        raise _bad(where, value, f"not a readable image in one of the formats {list(FORMATS)} "
+                                 f"({type(err).__name__}: {str(err)[:120]})") from None
     return image.convert("RGB") if image.mode != "RGB" else image
 
 
@@ -185,6 +191,8 @@ def load_image(value, *, folder: str | None = None, max_pixels: int = 12_845_056
     limit = byte_limit(max_pixels)
     if isinstance(value, Image.Image):
         _checked(value, value, max_pixels, where)
+        if value.format is not None and value.format not in FORMATS:  # opened, not decoded yet: it would run
+            raise _bad(where, value, f"format {value.format} is not one of {list(FORMATS)}")
         try:
             return value.convert("RGB") if value.mode != "RGB" else value
         except Exception as err:  # noqa: BLE001 - a lazily opened, corrupt file

@@ -235,3 +235,14 @@ def test_only_image_like_values_look_like_images():
     assert looks_like_image({"bytes": None, "path": "x"})
     assert looks_like_image(Image.new("RGB", (1, 1))) and looks_like_image("data:image/png;base64,AAAA")
     assert not looks_like_image("a cat on a mat") and not looks_like_image(None) and not looks_like_image([])
+
+
+def test_a_format_that_runs_an_outside_program_is_never_opened(monkeypatch):
+    from PIL import EpsImagePlugin
+
+    tried = []
+    monkeypatch.setattr(EpsImagePlugin.EpsImageFile, "_open", lambda self: tried.append(self))
+    eps = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\nshowpage\n"
+    with pytest.raises(DataError, match="not a readable image in one of the formats"):
+        load_image(eps)
+    assert tried == []  # Pillow would run Ghostscript to decode it
