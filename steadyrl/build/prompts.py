@@ -76,7 +76,7 @@ def _has_image_part(prompt) -> bool:
 
 
 def image_options(config: Config, records: list[dict], processor, model_path: str,
-                  folder: str | None, *, strict: bool = True) -> ImageOptions | None:
+                  folder: str | None, *, strict: bool = True, source: str = "data.train_path") -> ImageOptions | None:
     """How the images of ``records`` load (None: a text model with no image in its data, whose
     prompts go through the text path unchanged). Rows with images for a text model are a
     :class:`ConfigError` naming ``model.name_or_path`` and ``data.image_column``; with ``strict``
@@ -91,7 +91,7 @@ def image_options(config: Config, records: list[dict], processor, model_path: st
 
         pictured = next((i for i, r in enumerate(records) if pictured_row(r)), None)
         if pictured is not None:
-            raise ConfigError(f"row {pictured + 1} of the data has images (data.image_column = {column!r}), but "
+            raise ConfigError(f"{source} row {pictured + 1} has images (data.image_column = {column!r}), but "
                               f"model.name_or_path = {model_path!r} is a text-only model (its config has no "
                               "vision_config); train a vision-language model, or drop the images "
                               "(docs/vision-data.md)")
@@ -164,7 +164,7 @@ def _render_prompts(config: Config, model_path: str, tokenizer, agent, inputs) -
     d = config.data
     train_images = image_options(config, inputs.train_records, processor, model_path, data_folder(d.train_path))
     eval_images = image_options(config, inputs.eval_records, processor, model_path, data_folder(d.eval_path),
-                                strict=False)
+                                strict=False, source="data.eval_path")
     train_parts, eval_sets = None, None
     if inputs.train_parts is None:
         train, dropped = prepare_prompts(inputs.train_records, tokenizer, source="data.train_path",

@@ -289,7 +289,8 @@ def build_eval(config: Config, model_path: str, resources: ExitStack, *, of_run_
         if agent is not None:
             resources.callback(agent.shutdown)
         processor = build_processor(config, model_path, train=False)
-        images = image_options(config, evals, processor, model_path, data_folder(config.data.eval_path), strict=False)
+        images = image_options(config, evals, processor, model_path, data_folder(config.data.eval_path), strict=False,
+                               source="data.eval_path")
         options = with_images(prompt_options(config, agent), processor, images)
         if eval_parts is None:
             prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **options)

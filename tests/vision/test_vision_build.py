@@ -87,7 +87,7 @@ def test_images_for_a_text_model_name_the_model_and_the_column(tmp_path):
 
     model = support.build_tiny_lm(tmp_path / "text_model")
     config = config_for(tmp_path, model, write_data(tmp_path / "data", ROWS))
-    with pytest.raises(ConfigError, match=r"data.image_column = 'images'.*model.name_or_path = .*text-only"):
+    with pytest.raises(ConfigError, match=r"data.train_path row 1 has images \(data.image_column = 'images'\).*model.name_or_path = .*text-only"):
         with contextlib.ExitStack() as resources:
             setup.check_inputs(config, resources)
 
