@@ -147,3 +147,18 @@ def test_build_models_freezes_the_vision_tower_by_default(tmp_path, vlm_dir):
     unfrozen.model.freeze_vision = False
     policy, _, _, _ = setup.build_models(unfrozen, str(vlm_dir), torch.device("cpu"))
     assert all(p.requires_grad for p in policy.model.visual.parameters())
+
+
+def test_start_up_says_how_much_memory_the_image_inputs_hold(tmp_path, vlm_dir, capsys):
+    from steadyrl.build.prompts import image_memory, report_image_memory
+
+    config = config_for(tmp_path, vlm_dir, write_data(tmp_path / "data", ROWS))
+    with contextlib.ExitStack() as resources:
+        prompts = setup.check_inputs(config, resources).prompts
+    held = image_memory(prompts.train_prompts)
+    assert held == 2 * (4 * 1176 * 4 + 3 * 8)  # two 28 x 28 images: float32 patches and an int64 grid
+    capsys.readouterr()
+    report_image_memory(prompts.train_prompts, limit=held)
+    assert capsys.readouterr().out == ""
+    report_image_memory(prompts.train_prompts, limit=held - 1)
+    assert "the image inputs of 2 prompts hold" in capsys.readouterr().out
