@@ -272,9 +272,11 @@ def prompt_with_images(record: dict, options: ImageOptions, where: str) -> tuple
         return _with_column_images(prompt, len(column_images)), tuple(column_images)
     bare = sum(_part_value(p) is None for p in parts)
     if bare != len(column_images):
+        held = (f"column {column!r} holds {len(column_images)} image(s)" if column else
+                "the data has no image column (data.image_column, or a column named 'images' / 'image')")
         raise DataError(f"{where}: the prompt has {bare} image part(s) without an image of their own "
-                        f"({{'type': 'image'}}) but column {column!r} holds {len(column_images)} image(s); "
-                        "they must be as many (each bare part takes the next column image, in order)")
+                        f"({{'type': 'image'}}) but {held}; they must be as many (each bare part takes the next "
+                        "column image, in order)")
     if len(parts) > options.max_per_prompt:
         raise DataError(f"{where}: {len(parts)} images, more than data.max_images_per_prompt = "
                         f"{options.max_per_prompt}")

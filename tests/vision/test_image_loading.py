@@ -246,3 +246,19 @@ def test_a_format_that_runs_an_outside_program_is_never_opened(monkeypatch):
     with pytest.raises(DataError, match="not a readable image in one of the formats"):
         load_image(eps)
     assert tried == []  # Pillow would run Ghostscript to decode it
+
+
+def test_bare_image_parts_without_an_image_column_say_so():
+    record = {"prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}]}
+    with pytest.raises(DataError, match="1 image part.*the data has no image column"):
+        prompt_with_images(record, ImageOptions(column=None), "row 1")
+
+
+def test_thousands_of_image_parts_are_refused_before_any_is_loaded(monkeypatch):
+    import steadyrl.data.images as images
+
+    monkeypatch.setattr(images, "load_image", lambda *a, **k: pytest.fail("loaded"))
+    parts = [{"type": "image", "image": "x.png"}] * 10_000
+    record = {"prompt": [{"role": "user", "content": parts}]}
+    with pytest.raises(DataError, match="10000 images, more than data.max_images_per_prompt = 8"):
+        prompt_with_images(record, ImageOptions(column=None), "row 1")
