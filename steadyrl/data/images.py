@@ -129,16 +129,16 @@ def _read_path(text: str, folder: str | None, limit: int, where: str) -> bytes:
     from ..files import read_bytes_nofollow
 
     try:
-        size = full.stat().st_size if not full.is_symlink() else 0
-        if size > limit:
-            raise _bad(where, text, f"the file has {size} bytes, more than {limit} (data.max_image_pixels)")
-        return read_bytes_nofollow(full)
+        size = full.lstat().st_size
+        if size <= limit:
+            return read_bytes_nofollow(full)
     except FileNotFoundError:
         raise _bad(where, text, f"no such file {str(full)!r}") from None
     except ConfigError as err:  # a link or a device
         raise _bad(where, text, str(err)) from None
-    except OSError as err:
-        raise _bad(where, text, f"unreadable: {err.strerror or err}") from None
+    except (OSError, ValueError) as err:  # a name too long, a NUL byte in it
+        raise _bad(where, text, f"unreadable: {getattr(err, 'strerror', None) or err}") from None
+    raise _bad(where, text, f"the file has {size} bytes, more than {limit} (data.max_image_pixels)")
 
 
 def _data_url(text: str, limit: int, where: str) -> bytes:
@@ -180,7 +180,7 @@ def _decode(data: bytes, value, max_pixels: int, where: str):
     except Exception as err:  # noqa: BLE001 - a corrupt file raises many kinds (OSError, SyntaxError, ...)
         raise _bad(where, value, f"not a readable image in one of the formats {list(FORMATS)} "
                                  f"({type(err).__name__}: {str(err)[:120]})") from None
-    return image.convert("RGB") if image.mode != "RGB" else image
+    return image.convert("RGB")  # a copy even when already RGB: it holds no reference to the encoded bytes
 
 
 def load_image(value, *, folder: str | None = None, max_pixels: int = 12_845_056, where: str = "image"):

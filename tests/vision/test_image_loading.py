@@ -262,3 +262,14 @@ def test_thousands_of_image_parts_are_refused_before_any_is_loaded(monkeypatch):
     record = {"prompt": [{"role": "user", "content": parts}]}
     with pytest.raises(DataError, match="10000 images, more than data.max_images_per_prompt = 8"):
         prompt_with_images(record, ImageOptions(column=None), "row 1")
+
+
+def test_a_file_over_the_byte_limit_is_refused_unread(tmp_path):
+    (tmp_path / "big.png").write_bytes(png_bytes() + b"\0" * (byte_limit(24) + 1))
+    with pytest.raises(DataError, match=r"^row 1: image 'big.png': the file has \d+ bytes, more than"):
+        load_image("big.png", folder=str(tmp_path), max_pixels=24, where="row 1")
+
+
+def test_a_path_with_a_nul_byte_is_a_clear_error():
+    with pytest.raises(DataError, match="unreadable"):
+        load_image("a\0b.png")
