@@ -93,7 +93,8 @@ def save_checkpoint(root: Path, step: int, *, policy, tokenizer, state: dict[str
     """Write checkpoint ``step`` atomically and prune to the newest ``keep``.
 
     ``policy_state_dict``: the policy's full weights when ``policy`` itself holds only a shard
-    (FSDP, gathered by :func:`steadyrl.distributed.full_model_state_dict`)."""
+    (FSDP, gathered by :func:`steadyrl.distributed.full_model_state_dict`). ``tokenizer``: a
+    vision-language model's processor where it has one (saved with its tokenizer's files)."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp-step_{step:06d}-{os.getpid()}"
