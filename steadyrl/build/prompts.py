@@ -110,29 +110,6 @@ def report_skipped(options: list[ImageOptions | None]) -> None:
               f"{skipped[0]}", flush=True)
 
 
-IMAGE_MEMORY_NOTE_BYTES = 1 << 30
-"""Above this many bytes of image tensors held by the prompts, start-up says so (they stay in memory)."""
-
-
-def image_memory(prompts: list[PromptItem]) -> int:
-    """The bytes of the image tensors ``prompts`` hold (processed once, at start-up, kept for the run)."""
-    return sum(v.numel() * v.element_size() for p in prompts if p.image_inputs
-               for v in p.image_inputs.values() if hasattr(v, "numel"))
-
-
-def report_image_memory(prompts: list[PromptItem], limit: int = IMAGE_MEMORY_NOTE_BYTES) -> None:
-    """Once, at start-up, when the prompts' image tensors pass ``limit`` bytes: how much memory they
-    hold, and the knob that bounds it."""
-    from .. import distributed as dist
-
-    held = image_memory(prompts)
-    if held > limit and dist.is_main():
-        pictured = sum(1 for p in prompts if p.image_inputs)
-        print(f"data: the image inputs of {pictured} prompts hold {held / 2**30:.1f} GiB of memory for the whole "
-              "run (each image is processed once at start-up); smaller images, or the processor's own size "
-              "limit (e.g. Qwen-VL's max_pixels in preprocessor_config.json), make them smaller", flush=True)
-
-
 @contextmanager
 def named_template_errors(config: Config):
     """A chat template's failure (raised deep in data.chat or agents.chat) prefixed with the config
@@ -205,7 +182,6 @@ def _render_prompts(config: Config, model_path: str, tokenizer, agent, inputs) -
         eval_sets = {p.name: p.records for p in parts}
         evals = [item for p in parts for item in p.records]
     report_skipped([train_images, eval_images])
-    report_image_memory(train + evals)
     skipped = len(train_images.skipped) if train_images is not None else 0
     return Prompts(model_path=model_path, tokenizer=tokenizer, agent=agent, train_prompts=train, eval_prompts=evals,
                    dropped=dropped, train_parts=train_parts, eval_sets=eval_sets, processor=processor,

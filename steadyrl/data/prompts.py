@@ -10,8 +10,10 @@ prompt as the chat messages the template rendered (a multi-turn episode continue
 For a vision-language model (``processor`` given, docs/vision-data.md) a row's images are loaded
 and checked (:mod:`steadyrl.data.images`), the prompt is rendered by the processor's chat template
 and tokenized by the processor: ``ids`` then hold each image's expanded tokens (which count
-against ``max_prompt_tokens``), ``images`` the loaded images and ``image_inputs`` the processor's
-tensors for them minus the token-aligned ones (``pixel_values``, ``image_grid_thw``, ...). A row
+against ``max_prompt_tokens``), ``images`` the images and ``image_inputs`` the processor's
+tensors for them minus the token-aligned ones (``pixel_values``, ``image_grid_thw``, ...). Every
+image is checked here, once, but neither is kept: both are lazy (:mod:`steadyrl.data.lazy_images`),
+read again and processed when a step draws the prompt, so memory does not grow with the dataset. A row
 with no image is rendered and tokenized exactly as for a text model.
 """
 
@@ -34,8 +36,11 @@ class PromptItem:
     columns: dict = field(default_factory=dict)
     messages: list | None = None  # the record's prompt, when it is a list of chat messages
     conversation: list | None = None  # the chat messages the template rendered (multi-turn history)
-    images: tuple = ()  # the loaded PIL images, in the order of the prompt's image placeholders
-    image_inputs: dict | None = None  # the processor's image tensors (no token-aligned key); None: no image
+    # the PIL images, in the order of the prompt's image placeholders (from a dataset: LazyImages)
+    images: tuple = ()
+    # the processor's image tensors (no token-aligned key), None: no image (from a dataset: LazyImageInputs,
+    # processed when a step draws the prompt: steadyrl.data.lazy_images)
+    image_inputs: dict | None = None
 
 
 def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
@@ -64,6 +69,7 @@ def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
                 continue
         if pictures:
             item = _vision_item(record, prompt, pictures, processor, tools=tools, template_kwargs=template_kwargs,
+                                lazy=(images, f"{source} row {index + 1}"),
                                 source=source, chat_template=chat_template)
         else:
             item = _text_item(record, prompt, tokenizer, chat_template=chat_template, tools=tools,
@@ -93,8 +99,10 @@ def _text_item(record: dict, prompt, tokenizer, *, chat_template, tools, templat
 
 
 def _vision_item(record: dict, messages: list, pictures: tuple, processor, *, tools, template_kwargs,
-                 source: str, chat_template) -> PromptItem:
-    """A row with images: rendered by the processor's chat template, tokenized by the processor."""
+                 source: str, chat_template, lazy: tuple | None = None) -> PromptItem:
+    """A row with images: rendered by the processor's chat template, tokenized by the processor.
+    With ``lazy`` (the row's ``ImageOptions`` and its name in errors) the item keeps where its
+    images come from, not their pixels (:mod:`steadyrl.data.lazy_images`)."""
     from .chat import ChatTemplateError
 
     if processor is None:
@@ -113,5 +121,10 @@ def _vision_item(record: dict, messages: list, pictures: tuple, processor, *, to
     ids = out["input_ids"][0].tolist()
     image_inputs = {k: v for k, v in out.items() if k not in TOKEN_ALIGNED_KEYS}
     columns = {k: v for k, v in record.items() if k != "prompt"}
+    if lazy is not None:
+        from .lazy_images import ImageSource, LazyImageInputs, LazyImages
+
+        held = ImageSource(record, lazy[0], lazy[1], text, processor, len(pictures), tuple(image_inputs))
+        pictures, image_inputs = LazyImages(held), LazyImageInputs(held)
     return PromptItem(text=text, ids=ids, columns=columns, messages=messages, conversation=messages,
                       images=pictures, image_inputs=image_inputs)

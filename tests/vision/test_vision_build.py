@@ -9,6 +9,7 @@ import io
 import json
 
 import pytest
+import torch
 import yaml
 from PIL import Image
 
@@ -149,16 +150,31 @@ def test_build_models_freezes_the_vision_tower_by_default(tmp_path, vlm_dir):
     assert all(p.requires_grad for p in policy.model.visual.parameters())
 
 
-def test_start_up_says_how_much_memory_the_image_inputs_hold(tmp_path, vlm_dir, capsys):
-    from steadyrl.build.prompts import image_memory, report_image_memory
+def test_prompts_hold_no_pixels_and_a_step_reads_its_images_again(tmp_path, vlm_dir):
+    """Start-up checks every image but keeps none: the lazy inputs equal the processor's output,
+    and only the prompts a step reads are processed (counted), with the recent ones cached."""
+    from PIL import Image
+
+    from steadyrl.data import lazy_images
+    from steadyrl.data.lazy_images import LazyImageInputs, LazyImages
+    from steadyrl.vlm import load_processor
 
     config = config_for(tmp_path, vlm_dir, write_data(tmp_path / "data", ROWS))
     with contextlib.ExitStack() as resources:
         prompts = setup.check_inputs(config, resources).prompts
-    held = image_memory(prompts.train_prompts)
-    assert held == 2 * (4 * 1176 * 4 + 3 * 8)  # two 28 x 28 images: float32 patches and an int64 grid
-    capsys.readouterr()
-    report_image_memory(prompts.train_prompts, limit=held)
-    assert capsys.readouterr().out == ""
-    report_image_memory(prompts.train_prompts, limit=held - 1)
-    assert "the image inputs of 2 prompts hold" in capsys.readouterr().out
+    item = prompts.train_prompts[0]
+    assert isinstance(item.image_inputs, LazyImageInputs) and isinstance(item.images, LazyImages)
+    assert sorted(item.image_inputs) == ["image_grid_thw", "pixel_values"] and len(item.images) == 1
+    lazy_images._recent.clear()
+    before = lazy_images.loaded_count()
+    pixels = item.image_inputs["pixel_values"]
+    assert item.image_inputs["image_grid_thw"].tolist() == [[1, 2, 2]]
+    assert lazy_images.loaded_count() == before + 1  # the second key came from the cache
+    processor = load_processor(str(vlm_dir))
+    with Image.open(tmp_path / "data" / ROWS[0]["images"][0]) as image:
+        expected = processor(text=[item.text], images=[[image.convert("RGB")]], return_tensors="pt",
+                             add_special_tokens=False)
+    assert torch.equal(pixels, expected["pixel_values"])
+    lazy_images._recent.clear()  # dropped from the cache: read and processed again, the same tensors
+    assert torch.equal(item.image_inputs["pixel_values"], pixels)
+    assert lazy_images.loaded_count() == before + 2
