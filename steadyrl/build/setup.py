@@ -245,10 +245,10 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     kl = (AdaptiveKLController(algo.kl_coef, algo.kl_target, algo.kl_horizon) if algo.kl_target
           else FixedKLController(algo.kl_coef))
     sampler = make_sampler(config, train_prompts, prompts.train_parts)
+    teacher = load_teacher(config, device, vision_policy=prompts.processor is not None)
     models = RunModels(tokenizer=prompts.tokenizer, policy=policy, reference=reference, critic=critic,
                        train_policy=train_policy, train_critic=train_critic, generator=generator,
-                       uses_adapter_reference=adapter_ref, teacher=load_teacher(config, device),
-                       processor=prompts.processor)
+                       uses_adapter_reference=adapter_ref, teacher=teacher, processor=prompts.processor)
     task = RunTask(scorer=scorer, train_prompts=train_prompts, eval_prompts=prompts.eval_prompts, sampler=sampler,
                    agent=prompts.agent, eval_sets=prompts.eval_sets)
     optim = RunOptim(optimizer=optimizer, critic_optimizer=critic_optimizer, scheduler=scheduler,
