@@ -190,6 +190,13 @@ def load_model_weights(model, directory: Path) -> None:
     missing, unexpected = model.load_state_dict(state, strict=False)
     tied = set(getattr(model, "_tied_weights_keys", None) or [])
     really_missing = [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]
+    if (really_missing or unexpected) and hasattr(model, "from_pretrained"):
+        # save_pretrained writes some models' weights under their hub names (LLaVA's
+        # ``language_model.model.*`` for ``model.language_model.*``); from_pretrained maps them back
+        loaded = type(model).from_pretrained(directory, dtype=next(model.parameters()).dtype)
+        missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+        really_missing = [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]
+        del loaded
     if really_missing or unexpected:
         raise RuntimeError(f"checkpoint {directory} does not match the model: missing {really_missing[:5]}, "
                            f"unexpected {unexpected[:5]}")
