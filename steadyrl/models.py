@@ -1,9 +1,12 @@
 """Loading policies, critics and tokenizers, by hub name or local directory.
 
-* :func:`load_tokenizer` / :func:`load_policy`: any ``AutoModelForCausalLM``; a missing local
+* :func:`load_tokenizer` / :func:`load_policy`: any ``AutoModelForCausalLM`` (or, for a config
+  with a ``vision_config``, ``AutoModelForImageTextToText``: a vision-language model); a missing local
   path or a hub name that cannot be fetched (offline machine, typo) is a :class:`ModelLoadError`
   with one clear message, not a stack of hub errors.
-* :class:`ValueModel`: a critic — a causal LM's backbone with a scalar value head.
+* :class:`ValueModel`: a critic — a causal LM's backbone with a scalar value head (not on a VLM).
+* :func:`freeze_vision` / :func:`language_lora_targets`: a VLM trains its language model only
+  (``model.freeze_vision``), and its LoRA adapters sit on the language model's linear layers.
 * :func:`lm_backbone_and_head`: the pieces the fused log-prob path needs (hidden states and the
   LM-head weight), or ``None`` for models whose logits are not a plain linear map of the last
   hidden state (logit soft-capping or scaling), which then use the logits path.
@@ -19,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import ModelLoadError
+from .errors import ConfigError, ModelLoadError
 from .model_files import (  # noqa: F401  (torch-free checks, re-exported where they used to live)
     _offline,
     _unreachable,
@@ -98,15 +101,19 @@ def load_tokenizer(name: str, *, revision: str | None = None, trust_remote_code:
 def load_policy(name: str, *, dtype: torch.dtype, device: torch.device, revision: str | None = None,
                 trust_remote_code: bool = False, attn_implementation: str | None = None,
                 field: str = "model.name_or_path"):
-    """An ``AutoModelForCausalLM`` on ``device`` in ``dtype``, with dropout switched off."""
+    """An ``AutoModelForCausalLM`` on ``device`` in ``dtype``, with dropout switched off; a
+    vision-language model (:func:`steadyrl.vlm.is_vision_config`) as ``AutoModelForImageTextToText``."""
     from transformers import AutoModelForCausalLM
 
     check_model_source(field, name)
     kwargs = {"revision": revision, "trust_remote_code": trust_remote_code, "dtype": dtype}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
+    auto = AutoModelForCausalLM
+    if is_vision_model(name, revision=revision, trust_remote_code=trust_remote_code):
+        from transformers import AutoModelForImageTextToText as auto
     try:
-        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+        model = auto.from_pretrained(name, **kwargs)
     except ImportError as exc:
         if attn_implementation:
             raise ModelLoadError(f"model.attn_implementation = {attn_implementation!r} is not available "
@@ -120,6 +127,18 @@ def load_policy(name: str, *, dtype: torch.dtype, device: torch.device, revision
         raise _load_error(field, name, exc) from None
     disable_dropout(model)
     return model.to(device)
+
+
+def is_vision_model(name: str, *, revision: str | None = None, trust_remote_code: bool = False) -> bool:
+    """Whether the model at ``name`` is a vision-language model (its config has a ``vision_config``);
+    False when its config cannot be read (loading then says why)."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError):
+        return False
+    return is_vision_config(config)
 
 
 def disable_dropout(model: nn.Module) -> None:
@@ -176,6 +195,10 @@ class ValueModel(nn.Module):
         from transformers import AutoModel
 
         check_model_source(field, name)
+        if is_vision_model(name, trust_remote_code=trust_remote_code):
+            raise ConfigError(f"{field} = {name!r} is a vision-language model: a critic (algorithm.advantage_estimator"
+                              " = gae) is not supported on one, because its value head reads text-only hidden "
+                              "states; use a critic-free estimator (grpo, rloo, ...) or a text model's critic")
         try:
             backbone = AutoModel.from_pretrained(name, dtype=dtype, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as exc:
@@ -200,16 +223,20 @@ class ValueModel(nn.Module):
 
 
 def apply_lora(model: nn.Module, lora_config) -> nn.Module:
-    """Wrap ``model`` with PEFT LoRA adapters (the ``peft`` extra)."""
+    """Wrap ``model`` with PEFT LoRA adapters (the ``peft`` extra); on a vision-language model
+    only the language model's linear layers get one (:func:`language_lora_targets`)."""
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
         raise ModelLoadError("model.lora.enabled needs the peft extra: pip install 'steadyrl[peft]'") from None
+    targets = lora_config.target_modules
+    if is_vision_config(getattr(model, "config", None)):
+        targets = language_lora_targets(model, targets)
     config = LoraConfig(
         r=lora_config.r,
         lora_alpha=lora_config.alpha,
         lora_dropout=lora_config.dropout,
-        target_modules=lora_config.target_modules,
+        target_modules=targets,
         task_type="CAUSAL_LM",
     )
     try:
@@ -217,3 +244,73 @@ def apply_lora(model: nn.Module, lora_config) -> nn.Module:
     except ValueError as exc:
         raise ModelLoadError(f"model.lora.target_modules = {lora_config.target_modules!r}: "
                              f"{str(exc).splitlines()[0]}") from None
+
+
+def is_vision_config(config) -> bool:
+    """:func:`steadyrl.vlm.is_vision_config` (the same rule: a ``vision_config``), which this floor's
+    neighbour may not be imported for."""
+    return getattr(config, "vision_config", None) is not None
+
+
+VISION_PARTS = ("visual", "vision_tower", "vision_model", "multi_modal_projector", "mm_projector", "connector",
+                "vision_embed_tokens", "embed_vision")
+"""Submodule names of a VLM's vision side (tower and projector): Qwen2-VL ``model.visual`` (its
+merger included), LLaVA / Gemma 3 / InternVL ``model.vision_tower`` + ``model.multi_modal_projector``,
+SmolVLM / Idefics3 ``model.vision_model`` + ``model.connector``."""
+
+
+def vision_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """The vision tower and projector of a VLM by qualified name: submodules named as in
+    :data:`VISION_PARTS`, else (an unknown family) the outermost modules built from the config's
+    ``vision_config``. Empty for a text model."""
+    lm = unwrap(model)
+    config = getattr(lm, "config", None)
+    if not is_vision_config(config):
+        return {}
+    found = {}
+    for name, module in lm.named_modules():
+        if name.rsplit(".", 1)[-1] in VISION_PARTS and not any(name.startswith(f + ".") for f in found):
+            found[name] = module
+    if not found:
+        vision_type = type(config.vision_config)
+        for name, module in lm.named_modules():
+            if isinstance(getattr(module, "config", None), vision_type) and not any(
+                    name.startswith(f + ".") for f in found):
+                found[name] = module
+    return found
+
+
+def freeze_vision(model: nn.Module) -> list[str]:
+    """``model.freeze_vision``: the vision tower and projector of a VLM kept as they are
+    (``requires_grad`` False; the optimizer skips them). Returns the frozen modules' names
+    (empty for a text model); a VLM whose vision part cannot be found is a :class:`ModelLoadError`."""
+    parts = vision_modules(model)
+    if not parts and is_vision_config(getattr(unwrap(model), "config", None)):
+        raise ModelLoadError("model.freeze_vision = true, but no vision tower was found in the model (looked for "
+                             f"{list(VISION_PARTS)} and modules built from its vision_config); set "
+                             "model.freeze_vision = false to train the whole model")
+    for module in parts.values():
+        module.requires_grad_(False)
+    return list(parts)
+
+
+def language_lora_targets(model: nn.Module, target_modules) -> list[str]:
+    """The qualified names of the linear layers LoRA adapts on a VLM: those outside its vision
+    tower, projector and LM head that ``target_modules`` names (``'all-linear'``: every one; a
+    list: those whose name ends with one of its entries)."""
+    vision = list(vision_modules(model))
+    wanted = None if target_modules == "all-linear" else [target_modules] if isinstance(target_modules, str) \
+        else list(target_modules)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    names = []
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.Linear) or module is head:
+            continue
+        if any(name == v or name.startswith(v + ".") for v in vision):
+            continue
+        if wanted is None or any(name == w or name.endswith("." + w) for w in wanted):
+            names.append(name)
+    if not names:
+        raise ModelLoadError(f"model.lora.target_modules = {target_modules!r} names no linear layer of the "
+                             "vision-language model's language model")
+    return names

@@ -29,6 +29,7 @@ from ..models import (
     ValueModel,
     apply_lora,
     check_model_source,
+    freeze_vision,
     load_policy,
     resolve_device,
     resolve_dtype,
@@ -38,8 +39,18 @@ from .agent import build_agent
 from ..trainer.packing import check_padding_free
 from ..data.prompts import prepare_prompts
 from ..rewards.scorer import Scorer
-from .sources import Part, make_sampler, tokenize_parts
-from .prompts import Prompts, build_tokenizer, check_context_length, named_template_errors, prompt_options
+from .sources import Part, data_folder, make_sampler, tokenize_parts
+from .prompts import (
+    Prompts,
+    build_processor,
+    build_tokenizer,
+    check_context_length,
+    image_options,
+    named_template_errors,
+    prompt_options,
+    report_skipped,
+    with_images,
+)
 from ..config.compat import check_parallel
 from .task import NOTHING_TO_EVALUATE, DataTask, Task, task_inputs, task_of
 from ..trainer.parts import Run, RunModels, RunOptim, RunState, RunTask  # noqa: F401 - re-exported
@@ -88,6 +99,8 @@ def build_models(config: Config, model_path: str, device: torch.device, plan=Non
     policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,
                          trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
     use_autocast(policy, plan, device.type)  # before the reference copy and LoRA: both inherit it
+    if m.freeze_vision:  # a VLM's vision tower and projector stay as they are (a text model: nothing)
+        freeze_vision(policy)
     if m.gradient_checkpointing:
         # non-reentrant: the reentrant variant (transformers 4's default) breaks DDP's gradient hooks
         if hasattr(policy, "activation_checkpointing_enable"):  # transformers 5's name (the old one warns)
@@ -232,9 +245,10 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
     kl = (AdaptiveKLController(algo.kl_coef, algo.kl_target, algo.kl_horizon) if algo.kl_target
           else FixedKLController(algo.kl_coef))
     sampler = make_sampler(config, train_prompts, prompts.train_parts)
+    teacher = load_teacher(config, device, vision_policy=prompts.processor is not None)
     models = RunModels(tokenizer=prompts.tokenizer, policy=policy, reference=reference, critic=critic,
                        train_policy=train_policy, train_critic=train_critic, generator=generator,
-                       uses_adapter_reference=adapter_ref, teacher=load_teacher(config, device))
+                       uses_adapter_reference=adapter_ref, teacher=teacher, processor=prompts.processor)
     task = RunTask(scorer=scorer, train_prompts=train_prompts, eval_prompts=prompts.eval_prompts, sampler=sampler,
                    agent=prompts.agent, eval_sets=prompts.eval_sets)
     optim = RunOptim(optimizer=optimizer, critic_optimizer=critic_optimizer, scheduler=scheduler,
@@ -274,12 +288,16 @@ def build_eval(config: Config, model_path: str, resources: ExitStack, *, of_run_
         agent = build_agent(config, tokenizer)
         if agent is not None:
             resources.callback(agent.shutdown)
-        options = prompt_options(config, agent)
+        processor = build_processor(config, model_path, train=False)
+        images = image_options(config, evals, processor, model_path, data_folder(config.data.eval_path), strict=False,
+                               source="data.eval_path")
+        options = with_images(prompt_options(config, agent), processor, images)
         if eval_parts is None:
             prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **options)
         else:  # data.eval_sources: a dict of held-out sets, each evaluated on its own
             prompts = {p.name: p.records for p in tokenize_parts(eval_parts, "data.eval_sources", tokenizer,
                                                                  options)[0]}
+        report_skipped([images])
     flat = prompts if eval_parts is None else [q for ps in prompts.values() for q in ps]
     check_context_length(config, model_path, [], flat)
     policy = load_policy(model_path, dtype=dtype, device=device, revision=m.revision,

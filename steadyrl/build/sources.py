@@ -14,6 +14,7 @@ the start-up checks of ``data.domain_key`` against the rewards, and the training
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..config.schema import Config, SourceConfig
 from ..data import EVAL_SPLITS, MixtureSampler, PromptSampler, eval_split_of, load_records
@@ -29,13 +30,15 @@ class Part:
     name: str
     records: list
     weight: float = 1.0
+    folder: str | None = None  # where the source's relative image paths start (data.image_column)
 
 
 def extra_keys(config: Config) -> list[str] | None:
     data = config.data
-    if data.extra_keys is None or data.domain_key is None or data.domain_key in data.extra_keys:
-        return data.extra_keys
-    return [*data.extra_keys, data.domain_key]  # the domain column always reaches the scorer
+    if data.extra_keys is None:
+        return None
+    always = [k for k in (data.domain_key, data.image_column) if k is not None and k not in data.extra_keys]
+    return [*data.extra_keys, *always]  # the domain and image columns always reach the prompts and the scorer
 
 
 def load_source(config: Config, source: SourceConfig, where: str) -> list[dict]:
@@ -61,7 +64,19 @@ def load_parts(config: Config, key: str) -> list[Part] | None:
     sources = getattr(config.data, key)
     if sources is None:
         return None
-    return [Part(s.key, load_source(config, s, f"data.{key}[{i}]"), s.weight) for i, s in enumerate(sources)]
+    return [Part(s.key, load_source(config, s, f"data.{key}[{i}]"), s.weight, data_folder(s.path))
+            for i, s in enumerate(sources)]
+
+
+def data_folder(path: str | None) -> str | None:
+    """The folder a data path's relative image paths start from: a file's folder, a
+    ``save_to_disk`` folder itself; None for no path or a generated source (the working directory)."""
+    from ..config.schema import GENERATED
+
+    if not path or path.startswith(GENERATED):
+        return None
+    full = Path(path).expanduser()
+    return str(full if full.is_dir() else full.parent)
 
 
 def load_data(config: Config, *, eval_only: bool = False, quiet: bool = False) -> tuple[list[dict], list[dict]]:
@@ -115,7 +130,7 @@ def load_all_data(config: Config, *, for_eval: bool = False, demo: tuple[list, l
             train = [r for p in train_parts for r in p.records]
     if eval_parts is not None:
         limit = data.max_eval_prompts
-        eval_parts = [Part(p.name, p.records[:limit] if limit else p.records) for p in eval_parts]
+        eval_parts = [Part(p.name, p.records[:limit] if limit else p.records, p.weight, p.folder) for p in eval_parts]
         evals = [r for p in eval_parts for r in p.records]
     return train, evals, train_parts, eval_parts
 
@@ -125,8 +140,10 @@ def tokenize_parts(parts: list[Part], key: str, tokenizer, options: dict) -> tup
     the parts holding :class:`~steadyrl.data.prompts.PromptItem` s and the prompts dropped."""
     out, dropped = [], 0
     for part in parts:
-        items, n = prepare_prompts(part.records, tokenizer, source=f"{key} {part.name!r}", **options)
-        out.append(Part(part.name, items, part.weight))
+        images = options.get("images")
+        part_options = options if images is None else {**options, "images": images.for_folder(part.folder)}
+        items, n = prepare_prompts(part.records, tokenizer, source=f"{key} {part.name!r}", **part_options)
+        out.append(Part(part.name, items, part.weight, part.folder))
         dropped += n
     return out, dropped
 

@@ -20,7 +20,7 @@ import torch
 
 from ..config.schema import Config
 from ..errors import ConfigError
-from ..models import load_policy, load_tokenizer, resolve_device, resolve_dtype
+from ..models import is_vision_config, load_policy, load_tokenizer, resolve_device, resolve_dtype
 
 
 def _fingerprint(vocab: dict[str, int]) -> str:
@@ -50,12 +50,18 @@ def teacher_device(config: Config, device: torch.device) -> torch.device:
     return device if config.teacher.device is None else resolve_device(config.teacher.device)
 
 
-def load_teacher(config: Config, device: torch.device) -> torch.nn.Module | None:
-    """The frozen teacher model on its device, or None without ``teacher.name_or_path``."""
+def load_teacher(config: Config, device: torch.device, *, vision_policy: bool = False) -> torch.nn.Module | None:
+    """The frozen teacher model on its device, or None without ``teacher.name_or_path``. With a
+    vision-language policy (``vision_policy``) the teacher must be one too: it reads the same ids,
+    image tokens included, with the same images (a text teacher is a :class:`ConfigError`)."""
     t = config.teacher
     if t.name_or_path is None:
         return None
     where = teacher_device(config, device)
     model = load_policy(t.name_or_path, dtype=resolve_dtype(t.dtype, where), device=where, revision=t.revision,
                         trust_remote_code=t.trust_remote_code, field="teacher.name_or_path")
+    if vision_policy and not is_vision_config(getattr(model, "config", None)):
+        raise ConfigError(f"teacher.name_or_path = {t.name_or_path!r} is a text model, but the policy is a "
+                          "vision-language model: the teacher scores the student's ids, image tokens included, "
+                          "with the prompts' images; choose a vision-language teacher of the same family")
     return model.eval().requires_grad_(False)

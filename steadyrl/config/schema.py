@@ -183,6 +183,9 @@ class ModelConfig(Section):
     attn_implementation: str | None = F(None, "Attention kernel (e.g. sdpa, flash_attention_2); "
                                         "null = transformers' default.")
     gradient_checkpointing: bool = F(False, "Recompute activations in the backward pass to save memory.")
+    freeze_vision: bool = F(True, "Vision-language models (docs/vision-data.md): keep the vision tower and its "
+                            "projector frozen (requires_grad false; only the language model trains). false = "
+                            "train them too. Ignored for text models.")
     critic_name_or_path: str | None = F(None, "Critic backbone for GAE (PPO); null = the policy's.")
     lora: LoraConfig = Field(default_factory=LoraConfig)
 
@@ -273,6 +276,16 @@ class DataConfig(Section):
                                              "prompts and for every multi-turn observation.")
     max_prompt_tokens: int = F(1024, "Prompts longer than this (in tokens) are dropped, with a count "
                                "in the log.", ge=1, le=MAX_TOKENS)
+    image_column: str | None = F(None, "Column holding each row's images (docs/vision-data.md): a path (relative to "
+                                 "the data file's folder), bytes, a datasets Image feature, or a list of these. "
+                                 "null = 'images' or 'image' when the data has that column.")
+    max_image_pixels: int = F(12_845_056, "Largest image accepted, in pixels (width x height, checked from the "
+                              "header before decoding: a decompression bomb is refused). 12845056 = 3584 x 3584.",
+                              ge=1, le=1_000_000_000)
+    max_images_per_prompt: int = F(8, "Most images one prompt may hold.", ge=1, le=1024)
+    bad_images: Literal["error", "skip"] = F("error", "A missing, corrupt or oversized image: error = stop at "
+                                             "start-up naming the row, column and value; skip = drop the row, "
+                                             "counted and reported once at start-up.")
     shuffle: bool = F(True, "Shuffle the prompts every epoch (seeded by trainer.seed).")
     max_eval_prompts: int | None = F(None, "Evaluate on at most this many held-out prompts.", ge=1)
 

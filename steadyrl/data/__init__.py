@@ -6,6 +6,8 @@
 * :func:`filter_by_length`: drop prompts over ``max_prompt_tokens``;
 * :class:`PromptSampler`: an endless, seeded, resumable stream of full batches;
 * :class:`MixtureSampler`: several sources mixed by weight, as exactly resumable.
+* :mod:`.images`: a row's images (paths, bytes, PIL, ``datasets`` features, data URLs) loaded
+  and checked at start-up for vision-language models (docs/vision-data.md).
 
 See ``docs/data.md``.
 """

@@ -6,6 +6,15 @@ engine generates from, ``columns`` the record's other columns (``answer`` and th
 to reward functions as keyword lists, ``messages`` the record's prompt when it was a list of chat
 messages (what TRL-style reward functions receive instead of ``text``), and ``conversation`` the
 prompt as the chat messages the template rendered (a multi-turn episode continues it).
+
+For a vision-language model (``processor`` given, docs/vision-data.md) a row's images are loaded
+and checked (:mod:`steadyrl.data.images`), the prompt is rendered by the processor's chat template
+and tokenized by the processor: ``ids`` then hold each image's expanded tokens (which count
+against ``max_prompt_tokens``), ``images`` the images and ``image_inputs`` the processor's
+tensors for them minus the token-aligned ones (``pixel_values``, ``image_grid_thw``, ...). Every
+image is checked here, once, but neither is kept: both are lazy (:mod:`steadyrl.data.lazy_images`),
+read again and processed when a step draws the prompt, so memory does not grow with the dataset. A row
+with no image is rendered and tokenized exactly as for a text model.
 """
 
 from __future__ import annotations
@@ -14,6 +23,10 @@ from dataclasses import dataclass, field
 
 from ..errors import DataError
 from .chat import prompt_messages, render_prompt
+from .images import ImageOptions, prompt_with_images
+
+TOKEN_ALIGNED_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
+"""Processor outputs with one value per token: recomputed from the ids, never kept in ``image_inputs``."""
 
 
 @dataclass(frozen=True)
@@ -23,34 +36,95 @@ class PromptItem:
     columns: dict = field(default_factory=dict)
     messages: list | None = None  # the record's prompt, when it is a list of chat messages
     conversation: list | None = None  # the chat messages the template rendered (multi-turn history)
+    # the PIL images, in the order of the prompt's image placeholders (from a dataset: LazyImages)
+    images: tuple = ()
+    # the processor's image tensors (no token-aligned key), None: no image (from a dataset: LazyImageInputs,
+    # processed when a step draws the prompt: steadyrl.data.lazy_images)
+    image_inputs: dict | None = None
 
 
 def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
                     chat_template: bool | None, source: str,
                     tools: list[dict] | None = None,
-                    template_kwargs: dict | None = None) -> tuple[list[PromptItem], int]:
+                    template_kwargs: dict | None = None, processor=None,
+                    images: ImageOptions | None = None) -> tuple[list[PromptItem], int]:
     """Render and tokenize ``records``; drop those over ``max_prompt_tokens``.
 
-    Returns ``(items, dropped)``. All prompts over the limit is a :class:`DataError`.
+    With ``processor`` (a vision-language model's) and ``images`` (how the rows' images load),
+    rows with images go through the processor (see the module docstring); a row whose image is
+    bad is a :class:`DataError`, or, with ``images.bad == "skip"``, left out and its message
+    appended to ``images.skipped``. Returns ``(items, dropped)`` (``dropped``: over the length
+    limit). All prompts over the limit is a :class:`DataError`.
     """
     items, lengths = [], []
-    for record in records:
-        prompt = record["prompt"]
-        text = render_prompt(tokenizer, prompt, chat_template=chat_template, tools=tools,
-                             template_kwargs=template_kwargs)
-        templated = isinstance(prompt, list) or chat_template is True
-        # verbose=False: the tokenizer's "longer than the model's maximum" warning is ours to say
-        ids = tokenizer(text, add_special_tokens=not templated, verbose=False)["input_ids"]
-        lengths.append(len(ids))
-        if len(ids) <= max_prompt_tokens:
-            columns = {k: v for k, v in record.items() if k != "prompt"}
-            items.append(PromptItem(text=text, ids=list(ids), columns=columns,
-                                    messages=prompt if isinstance(prompt, list) else None,
-                                    conversation=prompt_messages(prompt) if templated else None))
-    if records and not items:
+    for index, record in enumerate(records):
+        pictures, prompt = (), record["prompt"]
+        if images is not None:
+            try:
+                prompt, pictures = prompt_with_images(record, images, f"{source} row {index + 1}")
+            except DataError as err:
+                if images.bad != "skip":
+                    raise
+                images.skipped.append(str(err))
+                continue
+        if pictures:
+            item = _vision_item(record, prompt, pictures, processor, tools=tools, template_kwargs=template_kwargs,
+                                lazy=(images, f"{source} row {index + 1}"),
+                                source=source, chat_template=chat_template)
+        else:
+            item = _text_item(record, prompt, tokenizer, chat_template=chat_template, tools=tools,
+                              template_kwargs=template_kwargs)
+        lengths.append(len(item.ids))
+        if len(item.ids) <= max_prompt_tokens:
+            items.append(item)
+    if lengths and not items:
         raise DataError(
-            f"all {len(records)} prompts of {source} are longer than data.max_prompt_tokens = "
+            f"all {len(lengths)} prompts of {source} are longer than data.max_prompt_tokens = "
             f"{max_prompt_tokens} tokens (the shortest has {min(lengths)}, the longest {max(lengths)}); "
             "raise the limit"
         )
-    return items, len(records) - len(items)
+    return items, len(lengths) - len(items)
+
+
+def _text_item(record: dict, prompt, tokenizer, *, chat_template, tools, template_kwargs) -> PromptItem:
+    text = render_prompt(tokenizer, prompt, chat_template=chat_template, tools=tools,
+                         template_kwargs=template_kwargs)
+    templated = isinstance(prompt, list) or chat_template is True
+    # verbose=False: the tokenizer's "longer than the model's maximum" warning is ours to say
+    ids = tokenizer(text, add_special_tokens=not templated, verbose=False)["input_ids"]
+    columns = {k: v for k, v in record.items() if k != "prompt"}
+    return PromptItem(text=text, ids=list(ids), columns=columns,
+                      messages=prompt if isinstance(prompt, list) else None,
+                      conversation=prompt_messages(prompt) if templated else None)
+
+
+def _vision_item(record: dict, messages: list, pictures: tuple, processor, *, tools, template_kwargs,
+                 source: str, chat_template, lazy: tuple | None = None) -> PromptItem:
+    """A row with images: rendered by the processor's chat template, tokenized by the processor.
+    With ``lazy`` (the row's ``ImageOptions`` and its name in errors) the item keeps where its
+    images come from, not their pixels (:mod:`steadyrl.data.lazy_images`)."""
+    from .chat import ChatTemplateError
+
+    if processor is None:
+        raise DataError(f"{source}: a row has images but the model has no image processor: it is a text-only "
+                        "model (set model.name_or_path to a vision-language model, or remove the images)")
+    if chat_template is False:
+        raise DataError(f"{source}: data.chat_template = false, but a row has images, which only the "
+                        "processor's chat template can place; set data.chat_template to true or null")
+    try:
+        text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                             **({"tools": tools} if tools else {}), **(template_kwargs or {}))
+    except Exception as err:  # noqa: BLE001 - a template may raise anything
+        raise ChatTemplateError(f"the processor's chat template failed on a prompt with images: "
+                                f"{type(err).__name__}: {err}") from None
+    out = processor(text=[text], images=[list(pictures)], return_tensors="pt", add_special_tokens=False)
+    ids = out["input_ids"][0].tolist()
+    image_inputs = {k: v for k, v in out.items() if k not in TOKEN_ALIGNED_KEYS}
+    columns = {k: v for k, v in record.items() if k != "prompt"}
+    if lazy is not None:
+        from .lazy_images import ImageSource, LazyImageInputs, LazyImages
+
+        held = ImageSource(record, lazy[0], lazy[1], text, processor, len(pictures), tuple(image_inputs))
+        pictures, image_inputs = LazyImages(held), LazyImageInputs(held)
+    return PromptItem(text=text, ids=ids, columns=columns, messages=messages, conversation=messages,
+                      images=pictures, image_inputs=image_inputs)

@@ -69,7 +69,9 @@ def build_vision_tokenizer(alphabet: str, family: str = "qwen2_vl", *, model_max
 
 
 def _ids(tokenizer) -> dict:
-    return {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    # bos None: the tokenizer has none (Qwen2-VL's config would default to an id past this vocabulary)
+    return {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id,
+            "bos_token_id": tokenizer.bos_token_id}
 
 
 def build_tiny_qwen2_vl(tokenizer, *, hidden_size: int = 32, n_layers: int = 2, n_heads: int = 2,

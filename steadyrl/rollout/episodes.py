@@ -87,6 +87,11 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
     passed to every turn's ``generate``."""
     first_turn = min(limits.max_new_tokens, limits.episode_tokens)
     if agent is None:  # one turn: the episode is the first generation
+        # PromptItem's (stand-ins may lack it), read once for the step: a dataset's are lazy (data/lazy_images.py)
+        image_inputs = [_loaded(getattr(p, "image_inputs", None)) for p in prompts]
+        if any(x is not None for x in image_inputs):  # a VLM's prompts: their images too (vLLM reads the PIL ones)
+            sampling = {**sampling, "image_inputs": image_inputs,
+                        "images": [tuple(getattr(p, "images", ()) or ()) for p in prompts]}
         return engine.generate([p.ids for p in prompts], n, max_new_tokens=first_turn, **sampling)
     episodes = [_Episode(list(p.ids), list(p.conversation) if p.conversation is not None else None,
                          {"prompt": p.messages if p.messages is not None else p.text, **p.columns})
@@ -124,6 +129,11 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
                                 stepwise_drift(tokenizer, e, agent) + turn_drift(tokenizer, e, agent) if mode == "stepwise"
                                 else 0)
     return _assemble(first, episodes, tokenizer, limits, mode)
+
+
+def _loaded(image_inputs) -> dict | None:
+    """A prompt's image tensors as a plain dict for this step (a lazy one is read and processed now)."""
+    return None if image_inputs is None else dict(image_inputs)
 
 
 def next_context(e: _Episode) -> list[int]:

@@ -93,7 +93,8 @@ def save_checkpoint(root: Path, step: int, *, policy, tokenizer, state: dict[str
     """Write checkpoint ``step`` atomically and prune to the newest ``keep``.
 
     ``policy_state_dict``: the policy's full weights when ``policy`` itself holds only a shard
-    (FSDP, gathered by :func:`steadyrl.distributed.full_model_state_dict`)."""
+    (FSDP, gathered by :func:`steadyrl.distributed.full_model_state_dict`). ``tokenizer``: a
+    vision-language model's processor where it has one (saved with its tokenizer's files)."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp-step_{step:06d}-{os.getpid()}"
@@ -189,6 +190,13 @@ def load_model_weights(model, directory: Path) -> None:
     missing, unexpected = model.load_state_dict(state, strict=False)
     tied = set(getattr(model, "_tied_weights_keys", None) or [])
     really_missing = [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]
+    if (really_missing or unexpected) and hasattr(model, "from_pretrained"):
+        # save_pretrained writes some models' weights under their hub names (LLaVA's
+        # ``language_model.model.*`` for ``model.language_model.*``); from_pretrained maps them back
+        loaded = type(model).from_pretrained(directory, dtype=next(model.parameters()).dtype)
+        missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+        really_missing = [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]
+        del loaded
     if really_missing or unexpected:
         raise RuntimeError(f"checkpoint {directory} does not match the model: missing {really_missing[:5]}, "
                            f"unexpected {unexpected[:5]}")

@@ -146,6 +146,11 @@ def write_final(config, run_dir: Path) -> Path | None:
         return None
 
 
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "chat_template.jinja", "chat_template.json",
+                   "video_preprocessor_config.json")
+"""The files a vision-language model's processor adds to its tokenizer's (copied into a merged model)."""
+
+
 def _merge_lora(policy: Path, out: Path, base: str | None, revision: str | None, trust_remote_code: bool) -> None:
     import json
 
@@ -169,6 +174,9 @@ def _merge_lora(policy: Path, out: Path, base: str | None, revision: str | None,
         merged = merged.to(saved_dtype)
     merged.save_pretrained(out, safe_serialization=True)
     AutoTokenizer.from_pretrained(policy).save_pretrained(out)
+    for name in PROCESSOR_FILES:  # a vision-language model's processor (image processor, chat template)
+        if (policy / name).is_file() and not (policy / name).is_symlink():
+            shutil.copy2(policy / name, out / name)
     _ensure_generation_config(out)
     (out / "adapter").mkdir()
     for name in os.listdir(policy):  # the adapter as trained, with its tokenizer (links refused above)

@@ -53,7 +53,7 @@ def save(run: Run, step: int) -> Path | None:
         dist.barrier()
         return None
     path = ckpt.save_checkpoint(run.output_dir / "checkpoints", step, policy=run.models.policy,
-                                tokenizer=run.models.tokenizer,
+                                tokenizer=run.models.processor or run.models.tokenizer,  # a VLM's: its processor
                                 state=_checkpoint_state(run, shared), critic=run.models.critic,
                                 keep=run.config.trainer.keep_checkpoints, policy_state_dict=shared["policy"])
     dist.barrier()

@@ -60,7 +60,8 @@ class RunModels:
     KL, or with LoRA, whose reference is the policy with its adapter off:
     ``uses_adapter_reference``), ``critic`` (GAE only); ``train_policy`` / ``train_critic`` (what
     the update runs through: the data-parallel wrappers, None in one process), ``generator``
-    (what the engine generates with: the policy, or its FSDP view) and the ``tokenizer``."""
+    (what the engine generates with: the policy, or its FSDP view), the ``tokenizer`` and, for a
+    vision-language model, its ``processor`` (None for a text model)."""
 
     tokenizer: Tokenizer
     policy: torch.nn.Module
@@ -71,6 +72,7 @@ class RunModels:
     generator: Generator | None = None
     uses_adapter_reference: bool = False
     teacher: torch.nn.Module | None = None  # on-policy distillation's frozen teacher (teacher.*), or None
+    processor: object | None = None  # a vision-language model's processor (steadyrl.vlm), None for a text model
 
     def training_models(self) -> tuple[torch.nn.Module, torch.nn.Module | None]:
         """``(policy, critic)`` to run forward/backward passes through."""
