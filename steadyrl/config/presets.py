@@ -121,7 +121,7 @@ DEMO_VISION_CONFIG: dict[str, Any] = {
     "rollout": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 6, "temperature": 1.0},
     "algorithm": {"preset": "grpo", "kl_mode": "none"},
     "optim": {"lr": 1e-3},
-    "trainer": {"max_steps": 100, "micro_batch_size": 128, "save_every": 0, "samples_every": 20,
+    "trainer": {"max_steps": 150, "micro_batch_size": 128, "save_every": 0, "samples_every": 25,
                 "num_threads": 1},
     "eval": {"num_samples": 0, "batch_size": 200},
 }

@@ -39,9 +39,9 @@ def collapse_image_runs(ids: list[int], image_token_id: int | None) -> list[int]
 def image_token_of(model) -> int | None:
     """The id a vision-language ``model`` expands images into (None for a text model)."""
     from ..vlm import is_vision_config
+    from ..vlm_inputs import image_token_id
 
-    config = getattr(model, "config", None)
-    return getattr(config, "image_token_id", None) if config is not None and is_vision_config(config) else None
+    return image_token_id(model.config) if is_vision_config(model.config) else None
 
 
 def _reencode(tokenizer, messages: list[dict] | None, prompt_ids: list[int], text: str,
@@ -64,12 +64,16 @@ def _reencode(tokenizer, messages: list[dict] | None, prompt_ids: list[int], tex
 
 
 @torch.no_grad()
-def _loglik(model, prompt: list[int], response: list[int]) -> float:
-    """``sum_t log p(response_t | prompt, response_<t)`` under ``model`` (float32 softmax)."""
+def _loglik(model, prompt: list[int], response: list[int], image_inputs: dict | None = None) -> float:
+    """``sum_t log p(response_t | prompt, response_<t)`` under ``model`` (float32 softmax), a VLM's
+    prompt with its ``image_inputs``."""
+    from ..vlm_inputs import model_image_kwargs
+
     if not response:
         return 0.0
     ids = torch.tensor([prompt + response], device=next(model.parameters()).device)
-    logits = model(input_ids=ids, use_cache=False).logits[0, len(prompt) - 1: -1].float().cpu()
+    extra = model_image_kwargs(model.config, ids, image_inputs, None, next(model.parameters()).dtype)
+    logits = model(input_ids=ids, use_cache=False, **extra).logits[0, len(prompt) - 1: -1].float().cpu()
     return float(torch.log_softmax(logits, -1).gather(-1, torch.tensor(response).unsqueeze(-1)).sum())
 
 
@@ -89,5 +93,6 @@ def round_trip(trainer_model, tokenizer, gen, chats: list[list[dict] | None], eo
         if again != sampled:
             changed += 1
             example = example or (sampled, again)
-            diff += abs(_loglik(trainer_model, prompt, again) - _loglik(trainer_model, prompt, sampled))
+            images = gen.image_inputs[row] if gen.image_inputs is not None else None
+            diff += abs(_loglik(trainer_model, prompt, again, images) - _loglik(trainer_model, prompt, sampled, images))
     return RoundTrip(changed, len(gen), diff / total if total else 0.0, example)

@@ -23,6 +23,7 @@ class _Gen:
     prompt_mask: torch.Tensor
     response_ids: torch.Tensor
     response_mask: torch.Tensor
+    image_inputs: list | None = None
 
     def __len__(self):
         return self.prompt_ids.shape[0]
