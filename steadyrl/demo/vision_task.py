@@ -17,9 +17,9 @@ sequence is in both, with other shades), so held-out accuracy measures the table
 sequences remembered. Both splits depend only on ``seed``.
 
 The table is what RL must find: the warm start (:mod:`.vision_warmstart`) teaches the format (one
-letter of :data:`LETTERS` per square, then the end of the turn) with letters drawn at random, so
-the warm-started model answers a k-square prompt right about ``6**-k`` of the time.
-:func:`codeword_reward` scores exact matches (1.0 or 0.0), or, with ``partial=True``, the fraction
+letter of :data:`LETTERS` per square, then the end of the turn) with a decoy table and random
+letters, so the warm-started model reads every square and is never right. :func:`codeword_reward`
+scores exact matches (1.0 or 0.0, the demo's reward); :func:`codeword_partial_reward` the fraction
 of the squares' letters right.
 """
 
