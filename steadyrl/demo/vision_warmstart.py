@@ -74,19 +74,17 @@ def encode_vision_rows(processor, records: list[dict], answers: list[str] | None
     return rows
 
 
-def _concat(parts: list[dict | None]) -> dict:
-    parts = [p for p in parts if p]
-    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]} if parts else {}
-
-
 def model_inputs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, image_inputs: list) -> dict:
     """Keyword arguments of a forward or ``generate`` of ``model`` on these rows: the ids, the rows'
-    image inputs concatenated in row order, and Qwen-VL's ``mm_token_type_ids``."""
-    out = {"input_ids": input_ids, "attention_mask": attention_mask, **_concat(image_inputs)}
-    image_token = getattr(model.config, "image_token_id", None)
-    if "image_grid_thw" in out and image_token is not None:
-        out["mm_token_type_ids"] = (input_ids == image_token).long()
-    return out
+    image inputs concatenated in row order and the token-aligned inputs (Qwen-VL's
+    ``mm_token_type_ids``), as the trainer feeds them (:mod:`steadyrl.vlm_inputs`)."""
+    from ..vlm_inputs import collate_image_inputs, token_aligned_inputs
+
+    images = collate_image_inputs(image_inputs)
+    if images is None:
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+    return {"input_ids": input_ids, "attention_mask": attention_mask, **images,
+            **token_aligned_inputs(model.config, input_ids)}
 
 
 def collate_rows(rows: list[dict], pad_id: int, *, left: bool = False) -> tuple[torch.Tensor, ...]:
