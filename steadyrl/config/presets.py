@@ -120,7 +120,7 @@ DEMO_VISION_CONFIG: dict[str, Any] = {
              "warmstart_batch_size": 32, "decoy_fraction": 0.5},
     "rollout": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 6, "temperature": 1.0},
     "algorithm": {"preset": "grpo", "kl_mode": "none"},
-    "optim": {"lr": 1e-3},
+    "optim": {"lr": 5e-4},  # 1e-3 learns faster (0% -> 69-100% in 100 steps) but the doctor sees grad spikes
     "trainer": {"max_steps": 150, "micro_batch_size": 128, "save_every": 0, "samples_every": 25,
                 "num_threads": 1},
     "eval": {"num_samples": 0, "batch_size": 200},
