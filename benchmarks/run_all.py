@@ -23,6 +23,7 @@ BENCHMARKS = {
     "errors": "benchmarks.bench_errors",
     "algorithms": "benchmarks.bench_algorithms",
     "distill": "benchmarks.bench_distill",
+    "vision": "benchmarks.bench_vision",
 }
 
 

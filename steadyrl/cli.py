@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="inspect configuration", **page)
     config_sub = config.add_subparsers(dest="config_command", required=True)
     show = config_sub.add_parser("show", help="print the resolved config with every default and its help; with no "
-                                 "CONFIG the defaults, and with demo.task=reverse|tool the built-in demo's", **page)
+                                 "CONFIG the defaults, and with demo.task=reverse|tool|vision the built-in demo's",
+                                 **page)
     show.add_argument("items", nargs="*", metavar="CONFIG|key=value")
     show.add_argument("--trust-run-code", action="store_true",
                       help="also load rollout.tools / tool_parser / environment to check them as train does (this "
@@ -312,7 +313,8 @@ def _push(folder: Path, args: argparse.Namespace, token: str, message: str) -> i
 
 
 _SHOWN_DEFAULTS = ("# steadyrl's defaults (no config file given). `steadyrl train` with no config runs the "
-                   "built-in demo, whose values differ: steadyrl config show demo.task=reverse (or demo.task=tool)")
+                   "built-in demo, whose values differ: steadyrl config show demo.task=reverse "
+                   "(or demo.task=tool, demo.task=vision)")
 _SHOWN_DEMO = "# the built-in demo's config: what `steadyrl train` with no config file runs (demo.task chooses it)"
 
 

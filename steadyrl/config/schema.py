@@ -855,12 +855,14 @@ class DemoConfig(Section):
     held-out accuracy ~30% after the warm-start, 81-99% after 600 GRPO steps (8 seeds).
     ``demo.task=tool`` is the multi-turn demo instead (``steadyrl.config.presets.DEMO_TOOL_CONFIG``):
     multiplication with a calculator tool; measured on 2 CPU cores: held-out success 0-6% after
-    its warm-start, 78-100% after 60 GRPO steps (3 seeds)."""
+    its warm-start, 78-100% after 60 GRPO steps (3 seeds). ``demo.task=vision`` is the image demo
+    (``steadyrl.config.presets.DEMO_VISION_CONFIG``, docs/vision.md)."""
 
-    task: Literal["reverse", "tool"] = F("reverse", "Which built-in task: reverse (reverse a string, one "
-                                         "turn) or tool (multiply two numbers with a calculator tool, "
-                                         "multi-turn; on the command line without a config it starts "
-                                         "from the tool demo's own settings).")
+    task: Literal["reverse", "tool", "vision"] = F(
+        "reverse", "Which built-in task: reverse (reverse a string, one turn), tool (multiply two numbers with "
+        "a calculator tool, multi-turn) or vision (read a codeword off coloured squares with a tiny "
+        "vision-language model); on the command line without a config, tool and vision start from their "
+        "own settings (steadyrl.config.presets.DEMO_CONFIGS).")
     n_layers: int = F(2, "Transformer layers of the demo model.", ge=1, le=MAX_WIDTH)
     hidden_size: int = F(128, "Hidden size of the demo model.", ge=8, le=MAX_WIDTH)
     n_heads: int = F(4, "Attention heads of the demo model.", ge=1, le=MAX_WIDTH)
@@ -879,6 +881,10 @@ class DemoConfig(Section):
     tool_fraction: float = F(0.1, "Tool task only: fraction of the demo.warmstart_steps transcripts that call "
                              "the calculator (the rest answer at once), so RL starts from rare tool use.",
                              ge=0, le=1)
+    max_images: int = F(3, "Vision task only: most squares in a prompt (1 to 3; each is one letter).", ge=1, le=3)
+    decoy_fraction: float = F(0.5, "Vision task only: fraction of the warm-start answers written with a decoy "
+                              "colour table (the rest are random letters), so RL starts from a model that "
+                              "reads each square but does not know the real table.", ge=0, le=1)
 
     @model_validator(mode="after")
     def _check(self) -> "DemoConfig":

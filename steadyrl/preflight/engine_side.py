@@ -117,13 +117,18 @@ def _process(logits: torch.Tensor, spec: EngineSpec) -> torch.Tensor:
 @torch.no_grad()
 def behaviour_logprobs(model, gen, spec: EngineSpec) -> tuple[torch.Tensor, torch.Tensor]:
     """``(behaviour [B, R], reported [B, R])`` float32, 0 on padding: each sampled token's log-prob
-    under the distribution the engine samples from, and under the one it reports."""
+    under the distribution the engine samples from, and under the one it reports (a VLM's rows
+    with their images, as the trainer feeds them)."""
+    from ..vlm_inputs import collate_image_inputs, model_image_kwargs
+
     ids, mask, positions, starts = _layout(gen.prompt_ids, gen.prompt_mask, gen.response_ids, gen.response_mask,
                                            spec.padding_side)
     r = gen.response_ids.shape[1]
     device = next(model.parameters()).device
-    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
-                   use_cache=False).logits
+    ids = ids.to(device)
+    extra = model_image_kwargs(model.config, ids, collate_image_inputs(gen.image_inputs), positions.to(device),
+                               next(model.parameters()).dtype)
+    logits = model(input_ids=ids, attention_mask=mask.to(device), use_cache=False, **extra).logits
     logits = logits[:, int(starts[0]) - 1: int(starts[0]) - 1 + r].float().cpu()
     labels = gen.response_ids.unsqueeze(-1)
     sampled = torch.log_softmax(_process(logits, spec), -1).gather(-1, labels).squeeze(-1)

@@ -81,6 +81,8 @@ class _Side:
     trainer_logprobs: list[torch.Tensor]
     weights: torch.nn.Module | None = None
     """The engine's weights as given (stale ones), before the cast to its dtype; None: the trainer's."""
+    processor: object | None = None
+    """A vision-language model's processor (None for a text model)."""
 
 
 def default_spec(config: Config, trainer: torch.nn.Module, tokenizer) -> EngineSpec:
@@ -98,9 +100,11 @@ def default_spec(config: Config, trainer: torch.nn.Module, tokenizer) -> EngineS
                       temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k)
 
 
-def _prompts(config: Config, tokenizer, count: int):
-    """``count`` training prompts rendered as the run renders them, and the chat each came from."""
-    from ..build.prompts import prompt_options
+def _prompts(config: Config, tokenizer, count: int, processor=None):
+    """``count`` training prompts rendered as the run renders them, and the chat each came from; a
+    vision-language model's (``processor``) with their images, as the run loads them."""
+    from ..build.prompts import image_options, prompt_options, with_images
+    from ..build.sources import data_folder
     from ..build.task import task_of
     from ..data.chat import prompt_messages, uses_chat_template
     from ..data.prompts import prepare_prompts
@@ -110,9 +114,12 @@ def _prompts(config: Config, tokenizer, count: int):
         raise ConfigError("doctor: the config has no training prompt (data.train_path / data.train_sources)")
     records = train[:count]
     options = {**prompt_options(config, None), "tools": None}
-    items, _ = prepare_prompts(records, tokenizer, source="data.train_path", **options)
+    images = image_options(config, records, processor, config.model.name_or_path, data_folder(config.data.train_path))
+    items, _ = prepare_prompts(records, tokenizer, source="data.train_path", **with_images(options, processor, images))
     chats = [prompt_messages(r["prompt"]) if uses_chat_template(tokenizer, r["prompt"], options["chat_template"])
              else None for r in records]
+    # an image prompt's chat is the one the processor rendered (its image parts where the images go)
+    chats = [item.messages if item.image_inputs is not None else chat for item, chat in zip(items, chats)]
     return items, chats
 
 
@@ -120,7 +127,7 @@ def build_side(config: Config, *, batches: int, prompts: int, engine: dict | Non
                engine_weights: torch.nn.Module | None = None) -> _Side:
     """Load and sample as the run would; ``engine`` changes the engine's spec (tests inject causes with
     it), ``engine_weights`` gives the engine other weights than the trainer's (stale)."""
-    from ..build.prompts import build_tokenizer
+    from ..build.prompts import build_processor, build_tokenizer
     from ..models import load_policy, resolve_device, resolve_dtype
     from ..rollout import HFEngine, eos_token_ids
     from ..trainer.batch import batch_from_generation
@@ -132,7 +139,8 @@ def build_side(config: Config, *, batches: int, prompts: int, engine: dict | Non
                           "starts from (a demo run's is RUN_DIR/final: model.name_or_path=RUN_DIR/final)")
     device = resolve_device(config.trainer.device)
     tokenizer = build_tokenizer(config, m.name_or_path)
-    items, chats = _prompts(config, tokenizer, batches * prompts)
+    processor = build_processor(config, m.name_or_path, train=False)  # None for a text model
+    items, chats = _prompts(config, tokenizer, batches * prompts, processor)
     trainer = load_policy(m.name_or_path, dtype=resolve_dtype(m.dtype, device), device=device, revision=m.revision,
                           trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation).eval()
     spec = default_spec(config, trainer, tokenizer).with_(**(engine or {}))
@@ -143,15 +151,17 @@ def build_side(config: Config, *, batches: int, prompts: int, engine: dict | Non
     gens, rows, logprobs = [], [], []
     for b in range(0, len(items), prompts):
         part = items[b: b + prompts]
+        images = [None if p.image_inputs is None else dict(p.image_inputs) for p in part]  # a lazy one loads
         gen = sampler.generate([p.ids for p in part], ro.group_size, max_new_tokens=ro.max_new_tokens,
-                               temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k)
+                               temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k,
+                               image_inputs=images if any(i is not None for i in images) else None)
         with torch.no_grad():
             lp, _ = response_logprobs(trainer, batch_from_generation(gen).to(device), temperature=ro.temperature,
                                       impl=config.trainer.logprob_impl)
         gens.append(gen)
         logprobs.append(lp.float().cpu())
         rows += [c for c in chats[b: b + prompts] for _ in range(ro.group_size)]
-    return _Side(config, tokenizer, trainer, copy, spec, gens, rows, logprobs, engine_weights)
+    return _Side(config, tokenizer, trainer, copy, spec, gens, rows, logprobs, engine_weights, processor)
 
 
 def _gap_sum(side: _Side, model, spec: EngineSpec, *, reported: bool = False) -> tuple[float, int]:
@@ -178,7 +188,7 @@ def reward_check(side: _Side) -> tuple[list[str], list[str]]:
     config = side.config
     _, _, scorer, _ = task_inputs(config)
     per_batch = len(side.gens[0].completions) // config.rollout.group_size if side.gens else 0
-    items, _ = _prompts(config, side.tokenizer, per_batch * len(side.gens))
+    items, _ = _prompts(config, side.tokenizer, per_batch * len(side.gens), side.processor)
     problems, lines, raw, errors = [], [], {}, {}
     try:
         for b, gen in enumerate(side.gens):
