@@ -93,7 +93,9 @@ def assemble(episodes: list[EpisodeRecord], tokenizer, episode_tokens: int, keep
         infos.append(_info(e, chain, truncation))
         infos[-1].samples = trajectories(e, episode_tokens)
         truncated.append(truncation is not None)
+    images = [c.image_inputs if c else None for c in chains]  # a VLM's: each row's images, its prompt's
     return Generation(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
                       response_mask=response_mask, truncated=torch.tensor(truncated, dtype=torch.bool),
                       completions=tokenizer.batch_decode([b[0] for b in bodies], skip_special_tokens=True),
-                      rollout_logprobs=logprobs if keep_logprobs else None, policy_mask=policy_mask, episodes=infos)
+                      rollout_logprobs=logprobs if keep_logprobs else None, policy_mask=policy_mask, episodes=infos,
+                      **({"image_inputs": images} if any(x is not None for x in images) else {}))
