@@ -44,12 +44,12 @@ from dataclasses import dataclass, field
 import torch
 
 from ..agents.chat import TemplateError
-from ..agents.images import ImageContentError, image_free
+from ..agents.images import ImageContentError
 from ..agents.messages import text_message
 from ..agents.turns import shape_turn
 from .base import EpisodeInfo, Generation
-from .episode_images import (check_mode, generate_images, image_observation_ids, observation_images, processed,
-                             row_image_inputs, template_of)
+from .episode_images import check_mode, generate_images, observation_images, processed, row_image_inputs, template_of
+from .observations import observation
 from .stepwise import step_context, stepwise_drift, turn_drift, turn_samples
 
 
@@ -268,8 +268,8 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
             continue
         try:  # images: decoded and checked; a text policy raises (ConfigError), never drops them
             reply.messages, images = observation_images(reply.messages, agent, processor, len(e.images))
-            obs, chunk = _observation(tokenizer, e, kept, reply.messages, agent, limits, end_texts, mode,
-                                      processor, images)
+            obs, chunk = observation(tokenizer, e, kept, reply.messages, agent, limits, end_texts, mode,
+                                     processor, images)
         except (TemplateError, ImageContentError) as err:  # a template behaviour the probe did not see,
             info.failed, info.error, e.running = True, str(err), False  # an unreadable image: this episode only
             continue
@@ -292,61 +292,6 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         info.observation_tokens += len(obs)
         if mode == "stepwise" and e.history is not None:
             e.step_context = step_context(tokenizer, e.history, agent)
-
-
-def _observation(tokenizer, e: _Episode, assistant: dict, messages: list[dict], agent, limits: TurnLimits,
-                 end_texts: list[str], mode: str = "single", processor=None,
-                 images: list = ()) -> tuple[list[int] | None, dict | None]:
-    """The observation's token ids and its images' inputs (None: no image), its messages' text
-    shortened until it fits the limit; ids None when even no text does not fit (the template's
-    tokens and the images' are never cut)."""
-    from ..agents.chat import observation_ids, observation_tail_ids
-
-    render_ids = observation_ids if mode == "single" else observation_tail_ids
-    kwargs = {"tools": agent.tool_schemas, "end_texts": end_texts, "template_kwargs": agent.template_kwargs,
-              "end": e.end}
-
-    def ids_of(msgs):
-        if images:
-            return image_observation_ids(tokenizer, processor, e.history or [], assistant, msgs, images, mode=mode,
-                                         **kwargs)
-        return render_ids(tokenizer, e.history or [], assistant, msgs, **kwargs), None
-
-    ids, chunk = ids_of(messages)
-    limit = limits.max_observation_tokens
-    if len(ids) <= limit:
-        return ids, chunk
-    overhead = len(ids_of([image_free(m) for m in messages])[0])
-    if overhead > limit:
-        return None, None
-    room = (limit - overhead) // len(messages)
-    while True:  # a rendering may take more tokens than its contents (escapes, merges): shorten again
-        shortened = [_shortened(tokenizer, m, room, limits.observation_truncation) for m in messages]
-        ids, chunk = ids_of(shortened)
-        if len(ids) <= limit or room == 0:  # empty contents render as the overhead, which fits
-            break
-        room = max(room - max(-(-(len(ids) - limit) // len(messages)), 1), 0)
-    messages[:] = shortened  # the transcript shows what the policy saw
-    return ids, chunk
-
-
-def _shortened(tokenizer, message: dict, tokens: int, side: str) -> dict:
-    """``message`` with its text cut to ``tokens`` (a list's text parts share them; images kept)."""
-    content = message.get("content")
-    if not isinstance(content, list):
-        return {**message, "content": _shorten(tokenizer, str(content or ""), tokens, side)}
-    texts = [p for p in content if isinstance(p, dict) and p.get("type") == "text"]
-    each = tokens // max(len(texts), 1)
-    return {**message, "content": [{**p, "text": _shorten(tokenizer, str(p.get("text") or ""), each, side)}
-                                   if p in texts else p for p in content]}
-
-
-def _shorten(tokenizer, text: str, tokens: int, side: str) -> str:
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    if len(ids) <= tokens:
-        return text
-    kept = ids[:tokens] if side == "right" else ids[len(ids) - tokens:]
-    return tokenizer.decode(kept, skip_special_tokens=False)
 
 
 def _combine(rewards: list[float | None], how: str) -> float | None:
