@@ -276,3 +276,34 @@ def test_a_decompression_bomb_is_refused_from_its_header():
     url = "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
     with pytest.raises(ImageContentError, match=r"8000 x 8000 pixels"):
         decode_data_url(url, "messages[0].content[0].image_url.url")
+
+
+def test_images_survive_the_sandbox_of_a_tool_and_of_an_environment(family):
+    """Under process isolation a worker replies in JSON: the images come back as data URLs."""
+    from transformers.utils import get_json_schema
+
+    tool = ToolAgent([Tool(name="snapshot", fn=snapshot, schema=get_json_schema(snapshot))], load_parser("hermes"),
+                     timeout_s=30, isolation="process")
+    tool.structured_calls = False
+    env = picture_agent(isolation="process")
+    call = '<tool_call>{"name": "snapshot", "arguments": {}}</tool_call>'
+    try:
+        for agent, script in ((tool, [call, "done"]), (env, ["look", "done"])):
+            gen = run_episodes(RecordingEngine(family.tok, script), family.tok, [prompt(family, with_image=False)], 1,
+                               agent=agent, limits=LIMITS, processor=family.processor)
+            assert not gen.episodes[0].failed, gen.episodes[0].error
+            assert int((gen.response_ids[0] == family.image_token).sum()) == family.per_image
+            assert gen.image_inputs[0] is not None
+    finally:
+        tool.shutdown()
+        env.shutdown()
+
+
+def test_as_sampled_mode_appends_image_observations_too(family):
+    agent = picture_agent()
+    agent.multi_turn_mode = "as_sampled"
+    engine = RecordingEngine(family.tok, ["look", "again", "done"])
+    gen = run_episodes(engine, family.tok, [prompt(family)], 1, agent=agent, limits=LIMITS,
+                       processor=family.processor)
+    assert int((gen.response_ids[0] == family.image_token).sum()) == 2 * family.per_image
+    assert [len(c.images[0]) for c in engine.calls] == [1, 2, 3] and gen.episodes[0].drift_tokens == 0
