@@ -101,6 +101,7 @@ class GatewayAgent(AgentBase):
                  wave_wait_s: float = WAVE_WAIT_S, processor=None):
         self.spec = spec
         self.processor = processor  # a vision-language policy's: image_url parts are rendered (else refused)
+        self.splits_trajectories = processor is None  # turn samples carry no image inputs: the last trajectory
         self.fn, self.is_async, self.how = load_agent(spec)
         self.parser, self.concurrency, self.timeout_s, self.wave_wait_s = parser, concurrency, timeout_s, wave_wait_s
         self.template_kwargs = dict(template_kwargs or {})
@@ -142,7 +143,8 @@ class GatewayAgent(AgentBase):
             with contextlib.suppress(CancelledError):
                 running.result()
         self.generate_calls = waves.generate_calls
-        return assemble(episodes, tokenizer, limits.episode_tokens, keep_logprobs=not isinstance(engine, HFEngine))
+        return assemble(episodes, tokenizer, limits.episode_tokens, keep_logprobs=not isinstance(engine, HFEngine),
+                        split=self.processor is None)
 
     async def _main(self, episodes: list[EpisodeRecord], waves: Waves) -> None:
         limit = asyncio.Semaphore(self.concurrency)

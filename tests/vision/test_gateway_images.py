@@ -163,3 +163,4 @@ def test_a_vision_policy_trains_the_row_with_its_images_as_observation_tokens(tm
     assert [len(c.images[0]) for c in engine.calls] == [1, 2]
     assert engine.calls[1].image_inputs[0]["image_grid_thw"].shape[0] == 2
     json.dumps(second)  # the answers are plain JSON
+    assert gen.episodes[0].samples is None  # turn samples carry no images: only the row is trained
