@@ -307,3 +307,16 @@ def test_as_sampled_mode_appends_image_observations_too(family):
                        processor=family.processor)
     assert int((gen.response_ids[0] == family.image_token).sum()) == 2 * family.per_image
     assert [len(c.images[0]) for c in engine.calls] == [1, 2, 3] and gen.episodes[0].drift_tokens == 0
+
+
+def test_a_template_kept_on_the_processor_only_renders_the_episode():
+    """LLaVA checkpoints keep their chat template on the processor, not the tokenizer."""
+    tok = build_vision_tokenizer(ALPHABET, "llava")
+    model, processor = build_tiny_llava(tok)
+    tok.chat_template = None
+    assert processor.chat_template
+    fam = SimpleNamespace(name="llava", tok=tok, processor=processor, image_token=model.config.image_token_id)
+    engine = RecordingEngine(tok, ["look", "done"])
+    gen = run_episodes(engine, tok, [prompt(fam)], 1, agent=picture_agent(), limits=LIMITS, processor=processor)
+    info = gen.episodes[0]
+    assert not info.failed and info.drift_tokens == 0 and len(engine.calls[1].images[0]) == 2
