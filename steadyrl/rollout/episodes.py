@@ -196,9 +196,10 @@ def _start(agent, tokenizer, episodes: list[_Episode], seeds: list[int], process
                 continue
             text = render(tokenizer, e.history, tools=agent.tool_schemas, add_generation_prompt=True,
                           purpose="the environment's first observation", template_kwargs=agent.template_kwargs)
-            if images:  # the row's images give way to the observation's
+            e.images, e.image_chunks = images, []  # the row's images go with its prompt
+            if images:
                 e.prompt_ids, chunk = processed(processor, text, images)
-                e.images, e.image_chunks = images, [chunk] if chunk is not None else []
+                e.image_chunks.append(chunk)
             else:
                 e.prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
 

@@ -320,3 +320,28 @@ def test_a_template_kept_on_the_processor_only_renders_the_episode():
     gen = run_episodes(engine, tok, [prompt(fam)], 1, agent=picture_agent(), limits=LIMITS, processor=processor)
     info = gen.episodes[0]
     assert not info.failed and info.drift_tokens == 0 and len(engine.calls[1].images[0]) == 2
+
+
+class OpeningEnv:
+    """Its first observation replaces the row's prompt: a picture, or (``text``) words only."""
+
+    def reset(self, text=False, **row):
+        return "describe nothing" if text else ["describe:", square((7, 7, 7))]
+
+    def step(self, text):
+        return None, 1.0, True
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_an_environments_first_observation_replaces_the_prompts_images(family, text):
+    p = prompt(family)
+    p.columns = {"text": text}
+    engine = RecordingEngine(family.tok, ["ok"])
+    gen = run_episodes(engine, family.tok, [p], 1, agent=picture_agent(OpeningEnv), limits=LIMITS,
+                       processor=family.processor)
+    context = gen.prompt_ids[0][gen.prompt_mask[0].bool()].tolist()
+    if text:  # the prompt's image went with the prompt
+        assert family.image_token not in context and gen.image_inputs is None and engine.calls[0].images is None
+    else:
+        assert context.count(family.image_token) == family.per_image and len(engine.calls[0].images[0]) == 1
+        assert engine.calls[0].images[0][0].getpixel((0, 0)) == (7, 7, 7)
