@@ -130,20 +130,23 @@ def decode_data_url(url, field: str, *, max_bytes: int = MAX_IMAGE_BYTES, max_pi
 
 
 def _open(data: bytes, field: str, max_bytes: int, max_pixels: int):
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     if len(data) > max_bytes:
         raise ImageContentError(f"{field}: the image is larger than {max_bytes} bytes ({len(data)})")
     try:
         image = Image.open(io.BytesIO(data))  # reads the header only
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+    except Image.DecompressionBombError:
+        raise ImageContentError(f"{field}: the image has more pixels than Pillow accepts (a decompression bomb); "
+                                f"at most {max_pixels} are accepted") from None
+    except Exception:  # noqa: BLE001 - hostile bytes: whatever a format plugin raises is "not an image"
         raise ImageContentError(f"{field}: the bytes are not an image Pillow can read") from None
     _check_pixels(image, field, max_pixels)
     try:
         image.load()
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+        return image.convert("RGB")
+    except Exception as err:  # noqa: BLE001 - a truncated or corrupt body, whatever the plugin raises
         raise ImageContentError(f"{field}: the image is corrupt ({type(err).__name__})") from None
-    return image.convert("RGB")
 
 
 def _check_pixels(image, field: str, max_pixels: int) -> None:

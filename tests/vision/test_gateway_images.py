@@ -12,8 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
+from steadyrl.agents.images import ImageContentError, decode_data_url, load_image
 from steadyrl.agents.parsers import load_parser
 from steadyrl.demo.vision_model import build_tiny_qwen2_vl, build_vision_tokenizer
 from steadyrl.gateway import GatewayAgent
@@ -164,3 +167,37 @@ def test_a_vision_policy_trains_the_row_with_its_images_as_observation_tokens(tm
     assert engine.calls[1].image_inputs[0]["image_grid_thw"].shape[0] == 2
     json.dumps(second)  # the answers are plain JSON
     assert gen.episodes[0].samples is None  # turn samples carry no images: only the row is trained
+
+
+def test_a_truncated_image_is_a_400_naming_the_field():
+    out = io.BytesIO()
+    Image.new("RGB", (64, 64), (1, 2, 3)).save(out, format="PNG")
+    cut = out.getvalue()[:60]  # its header, then nothing
+    with pytest.raises(RequestError) as err:
+        parse_request(chat("data:image/png;base64," + base64.b64encode(cut).decode()), chat=True)
+    assert "messages[0].content[1].image_url.url" in str(err.value)
+    assert "corrupt" in str(err.value) or "not an image" in str(err.value)
+
+
+def test_more_images_than_a_request_may_hold_is_a_400():
+    from steadyrl.agents.images import MAX_IMAGES_PER_EPISODE
+
+    url = data_url()
+    body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}] * (
+        MAX_IMAGES_PER_EPISODE + 1)}]}
+    with pytest.raises(RequestError, match=f"more than {MAX_IMAGES_PER_EPISODE} images"):
+        parse_request(body, chat=True)
+
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=300), st.binary(max_size=300).map(
+    lambda b: "data:image/png;base64," + base64.b64encode(b).decode()), st.binary(max_size=300)))
+def test_any_image_value_is_read_or_refused_with_a_clear_error_never_a_crash(value):
+    read = decode_data_url if isinstance(value, str) else load_image  # a URL, or bytes a tool returned
+    try:
+        image = read(value, "f")
+    except ImageContentError as err:
+        assert str(err).startswith("f: ")
+    else:
+        assert image.mode == "RGB"
