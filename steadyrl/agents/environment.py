@@ -90,8 +90,7 @@ def as_messages(observation, role: str) -> list[dict]:
         return [{"role": role, "content": observation}]
     if isinstance(observation, dict) and "role" in observation:
         return [_json_message(observation)]
-    if isinstance(observation, (list, tuple)) and observation and all(isinstance(m, dict) and "role" in m
-                                                                      for m in observation):
+    if isinstance(observation, (list, tuple)) and all(isinstance(m, dict) and "role" in m for m in observation):
         return [_json_message(m) for m in observation]
     content = json_content(observation)  # an image, or content parts (text and images): one message
     if content is not observation:
