@@ -345,3 +345,15 @@ def test_an_environments_first_observation_replaces_the_prompts_images(family, t
     else:
         assert context.count(family.image_token) == family.per_image and len(engine.calls[0].images[0]) == 1
         assert engine.calls[0].images[0][0].getpixel((0, 0)) == (7, 7, 7)
+
+
+def test_an_openenv_observations_image_field_is_shown_after_its_text():
+    from steadyrl.envs.openenv import observation_content
+
+    url = json_content(square((5, 6, 7)))[0]["image_url"]["url"]
+    content = observation_content({"board": "x.o", "frame": url, "done": False}, None, "frame")
+    assert content == [{"type": "text", "text": "x.o"}, {"type": "image_url", "image_url": {"url": url}}]
+    messages = as_messages(content, "user")
+    assert messages[0]["content"][1]["image_url"]["url"] == url
+    assert observation_content({"board": "x.o", "frame": None}, None, "frame") == "x.o"
+    assert observation_content({"board": "x.o"}, None, None) == "x.o"
