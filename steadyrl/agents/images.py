@@ -30,7 +30,8 @@ __all__ = ["MAX_IMAGE_BYTES", "MAX_IMAGE_PIXELS", "MAX_IMAGES_PER_EPISODE", "Ima
            "has_images", "json_content", "load_image", "decode_data_url", "split_images", "image_free"]
 
 MAX_IMAGE_BYTES = 4 * 2**20
-"""Largest image accepted in an observation, in bytes of the encoded file (4 MiB; its base64 is checked before decoding)."""
+"""Largest image accepted in an observation, in bytes of the encoded file (4 MiB; a data URL's
+base64 is measured before it is decoded)."""
 
 MAX_IMAGE_PIXELS = 12_845_056
 """Largest image accepted in an observation, in pixels (3584 x 3584, as ``data.max_image_pixels``' default)."""
