@@ -18,6 +18,7 @@ PROMPT, RESPONSE, ROW, ITEMS = "prompt", "response", "row", "items"
 ``[B, R]`` right-padded responses, a ``[B]`` tensor, or a list with one item per row."""
 
 PAD_ID = "pad_id"  # a field padded with the tokenizer's pad token id
+NONE_PER_ROW = "none_per_row"  # an ITEMS field a part lacks stands for None in each of its rows
 
 
 def row_field(layout: str, pad=0, *, optional: bool = False, missing_from: str | None = None,
@@ -48,6 +49,10 @@ class Generation:
                                                  encoded=False)
     # multi-turn episodes' turns, rewards and counters
     episodes: list[EpisodeInfo] | None = row_field(ITEMS, optional=True, encoded=False)
+    # a VLM's image inputs of each row (steadyrl.vlm_inputs: tensors, no token-aligned keys; None = a
+    # text row); None = no row has images. Not sent by the asynchronous worker, which refuses VLMs.
+    image_inputs: list[dict | None] | None = row_field(ITEMS, optional=True, missing_from=NONE_PER_ROW,
+                                                       encoded=False)
 
     def __len__(self) -> int:
         return self.response_ids.shape[0]
@@ -80,8 +85,12 @@ class Engine(Protocol):
     weights before the next generation."""
 
     def generate(self, prompt_ids: list[list[int]], n: int, *, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, top_k: int = 0, do_sample: bool = True) -> Generation:
-        """``n`` responses to each of ``prompt_ids`` (rows grouped by prompt)."""
+                 top_p: float = 1.0, top_k: int = 0, do_sample: bool = True,
+                 image_inputs: list[dict | None] | None = None, images: list[tuple] | None = None) -> Generation:
+        """``n`` responses to each of ``prompt_ids`` (rows grouped by prompt). ``image_inputs``: a
+        VLM's image inputs of each prompt (None = text only; ``prompt_ids`` already hold the
+        expanded image tokens); ``images``: the same prompts' PIL images, for an engine that
+        processes images itself (vLLM)."""
         ...
 
     def update_weights(self, model) -> None:
@@ -211,7 +220,7 @@ def concat_generations(parts: list[Generation], pad_id: int) -> Generation:
     """One :class:`Generation` of several, rows in order: prompts left-padded and responses
     right-padded to the longest; a field that only some parts have is filled from its
     ``missing_from`` field in the others (``policy_mask``: the response mask), a list that some
-    part lacks is None."""
+    part lacks is None (``image_inputs``: None for each of that part's rows)."""
     if len(parts) == 1:
         return parts[0]
     longest = {PROMPT: max(g.prompt_ids.shape[1] for g in parts), RESPONSE: max(g.response_ids.shape[1] for g in parts)}
@@ -219,6 +228,8 @@ def concat_generations(parts: list[Generation], pad_id: int) -> Generation:
     def joined(f):
         layout, missing_from = f.metadata["layout"], f.metadata["missing_from"]
         values = [getattr(g, f.name) for g in parts]
+        if layout == ITEMS and missing_from == NONE_PER_ROW and any(v is not None for v in values):
+            values = [[None] * len(g) if v is None else v for g, v in zip(parts, values)]
         if all(v is None for v in values) or (layout == ITEMS and any(v is None for v in values)):
             return None
         if layout == ITEMS:

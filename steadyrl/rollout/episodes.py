@@ -93,6 +93,10 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
     top_k, do_sample, passed to every turn's ``generate``."""
     first_turn = min(limits.max_new_tokens, limits.episode_tokens)
     if agent is None:  # one turn: the episode is the first generation
+        image_inputs = [getattr(p, "image_inputs", None) for p in prompts]  # PromptItem's; stand-ins may lack it
+        if any(x is not None for x in image_inputs):  # a VLM's prompts: their images too (vLLM reads the PIL ones)
+            sampling = {**sampling, "image_inputs": image_inputs,
+                        "images": [tuple(getattr(p, "images", ()) or ()) for p in prompts]}
         return engine.generate([p.ids for p in prompts], n, max_new_tokens=first_turn, **sampling)
     mode = agent.multi_turn_mode
     check_mode(mode, processor)

@@ -16,6 +16,24 @@ trainer's after every update, and it returns the sampled tokens' log-probs under
 ``log softmax(logits / temperature)[token]`` of one teacher-forced forward pass in the precision
 it sampled in (``Generation.rollout_logprobs``, 0 on padding). Cost: one more copy of the
 weights, one weight copy per update and that forward pass per batch. Greedy decoding reports none.
+
+Images (a vision-language model): ``generate(..., image_inputs=[...])`` takes each prompt's image
+inputs (:mod:`steadyrl.vlm_inputs`; the prompt ids already hold the processor-expanded image
+tokens). The engine repeats each prompt and its image inputs ``n`` times itself and generates one
+sequence per row with the collated image inputs and the token-aligned inputs recomputed from the
+ids (Qwen-VL computes its multimodal RoPE positions itself). Prefix sharing
+(:func:`~steadyrl.rollout.prefix.prefill_once`) is not used for a chunk with images: the shared
+prompt cache would have to be computed with the image features merged into the prompt's
+embeddings and the model's multimodal positions (and ``rope_deltas``) carried over to the
+continuation, which ``generate`` does not take from a ready cache; so those prompts are run ``n``
+times (text-only chunks still share, except on a model that computes its own positions: Qwen-VL
+keeps the last forward's ``rope_deltas`` and would continue a text prompt's shared cache with the
+positions of an earlier image batch). A VLM never samples its image (and video) placeholder tokens
+(``suppress_tokens``): a sampled placeholder is an image token without an image, which the
+forward passes after it refuse; sampling then differs from ``softmax(logits / temperature)`` by
+the placeholders' probability (nothing, for a trained VLM; the recomputed log-probs leave it in).
+``images=`` (the PIL images) is for engines that process
+images themselves (vLLM) and is ignored here.
 """
 
 from __future__ import annotations
@@ -26,6 +44,8 @@ from contextlib import contextmanager
 import torch
 
 from ..functional import logprobs_from_logits
+from ..vlm_inputs import (collate_image_inputs, computes_own_positions, has_images, model_image_kwargs, placeholder_token_ids,
+                          repeat_image_inputs)
 from .base import Generation, concat_generations, eos_token_ids, response_mask_from_ids
 from .prefix import prefill_once
 
@@ -60,15 +80,43 @@ class HFEngine:
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, *, max_new_tokens: int,
                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                 do_sample: bool = True, logprobs: bool = False) -> Generation:
+                 do_sample: bool = True, logprobs: bool = False, image_inputs: list[dict | None] | None = None,
+                 images: list[tuple] | None = None) -> Generation:
         """``logprobs``: also the sampled tokens' log-probs under the distribution they were sampled
-        from (``rollout_logprobs``; the gateway returns them to its clients)."""
+        from (``rollout_logprobs``; the gateway returns them to its clients). ``image_inputs``: each
+        prompt's image inputs (None: a text prompt); ``images`` is vLLM's and ignored (module doc)."""
+        if image_inputs is not None and len(image_inputs) != len(prompt_ids):
+            raise ValueError(f"image_inputs has {len(image_inputs)} entries for {len(prompt_ids)} prompts: "
+                             "give one per prompt (None for a prompt without images)")
         step = self.batch_size or len(prompt_ids)
-        parts = [self._generate(prompt_ids[i : i + step], n, max_new_tokens, temperature, top_p,
-                                top_k, do_sample, logprobs) for i in range(0, len(prompt_ids), step)]
+        parts = [self._generate(prompt_ids[i : i + step], n, max_new_tokens, temperature, top_p, top_k, do_sample,
+                                logprobs, None if image_inputs is None else image_inputs[i : i + step])
+                 for i in range(0, len(prompt_ids), step)]
         return concat_generations(parts, self.tokenizer.pad_token_id)
 
-    def _generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, top_k, do_sample, logprobs=False):
+    def _run(self, model, input_ids, attention_mask, n: int, config, rows_images) -> torch.Tensor:
+        """``model.generate`` in eval mode with the neutral defaults: from a shared prefix cache
+        where that applies, with the rows' image inputs where they have any (module doc)."""
+        was_training = model.training
+        model.eval()
+        try:
+            with neutral_generation_defaults(model):
+                # a repeated prefix needs a dynamic cache, and no images (module doc)
+                share = (self.share_prefix and self.cache == "dynamic" and rows_images is None
+                         and not computes_own_positions(getattr(model, "config", None)))
+                shared = prefill_once(model, input_ids, attention_mask, n) if share else None
+                if shared is not None:  # each prompt prefilled once, its cache repeated for the group
+                    config.num_return_sequences = 1
+                    return model.generate(**shared, generation_config=config)
+                extra = {} if rows_images is None else _image_kwargs(model, input_ids,
+                                                                     collate_image_inputs(rows_images))
+                return model.generate(input_ids=input_ids, attention_mask=attention_mask, **extra,
+                                      generation_config=config)
+        finally:
+            model.train(was_training)
+
+    def _generate(self, prompt_ids, n, max_new_tokens, temperature, top_p, top_k, do_sample, logprobs=False,
+                  image_inputs=None):
         from transformers import GenerationConfig
 
         model = self.model
@@ -76,13 +124,16 @@ class HFEngine:
         batch = self.tokenizer.pad({"input_ids": prompt_ids}, padding=True, return_tensors="pt")
         input_ids = batch["input_ids"].to(device)
         attention_mask = batch["attention_mask"].to(device)
+        rows_images = repeat_image_inputs(image_inputs, n) if has_images(image_inputs) else None
+        if rows_images is not None:  # each prompt n times with its images: no num_return_sequences, no sharing
+            input_ids, attention_mask = input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0)
         config = GenerationConfig(
             do_sample=do_sample,
             temperature=temperature if do_sample else None,
             top_p=top_p if do_sample else None,
             top_k=top_k if do_sample else None,  # 0 turns top-k off; None would mean transformers' 50
             max_new_tokens=max_new_tokens,
-            num_return_sequences=n,
+            num_return_sequences=n if rows_images is None else 1,
             eos_token_id=self.eos_ids,
             pad_token_id=self.tokenizer.pad_token_id,
             use_cache=True,
@@ -91,20 +142,11 @@ class HFEngine:
         )
         if self.cache != "dynamic":
             config.cache_implementation = self.cache
-        was_training = model.training
-        model.eval()
-        try:
-            with neutral_generation_defaults(model):
-                share = self.share_prefix and self.cache == "dynamic"  # a repeated prefix needs a dynamic cache
-                shared = prefill_once(model, input_ids, attention_mask, n) if share else None
-                if shared is not None:  # each prompt prefilled once, its cache repeated for the group
-                    config.num_return_sequences = 1
-                    out = model.generate(**shared, generation_config=config)
-                else:
-                    out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                         generation_config=config)
-        finally:
-            model.train(was_training)
+        placeholders = placeholder_token_ids(getattr(model, "config", None))  # a VLM's (module doc)
+        if placeholders:
+            config.suppress_tokens = placeholders
+        out = self._run(model, input_ids, attention_mask, n, config, rows_images)
+        repeat = 1 if rows_images is not None else n  # rows already repeated with their images
         scores = out.scores if logprobs else None
         out = out.sequences if logprobs else out
         prompt_len = input_ids.shape[1]
@@ -118,13 +160,14 @@ class HFEngine:
         if scores is not None:  # asked for (the gateway): the processed distributions they were drawn from
             rollout_logprobs = _sampled_logprobs(scores, response_ids, response_mask)
         elif self.dtype is not None and do_sample:
-            rows = (input_ids.repeat_interleave(n, 0), attention_mask.repeat_interleave(n, 0))
+            rows = (input_ids.repeat_interleave(repeat, 0), attention_mask.repeat_interleave(repeat, 0))
             rollout_logprobs = sampled_logprobs(model, *rows, response_ids.to(device), response_mask.to(device),
-                                                temperature).cpu()
+                                                temperature, image_inputs=rows_images).cpu()
         return Generation(
             rollout_logprobs=rollout_logprobs,
-            prompt_ids=input_ids.repeat_interleave(n, 0).cpu(),
-            prompt_mask=attention_mask.repeat_interleave(n, 0).cpu(),
+            image_inputs=rows_images,
+            prompt_ids=input_ids.repeat_interleave(repeat, 0).cpu(),
+            prompt_mask=attention_mask.repeat_interleave(repeat, 0).cpu(),
             response_ids=response_ids,
             response_mask=response_mask,
             truncated=truncated,
@@ -186,10 +229,11 @@ holds: 256 MiB in bf16; a larger batch is cut into row chunks."""
 
 
 @torch.no_grad()
-def sampled_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, temperature: float) -> torch.Tensor:
+def sampled_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, temperature: float, *,
+                     image_inputs: list[dict | None] | None = None) -> torch.Tensor:
     """``[B, R]`` float32: each response token's ``log softmax(logits / temperature)`` under
     ``model`` (in its own precision), teacher-forced, in row chunks of at most ``LOGITS_BUDGET``
-    logits; 0 on padding."""
+    logits; 0 on padding. ``image_inputs``: each row's (a VLM's; None = text rows)."""
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=1)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
@@ -202,14 +246,25 @@ def sampled_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask
     try:
         for i in range(0, input_ids.shape[0], rows):
             part = slice(i, i + rows)
-            logits = model(input_ids=input_ids[part], attention_mask=attention_mask[part],
-                           position_ids=position_ids[part], use_cache=False, logits_to_keep=r + 1).logits[:, :-1]
+            images = collate_image_inputs(image_inputs[part]) if image_inputs is not None else None
+            extra = _image_kwargs(model, input_ids[part], images, position_ids[part])
+            logits = model(input_ids=input_ids[part], attention_mask=attention_mask[part], use_cache=False,
+                           logits_to_keep=r + 1, **extra).logits[:, :-1]
             parts.append(logprobs_from_logits(logits, response_ids[part], temperature))
             del logits
     finally:
         model.train(was_training)
     logp = torch.cat(parts)
     return torch.where(response_mask.bool(), logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+
+
+def _image_kwargs(model, input_ids, images: dict | None, position_ids=None) -> dict:
+    """:func:`~steadyrl.vlm_inputs.model_image_kwargs` for ``model`` (its config and dtype)."""
+    if images is None:
+        return {"position_ids": position_ids} if position_ids is not None else {}
+    dtype = next(model.parameters()).dtype
+    kwargs = model_image_kwargs(model.config, input_ids, images, position_ids, dtype)
+    return {k: v for k, v in kwargs.items() if v is not None}
 
 
 def _sampled_logprobs(scores, response_ids: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

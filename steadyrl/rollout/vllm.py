@@ -26,6 +26,14 @@ objects (tests/rollout/test_episodes.py). See docs/scaling.md.
   between turns (each turn's prompt is the previous turns' token ids plus the observation's:
   ``prompt_token_ids``, never text).
 
+* Images (a vision-language model): vLLM processes images itself, from the PIL images, not from
+  the processor's ``pixel_values``; so ``generate`` takes each prompt's PIL images as ``images=``
+  (beside ``image_inputs=``, the processor's tensors, which the trainer's forward passes read) and
+  sends ``{"prompt_token_ids": ids, "multi_modal_data": {"image": [...]}}`` per prompt
+  (:func:`vllm_prompts`); the ids already hold the expanded image tokens, which vLLM's multimodal
+  processor recognises as applied. Unlike the HF engine it does not forbid sampling the image
+  placeholder tokens. ``Generation.image_inputs`` is filled from ``image_inputs`` (``n`` rows each).
+
 Resuming a vLLM run is not bit-exact (GPU kernels are not deterministic).
 """
 
@@ -39,9 +47,10 @@ import torch
 from .. import distributed as dist
 from ..errors import ConfigError
 from ..precision import computed_dtype_of
+from ..vlm_inputs import repeat_image_inputs
 from .base import Generation, eos_token_ids, response_mask_from_ids
 
-__all__ = ["VLLMEngine", "generation_from_outputs"]
+__all__ = ["VLLMEngine", "generation_from_outputs", "vllm_prompts"]
 
 
 def _import_vllm():
@@ -137,6 +146,23 @@ def generation_from_outputs(outputs, prompt_ids: list[list[int]], n: int, *, pad
     return Generation(prompt_ids=prompts.repeat_interleave(n, 0), prompt_mask=prompt_mask.repeat_interleave(n, 0),
                       response_ids=response_ids, response_mask=response_mask, truncated=truncated,
                       completions=completions, rollout_logprobs=rollout)
+
+
+def vllm_prompts(prompt_ids: list[list[int]], images: list[tuple] | None = None,
+                 image_inputs: list[dict | None] | None = None) -> list[dict]:
+    """vLLM's prompts: each prompt's token ids, and its PIL images as ``multi_modal_data`` where
+    it has any. A prompt with image inputs but no images is an error (vLLM reads the images)."""
+    for name, given in (("images", images), ("image_inputs", image_inputs)):
+        if given is not None and len(given) != len(prompt_ids):
+            raise ValueError(f"{name} has {len(given)} entries for {len(prompt_ids)} prompts: give one per prompt")
+    out = []
+    for i, ids in enumerate(prompt_ids):
+        row = list(images[i] or ()) if images is not None else []
+        if not row and image_inputs is not None and image_inputs[i] is not None:
+            raise ValueError(f"prompt {i} has image inputs but no images: the vLLM engine needs each prompt's "
+                             "PIL images (generate(..., images=[...]))")
+        out.append({"prompt_token_ids": list(ids), **({"multi_modal_data": {"image": row}} if row else {})})
+    return out
 
 
 def _build_llm(llm_class, kwargs: dict):
@@ -235,7 +261,11 @@ class VLLMEngine:
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, *, max_new_tokens: int,
                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                 do_sample: bool = True) -> Generation:
+                 do_sample: bool = True, image_inputs: list[dict | None] | None = None,
+                 images: list[tuple] | None = None) -> Generation:
+        """``images``: each prompt's PIL images (vLLM reads them); ``image_inputs``: the same as the
+        processor's tensors, returned per row for the trainer (module doc)."""
+        prompts = vllm_prompts(prompt_ids, images, image_inputs)
         if self._asleep:
             self.llm.wake_up()
             self._asleep = False
@@ -246,11 +276,13 @@ class VLLMEngine:
             top_k=top_k if do_sample and top_k > 0 else -1, max_tokens=max_new_tokens, logprobs=0,
             stop_token_ids=list(self.eos_ids))
         try:
-            outputs = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in prompt_ids], params,
-                                        use_tqdm=False)
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
         finally:
             if not self._held:
                 self._sleep()
-        return generation_from_outputs(outputs, prompt_ids, n, pad_id=self.tokenizer.pad_token_id,
-                                       eos_ids=self.eos_ids, max_new_tokens=max_new_tokens,
-                                       decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True))
+        gen = generation_from_outputs(outputs, prompt_ids, n, pad_id=self.tokenizer.pad_token_id,
+                                      eos_ids=self.eos_ids, max_new_tokens=max_new_tokens,
+                                      decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True))
+        if image_inputs is not None and any(x is not None for x in image_inputs):
+            gen.image_inputs = repeat_image_inputs(image_inputs, n)
+        return gen

@@ -36,6 +36,7 @@ from ..data.prompts import PromptItem
 from ..rewards.scorer import score_episodes
 from ..rollout import DTYPES
 from ..rollout.driver import Draw
+from ..vlm import is_vision_config
 from .rollout_worker import decode, encode, generation_from_dict, main
 
 POLL_S = 0.5
@@ -204,6 +205,10 @@ def start_rollouts(run, saved: dict | None) -> AsyncRollouts | None:
     """The asynchronous rollout worker, with a checkpoint's batches in flight (``saved``); None
     when ``rollout.asynchronous.max_staleness`` is not set. The caller closes it."""
     staleness = run.config.rollout.asynchronous.max_staleness
+    if staleness is not None and is_vision_config(getattr(unwrap(run.models.policy), "config", None)):
+        raise ConfigError(  # the worker builds a causal LM from the config and sends no image inputs
+            f"rollout.asynchronous.max_staleness = {staleness} with a vision-language model: the asynchronous "
+            "rollout worker generates text only; set rollout.asynchronous.max_staleness=null")
     if saved and saved["batches"] and saved["max_staleness"] != staleness:
         raise ConfigError(
             f"rollout.asynchronous.max_staleness = {staleness}, but the checkpoint was written with "

@@ -6,6 +6,8 @@ The logits at positions ``P - 1 ... P + R - 2`` predict the response tokens, so 
 ``generate`` does for left-padded prompts, so recomputed log-probs match the sampled ones.
 In a multi-turn episode the response holds the observations too: ``response_mask`` covers them
 (the model attends to them), ``policy_mask`` only the tokens the policy sampled.
+A vision-language model's rows carry their image inputs (``image_inputs``, one entry per row, None
+for a text row; :mod:`steadyrl.vlm_inputs`): every row selection takes them with the rows.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class TrainBatch:
     old_entropy: torch.Tensor | None = None  # [B, R] the old pass's entropies (top_entropy_quantile)
     token_weights: torch.Tensor | None = None  # [B, R] the entropy selection of the mini-batch (1 / 0)
     selected: torch.Tensor | None = None  # [B, R] bool: the covariance selection (kl_cov / clip_cov)
+    image_inputs: list[dict | None] | None = None  # a VLM's image inputs per row (None: no row has images)
 
     def __post_init__(self) -> None:
         if self.policy_mask is None:  # a single turn: every response token is the policy's
@@ -62,10 +65,19 @@ class TrainBatch:
 
 
 def _take(x, index):
+    if isinstance(x, list):  # one item per row (image inputs): the same rows, in the same order
+        if isinstance(index, slice):
+            rows = range(len(x))[index]
+        else:
+            index = torch.as_tensor(index)
+            rows = (index.nonzero().reshape(-1) if index.dtype == torch.bool else index.reshape(-1)).tolist()
+        return [x[i] for i in rows]
     return None if x is None else x[index]
 
 
 def _move(x, device):
+    if isinstance(x, list):
+        return [None if item is None else {k: v.to(device) for k, v in item.items()} for item in x]
     return None if x is None else x.to(device)
 
 
@@ -81,6 +93,7 @@ def batch_from_generation(gen: Generation) -> TrainBatch:
         response_mask=gen.response_mask,
         policy_mask=gen.trained_mask,
         rollout_logprobs=gen.rollout_logprobs,
+        image_inputs=gen.image_inputs,
     )
 
 

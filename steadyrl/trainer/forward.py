@@ -22,6 +22,15 @@ the backbone and reads the LM-head weight directly, which would bypass the ``for
 DDP or FSDP wrapper around the transformers model (no gradient all-reduce hooks prepared, no
 parameter all-gather). Wrapping :class:`PolicyLogprobs` instead puts the whole computation,
 either path, behind the wrapper (see :func:`steadyrl.distributed.wrap_model`).
+
+Images (a vision-language model): a micro-batch whose rows carry image inputs runs one plain
+forward over prompt + response with the rows' collated image inputs and the token-aligned inputs
+recomputed from the ids (:func:`steadyrl.vlm_inputs.model_image_kwargs`), and with no position
+ids for a model that computes its own (Qwen-VL's multimodal RoPE). Prefix sharing and
+``trainer.padding_free`` are not used for such a micro-batch (text-only micro-batches still use
+them): a shared prompt cache would need the image features and the multimodal positions of the
+prompt carried to the responses, and a packed row would need the images' positions rebuilt per
+packed sequence; both would give other numbers than the plain forward, so neither is attempted.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from ..functional import (logprobs_and_entropy_from_logits, logprobs_from_hidden
                           logprobs_from_logits)
 from ..models import lm_backbone_and_head
 from ..rollout.prefix import hidden_with_shared_prompts
+from ..vlm_inputs import collate_image_inputs, model_image_kwargs
 from .batch import TrainBatch
 from .packing import pack_rows
 
@@ -55,11 +65,19 @@ class PolicyLogprobs(nn.Module):
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, response_ids=None, *,
                 temperature: float = 1.0, impl: str = "fused", chunk_size: int | None = None,
                 with_entropy: bool = False, share_prefix: bool = True, padding_free: bool = False,
-                generate: dict | None = None):
+                generate: dict | None = None, image_inputs: dict | None = None):
+        """``image_inputs``: the micro-batch's collated image inputs (a VLM's; module doc)."""
         if generate is not None:
             return self.model.generate(**generate)
         p, r = input_ids.shape[1] - response_ids.shape[1], response_ids.shape[1]
         parts = lm_backbone_and_head(self.model) if impl in HIDDEN_IMPLS else None
+        images = None
+        if image_inputs is not None:  # one plain forward with the images: no sharing, no packing (module doc)
+            share_prefix = padding_free = False
+            dtype = next(self.model.parameters()).dtype
+            images = model_image_kwargs(self.model.config, input_ids, image_inputs, position_ids, dtype)
+            position_ids = images.pop("position_ids")
+        images = images or {}
         packed = pack_rows(input_ids, attention_mask, position_ids, p, r) if padding_free else None
         if parts is not None:
             backbone, head = parts
@@ -73,7 +91,7 @@ class PolicyLogprobs(nn.Module):
                                                     position_ids, p, r)
             if hidden is None:
                 out = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               use_cache=False)
+                               use_cache=False, **images)
                 hidden = out.last_hidden_state[:, p - 1 : p - 1 + r]
             result = HIDDEN_IMPLS[impl](hidden, head.weight, response_ids, temperature,
                                           return_entropy=with_entropy, chunk_size=chunk_size, bias=head.bias)
@@ -85,7 +103,7 @@ class PolicyLogprobs(nn.Module):
                                     use_cache=False).logits[0, index]
             else:
                 out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                 use_cache=False, logits_to_keep=r + 1)
+                                 use_cache=False, logits_to_keep=r + 1, **images)
                 logits = out.logits[:, :-1]
             if with_entropy:
                 logp, entropy = logprobs_and_entropy_from_logits(logits, response_ids, temperature, chunk_size)
@@ -115,9 +133,11 @@ def response_logprobs(model, batch: TrainBatch, *, temperature: float, impl: str
     ``model`` is a transformers causal LM or a (wrapped) :class:`PolicyLogprobs`.
     """
     module = as_logprob_module(model)
+    images = collate_image_inputs(batch.image_inputs)  # the rows' images, in row order (None: text rows)
+    extra = {} if images is None else {"image_inputs": images}  # a text batch calls the module as before
     return module(batch.input_ids, batch.attention_mask, batch.position_ids, batch.response_ids,
                   temperature=temperature, impl=impl, chunk_size=chunk_size, with_entropy=with_entropy,
-                  share_prefix=share_prefix, padding_free=padding_free)
+                  share_prefix=share_prefix, padding_free=padding_free, **extra)
 
 
 def critic_values(critic, batch: TrainBatch) -> torch.Tensor:

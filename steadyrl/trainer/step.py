@@ -19,7 +19,10 @@ import torch
 from .. import distributed as dist
 from ..functional import explained_variance, masked_mean
 from ..rewards import reward_metrics
+from ..models import unwrap
 from ..rollout.episodes import episode_metrics
+from ..vlm import is_vision_config
+from ..vlm_inputs import image_metrics
 from .batch import TrainBatch
 from .forward import critic_values, response_logprobs
 from .global_batch import GlobalSamples
@@ -143,6 +146,17 @@ def domain_ids(domains: list | None) -> torch.Tensor | None:
     return torch.tensor([ids.setdefault(str(d), len(ids)) for d in domains], dtype=torch.long)
 
 
+def vision_metrics(run: Run, gen) -> dict[str, float]:
+    """A VLM policy's image metrics of the step's samples over all ranks (a collective), else none."""
+    config = getattr(unwrap(run.models.policy), "config", None)
+    if config is None or not is_vision_config(config):
+        return {}
+    ids = torch.cat([gen.prompt_ids, gen.response_ids], dim=1)
+    out = image_metrics(gen.image_inputs, ids, config).result()
+    out.pop("health/empty_minibatches", None)
+    return out
+
+
 def step_metrics(run: Run, drawn, whole: GlobalSamples, processed, tis_metrics: dict[str, float], lr: float,
                  times: dict[str, float]) -> dict[str, float]:
     """A step's metrics besides the update's: rewards, processing, lengths, critic, episodes,
@@ -150,6 +164,7 @@ def step_metrics(run: Run, drawn, whole: GlobalSamples, processed, tis_metrics: 
     metrics = _sample_metrics(whole, processed, tis_metrics)
     metrics.update(episode_metrics(whole.episodes, list(run.task.agent.tools if run.task.agent is not None else {})))
     metrics.update(drawn.metrics)
+    metrics.update(vision_metrics(run, drawn.gen))
     if run.config.algorithm.kl_mode != "none":
         metrics["kl/coef"] = run.optim.kl_controller.value
     step_s = times["updated"] - times["start"]

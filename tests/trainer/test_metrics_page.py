@@ -30,6 +30,8 @@ NOT_RUN_HERE = {
     "reward/code/readonly_fs": "the code reward",
     "reward/code/separate_user": "the code reward",
     "reward/code/isolation_level": "the code reward",
+    "rollout/images_per_step": "a vision-language policy (tests/vision/test_vision_rollout.py)",
+    "rollout/image_tokens_per_sample": "a vision-language policy (tests/vision/test_vision_rollout.py)",
     "rollout/weight_sync_max_diff": "rollout.dtype's engine copy (tests/trainer/test_precision_engine.py)",
     "rollout/weight_sync_changed_frac": "rollout.dtype's engine copy (tests/trainer/test_precision_engine.py)",
     "distill/reverse_kl": "on-policy distillation with a teacher (tests/trainer/test_distillation.py)",
