@@ -357,3 +357,53 @@ def test_an_openenv_observations_image_field_is_shown_after_its_text():
     assert messages[0]["content"][1]["image_url"]["url"] == url
     assert observation_content({"board": "x.o", "frame": None}, None, "frame") == "x.o"
     assert observation_content({"board": "x.o"}, None, None) == "x.o"
+
+
+def test_the_hf_engine_generates_each_turn_with_the_episodes_images_and_the_row_feeds_a_forward(family):
+    """The real HF engine (h-vtrain's image inputs) on the tiny VLM: every turn after an image
+    observation is generated with the episode's images, and the assembled row's image inputs match
+    its image tokens in one forward over prompt + response."""
+    from steadyrl.rollout.hf import HFEngine
+    from steadyrl.vlm_inputs import collate_image_inputs, model_image_kwargs
+
+    build = build_tiny_qwen2_vl if family.name == "qwen2_vl" else build_tiny_llava
+    model, _ = build(family.tok)
+    head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+    with torch.no_grad():  # turns end at once: each next turn is generated after an image observation
+        head.weight.copy_(model.lm_head.weight)
+        head.bias.zero_()
+        head.bias[family.tok.eos_token_id] = 20.0
+    model.lm_head = head
+    engine = HFEngine(model, family.tok)
+    seen, generate = [], engine.generate
+
+    def recording(prompt_ids, n, **kwargs):
+        seen.append([len(x) for x in kwargs.get("images") or []])
+        return generate(prompt_ids, n, **kwargs)
+
+    engine.generate = recording
+    limits = TurnLimits(max_turns=3, max_new_tokens=4, max_observation_tokens=100, observation_truncation="right",
+                        episode_tokens=100)
+
+    class AlwaysPicture:
+        def reset(self, **row):
+            return None
+
+        def step(self, text):
+            return square((0, 255, 0)), 0.0, False
+
+    torch.manual_seed(0)
+    gen = run_episodes(engine, family.tok, [prompt(family)], 2, agent=picture_agent(AlwaysPicture), limits=limits,
+                       processor=family.processor)
+    assert seen == [[1], [2, 2], [3, 3]] and all(e.turns == 3 and not e.failed for e in gen.episodes)
+    for row in range(2):
+        ids = torch.cat([gen.prompt_ids[row][gen.prompt_mask[row].bool()],
+                         gen.response_ids[row][gen.response_mask[row].bool()]]).unsqueeze(0)
+        inputs = collate_image_inputs([gen.image_inputs[row]])
+        images = 1 + int((gen.response_ids[row] == family.image_token).sum()) // family.per_image
+        assert (inputs["image_grid_thw"].shape[0] if "image_grid_thw" in inputs else inputs["pixel_values"].shape[0]) \
+            == images
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                           **model_image_kwargs(model.config, ids, inputs, None)).logits
+        assert torch.isfinite(logits).all()
