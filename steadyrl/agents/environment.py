@@ -79,16 +79,31 @@ def _accepts_seed(method) -> bool:
 
 
 def as_messages(observation, role: str) -> list[dict]:
-    """An observation as chat messages: text, one message, a list of messages, or None (none)."""
+    """An observation as chat messages: text, an image or content parts (one message), one message,
+    a list of messages, or None (none); images as ``image_url`` parts with data URLs
+    (:func:`steadyrl.agents.images.json_content`)."""
+    from .images import json_content
+
     if observation is None:
         return []
     if isinstance(observation, str):
         return [{"role": role, "content": observation}]
     if isinstance(observation, dict) and "role" in observation:
-        return [dict(observation)]
+        return [_json_message(observation)]
     if isinstance(observation, (list, tuple)) and all(isinstance(m, dict) and "role" in m for m in observation):
-        return [dict(m) for m in observation]
-    raise TypeError(f"an observation must be text, a message dict or a list of them, got {type(observation).__name__}")
+        return [_json_message(m) for m in observation]
+    content = json_content(observation)  # an image, or content parts (text and images): one message
+    if content is not observation:
+        return [{"role": role, "content": content}]
+    raise TypeError(f"an observation must be text, an image, content parts, a message dict or a list of them, "
+                    f"got {type(observation).__name__}")
+
+
+def _json_message(message: dict) -> dict:
+    """``message`` with its images as data URLs (a sandbox worker replies in JSON)."""
+    from .images import json_content
+
+    return {**message, "content": json_content(message.get("content"))} if "content" in message else dict(message)
 
 
 def _as_step(out, role: str) -> tuple[list[dict], float | None, bool]:

@@ -60,7 +60,7 @@ def text_message(text: str, template: str | None) -> dict:
     return {"role": "assistant", "content": text}
 
 
-def tool_message(name: str, content: str, call_id: str | None = None) -> dict:
+def tool_message(name: str, content: str | list, call_id: str | None = None) -> dict:
     """A tool's result (``call_id``: the call it answers, when it answers one)."""
     message = {"role": "tool", "name": name, "content": content}
     if call_id is not None:

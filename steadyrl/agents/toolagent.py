@@ -164,7 +164,8 @@ class ToolAgent(AgentBase):
                 result = self._result(results, i, k, call)
                 reply.elapsed_s = max(reply.elapsed_s, result.elapsed_s)
                 if result.ok:
-                    reply.messages.append(tool_message(call.name, str(result.value)))
+                    value = result.value  # text, or content parts (a tool's image: .images)
+                    reply.messages.append(tool_message(call.name, value if isinstance(value, list) else str(value)))
                     continue
                 reply.messages.append(tool_message(call.name, f"Error: {result.value}"))
                 counted = {"max_calls": MAX_CALLS, "budget": TIME_BUDGET}.get(result.status) or \

@@ -204,8 +204,14 @@ def check_arguments(tool: Tool, arguments) -> None:
             raise ToolArgumentError(f"tool {tool.name!r}: {problem}")
 
 
-def run_tool(tool: Tool, arguments: dict) -> str:
-    """``tool.fn(**arguments)`` as text, after checking the arguments (see the module docstring)."""
+def run_tool(tool: Tool, arguments: dict) -> str | list:
+    """``tool.fn(**arguments)`` as text, after checking the arguments (see the module docstring); a
+    result that is an image or content parts as a list of parts (images as data URLs)."""
     check_arguments(tool, arguments)
     result = tool.fn(**arguments)
-    return result if isinstance(result, str) else json.dumps(result, default=str)
+    if isinstance(result, str):
+        return result
+    from .images import json_content
+
+    content = json_content(result)  # an image or content parts: a list of parts, images as data URLs
+    return content if content is not result else json.dumps(result, default=str)

@@ -12,6 +12,9 @@ Options:
 * ``observation_key`` (default: automatic): the observation field shown to the policy; automatic
   means the one text field when the observation has exactly one (besides ``done``, ``reward``,
   ``metadata``), else all its fields as JSON;
+* ``image_key`` (default none): the observation field holding an image, a ``data:image/...;base64,``
+  URL, shown after the text as an ``image_url`` part (a vision-language policy's episodes decode
+  and check it; docs/agents.md, "Images in observations");
 * ``seed`` (default ``true``): pass the episode's seed to ``reset`` (``false`` for a server that
   refuses one);
 * ``timeout_s`` (default 60): the client's limit for one reply.
@@ -98,6 +101,17 @@ def _checked_schema(schema, url: str, where: str) -> dict:
     return schema
 
 
+def observation_content(observation: dict, key: str | None, image_key: str | None = None) -> str | list | None:
+    """What the policy is shown of an OpenEnv observation: its text (:func:`observation_text`, the
+    image field left out), then the ``image_key`` field's image as an ``image_url`` part when it
+    has one (module docstring)."""
+    image = observation.get(image_key) if image_key is not None else None
+    text = observation_text({k: v for k, v in observation.items() if k != image_key}, key)
+    if not image:
+        return text
+    return ([{"type": "text", "text": text}] if text else []) + [{"type": "image_url", "image_url": {"url": image}}]
+
+
 def observation_text(observation: dict, key: str | None) -> str | None:
     """What the policy is shown of an OpenEnv observation (module docstring)."""
     if key is not None:
@@ -125,7 +139,7 @@ def check_server(text: str) -> dict:
     settings["timeout_s"] = float(settings["timeout_s"])
     if options:
         raise ConfigError(f"{where}: unknown option(s) {sorted(options)}; valid: action_key, observation_key, "
-                          "seed, timeout_s")
+                          "image_key, seed, timeout_s")
     http = spec.target.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
     action = _schema(http, where, min(settings["timeout_s"], 10.0)).get("action", {})
     fields = sorted(action.get("properties", {}))
@@ -156,11 +170,13 @@ class OpenEnvEpisode:
         self.client = client.sync() if hasattr(client, "sync") else client
         self.client.connect()
         result = self.client.reset(**({"seed": int(seed)} if s["seed"] and seed is not None else {}))
-        return observation_text(result.observation or {}, s["observation_key"])
+        return observation_content(result.observation or {}, s["observation_key"], s["image_key"])
 
     def step(self, text: str):
         result = self.client.step({self.settings["action_key"]: text})
-        return observation_text(result.observation or {}, self.settings["observation_key"]), result.reward, result.done
+        s = self.settings
+        return observation_content(result.observation or {}, s["observation_key"], s["image_key"]), result.reward, \
+            result.done
 
     def close(self):
         client, self.client = getattr(self, "client", None), None

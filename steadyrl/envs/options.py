@@ -70,6 +70,9 @@ class OpenEnvServer(_Options):
     observation_key: str | None = O(None, "The observation field shown to the policy; null (automatic): the one "
                                     "text field when there is exactly one (besides done, reward, metadata), else "
                                     "the fields as JSON.")
+    image_key: str | None = O(None, "The observation field holding an image (a data:image/...;base64, URL) shown "
+                              "to a vision-language policy after the text; null: none. A text policy given one "
+                              "stops the run (docs/agents.md, Images in observations).")
     seed: bool = O(True, "Pass the episode's seed to reset (false for a server that refuses one).")
     timeout_s: float = O(60.0, "The client's limit for one reply (rollout.tool_timeout_s still bounds the call).",
                          ge=1)

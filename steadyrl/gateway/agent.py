@@ -98,8 +98,10 @@ class GatewayAgent(AgentBase):
     tools: dict = {}
 
     def __init__(self, spec: str, *, parser, concurrency: int, timeout_s: float, template_kwargs: dict | None = None,
-                 wave_wait_s: float = WAVE_WAIT_S):
+                 wave_wait_s: float = WAVE_WAIT_S, processor=None):
         self.spec = spec
+        self.processor = processor  # a vision-language policy's: image_url parts are rendered (else refused)
+        self.splits_trajectories = processor is None  # turn samples carry no image inputs: the last trajectory
         self.fn, self.is_async, self.how = load_agent(spec)
         self.parser, self.concurrency, self.timeout_s, self.wave_wait_s = parser, concurrency, timeout_s, wave_wait_s
         self.template_kwargs = dict(template_kwargs or {})
@@ -126,7 +128,7 @@ class GatewayAgent(AgentBase):
         waves = Waves(engine, tokenizer, episodes, sampling=sampling,
                       max_new_tokens=min(limits.max_new_tokens, limits.episode_tokens), parser=self.parser,
                       template_kwargs=self.template_kwargs, timeout_s=self.timeout_s, concurrency=self.concurrency,
-                      wave_wait_s=self.wave_wait_s)
+                      wave_wait_s=self.wave_wait_s, processor=self.processor)
         self.gateway.submit = waves.submit
         running = asyncio.run_coroutine_threadsafe(self._main(episodes, waves), self._loop)
         running.add_done_callback(lambda _: waves.all_over())
@@ -141,7 +143,8 @@ class GatewayAgent(AgentBase):
             with contextlib.suppress(CancelledError):
                 running.result()
         self.generate_calls = waves.generate_calls
-        return assemble(episodes, tokenizer, limits.episode_tokens, keep_logprobs=not isinstance(engine, HFEngine))
+        return assemble(episodes, tokenizer, limits.episode_tokens, keep_logprobs=not isinstance(engine, HFEngine),
+                        split=self.processor is None)
 
     async def _main(self, episodes: list[EpisodeRecord], waves: Waves) -> None:
         limit = asyncio.Semaphore(self.concurrency)

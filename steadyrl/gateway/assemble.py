@@ -62,7 +62,11 @@ def check_reward(value) -> tuple[float | None, str | None]:
     return float(value), None
 
 
-def assemble(episodes: list[EpisodeRecord], tokenizer, episode_tokens: int, keep_logprobs: bool) -> Generation:
+def assemble(episodes: list[EpisodeRecord], tokenizer, episode_tokens: int, keep_logprobs: bool,
+             split: bool = True) -> Generation:
+    """One row per episode (module docstring); ``split``: each episode's trajectories as its samples
+    too (:func:`trajectories`); False for a vision-language policy, whose turn samples would carry no
+    image inputs: an episode that rewrote its history then trains its last trajectory only."""
     pad = tokenizer.pad_token_id
     chains = [e.chains[e.last_chain] if e.last_chain is not None else None for e in episodes]
     for e, chain in zip(episodes, chains):
@@ -91,9 +95,11 @@ def assemble(episodes: list[EpisodeRecord], tokenizer, episode_tokens: int, keep
         cut = chain is not None and len(chain.ids) > episode_tokens
         truncation = "max_episode_tokens" if cut else ("max_new_tokens" if chain and not chain.ended else None)
         infos.append(_info(e, chain, truncation))
-        infos[-1].samples = trajectories(e, episode_tokens)
+        infos[-1].samples = trajectories(e, episode_tokens) if split else None
         truncated.append(truncation is not None)
+    images = [c.image_inputs if c else None for c in chains]  # a VLM's: each row's images, its prompt's
     return Generation(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
                       response_mask=response_mask, truncated=torch.tensor(truncated, dtype=torch.bool),
                       completions=tokenizer.batch_decode([b[0] for b in bodies], skip_special_tokens=True),
-                      rollout_logprobs=logprobs if keep_logprobs else None, policy_mask=policy_mask, episodes=infos)
+                      rollout_logprobs=logprobs if keep_logprobs else None, policy_mask=policy_mask, episodes=infos,
+                      **({"image_inputs": images} if any(x is not None for x in images) else {}))

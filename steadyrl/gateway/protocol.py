@@ -8,6 +8,15 @@ completions: an int, the count of top log-probs, of which only the sampled token
 steadyrl's ``return_token_ids`` (vLLM's name: the prompt and sampled ids come back). Other keys
 (``model``, ``user``, ``seed``, ...) are ignored. Refused with a 400 that says so: ``stream: true``,
 a ``tool_choice`` that forces a tool, ``n`` < 1, values of the wrong type.
+
+A chat message's content may hold OpenAI ``image_url`` parts (``{"type": "image_url", "image_url":
+{"url": "data:image/png;base64,..."}}``): each is decoded and checked here, in the handler thread
+(:func:`steadyrl.agents.images.split_images`: data URLs only, no network; size, base64, pixel
+limits), and a bad one is a 400 (``param``: ``messages``) whose message names the field
+(``messages[2].content[1].image_url.url``). The
+request keeps the images (``Request.images``, in order) and the messages with ``{"type": "image"}``
+parts, which a vision-language policy's processor renders and expands into the images' tokens
+(:mod:`.waves`); a text policy refuses them with a 400.
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
+
+from ..agents.images import MAX_IMAGES_PER_EPISODE, ImageContentError, is_image_part, split_images
 
 MAX_N = 64
 """Most choices one request may ask for."""
@@ -48,6 +59,7 @@ class Request:
     stop: list[str] = field(default_factory=list)
     logprobs: bool = False
     return_token_ids: bool = False
+    images: list = field(default_factory=list)  # chat: the messages' images (PIL), in order of appearance
 
 
 def _number(body: dict, key: str, lo: float, hi: float):
@@ -76,7 +88,7 @@ def text_of(content) -> str:
         return content
     if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
         return "".join(str(p.get("text", "")) for p in content)
-    raise RequestError("a message's content must be a string or a list of text parts (images and audio are "
+    raise RequestError("a message's content must be a string or a list of text and image_url parts (audio is "
                        "not supported by the steadyrl gateway)", param="messages")
 
 
@@ -97,7 +109,13 @@ def message_for_template(message) -> dict:
         raise RequestError(f"every message must be an object with a 'role'; got {str(message)[:80]!r}",
                            param="messages")
     out = {k: v for k, v in message.items() if v is not None}
-    out["content"] = text_of(message.get("content"))
+    content = message.get("content")
+    if isinstance(content, list) and any(is_image_part(p) for p in content):  # images: split_images reads them
+        if not all(is_image_part(p) or isinstance(p, dict) and p.get("type") == "text" for p in content):
+            text_of(content)  # the refusal of other parts
+        out["content"] = [p if is_image_part(p) else {"type": "text", "text": str(p.get("text", ""))} for p in content]
+        return out
+    out["content"] = text_of(content)
     calls = message.get("tool_calls")
     if calls:
         if not isinstance(calls, list):
@@ -106,6 +124,15 @@ def message_for_template(message) -> dict:
                                                 "arguments": _arguments(c.get("function", {}).get("arguments"))}}
                              for c in calls if isinstance(c, dict)]
     return out
+
+
+def _images(messages: list[dict]) -> tuple[list[dict], list]:
+    """The messages with ``{"type": "image"}`` parts and their decoded images; a bad image is a 400
+    naming its field."""
+    try:
+        return split_images(messages, "messages", limit=MAX_IMAGES_PER_EPISODE)
+    except ImageContentError as err:  # the message names the field, messages[i].content[j].image_url.url
+        raise RequestError(str(err), param="messages") from None
 
 
 def _stops(value) -> list[str]:
@@ -136,7 +163,7 @@ def parse_request(body, chat: bool) -> Request:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise RequestError("messages must be a non-empty list of messages", param="messages")
-        req.messages = [message_for_template(m) for m in messages]
+        req.messages, req.images = _images([message_for_template(m) for m in messages])
         req.logprobs = bool(body.get("logprobs"))
         tools = body.get("tools")
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):

@@ -33,6 +33,7 @@ class Chain:
     turn_ends: list[int] = field(default_factory=list)  # position of each call's last sampled token
     calls: int = 0
     ended: bool = True  # the last sampled turn ended with an end-of-turn token
+    image_inputs: dict | None = None  # a VLM's: the latest call's prompt images (all the chain's images)
 
     @property
     def full(self) -> list[int]:
@@ -71,9 +72,10 @@ class EpisodeRecord:
     closed: bool = False
     transcript: list[dict] = field(default_factory=list)  # after the row's prompt: the last chat call's, and its answer
 
-    def record(self, prompt_ids: list[int], choices: list, ends: list[bool]) -> None:
+    def record(self, prompt_ids: list[int], choices: list, ends: list[bool], image_inputs: dict | None = None) -> None:
         """Place a call's choices: the first on the chain it extends (or a new one), each other
-        choice on a chain of its own (a sibling sample of the same context)."""
+        choice on a chain of its own (a sibling sample of the same context). ``image_inputs``: those
+        of the call's prompt (a VLM's), which hold every image of the chain so far."""
         self.calls += 1
         host = self._extended(prompt_ids)
         if host is None and self.chains:
@@ -90,6 +92,7 @@ class EpisodeRecord:
                 chain = Chain(list(prompt_ids))
                 self.chains.append(chain)
                 index = len(self.chains) - 1
+            chain.image_inputs = image_inputs if image_inputs is not None else chain.image_inputs
             chain.ids += choice.ids
             chain.policy += [1] * len(choice.ids)
             chain.logprobs += list(choice.logprobs)

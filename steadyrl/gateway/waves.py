@@ -42,14 +42,16 @@ class _Pending:
     answer: tuple[int, dict] | None = None
     prompt_ids: list[int] | None = None
     since: float = 0.0
+    image_inputs: dict | None = None  # a VLM's: the image inputs of the prompt's images (all of them)
 
 
 class Waves:
     """The calls of one rollout: queued by :meth:`submit` (HTTP threads), answered by :meth:`serve`."""
 
     def __init__(self, engine, tokenizer, episodes: list[EpisodeRecord], *, sampling: dict, max_new_tokens: int,
-                 parser, template_kwargs: dict, timeout_s: float, concurrency: int, wave_wait_s: float = WAVE_WAIT_S):
-        self.engine, self.tokenizer = engine, tokenizer
+                 parser, template_kwargs: dict, timeout_s: float, concurrency: int, wave_wait_s: float = WAVE_WAIT_S,
+                 processor=None):
+        self.engine, self.tokenizer, self.processor = engine, tokenizer, processor
         self.episodes: dict[str, EpisodeRecord] = {}  # the token of each running episode's slot
         self.sampling, self.max_new_tokens, self.parser = sampling, max_new_tokens, parser
         self.template_kwargs, self.timeout_s, self.wave_wait_s = template_kwargs, timeout_s, wave_wait_s
@@ -149,6 +151,8 @@ class Waves:
         from ..agents.chat import TemplateError, render
 
         req, served, tok = item.request, item.episode.last, self.tokenizer
+        if req.images:
+            return self._image_prompt_ids(item)
         if req.chat:
             ids = appended_chat_ids(served, req.messages, req.tools, tok, end_texts=self.end_texts,
                                     template_kwargs=self.template_kwargs)
@@ -171,6 +175,30 @@ class Waves:
             return list(req.prompt_ids)
         return appended_text_ids(served, req.prompt, tok) or tok(req.prompt, add_special_tokens=False)["input_ids"]
 
+    def _image_prompt_ids(self, item: _Pending) -> list[int]:
+        """A chat call with images: the whole conversation rendered with the processor's template and
+        tokenized by the processor, each image's placeholder expanded into its tokens (an episode's
+        earlier calls are a prefix of it when the template appends: the chain then holds the new
+        messages, their images' tokens included, as observation tokens). A text policy refuses it."""
+        from ..agents.chat import TemplateError, render
+        from ..rollout.episode_images import processed, template_of
+
+        req = item.request
+        if self.processor is None:
+            raise RequestError("a message holds an image, but this policy is a text model (it has no image "
+                               "processor): send text only, or train a vision-language model", param="messages")
+        try:
+            text = render(template_of(self.tokenizer, self.processor), req.messages, tools=req.tools,
+                          add_generation_prompt=True, purpose="the request's messages",
+                          template_kwargs=self.template_kwargs)
+            ids, item.image_inputs = processed(self.processor, text, req.images)
+        except TemplateError as err:
+            raise RequestError(str(err), param="messages") from None
+        except (ValueError, TypeError) as err:  # the template placed fewer placeholders than images ...
+            raise RequestError(f"the processor could not tokenize the messages' {len(req.images)} image(s): "
+                               f"{type(err).__name__}: {err}", param="messages") from None
+        return ids
+
     def _settings(self, req: Request) -> tuple[int, float, float, bool]:
         s = self.sampling
         greedy = not s.get("do_sample", True) or req.temperature == 0
@@ -191,12 +219,19 @@ class Waves:
             groups.setdefault(self._settings(item.request), []).append(item)
         for (n, temperature, top_p, sample), items in groups.items():
             budget = max(min(i.request.max_tokens or self.max_new_tokens, self.max_new_tokens) for i in items)
-            prompts, copies, rows = shared_prompts([i.prompt_ids for i in items], n, sample)
+            images = {}
+            if any(i.image_inputs is not None for i in items):  # image tokens look alike: never share prompts
+                prompts, copies, rows = [i.prompt_ids for i in items], n, [range(k * n, (k + 1) * n)
+                                                                           for k in range(len(items))]
+                images = {"image_inputs": [i.image_inputs for i in items],
+                          "images": [tuple(i.request.images) for i in items]}
+            else:
+                prompts, copies, rows = shared_prompts([i.prompt_ids for i in items], n, sample)
             started = time.monotonic()
             try:
                 gen = generate(self.engine, prompts, copies, max_new_tokens=budget,
                                temperature=temperature, top_p=top_p, top_k=self.sampling.get("top_k", 0),
-                               do_sample=sample)
+                               do_sample=sample, **images)
             except Exception as err:  # noqa: BLE001 - the engine failed these calls; the run decides on the episodes
                 for item in items:
                     self._answer(item, 500, {"error": {"message": f"generation failed: {type(err).__name__}: {err}",
@@ -230,7 +265,8 @@ class Waves:
             if episode.closed:  # it ran out of time while its call was generated
                 return self._answer(item, 410, {"error": {"message": "this episode is over", "type":
                                                           "invalid_request_error", "param": None, "code": None}})
-            episode.record(item.prompt_ids, choices, [c.finish_reason != "length" for c in choices])
+            episode.record(item.prompt_ids, choices, [c.finish_reason != "length" for c in choices],
+                           item.image_inputs)
             episode.off_policy_calls += int(off_policy)
             episode.tool_calls += len(choices[0].tool_calls or [])
             episode.last = Served(req.messages, req.tools, req.prompt, item.prompt_ids, choices, ends)

@@ -16,6 +16,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
+from .episode_images import check_mode
 from .episodes import TurnLimits, run_episodes
 
 
@@ -59,22 +60,31 @@ class EpisodeDriver(Protocol):
 @dataclass(frozen=True)
 class TurnDriver:
     """The episode driver of an agent that answers turns (or of no agent: one turn each):
-    :func:`~steadyrl.rollout.episodes.run_episodes` generates each turn and hands it to ``agent``."""
+    :func:`~steadyrl.rollout.episodes.run_episodes` generates each turn and hands it to ``agent``.
+    ``processor``: a vision-language policy's (observations may hold images; None: a text policy,
+    an image in an observation is an error); it refuses ``rollout.multi_turn_mode: stepwise``."""
 
     agent: object | None = None
+    processor: object | None = None
+
+    def __post_init__(self):
+        if self.agent is not None and self.processor is not None:
+            check_mode(self.agent.multi_turn_mode, self.processor)
 
     def __call__(self, engine, tokenizer, prompts: list, n: int, limits: TurnLimits, *,
                  seeds: list[int] | None = None, **sampling):
-        return run_episodes(engine, tokenizer, prompts, n, agent=self.agent, limits=limits, seeds=seeds, **sampling)
+        return run_episodes(engine, tokenizer, prompts, n, agent=self.agent, limits=limits, seeds=seeds,
+                            processor=self.processor, **sampling)
 
 
-def episode_driver(agent) -> EpisodeDriver:
+def episode_driver(agent, processor=None) -> EpisodeDriver:
     """What runs the episodes of ``agent`` (None: one turn, no agent), chosen once when the run's
     task is built from the capability the agent declares (``drives_episodes``): the agent's own
-    ``rollout`` (the gateway's ``rollout.agent``), else a :class:`TurnDriver`."""
+    ``rollout`` (the gateway's ``rollout.agent``), else a :class:`TurnDriver` (with the policy's
+    ``processor``, a vision-language model's)."""
     if agent is not None and agent.drives_episodes:
         return agent.rollout
-    return TurnDriver(agent)
+    return TurnDriver(agent, processor)
 
 
 def rollout(engine, tokenizer, driver: EpisodeDriver, prompts: list, n: int, rollout_config, *,

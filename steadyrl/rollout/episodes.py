@@ -44,9 +44,12 @@ from dataclasses import dataclass, field
 import torch
 
 from ..agents.chat import TemplateError
+from ..agents.images import ImageContentError
 from ..agents.messages import text_message
 from ..agents.turns import shape_turn
 from .base import EpisodeInfo, Generation
+from .episode_images import check_mode, generate_images, observation_images, processed, row_image_inputs, template_of
+from .observations import observation
 from .stepwise import step_context, stepwise_drift, turn_drift, turn_samples
 
 
@@ -77,14 +80,17 @@ class _Episode:
     starts: list[int] = field(default_factory=list)  # where each turn starts in ids
     marks: list[int] = field(default_factory=list)  # len(history) when each turn was sampled
     step_context: list[int] | None = None  # stepwise: the next turn's context (the template's rendering)
+    images: list = field(default_factory=list)  # a VLM's: the prompt's images then the observations'
+    image_chunks: list[dict] = field(default_factory=list)  # their image inputs, one dict per processor call
 
 
 def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits: TurnLimits,
-                 seeds: list[int] | None = None, **sampling) -> Generation:
+                 seeds: list[int] | None = None, processor=None, **sampling) -> Generation:
     """``n`` episodes of each prompt (rows in group order). ``prompts`` carry ``ids``, ``columns``,
     ``text``, ``messages`` (a chat-format record's prompt, or None) and ``conversation`` (the chat
-    messages the template rendered, or None); ``sampling``: temperature, top_p, top_k, do_sample,
-    passed to every turn's ``generate``."""
+    messages the template rendered, or None), and with a ``processor`` (a vision-language policy's)
+    ``images`` and ``image_inputs`` (:mod:`.episode_images`); ``sampling``: temperature, top_p,
+    top_k, do_sample, passed to every turn's ``generate``."""
     first_turn = min(limits.max_new_tokens, limits.episode_tokens)
     if agent is None:  # one turn: the episode is the first generation
         # PromptItem's (stand-ins may lack it), read once for the step: a dataset's are lazy (data/lazy_images.py)
@@ -93,11 +99,17 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
             sampling = {**sampling, "image_inputs": image_inputs,
                         "images": [tuple(getattr(p, "images", ()) or ()) for p in prompts]}
         return engine.generate([p.ids for p in prompts], n, max_new_tokens=first_turn, **sampling)
+    mode = agent.multi_turn_mode
+    check_mode(mode, processor)
+    tokenizer = template_of(tokenizer, processor)  # a VLM's template may be its processor's alone
     episodes = [_Episode(list(p.ids), list(p.conversation) if p.conversation is not None else None,
                          {"prompt": p.messages if p.messages is not None else p.text, **p.columns})
                 for p in prompts for _ in range(n)]
-    _start(agent, tokenizer, episodes, seeds or list(range(len(episodes))))
-    mode = agent.multi_turn_mode
+    if processor is not None:
+        for i, e in enumerate(episodes):
+            p = prompts[i // n]
+            e.images, e.image_chunks = list(p.images), [p.image_inputs] if p.image_inputs is not None else []
+    _start(agent, tokenizer, episodes, seeds or list(range(len(episodes))), processor)
     eos = set(engine.eos_ids)
     end_texts = [tokenizer.decode([i]) for i in sorted(eos)]
     shared = all(e.prompt_ids == list(prompts[i // n].ids) for i, e in enumerate(episodes))
@@ -106,26 +118,32 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
     try:
         with awake():
             if shared:  # the prompts as they are: generation computes each once per group
-                first = engine.generate([p.ids for p in prompts], n, max_new_tokens=first_turn, **sampling)
+                leads = episodes[::n]
+                first = engine.generate([p.ids for p in prompts], n, max_new_tokens=first_turn, **sampling,
+                                        **generate_images([e.image_chunks for e in leads], [e.images for e in leads]))
             else:
-                first = engine.generate([e.prompt_ids for e in episodes], 1, max_new_tokens=first_turn, **sampling)
+                first = engine.generate([e.prompt_ids for e in episodes], 1, max_new_tokens=first_turn, **sampling,
+                                        **generate_images([e.image_chunks for e in episodes],
+                                                          [e.images for e in episodes]))
             _record(episodes, list(range(len(episodes))), first, limits, eos, tokenizer)
             while True:
                 running = [i for i, e in enumerate(episodes) if e.running]
                 if not running:
                     break
-                _respond(agent, tokenizer, [episodes[i] for i in running], limits, end_texts, mode)
+                _respond(agent, tokenizer, [episodes[i] for i in running], limits, end_texts, mode, processor)
                 running = [i for i in running if episodes[i].running]
                 if not running:
                     break
                 budget = max(min(limits.max_new_tokens, _left(episodes[i], limits)) for i in running)
                 gen = engine.generate([next_context(episodes[i]) for i in running], 1,
-                                      max_new_tokens=budget, **sampling)
+                                      max_new_tokens=budget, **sampling,
+                                      **generate_images([episodes[i].image_chunks for i in running],
+                                                        [episodes[i].images for i in running]))
                 _record(episodes, running, gen, limits, eos, tokenizer)
     finally:
         agent.close([e.state for e in episodes])
     for e in episodes:
-        e.info.drift_tokens += (_template_drift(tokenizer, e, agent) if mode == "single" else
+        e.info.drift_tokens += (_template_drift(tokenizer, e, agent, processor) if mode == "single" else
                                 stepwise_drift(tokenizer, e, agent) + turn_drift(tokenizer, e, agent) if mode == "stepwise"
                                 else 0)
     return _assemble(first, episodes, tokenizer, limits, mode)
@@ -142,10 +160,11 @@ def next_context(e: _Episode) -> list[int]:
     return e.step_context if e.step_context is not None else e.prompt_ids + e.ids
 
 
-def _template_drift(tokenizer, e: _Episode, agent) -> int:
+def _template_drift(tokenizer, e: _Episode, agent, processor=None) -> int:
     """Tokens of the episode that differ from the tokenized ``apply_chat_template`` of its whole
     conversation (as the rollout keeps it, the last turn as sampled); the last end token is the
-    policy's and not compared. 0 when there is no template or it cannot render the conversation."""
+    policy's and not compared. 0 when there is no template or it cannot render the conversation.
+    An episode with images is tokenized by the processor with all of them (placeholders expanded)."""
     from ..agents.chat import render
 
     if e.history is None or e.info.failed:
@@ -157,8 +176,12 @@ def _template_drift(tokenizer, e: _Episode, agent) -> int:
                       add_generation_prompt=False, template_kwargs=agent.template_kwargs)
     except TemplateError:
         return 0
-    reference = tokenizer(text, add_special_tokens=False)["input_ids"]
     sequence = e.prompt_ids + (e.ids[:-1] if e.end is not None else e.ids)
+    try:
+        reference = (processed(processor, text, e.images)[0] if e.images else
+                     tokenizer(text, add_special_tokens=False)["input_ids"])
+    except ValueError:  # the rendering's image placeholders are not the episode's images: none of it holds
+        return len(sequence)
     return sum(a != b for a, b in zip(sequence, reference)) + max(len(sequence) - len(reference), 0)
 
 
@@ -166,7 +189,7 @@ def _left(e: _Episode, limits: TurnLimits) -> int:
     return limits.episode_tokens - len(e.ids)
 
 
-def _start(agent, tokenizer, episodes: list[_Episode], seeds: list[int]) -> None:
+def _start(agent, tokenizer, episodes: list[_Episode], seeds: list[int], processor=None) -> None:
     from ..agents.chat import render
 
     starts = agent.start([e.row for e in episodes], seeds)
@@ -176,10 +199,19 @@ def _start(agent, tokenizer, episodes: list[_Episode], seeds: list[int]) -> None
         if s.failed:
             e.info.failed, e.info.error = True, s.error
         elif s.messages is not None:  # the environment's first observation replaces the row's prompt
-            e.history = list(s.messages)
+            try:
+                e.history, images = observation_images(list(s.messages), agent, processor, 0)
+            except ImageContentError as err:
+                e.info.failed, e.info.error, e.history = True, f"reset: {err}", None
+                continue
             text = render(tokenizer, e.history, tools=agent.tool_schemas, add_generation_prompt=True,
                           purpose="the environment's first observation", template_kwargs=agent.template_kwargs)
-            e.prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            e.images, e.image_chunks = images, []  # the row's images go with its prompt
+            if images:
+                e.prompt_ids, chunk = processed(processor, text, images)
+                e.image_chunks.append(chunk)
+            else:
+                e.prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: TurnLimits, eos: set[int],
@@ -215,7 +247,7 @@ def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: 
 
 
 def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end_texts: list[str],
-             mode: str = "single") -> None:
+             mode: str = "single", processor=None) -> None:
     """The agent's replies to the latest turns, appended as observation tokens."""
     last = [e.info.turns >= limits.max_turns for e in episodes]  # a tool call then could never be read
     replies = agent.respond([e.state for e in episodes], [e.text for e in episodes], last)
@@ -245,10 +277,12 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         if not reply.messages:  # nothing to say: the episode ends
             e.running = False
             continue
-        try:
-            obs = _observation(tokenizer, e, kept, reply.messages, agent, limits, end_texts, mode)
-        except TemplateError as err:  # a template behaviour the start-up probe did not see: this episode only
-            info.failed, info.error, e.running = True, str(err), False
+        try:  # images: decoded and checked; a text policy raises (ConfigError), never drops them
+            reply.messages, images = observation_images(reply.messages, agent, processor, len(e.images))
+            obs, chunk = observation(tokenizer, e, kept, reply.messages, agent, limits, end_texts, mode,
+                                     processor, images)
+        except (TemplateError, ImageContentError) as err:  # a template behaviour the probe did not see,
+            info.failed, info.error, e.running = True, str(err), False  # an unreadable image: this episode only
             continue
         if obs is None:  # the template's own tokens for these messages exceed the limit
             info.truncation, e.running = "max_observation_tokens", False
@@ -261,50 +295,14 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         if e.history is not None:
             e.history += [kept, *reply.messages]
         e.ids += obs
+        if chunk is not None:
+            e.images += images
+            e.image_chunks.append(chunk)
         e.policy += [0] * len(obs)
         e.logprobs += [0.0] * len(obs)
         info.observation_tokens += len(obs)
         if mode == "stepwise" and e.history is not None:
             e.step_context = step_context(tokenizer, e.history, agent)
-
-
-def _observation(tokenizer, e: _Episode, assistant: dict, messages: list[dict], agent, limits: TurnLimits,
-                 end_texts: list[str], mode: str = "single") -> list[int] | None:
-    """The observation's token ids, its messages' contents shortened until it fits the limit; None
-    when even empty contents do not fit (the template's tokens are never cut)."""
-    from ..agents.chat import observation_ids, observation_tail_ids
-
-    render_ids = observation_ids if mode == "single" else observation_tail_ids
-
-    def ids_of(msgs):
-        return render_ids(tokenizer, e.history or [], assistant, msgs, tools=agent.tool_schemas,
-                          end_texts=end_texts, template_kwargs=agent.template_kwargs, end=e.end)
-
-    ids = ids_of(messages)
-    limit = limits.max_observation_tokens
-    if len(ids) <= limit:
-        return ids
-    overhead = len(ids_of([{**m, "content": ""} for m in messages]))
-    if overhead > limit:
-        return None
-    room = (limit - overhead) // len(messages)
-    while True:  # a rendering may take more tokens than its contents (escapes, merges): shorten again
-        shortened = [{**m, "content": _shorten(tokenizer, str(m.get("content") or ""), room,
-                                               limits.observation_truncation)} for m in messages]
-        ids = ids_of(shortened)
-        if len(ids) <= limit or room == 0:  # empty contents render as the overhead, which fits
-            break
-        room = max(room - max(-(-(len(ids) - limit) // len(messages)), 1), 0)
-    messages[:] = shortened  # the transcript shows what the policy saw
-    return ids
-
-
-def _shorten(tokenizer, text: str, tokens: int, side: str) -> str:
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    if len(ids) <= tokens:
-        return text
-    kept = ids[:tokens] if side == "right" else ids[len(ids) - tokens:]
-    return tokenizer.decode(kept, skip_special_tokens=False)
 
 
 def _combine(rewards: list[float | None], how: str) -> float | None:
@@ -343,11 +341,13 @@ def _assemble(first: Generation, episodes: list[_Episode], tokenizer, limits: Tu
             e.info.drift_tokens += sum(sum(a != b for a, b in zip(c, sequence)) + max(len(c) - len(sequence), 0)
                                        for c in e.contexts)
         e.info.env_reward = _combine(e.info.turn_rewards, limits.turn_reward)
+    image_inputs = row_image_inputs([e.image_chunks for e in episodes])
     return Generation(
         prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids, response_mask=response_mask,
         truncated=torch.tensor([e.info.truncation is not None for e in episodes]),
         completions=tokenizer.batch_decode([e.ids for e in episodes], skip_special_tokens=True),
-        rollout_logprobs=logprobs, policy_mask=policy_mask, episodes=[e.info for e in episodes])
+        rollout_logprobs=logprobs, policy_mask=policy_mask, episodes=[e.info for e in episodes],
+        **({} if image_inputs is None else {"image_inputs": image_inputs}))
 
 
 def episode_metrics(episodes: list[EpisodeInfo] | None, tool_names: list[str] = ()) -> dict[str, float]:

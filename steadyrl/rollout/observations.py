@@ -1,0 +1,69 @@
+"""An episode's observation: the tokens of the new messages after a sampled turn, within
+``rollout.max_observation_tokens`` (:mod:`.episodes`).
+
+The messages' text is shortened (``right``: keep the start, ``left``: keep the end) until the
+rendered observation fits; the template's own tokens and an image's tokens are never cut, so
+messages that do not fit with no text at all give None (the episode ends, truncated).
+"""
+
+from __future__ import annotations
+
+from ..agents.images import image_free
+from .episode_images import image_observation_ids
+
+__all__ = ["observation"]
+
+
+def observation(tokenizer, e, assistant: dict, messages: list[dict], agent, limits,
+                end_texts: list[str], mode: str = "single", processor=None,
+                images: list = ()) -> tuple[list[int] | None, dict | None]:
+    """The observation's token ids and its images' inputs (None: no image), its messages' text
+    shortened until it fits the limit; ids None when even no text does not fit (the template's
+    tokens and the images' are never cut)."""
+    from ..agents.chat import observation_ids, observation_tail_ids
+
+    render_ids = observation_ids if mode == "single" else observation_tail_ids
+    kwargs = {"tools": agent.tool_schemas, "end_texts": end_texts, "template_kwargs": agent.template_kwargs,
+              "end": e.end}
+
+    def ids_of(msgs):
+        if images:
+            return image_observation_ids(tokenizer, processor, e.history or [], assistant, msgs, images, mode=mode,
+                                         **kwargs)
+        return render_ids(tokenizer, e.history or [], assistant, msgs, **kwargs), None
+
+    ids, chunk = ids_of(messages)
+    limit = limits.max_observation_tokens
+    if len(ids) <= limit:
+        return ids, chunk
+    overhead = len(ids_of([image_free(m) for m in messages])[0])
+    if overhead > limit:
+        return None, None
+    room = (limit - overhead) // len(messages)
+    while True:  # a rendering may take more tokens than its contents (escapes, merges): shorten again
+        shortened = [_shortened(tokenizer, m, room, limits.observation_truncation) for m in messages]
+        ids, chunk = ids_of(shortened)
+        if len(ids) <= limit or room == 0:  # empty contents render as the overhead, which fits
+            break
+        room = max(room - max(-(-(len(ids) - limit) // len(messages)), 1), 0)
+    messages[:] = shortened  # the transcript shows what the policy saw
+    return ids, chunk
+
+
+def _shortened(tokenizer, message: dict, tokens: int, side: str) -> dict:
+    """``message`` with its text cut to ``tokens`` (a list's text parts share them; images kept)."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return {**message, "content": _shorten(tokenizer, str(content or ""), tokens, side)}
+    texts = [p for p in content if isinstance(p, dict) and p.get("type") == "text"]
+    each = tokens // max(len(texts), 1)
+    return {**message, "content": [{**p, "text": _shorten(tokenizer, str(p.get("text") or ""), each, side)}
+                                   if p in texts else p for p in content]}
+
+
+def _shorten(tokenizer, text: str, tokens: int, side: str) -> str:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) <= tokens:
+        return text
+    kept = ids[:tokens] if side == "right" else ids[len(ids) - tokens:]
+    return tokenizer.decode(kept, skip_special_tokens=False)
