@@ -258,8 +258,8 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
             raise ConfigError("steadyrl eval needs --output-dir RUN_DIR, --model PATH, or model.name_or_path")
     with ExitStack() as resources:
         resources.enter_context(warnings_once())
-        engine, scorer, prompts, device, agent = build_eval(config, model_path, resources,
-                                                            of_run_dir=output_dir is not None)
-        results = run_eval(config, engine, scorer, prompts, device, agent)
+        engine, scorer, prompts, device, driver = build_eval(config, model_path, resources,
+                                                             of_run_dir=output_dir is not None)
+        results = run_eval(config, engine, scorer, prompts, device, driver=driver)
     print(json.dumps({"model": model_path, **results}, indent=2))
     return results

@@ -5,8 +5,9 @@
 from __future__ import annotations
 
 
-def build_agent(config, tokenizer):
-    """The agent of ``config.rollout`` (None for single-turn runs), its tools and template checked."""
+def build_agent(config, tokenizer, processor=None):
+    """The agent of ``config.rollout`` (None for single-turn runs), its tools and template checked;
+    ``processor``: a vision-language policy's, which the gateway renders ``image_url`` parts with."""
     ro = config.rollout
     if not ro.multi_turn:
         return None
@@ -15,7 +16,8 @@ def build_agent(config, tokenizer):
         from ..agents.parsers import load_parser
 
         return GatewayAgent(ro.agent, parser=load_parser(ro.tool_parser), concurrency=ro.agent_concurrency,
-                            timeout_s=ro.agent_timeout_s, template_kwargs=dict(config.data.chat_template_kwargs))
+                            timeout_s=ro.agent_timeout_s, template_kwargs=dict(config.data.chat_template_kwargs),
+                            processor=processor)
     from ..agents.chat import check_observation_room
     from ..agents.modes import check_mode
 

@@ -148,19 +148,19 @@ def tokenize_prompts(config: Config, model_path: str, inputs) -> Prompts:
     """The :class:`Prompts` of the model at ``model_path`` for the checked records of ``inputs``
     (:class:`~.setup.Inputs`, only read). The agent is built first; a failure after it shuts it down."""
     tokenizer = build_tokenizer(config, model_path)
+    processor = build_processor(config, model_path)  # a VLM's (None for a text model): the agent renders with it
     with named_template_errors(config):
-        agent = build_agent(config, tokenizer)
+        agent = build_agent(config, tokenizer, processor)
         try:
-            return _render_prompts(config, model_path, tokenizer, agent, inputs)
+            return _render_prompts(config, model_path, tokenizer, agent, inputs, processor)
         except BaseException:
             if agent is not None:
                 agent.shutdown()
             raise
 
 
-def _render_prompts(config: Config, model_path: str, tokenizer, agent, inputs) -> Prompts:
+def _render_prompts(config: Config, model_path: str, tokenizer, agent, inputs, processor) -> Prompts:
     options = prompt_options(config, agent)
-    processor = build_processor(config, model_path)
     d = config.data
     train_images = image_options(config, inputs.train_records, processor, model_path, data_folder(d.train_path))
     eval_images = image_options(config, inputs.eval_records, processor, model_path, data_folder(d.eval_path),

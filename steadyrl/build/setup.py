@@ -250,7 +250,7 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
                        train_policy=train_policy, train_critic=train_critic, generator=generator,
                        uses_adapter_reference=adapter_ref, teacher=teacher, processor=prompts.processor)
     task = RunTask(scorer=scorer, train_prompts=train_prompts, eval_prompts=prompts.eval_prompts, sampler=sampler,
-                   agent=prompts.agent, eval_sets=prompts.eval_sets)
+                   agent=prompts.agent, eval_sets=prompts.eval_sets, processor=prompts.processor)
     optim = RunOptim(optimizer=optimizer, critic_optimizer=critic_optimizer, scheduler=scheduler,
                      kl_controller=kl, running=RunningMoments())
     run = Run(config=config, output_dir=output_dir, device=device, models=models, task=task, optim=optim,
@@ -266,10 +266,11 @@ def build_run(config: Config, output_dir: Path, inputs: Inputs | None = None) ->
 
 
 def build_eval(config: Config, model_path: str, resources: ExitStack, *, of_run_dir: bool = False):
-    """``(engine, scorer, held-out prompts, device, agent)`` to evaluate ``model_path`` alone (a
+    """``(engine, scorer, held-out prompts, device, episode driver)`` to evaluate ``model_path`` alone (a
     run directory's checkpoint with ``of_run_dir``); the prompts are a dict of named sets with
     ``data.eval_sources``. ``resources`` owns the scorer's and the agent's workers."""
     from ..rollout import build_engine, check_engine_available
+    from ..rollout.driver import episode_driver
 
     task_of(config).check_eval(config, model_path, of_run_dir)
     check_engine_available(config.rollout.engine)
@@ -284,11 +285,11 @@ def build_eval(config: Config, model_path: str, resources: ExitStack, *, of_run_
     dtype = resolve_dtype(m.dtype, device)
     check_model_source("model.name_or_path", model_path)
     tokenizer = build_tokenizer(config, model_path)
+    processor = build_processor(config, model_path, train=False)
     with named_template_errors(config):
-        agent = build_agent(config, tokenizer)
+        agent = build_agent(config, tokenizer, processor)
         if agent is not None:
             resources.callback(agent.shutdown)
-        processor = build_processor(config, model_path, train=False)
         images = image_options(config, evals, processor, model_path, data_folder(config.data.eval_path), strict=False,
                                source="data.eval_path")
         options = with_images(prompt_options(config, agent), processor, images)
@@ -304,4 +305,4 @@ def build_eval(config: Config, model_path: str, resources: ExitStack, *, of_run_
                          trust_remote_code=m.trust_remote_code, attn_implementation=m.attn_implementation)
     engine = build_engine(config.rollout.engine, policy, tokenizer, config.rollout,
                           share_prefix=config.trainer.share_prompt_prefix)
-    return engine, scorer, prompts, device, agent
+    return engine, scorer, prompts, device, episode_driver(agent, processor)

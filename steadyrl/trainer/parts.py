@@ -99,12 +99,13 @@ class RunTask:
     eval_sets: dict[str, list[PromptItem]] | None = None
     show: Callable[[Engine, str], None] = show_nothing
     driver: EpisodeDriver | None = None  # None: chosen from ``agent`` when the task is built
+    processor: object | None = None  # a vision-language policy's (its episodes render observation images)
 
     def __post_init__(self) -> None:
         if self.driver is None:
             from ..rollout.driver import episode_driver  # not at import: this module loads no room it names
 
-            self.driver = episode_driver(self.agent)
+            self.driver = episode_driver(self.agent, self.processor)
 
 
 @dataclass

@@ -54,3 +54,38 @@ def test_a_vision_language_run_trains_resumes_and_evaluates_from_the_cli(tmp_pat
     resumed = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["rollout/images_per_step"] for m in resumed if "rollout/images_per_step" in m] == [8.0] * 3
     assert cli.main(["eval", str(config), "--model", str(out / "final")]) == 0
+
+
+PICTURE_ENV = '''
+from PIL import Image
+
+
+class PictureEnv:
+    def reset(self, **row):
+        return None
+
+    def step(self, text):
+        return Image.new("RGB", (28, 28), (0, 255, 0)), 0.0, False
+'''
+
+
+def test_a_vision_runs_episode_driver_and_its_eval_driver_carry_the_processor(tmp_path):
+    """Observation images need the policy's processor where the episodes run: the run's driver
+    (RunTask.driver) and ``steadyrl eval``'s are both built with it."""
+    from contextlib import ExitStack
+
+    from steadyrl.build.setup import build_eval, build_run
+    from steadyrl.config import load_config
+
+    config = _user_run(tmp_path, "qwen2_vl")
+    (tmp_path / "picture_env.py").write_text(PICTURE_ENV)
+    overrides = [f"rollout.environment={tmp_path / 'picture_env.py'}:PictureEnv", "rollout.max_turns=2",
+                 "rollout.max_episode_tokens=64", "data.max_prompt_tokens=64", "rewards=[]"]
+    run = build_run(load_config(str(config), overrides), tmp_path / "run")
+    try:
+        assert run.task.driver.processor is run.models.processor is not None
+    finally:
+        run.task.agent.shutdown()
+    with ExitStack() as resources:
+        *_, driver = build_eval(load_config(str(config), overrides), str(tmp_path / "model"), resources)
+        assert type(driver.processor).__name__ == "ImageOnlyQwen2VLProcessor"
