@@ -46,7 +46,7 @@ class ImageSource:
             _recent.move_to_end(key)
             return _recent[key][1]
         from .images import prompt_with_images
-        from .prompts import TOKEN_ALIGNED_KEYS
+        from ..vlm_inputs import TOKEN_ALIGNED_KEYS
 
         _, images = prompt_with_images(self.record, self.options, self.where)
         out = self.processor(text=[self.text], images=[list(images)], return_tensors="pt", add_special_tokens=False)

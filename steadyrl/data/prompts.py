@@ -25,9 +25,6 @@ from ..errors import DataError
 from .chat import prompt_messages, render_prompt
 from .images import ImageOptions, prompt_with_images
 
-TOKEN_ALIGNED_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
-"""Processor outputs with one value per token: recomputed from the ids, never kept in ``image_inputs``."""
-
 
 @dataclass(frozen=True)
 class PromptItem:
@@ -103,6 +100,7 @@ def _vision_item(record: dict, messages: list, pictures: tuple, processor, *, to
     """A row with images: rendered by the processor's chat template, tokenized by the processor.
     With ``lazy`` (the row's ``ImageOptions`` and its name in errors) the item keeps where its
     images come from, not their pixels (:mod:`steadyrl.data.lazy_images`)."""
+    from ..vlm_inputs import TOKEN_ALIGNED_KEYS  # not at import: loading prompts stays torch-free
     from .chat import ChatTemplateError
 
     if processor is None:

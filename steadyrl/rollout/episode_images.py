@@ -22,13 +22,10 @@ from __future__ import annotations
 from ..agents.images import MAX_IMAGES_PER_EPISODE, ImageContentError, has_images, split_images
 from ..agents.templating import rendered_suffix, rendered_tail
 from ..errors import ConfigError
+from ..vlm_inputs import TOKEN_ALIGNED_KEYS
 
 __all__ = ["TOKEN_ALIGNED_KEYS", "check_mode", "template_of", "observation_images", "image_observation_ids",
            "generate_images", "row_image_inputs", "processed"]
-
-TOKEN_ALIGNED_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
-"""Processor outputs along the tokens: recomputed from the ids, never part of image inputs."""
-
 
 def check_mode(mode: str, processor) -> None:
     """A vision-language policy's episodes are one sequence each: ``stepwise`` is refused."""

@@ -8,7 +8,8 @@ import torch
 from PIL import Image
 
 from steadyrl.data.images import ImageOptions
-from steadyrl.data.prompts import TOKEN_ALIGNED_KEYS, prepare_prompts
+from steadyrl.data.prompts import prepare_prompts
+from steadyrl.vlm_inputs import TOKEN_ALIGNED_KEYS
 from steadyrl.demo.vision_model import build_tiny_llava, build_tiny_qwen2_vl, build_vision_tokenizer
 from steadyrl.errors import DataError
 
