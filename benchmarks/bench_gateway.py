@@ -36,8 +36,8 @@ AGENTS = {"gateway": AGENT, "gateway-http": HTTP_AGENT}
 
 
 def _setup(quick: bool):
-    from steadyrl.build.agent import build_agent
-    from steadyrl.build.prompts import prompt_options
+    from steadyrl.assembly.agent import build_agent
+    from steadyrl.assembly.prompts import prompt_options
     from steadyrl.config import load_config
     from steadyrl.data.prompts import prepare_prompts
     from steadyrl.demo.tool_demo import build_tool_demo

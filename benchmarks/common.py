@@ -86,7 +86,7 @@ def run_steadyrl(config_path: Path, output_dir: Path, keep: tuple[str, ...] = ()
     seconds), the CPU seconds spent in the engine's ``generate`` (``generate_cpu_s``), the
     resident set before the step and the process's peak resident set after it (MiB), and under
     ``metrics`` the step's metrics named in ``keep`` (None where the step has none).
-    ``run`` is the trainer's :class:`~steadyrl.build.setup.Run` (the trained policy).
+    ``run`` is the trainer's :class:`~steadyrl.assembly.setup.Run` (the trained policy).
     """
     import steadyrl.recipe as loop
 

@@ -107,7 +107,7 @@ def measure(args, dtype: str, update: str) -> dict:
     """One setting: a fresh model, 2 steps -> moved fraction, s/step, peak memory, state bytes."""
     import torch
 
-    from steadyrl.build.setup import build_optimizer
+    from steadyrl.assembly.setup import build_optimizer
     from steadyrl.precision import use_autocast
     from steadyrl.trainer.optim import trained_value
     from steadyrl.trainer.update import ppo_update

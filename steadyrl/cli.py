@@ -170,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
         demo = path is None and any(item.startswith("demo.") for item in overrides)
         config, preset_keys = load_config(path, overrides, with_sources=True, demo=demo)
         if args.trust_run_code:  # rollout.tools / tool_parser / environment loaded, as train checks them
-            from .build.agent import check_agent_specs
+            from .assembly.agent import check_agent_specs
 
             check_agent_specs(config)
         else:  # a config may be someone else's: reading it never imports or runs its code

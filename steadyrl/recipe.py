@@ -7,7 +7,7 @@
     -> eval after -> summary.json
 
 The algorithm is in :func:`train_step`; what surrounds it lives in rooms named for what they hold:
-:mod:`steadyrl.build` (config -> models, optimizer, task), :mod:`steadyrl.run` (directory,
+:mod:`steadyrl.assembly` (config -> models, optimizer, task), :mod:`steadyrl.run` (directory,
 checkpoints, state, evaluation, reports, the asynchronous worker). One :class:`~contextlib.ExitStack`
 owns every resource a run opens — the process group, the directory lock, the reward scorer's and
 the agent's workers, the asynchronous rollout worker, the trackers — and closes them in reverse
@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import distributed as dist
-from .build.setup import Run, build_eval, build_run, check_inputs
+from .assembly.setup import Run, build_eval, build_run, check_inputs
 from .config import config_to_dict, load_config
 from .config.schema import overlong_limit
 from .doctor.live import LiveDoctor

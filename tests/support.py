@@ -128,7 +128,7 @@ def length_reward_runs(model_dir, tmp_path, rollout: dict | None = None, trainer
     ``rollout`` / ``trainer``: keys added to those sections."""
     import yaml
 
-    from steadyrl.build.setup import build_run
+    from steadyrl.assembly.setup import build_run
     from steadyrl.config import load_config
     from steadyrl.demo.task import make_splits
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 import support
 import torch
 
-from steadyrl.build.setup import build_models, build_optimizer
+from steadyrl.assembly.setup import build_models, build_optimizer
 from steadyrl.config import load_config
 from steadyrl.precision import precision_plan
 from steadyrl.trainer.optim import trained_value

@@ -34,7 +34,7 @@ def test_pytest_visits_every_test_file_on_disk(tmp_path):
 
 
 def test_a_test_folder_named_build_is_visited(tmp_path):
-    """The case the default would skip: a folder named ``build`` (where tests of steadyrl/build/ go)."""
+    """The case the default would skip: a folder named ``build`` (pytest's default would skip it)."""
     (tmp_path / "visit_recorder.py").write_text(RECORDER)
     suite = tmp_path / "suite"
     (suite / "build").mkdir(parents=True)

@@ -36,9 +36,9 @@ def test_the_measure_sees_lazy_and_type_checking_imports(tmp_path):
     layering = _layering()
     path = tmp_path / "m.py"
     path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..run.state import Run\n"
-                    "def f():\n    from ..build import setup\n")
+                    "def f():\n    from ..assembly import setup\n")
     found = {target for target, _, _ in layering.imports_of("steadyrl.trainer.m", path)}
-    assert {"steadyrl.run.state", "steadyrl.build"} <= found
+    assert {"steadyrl.run.state", "steadyrl.assembly"} <= found
 
 
 TEMPLATE_MODULES = {f"steadyrl.agents.{name}" for name in ("chat", "probe", "modes", "messages", "turns", "templating")}
@@ -49,3 +49,16 @@ def test_the_chat_template_modules_share_public_helpers_not_private_names():
     private = [f"{src}:{line} imports {name}" for src, name, line in layering.private_imports()
                if src in TEMPLATE_MODULES or name.rsplit(".", 1)[0] in TEMPLATE_MODULES]
     assert private == []
+
+
+# Folder names the standard Python .gitignore template (and coverage tools, linters and code viewers) treat as
+# generated output at any depth: a package folder so named vanishes from a fork that uses the usual ignore file.
+GENERATED_NAMES = {"build", "develop-eggs", "dist", "downloads", "eggs", "lib", "lib64", "parts", "sdist", "var",
+                   "wheels", "env", "venv", "htmlcov", "site", "target", "instance"}
+
+
+def test_no_folder_of_the_package_or_tests_has_a_name_ignore_files_treat_as_generated():
+    folders = [p for top in ("steadyrl", "tests", "benchmarks", "tools") for p in (ROOT / top).rglob("*")
+               if p.is_dir() and "__pycache__" not in p.parts]
+    assert [str(p.relative_to(ROOT)) for p in folders if p.name in GENERATED_NAMES] == []
+    assert (ROOT / "steadyrl" / "assembly" / "setup.py").is_file()  # the measure sees the package itself

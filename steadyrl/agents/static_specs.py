@@ -8,7 +8,7 @@ exists, parses as Python (``ast``, nothing executed) and defines ``name`` at its
 parser name without ``:`` is a built-in one. What only loading can tell (a tool's JSON schema, a
 parser's signature, an environment's methods) is checked by ``train`` / ``eval`` when they load
 them, and by ``config show --trust-run-code``
-(:func:`steadyrl.build.agent.check_agent_specs`).
+(:func:`steadyrl.assembly.agent.check_agent_specs`).
 """
 
 from __future__ import annotations

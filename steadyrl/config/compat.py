@@ -9,7 +9,7 @@ registered for the stage that can decide it:
   becomes a :class:`~steadyrl.errors.ConfigError` there);
 * ``"placement"``: the device and the world size decide too (the data-parallel layout, LoRA with
   vLLM, asynchronous rollouts under torchrun or on a GPU). Run by :func:`check_parallel`, which
-  :func:`steadyrl.build.setup.check_inputs` calls before any model weights load.
+  :func:`steadyrl.assembly.setup.check_inputs` calls before any model weights load.
 
 Rules run in the order they are written here; the first that refuses raises. A new limitation is
 one decorated function below. No torch here: the config loads without it.

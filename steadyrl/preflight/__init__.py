@@ -6,6 +6,6 @@
   few prompts before any step, with :mod:`.engine_side`, :mod:`.roundtrip`, :mod:`.attribution`
   (what the gap comes from) and :mod:`.report` (the page it writes).
 
-It sits above the harness (:mod:`steadyrl.run`) and the builders (:mod:`steadyrl.build`), which it
+It sits above the harness (:mod:`steadyrl.run`) and the builders (:mod:`steadyrl.assembly`), which it
 uses; nothing below imports it.
 """

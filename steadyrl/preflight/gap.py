@@ -1,7 +1,7 @@
 """``steadyrl doctor CONFIG [key=value ...]``: the pre-flight. Before a run, measure the gap between the
 engine that will sample and the trainer that will recompute the log-probs, and say what causes it.
 
-    load the model, tokenizer and prompts as the run would (steadyrl.build) -> the engine's copy of the
+    load the model, tokenizer and prompts as the run would (steadyrl.assembly) -> the engine's copy of the
     policy (rollout.dtype, its attention, its weights) samples a few small batches (the HF engine)
     -> the trainer's forward recomputes their log-probs (steadyrl.trainer.forward)
     -> the gap: mismatch metrics (steadyrl.functional.mismatch_metrics) of the engine's log-probs
@@ -103,9 +103,9 @@ def default_spec(config: Config, trainer: torch.nn.Module, tokenizer) -> EngineS
 def _prompts(config: Config, tokenizer, count: int, processor=None):
     """``count`` training prompts rendered as the run renders them, and the chat each came from; a
     vision-language model's (``processor``) with their images, as the run loads them."""
-    from ..build.prompts import image_options, prompt_options, with_images
-    from ..build.sources import data_folder
-    from ..build.task import task_of
+    from ..assembly.prompts import image_options, prompt_options, with_images
+    from ..assembly.sources import data_folder
+    from ..assembly.task import task_of
     from ..data.chat import prompt_messages, uses_chat_template
     from ..data.prompts import prepare_prompts
 
@@ -127,7 +127,7 @@ def build_side(config: Config, *, batches: int, prompts: int, engine: dict | Non
                engine_weights: torch.nn.Module | None = None) -> _Side:
     """Load and sample as the run would; ``engine`` changes the engine's spec (tests inject causes with
     it), ``engine_weights`` gives the engine other weights than the trainer's (stale)."""
-    from ..build.prompts import build_processor, build_tokenizer
+    from ..assembly.prompts import build_processor, build_tokenizer
     from ..models import load_policy, resolve_device, resolve_dtype
     from ..rollout import HFEngine, eos_token_ids
     from ..trainer.batch import batch_from_generation
@@ -182,7 +182,7 @@ def reward_check(side: _Side) -> tuple[list[str], list[str]]:
     rows' columns, its reward specs, the dry call before step 1): ``(problems, lines)``, a problem
     for each reward that failed on every sample (it would fail every sample of every step) with its
     error, a line for each other with its mean over the samples it scored."""
-    from ..build.task import task_inputs
+    from ..assembly.task import task_inputs
     from ..rewards.scorer import exception_line
 
     config = side.config

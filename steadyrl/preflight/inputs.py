@@ -6,7 +6,7 @@ then imports the trainer. What is checked here, in the order the run itself chec
 
 * the run directory (``train``): in use by another run (its lock, probed, not taken), and what
   ``--resume`` / ``--overwrite`` need of it;
-* the data: every file, split and column (:func:`steadyrl.build.task.check_task`), and the reward
+* the data: every file, split and column (:func:`steadyrl.assembly.task.check_task`), and the reward
   functions (loaded from their specs, checked against the columns they read);
 * ``rollout.tools`` / ``rollout.tool_parser`` / ``rollout.environment`` specs;
 * every model directory or hub name the run loads (exists, is a ``save_pretrained`` directory,
@@ -27,7 +27,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..build.task import NOTHING_TO_EVALUATE, task_of  # noqa: F401 - re-exported
+from ..assembly.task import NOTHING_TO_EVALUATE, task_of  # noqa: F401 - re-exported
 from ..config.schema import Config
 from ..precision import precision_warnings
 from ..tracking import check_backends_available

@@ -282,7 +282,7 @@ def check_resume_matches(config: Config, output_dir: Path) -> None:
     if not saved_path.is_file():
         return
     saved, now = read_yaml(saved_path), config_to_dict(config)
-    from ..build.task import task_of
+    from ..assembly.task import task_of
 
     keys = list(RESUME_KEYS) + list(task_of(config).resume_keys)  # the demo's: its settings too
     for key in keys:

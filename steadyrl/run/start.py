@@ -1,7 +1,7 @@
 """Starting a run: its config (a resumed run's own when none is given) and its directory.
 
 The order is the user's: the run directory is locked from the first look at it (:func:`claim_run_dir`),
-every input is checked (:func:`steadyrl.build.setup.check_inputs`), and only then is the directory
+every input is checked (:func:`steadyrl.assembly.setup.check_inputs`), and only then is the directory
 touched (:func:`prepare_run_dir`): a bad input under ``--overwrite`` or ``--resume`` leaves the old
 run, and its ``config.yaml``, as it was. How a directory is named, locked, marked and checked is
 in :mod:`.directory`.

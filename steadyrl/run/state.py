@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .. import distributed as dist
-from ..build.setup import RunState, seed_everything
+from ..assembly.setup import RunState, seed_everything
 from . import checkpoint as ckpt
 
 if TYPE_CHECKING:

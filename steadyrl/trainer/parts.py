@@ -1,5 +1,5 @@
 """The step's state, typed: :class:`Run` and its parts (:class:`RunModels`, :class:`RunTask`,
-:class:`RunOptim`, :class:`RunState`), which the builders (:func:`steadyrl.build.setup.build_run`)
+:class:`RunOptim`, :class:`RunState`), which the builders (:func:`steadyrl.assembly.setup.build_run`)
 fill and the step's functions read. They live here, with the step, so that ``trainer/`` never
 imports the builders or the harness above it: the asynchronous rollout worker is typed by the
 :class:`Rollouts` protocol (:class:`steadyrl.run.asynchronous.AsyncRollouts` implements it)."""

@@ -1,4 +1,4 @@
-"""The multi-turn start-up checks of :func:`steadyrl.build.agent.build_agent` that depend on the
+"""The multi-turn start-up checks of :func:`steadyrl.assembly.agent.build_agent` that depend on the
 chat template: ``rollout.max_observation_tokens`` must leave room for content after the tokens the
 template needs to wrap one observation (below that, every long observation would lose its template
 tokens or its episode)."""
@@ -11,7 +11,7 @@ from support import ADD_TOOL_SOURCE
 
 from steadyrl.config.schema import RolloutConfig
 from steadyrl.errors import ConfigError
-from steadyrl.build.agent import build_agent
+from steadyrl.assembly.agent import build_agent
 
 
 

@@ -26,7 +26,7 @@ def test_demo_task_tool_on_the_command_line_starts_from_the_tool_demo_config():
 
 
 def test_tool_demo_without_the_calculator_is_refused(tmp_path):
-    from steadyrl.build.demo import demo_task
+    from steadyrl.assembly.demo import demo_task
 
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"demo": {"task": "tool"}}))

@@ -15,7 +15,7 @@ from steadyrl.config import load_config
 from steadyrl.errors import ConfigError
 from steadyrl.models import load_policy
 from steadyrl.trainer.forward import PolicyLogprobs, as_logprob_module
-from steadyrl.build.setup import check_parallel
+from steadyrl.assembly.setup import check_parallel
 
 CPU = torch.device("cpu")
 

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support_precision import LR, batch, config, moved_fraction  # noqa: E402
 
 from steadyrl import distributed as dist  # noqa: E402
-from steadyrl.build.setup import build_models, build_optimizer  # noqa: E402
+from steadyrl.assembly.setup import build_models, build_optimizer  # noqa: E402
 from steadyrl.precision import precision_plan  # noqa: E402
 from steadyrl.trainer.forward import PolicyLogprobs  # noqa: E402
 from steadyrl.trainer.optim import trained_value  # noqa: E402

@@ -11,7 +11,7 @@ import sys
 import torch
 
 from steadyrl.cli import main
-from steadyrl.build import setup
+from steadyrl.assembly import setup
 
 _check = setup.check_parallel
 setup.check_parallel = lambda config, device, world: _check(config, torch.device("cuda", 0), world)

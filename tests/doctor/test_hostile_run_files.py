@@ -130,7 +130,7 @@ def test_the_demo_transcript_is_printed_with_control_characters_escaped(capsys, 
 
     import torch
 
-    from steadyrl.build import demo as builders
+    from steadyrl.assembly import demo as builders
 
     episode = types.SimpleNamespace(messages=[{"role": "assistant", "content": "hi\x1b]52;c;aGk=\x07\x1b[2J"}],
                                     truncation=None)

@@ -158,7 +158,7 @@ def test_reward_spec_load_names_and_validates(user_file):
 def test_reward_isolation_settings_in_a_config_reach_the_reward_spec(tmp_path):
     from steadyrl.config import load_config
     from steadyrl.sandbox import Limits
-    from steadyrl.build.task import build_rewards
+    from steadyrl.assembly.task import build_rewards
 
     path = tmp_path / "run.yaml"
     path.write_text("rewards:\n  - name: exact_match\n    chunk_size: null\n    env_passthrough: [OPENAI_*]\n"

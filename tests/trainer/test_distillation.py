@@ -101,7 +101,7 @@ def test_mixed_distillation_adds_the_teachers_row_sum_to_an_outcome_estimators_s
 
 def test_a_teacher_with_another_vocabulary_is_refused_naming_both_before_training(
         write_config, foreign_teacher_dir, tiny_model_dir, tmp_path, capsys, monkeypatch):
-    import steadyrl.build.setup as setup
+    import steadyrl.assembly.setup as setup
 
     loads = []
     monkeypatch.setattr(setup, "load_policy", lambda *a, **k: loads.append(a) or pytest.fail("a model was loaded"))

@@ -11,7 +11,7 @@ pytest.importorskip("peft")
 from steadyrl.config import load_config  # noqa: E402
 from steadyrl.tracking import read_metrics  # noqa: E402
 from steadyrl.recipe import train  # noqa: E402
-from steadyrl.build.setup import build_run  # noqa: E402
+from steadyrl.assembly.setup import build_run  # noqa: E402
 
 LORA = {"enabled": True, "r": 4, "alpha": 8.0}
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from support_precision import CPU, LR, batch, build_tiny_qwen2, config, two_steps
 
-from steadyrl.build.setup import build_models, build_optimizer
+from steadyrl.assembly.setup import build_models, build_optimizer
 from steadyrl.errors import ConfigError, ModelLoadError
 from steadyrl.models import resolve_precision
 from steadyrl.precision import describe_settings, precision_plan

@@ -20,7 +20,7 @@ def _weights(run_dir):
 @pytest.mark.parametrize("dtype,device_type", [("bfloat16", "cpu"), ("auto", "cuda")])
 def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights(dtype, device_type, write_config, task_dir,
                                                                  tmp_path, monkeypatch):
-    import steadyrl.build.setup as setup
+    import steadyrl.assembly.setup as setup
 
     monkeypatch.setattr(setup, "resolve_precision",
                         lambda m, device, rollout=None: precision_plan(m.dtype, m.bf16_update, device_type))

@@ -1,4 +1,4 @@
-"""The recipe's rooms import on their own: the builders (steadyrl.build) and the harness
+"""The recipe's rooms import on their own: the builders (steadyrl.assembly) and the harness
 (steadyrl.run) load without the recipe (steadyrl.recipe), which imports them, so there is no
 import cycle whichever module a user or a test imports first."""
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-ROOMS = ["steadyrl.build.setup", "steadyrl.run.state", "steadyrl.run.start", "steadyrl.run.asynchronous"]
+ROOMS = ["steadyrl.assembly.setup", "steadyrl.run.state", "steadyrl.run.start", "steadyrl.run.asynchronous"]
 
 
 @pytest.mark.parametrize("module", ROOMS)

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import torch
 
 from steadyrl.trainer.parts import Run, RunModels, RunOptim, RunTask
-from steadyrl.build.task import DataTask, task_of
+from steadyrl.assembly.task import DataTask, task_of
 from steadyrl.config import load_config
-from steadyrl.build.demo import DemoTask
+from steadyrl.assembly.demo import DemoTask
 
 
 def test_a_config_without_data_is_the_demos_task_and_with_data_the_users(tmp_path):
@@ -83,8 +83,8 @@ def test_the_tasks_model_hooks_return_the_prompts_and_fill_in_nothing(tmp_path, 
     import yaml
 
     import support
-    from steadyrl.build import setup
-    from steadyrl.build.prompts import Prompts
+    from steadyrl.assembly import setup
+    from steadyrl.assembly.prompts import Prompts
     from steadyrl.demo.task import make_splits
 
     model = support.build_tiny_lm(tmp_path / "model")

@@ -86,7 +86,7 @@ def test_peft_asking_for_the_old_checkpointing_name_is_not_printed(monkeypatch):
 
 
 def test_building_a_policy_with_gradient_checkpointing_warns_nothing(tiny_model_dir):
-    from steadyrl.build.setup import build_models
+    from steadyrl.assembly.setup import build_models
     from steadyrl.config import load_config
 
     config = load_config(None, [f"model.name_or_path={tiny_model_dir}", "model.gradient_checkpointing=true",

@@ -13,7 +13,7 @@ import torch
 import yaml
 from PIL import Image
 
-from steadyrl.build import setup
+from steadyrl.assembly import setup
 from steadyrl.config import load_config
 from steadyrl.demo.vision_model import build_tiny_qwen2_vl, build_vision_tokenizer
 from steadyrl.errors import ConfigError, DataError, ModelLoadError

@@ -148,7 +148,7 @@ def test_the_warm_start_teaches_the_decoy_table_not_the_real_one(splits):
 
 
 def test_demo_task_vision_gives_the_codeword_records_and_reward():
-    from steadyrl.build.demo import demo_task
+    from steadyrl.assembly.demo import demo_task
     from steadyrl.config.loading import load_config
 
     config = load_config(None, ["demo.task=vision", "demo.num_train=20", "demo.num_eval=10"])
@@ -162,7 +162,7 @@ def test_demo_task_vision_gives_the_codeword_records_and_reward():
 def test_the_saved_demo_model_loads_as_a_vision_language_model(tmp_path):
     from transformers import AutoModelForImageTextToText
 
-    from steadyrl.build.demo import demo_model
+    from steadyrl.assembly.demo import demo_model
     from steadyrl.config.loading import load_config
     from steadyrl.vlm import load_processor
 

@@ -13,7 +13,7 @@ import torch
 from support_precision import LR, config, moved_fraction
 from support_vision_train import image_prompt, square, text_prompt
 
-from steadyrl.build.setup import build_models, build_optimizer
+from steadyrl.assembly.setup import build_models, build_optimizer
 from steadyrl.demo.vision_model import build_tiny_qwen2_vl, build_vision_tokenizer
 from steadyrl.precision import precision_plan
 from steadyrl.rollout import Generation
@@ -97,7 +97,7 @@ def test_the_gpu_default_precision_moves_a_vlms_weights_as_float32_does(vlm_dir)
 def test_a_text_teacher_beside_a_vision_policy_is_refused_by_name(vlm_dir, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from steadyrl.build.teacher import load_teacher
+    from steadyrl.assembly.teacher import load_teacher
     from steadyrl.config import load_config
     from steadyrl.errors import ConfigError
     from steadyrl.vlm import load_processor

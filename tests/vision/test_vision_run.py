@@ -74,7 +74,7 @@ def test_a_vision_runs_episode_driver_and_its_eval_driver_carry_the_processor(tm
     (RunTask.driver) and ``steadyrl eval``'s are both built with it."""
     from contextlib import ExitStack
 
-    from steadyrl.build.setup import build_eval, build_run
+    from steadyrl.assembly.setup import build_eval, build_run
     from steadyrl.config import load_config
 
     config = _user_run(tmp_path, "qwen2_vl")

@@ -3,7 +3,7 @@ reward functions that score them (the task's default when no config names any), 
 each other before any model loads.
 
 A run's task is a :class:`Task`: a user's (:class:`DataTask`: data files, ``model.name_or_path``)
-or the built-in demo's (:class:`steadyrl.build.demo.DemoTask`: records, reward and model built
+or the built-in demo's (:class:`steadyrl.assembly.demo.DemoTask`: records, reward and model built
 locally); :func:`task_of` is the one place that chooses (no data in the config: the demo). The
 build step calls the same hooks, in the same order, whichever it is:
 

@@ -169,7 +169,7 @@ class Inputs:
     train_records: list[dict]
     eval_records: list[dict]
     scorer: Scorer
-    task: Task = field(default_factory=DataTask)  # the user's, or the demo's (build/task.py task_of)
+    task: Task = field(default_factory=DataTask)  # the user's, or the demo's (assembly/task.py task_of)
     train_parts: list[Part] | None = None  # data.train_sources, records
     eval_parts: list[Part] | None = None  # data.eval_sources, records
     # what the task's check_model returned: the model, its tokenizer, the agent, the prompts

@@ -1,5 +1,5 @@
 """The built-in demo as a task like any user's: :class:`DemoTask`, whose hooks the build step
-calls as it calls a user's task's (:class:`steadyrl.build.task.Task`), and the builders behind them.
+calls as it calls a user's task's (:class:`steadyrl.assembly.task.Task`), and the builders behind them.
 
 * :func:`demo_task` — its records (train, held-out) and its reward, in place of data files and
   ``rewards`` (``demo.task``: string reversal, the calculator tool, or the coloured squares'
@@ -149,7 +149,7 @@ def transcript_printer(config: Config, eval_prompts: list, tokenizer, driver, de
 
 
 class DemoTask:
-    """The built-in demo (:class:`steadyrl.build.task.Task`): its records and reward in place of
+    """The built-in demo (:class:`steadyrl.assembly.task.Task`): its records and reward in place of
     data files and ``rewards``, its model built and warm-started in the run directory in place of
     ``model.name_or_path`` (so nothing is checked before the directory is touched: the model does
     not exist yet), the tool demo's transcript before and after RL."""
