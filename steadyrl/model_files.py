@@ -92,7 +92,7 @@ def check_model_source(field: str, name: str) -> None:
 _TRUE = {"1", "on", "yes", "true"}
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
     import huggingface_hub.constants as hub
 
     flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""))
@@ -100,7 +100,7 @@ def _offline() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _unreachable(endpoint: str, timeout_s: float = 3.0) -> str | None:
+def hub_unreachable(endpoint: str, timeout_s: float = 3.0) -> str | None:
     """Why the hub cannot be reached from here (name resolution or a TCP connect, within
     ``timeout_s``), or None. Behind a proxy nothing is tried: only the proxy knows."""
     if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
@@ -126,10 +126,10 @@ def check_hub_reachable(field: str, name: str) -> None:
     where = f"it is not a local directory and not in the Hugging Face cache ({hub.HF_HUB_CACHE})"
     fix = ("download it first on a machine with network (huggingface-cli download NAME, then copy the "
            "cache or set HF_HOME), or point to a local directory")
-    if _offline():
+    if hub_offline():
         raise ModelLoadError(f"{field} = {name!r}: {where}, and the machine is offline (HF_HUB_OFFLINE=1): "
                              f"{fix.replace('NAME', name)}")
-    why = _unreachable(hub.ENDPOINT)
+    why = hub_unreachable(hub.ENDPOINT)
     if why:
         raise ModelLoadError(f"{field} = {name!r}: {where}, and the hub cannot be reached: {why}; "
                              f"{fix.replace('NAME', name)}")

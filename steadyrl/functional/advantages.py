@@ -40,7 +40,7 @@ import torch
 
 from .constants import GAE_LAMBDA, GAMMA, NORM_EPS
 from .group_stats import episode_group_mean_std, leave_episode_out_baseline
-from .rewards import _check_groups, group_mean_std
+from .rewards import check_groups, group_mean_std
 from .stats import acc_dtype, masked_whiten
 
 __all__ = [
@@ -119,7 +119,7 @@ def _scores(
         raise ValueError(
             f"response_mask must be [B, T] with B = {scores.shape[0]}, got {tuple(response_mask.shape)}"
         )
-    _check_groups(scores, group_size)
+    check_groups(scores, group_size)
     if sample_mask is None:
         keep = torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
     elif sample_mask.shape != scores.shape:
