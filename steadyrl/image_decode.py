@@ -42,6 +42,10 @@ FORMATS = ("PNG", "JPEG", "MPO", "GIF", "BMP", "WEBP", "TIFF", "PPM")
 """The image formats read (Pillow's names), for every image path. Others are never opened: some
 Pillow plugins run outside programs (EPS runs Ghostscript)."""
 
+_OPENERS = tuple(f for f in FORMATS if f != "MPO")
+"""The Pillow openers tried: an MPO (a camera's JPEG with more frames) is opened by the JPEG opener,
+and ``MPO`` is no opener (naming it made Pillow raise ``KeyError`` for every format after it)."""
+
 DECLARED = {
     "png": ("PNG",), "apng": ("PNG",),
     "jpeg": ("JPEG", "MPO"), "jpg": ("JPEG", "MPO"), "pjpeg": ("JPEG", "MPO"),  # a camera's JPEG opens as MPO
@@ -183,7 +187,7 @@ def _open(data: bytes, max_pixels: int, pixels_name: str):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            return Image.open(io.BytesIO(data), formats=FORMATS)  # the header only; no other plugin is tried
+            return Image.open(io.BytesIO(data), formats=_OPENERS)  # the header only; no other plugin is tried
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         raise ImageRefused(f"a decompression bomb: its header claims more pixels than {pixels_name} = "
                            f"{max_pixels} allows ({str(err).split(',')[0]})") from None
