@@ -222,7 +222,8 @@ def check_pil(image, *, max_pixels: int, max_bytes: int, pixels_name: str):
     if image.format is not None and image.format not in FORMATS:
         raise ImageRefused(f"format {image.format} is not one of {list(FORMATS)}")
     fp = getattr(image, "fp", None)
-    if image.format is not None and getattr(image, "_im", True) is None and fp is not None:  # opened, not decoded
+    pixels = image.__dict__["_im"] if "_im" in image.__dict__ else image.__dict__.get("im")  # Pillow >= 11, older
+    if image.format is not None and pixels is None and fp is not None:  # opened, not decoded yet
         try:
             fp.seek(0)
             data = fp.read(max_bytes + 1)
