@@ -47,7 +47,7 @@ _OPENERS = tuple(f for f in FORMATS if f != "MPO")
 and ``MPO`` is no opener (naming it made Pillow raise ``KeyError`` for every format after it)."""
 
 DECLARED = {
-    "png": ("PNG",), "apng": ("PNG",),
+    "png": ("PNG",), "x-png": ("PNG",), "apng": ("PNG",),
     "jpeg": ("JPEG", "MPO"), "jpg": ("JPEG", "MPO"), "pjpeg": ("JPEG", "MPO"),  # a camera's JPEG opens as MPO
     "gif": ("GIF",), "bmp": ("BMP",), "x-bmp": ("BMP",), "x-ms-bmp": ("BMP",), "webp": ("WEBP",),
     "tiff": ("TIFF",), "tif": ("TIFF",),
@@ -233,6 +233,6 @@ def check_pil(image, *, max_pixels: int, max_bytes: int, pixels_name: str):
             raise ImageRefused(f"its file has more than {max_bytes} bytes")
         return decode(data, max_pixels=max_pixels, pixels_name=pixels_name)
     try:
-        return image if image.mode == "RGB" else image.convert("RGB")
+        return image.convert("RGB")  # a copy: the sender may draw on its image afterwards
     except Exception as err:  # noqa: BLE001 - a lazily opened, corrupt file
         raise ImageRefused(f"not a readable image ({type(err).__name__})") from None

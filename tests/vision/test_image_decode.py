@@ -241,3 +241,29 @@ def test_every_format_in_the_list_is_read_on_every_path(read, fmt):
     """Naming ``MPO`` among Pillow's openers made it raise ``KeyError`` for GIF, BMP, WEBP, TIFF and PPM rows."""
     data = encoded(fmt)
     assert read(data).size == (16, 16) and read(url(data, media_type(data))).size == (16, 16)
+
+
+def test_a_fifo_named_by_a_data_row_is_refused_without_blocking(tmp_path, alarm):
+    os.mkfifo(tmp_path / "pipe.png")
+    with pytest.raises(DataError, match="not a regular file"):
+        data_images.load_image("pipe.png", folder=str(tmp_path), where="row 1")
+
+
+def test_an_openenv_image_field_goes_through_the_same_rules(no_ghostscript):
+    from steadyrl.envs.openenv import observation_content
+
+    for image, said in ((url(EPS), "not a readable image in one of the formats"),
+                        (url(encoded("JPEG"), "image/png"), "declares image/png but its bytes are a JPEG"),
+                        (url(scan_bomb(), "image/jpeg"), "1010 scans"),
+                        ("/etc/passwd", "expected a data:image")):
+        content = observation_content({"text": "look", "pixels": image}, "text", "pixels")
+        with pytest.raises(ImageContentError, match=said):
+            split_images([{"role": "user", "content": content}])
+    assert no_ghostscript == []
+
+
+def test_an_in_memory_image_is_copied_not_shared():
+    drawn = Image.new("RGB", (4, 4), (1, 2, 3))
+    _, images = _observe(drawn)
+    drawn.putpixel((0, 0), (9, 9, 9))  # the environment draws on after returning it
+    assert images[0].getpixel((0, 0)) == (1, 2, 3)
