@@ -148,7 +148,8 @@ def _tiff_jpeg_scans(image, data: bytes) -> tuple[int, int]:
     """``(scans, strips)`` of a JPEG-compressed TIFF: each strip or tile is a JPEG stream."""
     tags = image.tag_v2
     offsets, counts = (tags.get(324) or tags.get(273) or ()), (tags.get(325) or tags.get(279) or ())
-    offsets, counts = [offsets] if isinstance(offsets, int) else offsets, [counts] if isinstance(counts, int) else counts
+    offsets = [offsets] if isinstance(offsets, int) else offsets
+    counts = [counts] if isinstance(counts, int) else counts
     if sum(int(c) for c in counts) > len(data):
         raise ImageRefused(f"its JPEG strips claim {sum(int(c) for c in counts)} bytes, more than the file's "
                            f"{len(data)}")

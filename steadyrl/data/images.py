@@ -21,9 +21,9 @@ URL's declared ``image/<type>`` must be the decoded format, its size is read fro
 and refused above ``data.max_image_pixels`` *before* the pixels are decoded (a decompression bomb
 costs nothing), a JPEG's scans are counted and refused above
 :data:`~steadyrl.image_decode.MAX_JPEG_SCANS` before decoding (a progressive-JPEG bomb), then it is
-decoded in full (a truncated or corrupt file fails here, not mid-run) and converted to RGB. ``http(s)://`` URLs are refused (no
-network), as is a symbolic link anywhere in a relative path (steadyrl never follows links:
-steadyrl/files.py). A bad image is a :class:`~steadyrl.errors.DataError` naming the row, the
+decoded in full (a truncated or corrupt file fails here, not mid-run) and converted to RGB.
+``http(s)://`` URLs are refused (no network), as is a symbolic link anywhere in a relative path
+(steadyrl never follows links: steadyrl/files.py). A bad image is a :class:`~steadyrl.errors.DataError` naming the row, the
 column and the value (``data.bad_images: error``), or the row is skipped and counted
 (``data.bad_images: skip``).
 """
@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
-from ..image_decode import FORMATS, ImageRefused, check_pil, decode, split_data_url  # noqa: F401 - FORMATS: re-exported
+from ..image_decode import FORMATS, ImageRefused, check_pil, decode, split_data_url
 
-__all__ = ["ImageOptions", "IMAGE_COLUMNS", "byte_limit", "image_column_of", "load_image", "load_images",
+__all__ = ["FORMATS", "ImageOptions", "IMAGE_COLUMNS", "byte_limit", "image_column_of", "load_image", "load_images",
            "looks_like_image", "prompt_with_images"]
 
 IMAGE_COLUMNS = ("images", "image")
