@@ -24,8 +24,8 @@ costs nothing), a JPEG's scans are counted and refused above
 decoded in full (a truncated or corrupt file fails here, not mid-run) and converted to RGB.
 ``http(s)://`` URLs are refused (no network), as is a symbolic link anywhere in a relative path
 (steadyrl never follows links: steadyrl/files.py). A bad image is a
-:class:`~steadyrl.errors.DataError` naming the row, the column and the value (``data.bad_images: error``), or the row is skipped and counted
-(``data.bad_images: skip``).
+:class:`~steadyrl.errors.DataError` naming the row, the column and the value
+(``data.bad_images: error``), or the row is skipped and counted (``data.bad_images: skip``).
 """
 
 from __future__ import annotations
