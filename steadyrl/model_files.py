@@ -51,18 +51,34 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
+def shard_names(index: Path) -> list[str]:
+    """The shard files a safetensors index's ``weight_map`` names, sorted: each must be a plain
+    ``*.safetensors`` file name beside the index. A name with a path in it (``../x``, ``/etc/x``,
+    ``a/b``) would be joined to the directory and read from anywhere: ``ValueError`` naming it."""
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        names = sorted({v for v in weight_map.values()})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise ValueError(f"{str(index)!r} is not a valid safetensors index (a JSON object with a weight_map)") from None
+    for name in names:
+        if not (isinstance(name, str) and name.endswith(".safetensors") and name not in (".", "..")
+                and Path(name).name == name and "\\" not in name and "\0" not in name):
+            raise ValueError(f"{str(index)!r}: weight_map names the shard {name!r}; a shard must be a plain "
+                             "*.safetensors file name in the model's directory (no folder, no '..', not absolute)")
+    return names
+
+
 def check_weight_files(field: str, directory: Path) -> None:
     """Refuse (:class:`ModelLoadError` naming the file) a model directory whose safetensors files
-    are damaged or cut short, or whose index names a shard that is missing, before any is loaded."""
+    are damaged or cut short, or whose index names a shard that is missing or outside the
+    directory (:func:`shard_names`), before any is loaded."""
     index = directory / "model.safetensors.index.json"
     names = set()
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-            names = {str(v) for v in weight_map.values()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            raise ModelLoadError(f"{field}: {index} is not a valid safetensors index (a JSON object with a "
-                                 "weight_map); the model directory is damaged") from None
+            names = set(shard_names(index))
+        except ValueError as err:
+            raise ModelLoadError(f"{field}: {err}; the model directory is damaged") from None
     for name in sorted(names | {p.name for p in directory.glob("*.safetensors")}):
         path = directory / name
         problem = "it is missing (the index names it)" if not path.is_file() else safetensors_problem(path)
