@@ -987,6 +987,9 @@ class Config(Section):
 
     _renamed_notes: list[str] = PrivateAttr(default_factory=list)
     """Deprecation notes of the old key names this config was loaded with (:mod:`.renamed`)."""
+    _written: frozenset[str] | None = PrivateAttr(default=None)
+    """The dotted keys the user wrote (file and command line; :mod:`.inert`); None = not loaded by
+    :func:`~steadyrl.config.loading.load_config`: the keys set on the models count."""
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
