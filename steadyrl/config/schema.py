@@ -991,6 +991,16 @@ class Config(Section):
     """The dotted keys the user wrote (file and command line; :mod:`.inert`); None = not loaded by
     :func:`~steadyrl.config.loading.load_config`: the keys set on the models count."""
 
+    def __eq__(self, other: object) -> bool:
+        """Equal settings: who wrote them (``_written``) is provenance, not a setting."""
+        if not isinstance(other, Config):
+            return NotImplemented
+        mine, theirs = ({k: v for k, v in (c.__pydantic_private__ or {}).items() if k != "_written"}
+                        for c in (self, other))
+        return type(self) is type(other) and self.__dict__ == other.__dict__ and mine == theirs
+
+    __hash__ = None  # as pydantic's models: mutable, not hashable
+
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     rewards: list[RewardConfig] = F([], "Reward functions and weights; empty = the task's default "
