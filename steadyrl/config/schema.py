@@ -40,7 +40,8 @@ from .compat import check_config
 
 NormType = Literal["batch", "group", "running", "none"]
 GROUPED_BY_ESTIMATOR = {"grpo": True, "gae": False, "rloo": True, "reinforce_plus_plus": False,
-                        "reinforce_plus_plus_baseline": True, "opo": True, "grpo_passk": True}
+                        "reinforce_plus_plus_baseline": True, "opo": True, "grpo_passk": True,
+                        "token_reward": False}
 """The config's torch-free view of :data:`steadyrl.functional.ADVANTAGE_ESTIMATORS`: each
 estimator's name (the choices of ``algorithm.advantage_estimator``) and whether it compares a
 prompt's responses with each other (``grouped`` at its registration). Loading a config must not
