@@ -100,15 +100,19 @@ def written_in_file(text: str, raw: dict[str, Any]) -> set[str]:
     return _differs_from_defaults(raw)
 
 
-def _differs_from_defaults(raw: dict[str, Any]) -> set[str]:
-    from .loading import get_dotted
+def _at(data: Any, key: str) -> Any:
+    for part in key.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
 
+
+def _differs_from_defaults(raw: dict[str, Any]) -> set[str]:
     algorithm = raw.get("algorithm") if isinstance(raw.get("algorithm"), dict) else {}
     preset = algorithm.get("preset", "grpo")
     base = dict(ALGORITHM_PRESETS.get(preset, {})) if isinstance(preset, str) else {}
     defaults = Config.model_validate({"algorithm": {"preset": preset, **base}} if base else {})
     plain = defaults.model_dump(mode="json")
-    return {key for key in written_keys(raw) if get_dotted(raw, key.split(".")) != get_dotted(plain, key.split("."))}
+    return {key for key in written_keys(raw) if _at(raw, key) != _at(plain, key)}
 
 
 def _get(config: Config, key: str) -> Any:
@@ -225,8 +229,12 @@ RULES: tuple[Rule, ...] = (
     Rule(("algorithm.policy_loss",), _ratio_one_loss),
     Rule(("algorithm.sapo_tau_pos", "algorithm.sapo_tau_neg"),
          lambda c: _ratio_one_why(c, "the SAPO gate is 1 whatever its temperature") if ratio_is_one(c) else None),
-    Rule(("algorithm.kl_cov_coef",),
+    Rule(("algorithm.kl_cov_coef", "algorithm.kl_cov_ratio"),
          lambda c: _ratio_one_why(c, "the |log r| penalty is 0") if ratio_is_one(c) else None),
+    Rule(tuple(f"teacher.{k}" for k in ("revision", "dtype", "device", "trust_remote_code", "distill_coef",
+                                        "task_rewards")),
+         _when(lambda c: c.teacher.name_or_path is None,
+               "teacher.name_or_path is null (no distillation); set it to the teacher model")),
 )
 
 

@@ -39,7 +39,9 @@ CASES = [
     ("algorithm.sapo_tau_neg", ["algorithm.policy_loss=sapo"], "the SAPO gate is 1",
      ["algorithm.policy_loss=sapo", "trainer.ppo_epochs=3"]),
     ("algorithm.kl_cov_ratio", ["algorithm.policy_loss=ppo"], "only policy_loss kl_cov reads it",
-     ["algorithm.policy_loss=kl_cov"]),
+     ["algorithm.policy_loss=kl_cov", "trainer.ppo_epochs=2"]),
+    ("algorithm.kl_cov_ratio", ["algorithm.policy_loss=kl_cov"], "the |log r| penalty is 0",
+     ["algorithm.policy_loss=kl_cov", "trainer.mini_batch_size=8"]),
     ("algorithm.kl_cov_coef", ["algorithm.policy_loss=kl_cov"], "the |log r| penalty is 0",
      ["algorithm.policy_loss=kl_cov", "trainer.mini_batch_size=8"]),
     ("algorithm.clip_cov_ratio", ["algorithm.policy_loss=ppo"], "only policy_loss clip_cov reads it",
@@ -57,6 +59,8 @@ CASES = [
     ("model.bf16_update", ["model.dtype=float32"], "keeps float32 weights", ["model.dtype=bfloat16",
                                                                              "optim.lr=1e-4"]),
     ("algorithm.policy_loss", [], "makes the ratio pi / pi_old exactly 1", ["trainer.ppo_epochs=2"]),
+    *((f"teacher.{k}", [], "teacher.name_or_path is null", ["teacher.name_or_path=some/teacher"])
+      for k in ("revision", "dtype", "device", "trust_remote_code", "distill_coef", "task_rewards")),
 ]
 
 _VALUES = {"algorithm.kl_coef": "0.04", "algorithm.kl_estimator": "k2", "algorithm.kl_target": "0.1",
@@ -69,7 +73,9 @@ _VALUES = {"algorithm.kl_coef": "0.04", "algorithm.kl_estimator": "k2", "algorit
            "algorithm.dynamic_sampling_filter": "difficulty", "algorithm.dynamic_sampling_max_draws": "5",
            "algorithm.difficulty_low": "0.2", "algorithm.difficulty_high": "0.9",
            "algorithm.norm_length": "64", "algorithm.overlong_penalty_factor": "0.5",
-           "algorithm.overlong_scope": "turn", "model.bf16_update": "stochastic_rounding",
+           "algorithm.overlong_scope": "turn", "model.bf16_update": "stochastic_rounding", "teacher.revision": "main",
+           "teacher.dtype": "bfloat16", "teacher.device": "cpu", "teacher.trust_remote_code": "true",
+           "teacher.distill_coef": "0.5", "teacher.task_rewards": "false",
            "algorithm.policy_loss": "sapo"}
 
 
