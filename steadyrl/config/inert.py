@@ -14,6 +14,7 @@ resolved config that returns why they cannot act, or None when they can. A key's
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -89,14 +90,18 @@ def marker_line(keys: Iterable[str]) -> str:
 def written_in_file(text: str, raw: dict[str, Any]) -> set[str]:
     """The keys the user wrote, for a config file's ``text`` (``raw``: its mapping).
 
-    A run's ``config.yaml`` names them on its :data:`WRITTEN_MARKER` line. One written before that
-    line existed (it ends with the hash line, and holds every key resolved) counts the keys whose
-    value differs from the defaults of its preset. Any other file: every key in it."""
-    for line in text.splitlines():
-        if line.startswith(WRITTEN_MARKER):
-            return {k for k in line[len(WRITTEN_MARKER):].split() if _KEY.match(k)}
-    if _HASH_MARKER not in text:
+    A run's ``config.yaml`` names them on its :data:`WRITTEN_MARKER` line, trusted while the file's
+    hash line still matches. A run's file written before that line existed, or one edited since (a
+    copy used as a new config: it holds every key resolved), counts the keys whose value differs
+    from the defaults of its preset. Any other file: every key in it."""
+    at = text.rfind("\n" + _HASH_MARKER)
+    if at < 0:
         return written_keys(raw)
+    recorded = text[at + 1 + len(_HASH_MARKER):].split(maxsplit=1)[:1]
+    intact = recorded == [hashlib.sha256(text[:at + 1].encode("utf-8")).hexdigest()]
+    first = text[:text.find("\n") + 1 or len(text)]
+    if intact and first.startswith(WRITTEN_MARKER):
+        return {k for k in first[len(WRITTEN_MARKER):].split() if _KEY.match(k)}
     return _differs_from_defaults(raw)
 
 

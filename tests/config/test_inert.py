@@ -200,3 +200,17 @@ def test_an_unwritten_preset_gets_no_note_but_a_written_one_does():
     assert any(n.startswith("algorithm.preset=grpo but") for n in notes)
     notes = config_notes(load_config(None, ["algorithm.preset=cispo"]))
     assert notes and notes[0].startswith("algorithm.preset=cispo (its policy_loss=cispo)")
+
+
+def test_an_edited_copy_of_a_run_config_counts_what_differs_from_the_defaults(tmp_path):
+    """The written-keys line is trusted only while the hash line matches: a run's config.yaml copied
+    and edited as a new config notes the keys edited to something that cannot act."""
+    write_run_config(load_config(None, []), tmp_path)
+    text = (tmp_path / "config.yaml").read_text()
+    assert config_notes(load_config(tmp_path / "config.yaml")) == []
+    edited = text.replace("overlong_penalty_factor: 1.0", "overlong_penalty_factor: 0.5")
+    assert edited != text
+    (tmp_path / "copy.yaml").write_text(edited)
+    notes = config_notes(load_config(tmp_path / "copy.yaml"))
+    assert [n for n in notes if n.startswith("algorithm.overlong_penalty_factor=0.5 has no effect")], notes
+    assert len(notes) == 1, notes
