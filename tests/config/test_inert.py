@@ -161,8 +161,10 @@ def test_a_run_dir_saved_before_the_written_keys_line_resumes_without_notes(tmp_
 
 
 def test_a_key_the_user_wrote_is_still_noted_on_resume(tmp_path):
+    from steadyrl.run.start import _portable
+
     config = load_config(None, ["algorithm.preset=dr_grpo", "algorithm.kl_coef=0.04"])
-    write_run_config(config, tmp_path)
+    write_run_config(_portable(config), tmp_path)  # as prepare_run_dir writes it
     again = load_config(tmp_path / "config.yaml", ["trainer.max_steps=5"])
     notes = config_notes(again)
     assert [n for n in notes if n.startswith("algorithm.kl_coef=0.04 has no effect")], notes
