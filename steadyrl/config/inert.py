@@ -137,8 +137,8 @@ def ratio_is_one(config: Config) -> bool:
 
 
 def _ratio_one_why(config: Config, what: str) -> str:
-    r = config.rollout
-    return (f"trainer.ppo_epochs=1 with one mini-batch (trainer.mini_batch_size={config.trainer.mini_batch_size or 'null'}) "
+    r, mini = config.rollout, config.trainer.mini_batch_size
+    return (f"trainer.ppo_epochs=1 with one mini-batch (trainer.mini_batch_size={mini or 'null'}) "
             f"makes the ratio pi / pi_old exactly 1, so {what}; it acts with trainer.ppo_epochs > 1 or "
             f"trainer.mini_batch_size below the step's {r.prompts_per_step * r.group_size} samples")
 

@@ -247,7 +247,8 @@ def with_hash_line(text: str) -> str:
 def write_run_config(config: Config, output_dir: Path) -> None:
     """``config.yaml``: the line naming the keys the user wrote (a ``--resume`` notes only those:
     :mod:`steadyrl.config.inert`), the config (secrets redacted), then the hash line, atomically."""
-    atomic_write_text(output_dir / "config.yaml", with_hash_line(marker_line(user_written(config)) + dump_config(config)))
+    text = marker_line(user_written(config)) + dump_config(config)
+    atomic_write_text(output_dir / "config.yaml", with_hash_line(text))
 
 
 def check_saved_config(output_dir: Path) -> None:
