@@ -40,7 +40,8 @@ from .compat import check_config
 
 NormType = Literal["batch", "group", "running", "none"]
 GROUPED_BY_ESTIMATOR = {"grpo": True, "gae": False, "rloo": True, "reinforce_plus_plus": False,
-                        "reinforce_plus_plus_baseline": True, "opo": True, "grpo_passk": True}
+                        "reinforce_plus_plus_baseline": True, "opo": True, "grpo_passk": True,
+                        "token_reward": False}
 """The config's torch-free view of :data:`steadyrl.functional.ADVANTAGE_ESTIMATORS`: each
 estimator's name (the choices of ``algorithm.advantage_estimator``) and whether it compares a
 prompt's responses with each other (``grouped`` at its registration). Loading a config must not
@@ -987,6 +988,19 @@ class Config(Section):
 
     _renamed_notes: list[str] = PrivateAttr(default_factory=list)
     """Deprecation notes of the old key names this config was loaded with (:mod:`.renamed`)."""
+    _written: frozenset[str] | None = PrivateAttr(default=None)
+    """The dotted keys the user wrote (file and command line; :mod:`.inert`); None = not loaded by
+    :func:`~steadyrl.config.loading.load_config`: the keys set on the models count."""
+
+    def __eq__(self, other: object) -> bool:
+        """Equal settings: who wrote them (``_written``) is provenance, not a setting."""
+        if not isinstance(other, Config):
+            return NotImplemented
+        mine, theirs = ({k: v for k, v in (c.__pydantic_private__ or {}).items() if k != "_written"}
+                        for c in (self, other))
+        return type(self) is type(other) and self.__dict__ == other.__dict__ and mine == theirs
+
+    __hash__ = None  # as pydantic's models: mutable, not hashable
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)

@@ -25,6 +25,7 @@ _LAZY = {
     "opo_advantages": "advantages",
     "register_advantage": "advantages",
     "reinforce_plus_plus_advantages": "advantages",
+    "token_reward_advantages": "advantages",
     "reinforce_plus_plus_baseline_advantages": "advantages",
     "rloo_advantages": "advantages",
     # .aggregation
@@ -163,6 +164,7 @@ __all__ = [
     "grpo_advantages",
     "rloo_advantages",
     "reinforce_plus_plus_advantages",
+    "token_reward_advantages",
     "reinforce_plus_plus_baseline_advantages",
     "opo_advantages",
     "grpo_passk_advantages",
