@@ -21,8 +21,9 @@ past ``rollout.agent_timeout_s`` is failed: left out of the update and counted
 (``rollout/failed_episodes``, ``rollout/agent/errors``, ``rollout/agent/timeouts``); the run goes
 on. An agent that raised because a call to the gateway was answered 5xx (503: no room) or its
 connection failed is told apart (:func:`call_failure`, ``rollout/agent/gateway_errors``): a run that
-stops for want of valid samples then blames the calls, not the reward functions. A plain function past its time limit cannot be stopped: it is abandoned, and its further calls
-are refused (410), so a client raises there.
+stops for want of valid samples then blames the calls, not the reward functions. A plain function
+past its time limit cannot be stopped: it is abandoned, and its further calls are refused (410),
+so a client raises there.
 """
 
 from __future__ import annotations

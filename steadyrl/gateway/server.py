@@ -163,9 +163,10 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         self.rfile.close()  # the plain reader: replaced by one with deadlines and header checks
         self.rfile = _Reader(self)
+        # not shown the key yet: a short life in all, from its accept (None: pushed out already; it ends)
         admitted = self.server.slots.admitted_at(self.connection)
-        if admitted is not None:  # not shown the key yet: a short life in all (None: pushed out already)
-            self.rfile.raw.cutoff = admitted + self.server.limits.unauthenticated_lifetime_s
+        start = time.monotonic() if admitted is None else admitted
+        self.rfile.raw.cutoff = start + self.server.limits.unauthenticated_lifetime_s
 
     def handle_one_request(self) -> None:
         limits: ServerLimits = self.server.limits

@@ -98,8 +98,9 @@ class _FullGateway(Gateway):
 
 def test_a_run_whose_agent_gets_503_on_every_call_says_the_gateway_refused_them(
         engine, tiny, agent_file, monkeypatch, tmp_path):
-    """The issue's run at a small scale: every call refused (503, the connection closed at once). The episodes are failed, counted in
-    rollout/agent/gateway_errors, and the run's stop names the gateway, not a reward function."""
+    """The issue's run at a small scale: every call refused (503, the connection closed at once). The
+    episodes are failed, counted in rollout/agent/gateway_errors, and the run's stop names the
+    gateway, not a reward function."""
     monkeypatch.setattr(agent_module, "Gateway", _FullGateway)
     _, tokenizer = tiny
     prompts = make_prompts(tokenizer, ["What is 12*34?", "add 1 and 2", "What is 5*6?"])

@@ -53,7 +53,8 @@ def answer(s: socket.socket) -> tuple[bytes, bytes]:
             return data, b""
         data += chunk
     head, body = data.split(b"\r\n\r\n", 1)
-    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
     while len(body) < length:
         body += s.recv(65536)
     return head, body
