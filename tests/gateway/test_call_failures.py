@@ -8,8 +8,6 @@ import socket
 import urllib.error
 from types import SimpleNamespace
 
-import httpx
-import openai
 import pytest
 import torch
 
@@ -29,9 +27,20 @@ GATEWAY = "http://127.0.0.1:4321/"
 AT_GATEWAY = "http://127.0.0.1:4321/e/tok/v1/chat/completions"
 
 
-def _status_error(status: int, url: str = AT_GATEWAY) -> openai.APIStatusError:
+def _status_error(status: int, url: str = AT_GATEWAY):
+    """What the ``openai`` client raises for an HTTP error answer."""
+    openai, httpx = pytest.importorskip("openai"), pytest.importorskip("httpx")
     response = httpx.Response(status, request=httpx.Request("POST", url), json={"error": {"message": "busy"}})
     return openai.APIStatusError("busy", response=response, body=None)
+
+
+def _connection_error(timeout: bool = False):
+    openai, httpx = pytest.importorskip("openai"), pytest.importorskip("httpx")
+    return (openai.APITimeoutError if timeout else openai.APIConnectionError)(request=httpx.Request("POST", AT_GATEWAY))
+
+
+def _disconnected():
+    return pytest.importorskip("httpx").RemoteProtocolError("Server disconnected without sending a response.")
 
 
 def _raised_from(cause: BaseException) -> RuntimeError:
@@ -45,36 +54,50 @@ def _raised_from(cause: BaseException) -> RuntimeError:
         return wrapped
 
 
-@pytest.mark.parametrize("err, expected", [
-    (_status_error(503), "HTTP 503"),
-    (_status_error(500), "HTTP 500"),
-    (openai.APIConnectionError(request=httpx.Request("POST", AT_GATEWAY)), "connection error (APIConnectionError)"),
-    (ConnectionRefusedError(111, "Connection refused"), "connection error (ConnectionRefusedError)"),
-    (httpx.RemoteProtocolError("Server disconnected without sending a response."),
-     "connection error (RemoteProtocolError)"),
-    (urllib.error.HTTPError(AT_GATEWAY, 503, "Service Unavailable", {}, None), "HTTP 503"),
-    (_raised_from(_status_error(503)), "HTTP 503"),  # wrapped by the agent's framework
-    (_raised_from(ConnectionResetError(104, "reset")), "connection error (ConnectionResetError)"),
+@pytest.mark.parametrize("make, expected", [
+    (lambda: _status_error(503), "HTTP 503"),
+    (lambda: _status_error(500), "HTTP 500"),
+    (_connection_error, "connection error (APIConnectionError)"),
+    (lambda: ConnectionRefusedError(111, "Connection refused"), "connection error (ConnectionRefusedError)"),
+    (_disconnected, "connection error (RemoteProtocolError)"),
+    (lambda: urllib.error.HTTPError(AT_GATEWAY, 503, "Service Unavailable", {}, None), "HTTP 503"),
+    (lambda: urllib.error.URLError(ConnectionRefusedError(111, "refused")), "connection error (URLError)"),
+    (lambda: _raised_from(_status_error(503)), "HTTP 503"),  # wrapped by the agent's framework
+    (lambda: _raised_from(ConnectionResetError(104, "reset")), "connection error (ConnectionResetError)"),
 ])
-def test_calls_the_gateway_refused_or_dropped_are_told_apart(err, expected):
-    assert call_failure(err, GATEWAY) == expected
+def test_calls_the_gateway_refused_or_dropped_are_told_apart(make, expected):
+    assert call_failure(make(), GATEWAY) == expected
 
 
-@pytest.mark.parametrize("err", [
-    _status_error(401), _status_error(410), _status_error(404),  # the agent's own mistakes
-    _status_error(503, "https://api.example.com/v1/search"),  # another service the agent calls
-    openai.APITimeoutError(request=httpx.Request("POST", AT_GATEWAY)),  # slow, not refused
-    RuntimeError("the agent broke"), ValueError("bad answer"),
+@pytest.mark.parametrize("make", [
+    lambda: _status_error(401), lambda: _status_error(410), lambda: _status_error(404),  # the agent's own mistakes
+    lambda: urllib.error.HTTPError(AT_GATEWAY, 404, "Not Found", {}, None),
+    lambda: _status_error(503, "https://api.example.com/v1/search"),  # another service the agent calls
+    lambda: urllib.error.HTTPError("https://api.example.com/v1", 503, "Service Unavailable", {}, None),
+    lambda: _connection_error(timeout=True),  # slow, not refused
+    lambda: RuntimeError("the agent broke"), lambda: ValueError("bad answer"),
 ])
-def test_other_failures_are_not_blamed_on_the_gateway(err):
-    assert call_failure(err, GATEWAY) is None
+def test_other_failures_are_not_blamed_on_the_gateway(make):
+    assert call_failure(make(), GATEWAY) is None
 
 
-OPENAI_AGENT = '''
+AGENTS = {
+    "client": '''
 async def run_episode(row, client):
     answer = await client.chat.completions.create(model="policy", messages=row["prompt"], max_tokens=4)
     return 1.0
-'''
+''',
+    "url": '''
+import json, urllib.request
+
+def run_episode(row, base_url, api_key):
+    request = urllib.request.Request(base_url + "/chat/completions", method="POST",
+                                     data=json.dumps({"messages": row["prompt"], "max_tokens": 4}).encode(),
+                                     headers={"Authorization": "Bearer " + api_key})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        response.read()
+    return 1.0
+'''}
 
 
 class _FullGateway(Gateway):
@@ -96,15 +119,18 @@ class _FullGateway(Gateway):
         super().close()
 
 
+@pytest.mark.parametrize("how", ["url", "client"])
 def test_a_run_whose_agent_gets_503_on_every_call_says_the_gateway_refused_them(
-        engine, tiny, agent_file, monkeypatch, tmp_path):
+        how, engine, tiny, agent_file, monkeypatch, tmp_path):
     """The issue's run at a small scale: every call refused (503, the connection closed at once). The
     episodes are failed, counted in rollout/agent/gateway_errors, and the run's stop names the
     gateway, not a reward function."""
+    if how == "client":
+        pytest.importorskip("openai")
     monkeypatch.setattr(agent_module, "Gateway", _FullGateway)
     _, tokenizer = tiny
     prompts = make_prompts(tokenizer, ["What is 12*34?", "add 1 and 2", "What is 5*6?"])
-    agent = GatewayAgent(agent_file(OPENAI_AGENT), parser=load_parser("hermes"), concurrency=4, timeout_s=60.0,
+    agent = GatewayAgent(agent_file(AGENTS[how]), parser=load_parser("hermes"), concurrency=4, timeout_s=60.0,
                          wave_wait_s=10.0)
     limits = TurnLimits(max_turns=8, max_new_tokens=8, max_observation_tokens=64, observation_truncation="right",
                         episode_tokens=200)
