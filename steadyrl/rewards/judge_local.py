@@ -15,7 +15,7 @@ import torch
 
 from ..errors import ConfigError
 from .http_client import RequestFailed
-from .judge import RUBRIC_TEMPLATE, JudgeBase, ScoreParser
+from .judge_base import RUBRIC_TEMPLATE, JudgeBase, ScoreParser
 from .reward_model import DeviceReward, load_model_config
 
 __all__ = ["LocalJudge"]

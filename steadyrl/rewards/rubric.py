@@ -6,7 +6,7 @@ verdict ``v_k`` in ``{0, 1}``::
 
     r_i = sum_k w_k v_k / sum_k w_k
 
-The judge is asked (:data:`~steadyrl.rewards.judge.RUBRIC_TEMPLATE`) to end its reply with a line of
+The judge is asked (:data:`~steadyrl.rewards.judge_base.RUBRIC_TEMPLATE`) to end its reply with a line of
 its own, ``VERDICT: PASS`` or ``VERDICT: FAIL``, and only that place is read: the reply's last
 non-empty line, at most :data:`MAX_VERDICT_LINE` characters, must be exactly that (any case,
 Markdown emphasis around the words allowed). A reply that is one bare verdict word and nothing else
