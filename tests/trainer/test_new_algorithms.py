@@ -156,6 +156,18 @@ def test_gdpo_with_an_estimator_it_replaces_is_refused_naming_both():
         load_config(None, ["algorithm.reward_aggregation=normalize_then_sum", "algorithm.advantage_estimator=rloo"])
 
 
+def test_gdpo_with_a_teacher_mixed_with_the_task_rewards_is_refused_at_load():
+    """Before, it loaded and GDPO's advantage ignored the teacher (two teachers, the same advantages)
+    while its forward pass was still paid."""
+    gdpo = ["algorithm.reward_aggregation=normalize_then_sum", "teacher.name_or_path=some/teacher"]
+    with pytest.raises(ConfigError, match="normalize_then_sum.*teacher.task_rewards = true"):
+        load_config(None, gdpo)
+    pure = load_config(None, [*gdpo, "teacher.task_rewards=false"])  # only the teacher's signal: nothing to aggregate
+    assert pure.teacher.name_or_path == "some/teacher"
+    mixed = load_config(None, ["teacher.name_or_path=some/teacher"])  # sum: the teacher's reward enters
+    assert mixed.algorithm.reward_aggregation == "sum"
+
+
 def test_a_tiny_run_with_every_new_switch_trains_and_logs_their_metrics(write_config, task_dir, tmp_path):
     rewards = [{"name": f"{task_dir / 'rewards.py'}:reverse_match"},
                {"name": f"{task_dir / 'rewards.py'}:partial_reverse", "weight": 0.5}]
