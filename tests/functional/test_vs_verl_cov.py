@@ -8,7 +8,9 @@ KL-Cov takes exactly ``k`` tokens, as verl's ``topk`` does, also when covariance
 advantages every covariance is 0, and taking every tied token put the ``|log r|`` penalty on all of
 them (a gradient made of rounding noise on a batch with no signal)."""
 
+import ast
 import threading
+from pathlib import Path
 
 import pytest
 import support_oracles as oracle
@@ -193,3 +195,11 @@ def test_the_trainers_kl_cov_selection_is_exactly_k_over_ranks_with_equal_advant
         t.join(timeout=30)
     assert int(out[0].sum()) + int(out[1].sum()) == k
     assert torch.equal(torch.cat(out), alone)  # ties in rank then row order: the single process's choice
+
+
+def test_the_oracles_import_nothing_from_steadyrl():
+    """A shared helper would hide a shared bug: the oracle file stands on torch alone."""
+    tree = ast.parse((Path(__file__).resolve().parents[1] / "support_oracles.py").read_text())
+    names = [a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names]
+    names += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    assert names and not [n for n in names if n.split(".")[0] == "steadyrl"], names
