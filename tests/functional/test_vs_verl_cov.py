@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import support_oracles as oracle
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from steadyrl import distributed
 from steadyrl.config import load_config
@@ -98,6 +100,24 @@ def test_kl_cov_takes_exactly_k_when_covariances_tie_at_the_kth(ties):
         assert int(chosen.sum()) == k, (ratio, ties)
         kth = torch.sort(cov.view(-1), descending=True).values[k - 1]
         assert bool((cov[chosen] >= kth).all()) and bool(chosen[cov > kth].all())
+
+
+@given(seed=st.integers(0, 10_000), levels=st.integers(1, 4), ratio=st.floats(1e-4, 1.0),
+       rows=st.integers(1, 5), cols=st.integers(1, 7), dtype=st.sampled_from([torch.float16, torch.float32,
+                                                                               torch.float64]))
+def test_kl_cov_selects_exactly_k_largest_whatever_the_ties(seed, levels, ratio, rows, cols, dtype):
+    """Covariances drawn from a few levels (many ties), a random mask, non-finite entries: exactly
+    ``min(k, finite valid)`` tokens, inside the mask, and none left out is larger than one taken."""
+    g = torch.Generator().manual_seed(seed)
+    cov = torch.randint(0, levels, (rows, cols), generator=g).to(dtype)
+    cov[torch.rand(rows, cols, generator=g) < 0.1] = float("nan")
+    mask = torch.rand(rows, cols, generator=g) < 0.7
+    chosen = kl_cov_select(cov, mask, ratio)
+    usable = mask & torch.isfinite(cov)
+    assert int(chosen.sum()) == min(top_count(int(mask.sum()), ratio), int(usable.sum()))
+    assert not (chosen & ~usable).any()
+    if chosen.any() and (usable & ~chosen).any():
+        assert cov[chosen].min() >= cov[usable & ~chosen].max()
 
 
 def test_exact_top_with_a_given_threshold_and_tie_share():
