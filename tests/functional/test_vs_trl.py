@@ -34,6 +34,7 @@ from steadyrl.functional import (  # noqa: E402
     kl_penalty,
     logprobs_from_logits,
     normalize_then_sum,
+    rloo_advantages,
 )
 
 torch.set_num_threads(1)
@@ -388,6 +389,32 @@ def test_gdpo_reward_that_does_not_apply_is_left_out_as_trls_none():
     weights = torch.tensor([1.0, 0.5], dtype=torch.float64)
     ours, _ = normalize_then_sum(torch.nan_to_num(components), n, weights, valid, eps=TRL_EPS)
     torch.testing.assert_close(ours.double(), _trl_gdpo_advantages(components, n, weights), rtol=1e-6, atol=1e-6)
+
+
+def _trl_rloo_advantages(rewards, n):
+    """TRL 1.16's RLOOTrainer (``normalize_advantages=False``): the leave-one-out baseline over the
+    scorable siblings (a NaN reward is unscorable)."""
+    grouped = rewards.view(-1, n)
+    scorable = (~torch.isnan(grouped)).sum(dim=1, keepdim=True)
+    baselines = ((torch.nansum(grouped, dim=1, keepdim=True) - grouped) / (scorable - 1)).view(-1)
+    return torch.nan_to_num(rewards - baselines if n > 1 else torch.zeros_like(rewards), nan=0.0)
+
+
+@pytest.mark.parametrize("case", ["random", "equal_rewards", "unscorable", "one_scorable"])
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_rloo_advantages_equal_trls_leave_one_out(case, n):
+    g = torch.Generator().manual_seed(7 + n)
+    rewards = torch.randn(3 * n, generator=g, dtype=torch.float64)
+    if case == "equal_rewards":
+        rewards[:] = 0.25
+    elif case == "unscorable":
+        rewards[0] = torch.nan
+    elif case == "one_scorable":
+        rewards[1:n] = torch.nan
+    scorable = ~torch.isnan(rewards)
+    ours = rloo_advantages(torch.nan_to_num(rewards), torch.ones(3 * n, 3), n, sample_mask=scorable)[:, 0]
+    # the group mean is a masked mean over count + 1e-8 (MASK_EPS, seed 000): a relative 1e-8 / n
+    torch.testing.assert_close(ours.double(), _trl_rloo_advantages(rewards, n), rtol=2e-8, atol=1e-12)
 
 
 # --- vLLM importance sampling: TRL's lines against correct_mismatch --------------------------------------
