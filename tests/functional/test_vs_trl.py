@@ -346,7 +346,7 @@ def _trl_gdpo_advantages(rewards_per_func, n, weights):
 
 
 @pytest.mark.parametrize("case", ["random", "equal_rewards", "huge", "binary"])
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [1, 2, 4])
 def test_grpo_advantages_equal_trls(case, n):
     g = torch.Generator().manual_seed(n)
     rewards = {"random": torch.randn(3 * n, generator=g, dtype=torch.float64),
@@ -366,7 +366,7 @@ def test_a_group_of_one_gets_advantage_zero_in_both():
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [1, 2, 4])
 def test_gdpo_advantages_equal_trls_normalize_then_sum(seed, n):
     g = torch.Generator().manual_seed(seed)
     k, groups = 3, 3
