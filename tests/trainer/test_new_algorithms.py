@@ -44,19 +44,21 @@ SWITCHES = [
                                                                       x.split("=")[1] for x in s))
 def test_each_switch_gives_the_same_update_for_any_micro_batch_split(switch, tiny_model_dir):
     """The selections are made once per mini-batch over all its tokens, so cutting it into
-    micro-batches of 8, 3 or 1 rows changes nothing (float64, SGD)."""
+    micro-batches of 8, 3 or 1 rows, or by a token budget (trimmed micro-batches), changes nothing
+    (float64, SGD)."""
     batch = _batch()
     results = []
-    for micro in (8, 3, 1):
+    for split in ("trainer.micro_batch_size=8", "trainer.micro_batch_size=3", "trainer.micro_batch_size=1",
+                  "trainer.max_tokens_per_micro_batch=20"):
         policy = load_policy(str(tiny_model_dir), dtype=torch.float64, device=CPU)
-        config = load_config(None, ["trainer.device=cpu", "algorithm.kl_mode=none",
-                                    f"trainer.micro_batch_size={micro}", *switch])
+        config = load_config(None, ["trainer.device=cpu", "algorithm.kl_mode=none", split, *switch])
         torch.manual_seed(0)  # clip_cov's draw
         metrics, _, _ = ppo_update(policy, torch.optim.SGD(policy.parameters(), lr=0.05), batch, config,
                                    kl_coef=0.0, device=CPU)
         results.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
     torch.testing.assert_close(results[0], results[1], rtol=0, atol=1e-12)
     torch.testing.assert_close(results[0], results[2], rtol=0, atol=1e-12)
+    torch.testing.assert_close(results[0], results[3], rtol=0, atol=1e-9)  # trimmed widths: float32 log-probs
     if "top_entropy_quantile" in switch[0]:
         q = float(switch[0].split("=")[1])
         assert metrics["actor/entropy_selected_frac"] == pytest.approx(q, abs=0.1)
