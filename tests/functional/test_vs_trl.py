@@ -247,6 +247,22 @@ def test_a_log_ratio_beyond_the_clamp_is_finite_here_where_trls_overflows(loss_t
     assert not torch.isfinite(theirs) or loss_type in ("cispo", "sapo")  # cispo caps r, sapo's gate saturates
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "sapo", "cispo"])
+def test_low_precision_log_probs_give_the_float64_loss_of_the_same_numbers(loss_type, dtype):
+    """TRL computes the loss in its inputs' dtype; steadyrl reduces in float32. On bf16 / fp16
+    log-probs both are compared with TRL's own loss of the same (rounded) numbers in float64:
+    steadyrl within float32 rounding of it, and never further from it than TRL."""
+    logps, old, adv, mask, _, _ = _policy_batch(6, B=16, T=32)
+    low = [x.to(dtype) for x in (logps, old, adv)]
+    trl_type, kw = _trl_kwargs(loss_type)
+    truth = _trl_loss(trl_type, *[x.double() for x in low], mask, **kw).item()
+    theirs = _trl_loss(trl_type, *low, mask.to(dtype), **kw).item()
+    ours = _ours(loss_type, *low, mask).item()
+    assert abs(ours - truth) <= 1e-5 * max(1.0, abs(truth))
+    assert abs(ours - truth) <= abs(theirs - truth) + 1e-6
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
 def test_an_empty_row_is_not_a_sequence_here_and_is_one_in_trls_mean(loss_type):
     """Intended difference (docs/migrating.md): TRL's ``grpo`` / ``dr_grpo`` average over every row
