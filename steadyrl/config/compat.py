@@ -125,6 +125,20 @@ def _plain_low_precision_update_that_is_lost(config: Config) -> str | None:
     return None
 
 
+@rule("load")
+def _gdpo_with_a_teacher(config: Config) -> str | None:
+    """GDPO builds the advantage from the reward functions' scores alone: the teacher's per-token
+    reward (mixed distillation) would be paid for and dropped, as kl_mode = reward would be."""
+    if config.algorithm.reward_aggregation != "normalize_then_sum" or config.teacher.name_or_path is None:
+        return None
+    if not config.teacher.task_rewards:
+        return None  # pure distillation: the task's rewards do not enter, so there is nothing to aggregate
+    return ("algorithm.reward_aggregation = normalize_then_sum (GDPO) with teacher.name_or_path = "
+            f"{config.teacher.name_or_path!r} and teacher.task_rewards = true: GDPO's advantage is the reward "
+            "functions' normalised scores only, so the teacher's per-token reward would never reach it. Set "
+            "algorithm.reward_aggregation = sum, or teacher.task_rewards = false (pure distillation)")
+
+
 # --- decided with the device and the world size -------------------------------------------------
 
 @rule("placement")

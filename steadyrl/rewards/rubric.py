@@ -4,7 +4,11 @@ For sample ``i`` with criteria ``(c_k, w_k)`` (the options' fixed ``criteria``, 
 ``criteria_key``), the judge reads ``rubric_template`` with ``{criterion}`` = ``c_k`` and replies with a
 verdict ``v_k`` in ``{0, 1}``::
 
-    r_i = sum_k w_k v_k / sum_k w_k
+    r_i = sum_k u_k v_k / sum_k u_k,      u_k = w_k / max_j w_j
+
+(the weights scaled to at most 1 first: the same ratio, and no sum of weights overflows: two
+criteria of weight 1e308 that both pass score 1, not inf / inf = NaN; the sum is ``math.fsum``'s,
+so ``0 <= r_i <= 1`` exactly.)
 
 The judge is asked (:data:`~steadyrl.rewards.judge_base.RUBRIC_TEMPLATE`) to end its reply with a line of
 its own, ``VERDICT: PASS`` or ``VERDICT: FAIL``, and only that place is read: the reply's last
@@ -35,6 +39,7 @@ in its list; logged as ``reward/<name>/criterion/<k>/pass_rate``) for ``k < MAX_
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 
@@ -153,8 +158,9 @@ class Rubric:
                 self._passed[k] += int(v == 1.0)
             self._replies += len(verdicts)
             self._noise += sum(v is None for v in verdicts)
-        total = sum(w for _, w in criteria)
-        return sum(w * (v or 0.0) for (_, w), v in zip(criteria, verdicts)) / total
+        top = max(w for _, w in criteria)
+        scaled = [w / top for _, w in criteria]  # in (0, 1]: the sum is at most MAX_CRITERIA, never inf
+        return math.fsum(u * (v or 0.0) for u, v in zip(scaled, verdicts)) / math.fsum(scaled)
 
     def metrics(self) -> dict[str, float]:
         """``criterion/<k>/pass_rate`` and ``criterion/not_a_verdict_frac`` since the last call (then reset)."""

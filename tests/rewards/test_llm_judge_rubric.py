@@ -91,6 +91,20 @@ def test_the_reward_is_the_weighted_share_of_passed_criteria_and_pass_rates_are_
     assert metrics["criterion/not_a_verdict_frac"] == 0.0
 
 
+@pytest.mark.parametrize("weights,passing,expected", [
+    ([1e308, 1e308], [True, True], 1.0),  # before: inf / inf = NaN, a failed reward
+    ([1e308, 1e308], [True, False], 0.5),
+    ([1.7e308] * MAX_CRITERIA, [True] * MAX_CRITERIA, 1.0),
+    ([1e308, 1e-308], [False, True], 0.0),  # a weight 1e616 times smaller counts for nothing
+    ([5e-324, 5e-324, 5e-324], [True, False, True], 2 / 3),  # subnormal weights: the same shares
+])
+def test_huge_and_tiny_criterion_weights_give_the_weighted_share_never_nan(weights, passing, expected):
+    criteria = [{"text": f"criterion {k}", "weight": w} for k, w in enumerate(weights)]
+    fn = http_rubric(criteria=criteria)
+    stand_in(fn, lambda text: "PASS" if passing[int(text.split("criterion ")[1].split()[0])] else "FAIL")
+    assert fn(["q"], ["a"]) == [pytest.approx(expected, rel=1e-12)]
+
+
 def test_a_reply_that_is_not_a_verdict_scores_zero_for_that_criterion_and_is_counted():
     fn = http_rubric(criteria=CRITERIA)
     stand_in(fn, lambda text: "PASS" if "polite" in text else "I'd rate this 8/10")
