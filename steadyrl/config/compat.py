@@ -24,7 +24,7 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
-    from .schema import Config
+    from .schema import Config  # annotations only
 
 Stage = Literal["load", "placement"]
 RULES: list[tuple[Stage, Callable]] = []
@@ -70,7 +70,7 @@ def _critic_with_lora(config: Config) -> str | None:
 
 @rule("load")
 def _grouped_estimator_with_groups_of_one(config: Config) -> str | None:
-    from .schema import GROUPED_BY_ESTIMATOR
+    from .sections.algorithm import GROUPED_BY_ESTIMATOR
 
     estimator = config.algorithm.advantage_estimator
     if config.rollout.group_size >= 2 or not GROUPED_BY_ESTIMATOR[estimator]:
@@ -198,3 +198,15 @@ def _batches_over_ranks(config: Config, device: str, world: int) -> str | None:
         return (f"trainer.mini_batch_size = {mini} cannot be split over {world} "
                 "processes: it counts samples over all ranks and must be a multiple of the world size")
     return None
+
+
+def _register() -> None:
+    """Hand :func:`check_config` to the config's validator (:data:`steadyrl.config.schema.LOAD_RULES`):
+    the schema runs the rules without importing the module that writes them."""
+    from .schema import LOAD_RULES
+
+    if check_config not in LOAD_RULES:
+        LOAD_RULES.append(check_config)
+
+
+_register()
