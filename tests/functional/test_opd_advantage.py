@@ -11,7 +11,7 @@ import torch
 
 from steadyrl.config.schema import AlgorithmConfig
 from steadyrl.functional import compute_advantages, distillation_token_rewards
-from steadyrl.trainer.processing import process_rewards
+from steadyrl.trainer.processing import RewardInputs, RewardSettings, process_rewards
 
 torch.set_num_threads(1)
 
@@ -60,10 +60,11 @@ def test_the_steps_reward_pipeline_with_the_documented_setting_matches_it_with_c
     correlations = {}
     for estimator in ("token_reward", "reinforce_plus_plus"):
         algo = AlgorithmConfig(advantage_estimator=estimator, kl_mode="none")
-        out = process_rewards(torch.rand(16, dtype=torch.float64), torch.ones(16, dtype=torch.bool), m,
-                              torch.zeros(16, dtype=torch.bool), algo, 4,
-                              old_logprobs=torch.tensor(student, dtype=torch.float64),
-                              teacher_logprobs=torch.tensor(teacher, dtype=torch.float64), task_rewards=False)
+        out = process_rewards(RewardInputs(torch.rand(16, dtype=torch.float64), torch.ones(16, dtype=torch.bool), m,
+                                           torch.zeros(16, dtype=torch.bool), 4,
+                                           old_logprobs=torch.tensor(student, dtype=torch.float64),
+                                           teacher_logprobs=torch.tensor(teacher, dtype=torch.float64)),
+                              algo, RewardSettings(task_rewards=False))
         ours = _valid_tokens(mask, out.advantages.double().tolist())
         correlations[estimator] = _correlation(ours, oracle)
         if estimator == "token_reward":

@@ -17,7 +17,7 @@ from steadyrl.functional import normalize_then_sum, overlong_penalty
 from steadyrl.models import load_policy
 from steadyrl.rewards.scoring import ScoreResult
 from steadyrl.tracking import read_metrics
-from steadyrl.trainer.processing import process_rewards, reward_components
+from steadyrl.trainer.processing import RewardInputs, RewardSettings, process_rewards, reward_components
 from steadyrl.trainer.selection import select_tokens
 from steadyrl.trainer.update import ppo_update
 
@@ -96,10 +96,10 @@ def test_overlong_punishment_is_added_to_the_score_before_the_advantage():
     scores, valid, mask, truncated, lengths = _processing_inputs()
     algo = load_config(None, ["algorithm.overlong_buffer=4", "algorithm.overlong_penalty_factor=0.5",
                               "rollout.max_new_tokens=10"]).algorithm
-    out = process_rewards(scores, valid, mask, truncated, algo, 4, overlong_limit=10)
+    out = process_rewards(RewardInputs(scores, valid, mask, truncated, 4), algo, RewardSettings(overlong_limit=10))
     shaped = scores + overlong_penalty(lengths.double(), 10, 4, 0.5).double()
     expected = load_config(None, []).algorithm
-    ref = process_rewards(shaped, valid, mask, truncated, expected, 4)
+    ref = process_rewards(RewardInputs(shaped, valid, mask, truncated, 4), expected)
     torch.testing.assert_close(out.advantages, ref.advantages)
     assert out.metrics["critic/overlong_frac"] == pytest.approx(4 / 8)  # lengths 8, 9, 10, 10 are in the buffer
     assert out.metrics["critic/overlong_penalty_mean"] == pytest.approx(float((shaped - scores).mean()))
@@ -109,8 +109,8 @@ def test_overlong_by_turn_sums_each_policy_turns_penalty():
     mask = torch.tensor([[1, 1, 1, 1, 0, 0, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0, 0, 0, 0, 0]])  # an observation gap
     algo = load_config(None, ["algorithm.overlong_buffer=2", "algorithm.overlong_scope=turn",
                               "rollout.max_new_tokens=4"]).algorithm
-    out = process_rewards(torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.bool), mask,
-                          torch.zeros(2, dtype=torch.bool), algo, 1, overlong_limit=4)
+    out = process_rewards(RewardInputs(torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.bool), mask,
+                                       torch.zeros(2, dtype=torch.bool), 1), algo, RewardSettings(overlong_limit=4))
     assert out.metrics["critic/overlong_penalty_mean"] == pytest.approx((-2.0 + 0.0) / 2)  # two full turns: -1 each
 
 
@@ -130,7 +130,7 @@ def test_gdpo_advantage_is_each_reward_normalised_in_its_group_then_summed_and_n
     components = reward_components(result)
     assert components.names == ["correct", "format"] and not components.valid[3, 1]
     algo = load_config(None, ["algorithm.reward_aggregation=normalize_then_sum"]).algorithm
-    out = process_rewards(result.scores, valid, mask, truncated, algo, 4, components=components)
+    out = process_rewards(RewardInputs(result.scores, valid, mask, truncated, 4, components=components), algo)
     expected, _ = normalize_then_sum(components.scores, 4, components.weights, components.valid)
     for row in range(8):
         got = out.advantages[row][mask[row].bool()]
