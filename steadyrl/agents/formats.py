@@ -490,8 +490,8 @@ def detect(text: str) -> str | None:
 @register_parser("auto")
 def parse_auto(text: str) -> ParsedTurn:
     """Whichever format the turn is written in (by its markers); a turn with none of them is read
-    as ``llama3_json`` (a bare JSON call, or after ``<|python_tag|>``), then ``pythonic``, then
-    (when ``pythonic`` cannot read it) ``gemma3_pythonic``."""
+    as ``llama3_json`` (a bare JSON call, or after ``<|python_tag|>``), ``xlam`` (a JSON list of
+    calls), then ``pythonic``, then (when ``pythonic`` cannot read it) ``gemma3_pythonic``."""
     from .parsers import TOOL_PARSERS
 
     name = detect(text)
@@ -503,6 +503,8 @@ def parse_auto(text: str) -> ParsedTurn:
     turn = parse_llama3_json(text)
     if turn.calls or turn.errors:
         return turn
+    if text.strip().startswith("[") and text.strip().startswith("{", skip_ws(text.strip(), 1)):
+        return TOOL_PARSERS["xlam"](text)  # a JSON list of calls
     turn = parse_pythonic(text)
     if turn.errors:  # gemma-3's pythonic template writes no comma between arguments
         loose = TOOL_PARSERS["gemma3_pythonic"](text)

@@ -13,7 +13,11 @@ name                a call as the template renders it (and so as the model train
 ``llama4``          Llama-4's own template (Meta's, as trainers ship it):
                     ``<|python_start|>TEXT<|python_end|>{"name": "add", "parameters": {...}}{...}``,
                     the turn's text inside the python block, the calls JSON objects after it
+``xlam``            xLAM: the turn is ``[{"name": "add", "arguments": {...}}, ...]``
+``internlm2``       InternLM2: ``<|action_start|><|plugin|>\n{"name": "add", "arguments": {...}}<|action_end|>``
 ==================  =====================================================================
+
+Llama-3.2's pythonic template (and ToolACE's) renders ``[add(a=1, b=2)]``: ``pythonic`` reads it.
 
 ``llama4_pythonic``'s values carry no type: the template renders ``1`` and ``"1"`` alike. A value
 is read as the Python literal its text is when it is one that is not text (a number, ``True`` /
@@ -32,7 +36,7 @@ import re
 from .parsers import ParsedTurn, ToolCall, _parsed, _short, _to_call, register_parser
 from .parsing import decode_error, find, json_problem, run_end, skip_ws
 
-__all__ = ["parse_gemma3_pythonic", "parse_llama4_pythonic", "parse_llama4"]
+__all__ = ["parse_gemma3_pythonic", "parse_llama4_pythonic", "parse_llama4", "parse_xlam", "parse_internlm2"]
 
 _DECODER = json.JSONDecoder()
 _IDENT_HEAD = re.compile(r"[A-Za-z_]")
@@ -209,10 +213,47 @@ def parse_llama4(text: str) -> ParsedTurn:
     return _parsed(text[:start] + text[start + len(_PY_START):end] + text[after:], results)
 
 
-MARKERS = (("<|python_start|>", "llama4"),)
+XLAM_FORMAT = '[{"name": NAME, "arguments": {...}}, ...] (the whole turn)'
+
+
+@register_parser("xlam")
+def parse_xlam(text: str) -> ParsedTurn:
+    """xLAM's calls: the turn is a JSON list of ``{"name", "arguments"}`` objects; a turn that does
+    not start with ``[{`` is text."""
+    body = text.strip()
+    if not (body.startswith("[") and body.startswith("{", skip_ws(body, 1))):
+        return ParsedTurn(body)
+    try:
+        items, end = _DECODER.raw_decode(body, 0)
+    except (ValueError, RecursionError) as err:
+        return _parsed("", [f"tool calls: invalid JSON ({decode_error(err)}) in {_short(body)!r}; format: {XLAM_FORMAT}"])
+    return _parsed(body[end:], [_to_call(o, f"tool call {i}", ("arguments", "parameters"), XLAM_FORMAT)
+                                for i, o in enumerate(items, 1)])
+
+
+INTERNLM2_FORMAT = '<|action_start|><|plugin|>\n{"name": NAME, "arguments": {...}}<|action_end|>'
+_ACTION = "<|action_start|><|plugin|>"
+
+
+@register_parser("internlm2")
+def parse_internlm2(text: str) -> ParsedTurn:
+    """InternLM2's calls: one JSON object per ``<|action_start|><|plugin|> ... <|action_end|>`` block."""
+    from .formats import _blocks, _unclosed
+    from .parsing import loads
+
+    def read(text, lo, hi, i):
+        obj, err = loads(text[lo:hi])
+        if err is not None:
+            return f"tool call {i}: invalid JSON ({decode_error(err)}) in {_short(text[lo:hi])!r}; format: {INTERNLM2_FORMAT}"
+        return _to_call(obj, f"tool call {i}", ("arguments", "parameters"), INTERNLM2_FORMAT)
+    return _unclosed(_blocks(text, _ACTION, "<|action_end|>", read), _ACTION, INTERNLM2_FORMAT)
+
+
+MARKERS = (("<|python_start|>", "llama4"), (_ACTION, "internlm2"))
 TEMPLATE_MARKERS = (  # the template source's spelling of the call format (the turn has no marker of its own)
     ("{{ key }}={{ val | tojson }}", "gemma3_pythonic"), ("param + '=\"'", "llama4_pythonic"),
-    ("<|python_start|>", "llama4"),
+    ("<|python_start|>", "llama4"), ("param + '=' -}}", "pythonic"),
+    ('[{"name": "tool_call_name", "arguments"', "xlam"),
 )
 
 
