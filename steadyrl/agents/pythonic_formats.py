@@ -15,6 +15,7 @@ name                a call as the template renders it (and so as the model train
                     the turn's text inside the python block, the calls JSON objects after it
 ``xlam``            xLAM: the turn is ``[{"name": "add", "arguments": {...}}, ...]``
 ``internlm2``       InternLM2: ``<|action_start|><|plugin|>\n{"name": "add", "arguments": {...}}<|action_end|>``
+``granite_20b_fc``  granite-20b-functioncalling: ``<function_call> {"name": "add", "arguments": {...}}`` per call
 ==================  =====================================================================
 
 Llama-3.2's pythonic template (and ToolACE's) renders ``[add(a=1, b=2)]``: ``pythonic`` reads it.
@@ -36,7 +37,8 @@ import re
 from .parsers import ParsedTurn, ToolCall, _parsed, _short, _to_call, register_parser
 from .parsing import decode_error, find, json_problem, run_end, skip_ws
 
-__all__ = ["parse_gemma3_pythonic", "parse_llama4_pythonic", "parse_llama4", "parse_xlam", "parse_internlm2"]
+__all__ = ["parse_gemma3_pythonic", "parse_llama4_pythonic", "parse_llama4", "parse_xlam", "parse_internlm2",
+           "parse_granite_20b_fc"]
 
 _DECODER = json.JSONDecoder()
 _IDENT_HEAD = re.compile(r"[A-Za-z_]")
@@ -249,7 +251,34 @@ def parse_internlm2(text: str) -> ParsedTurn:
     return _unclosed(_blocks(text, _ACTION, "<|action_end|>", read), _ACTION, INTERNLM2_FORMAT)
 
 
-MARKERS = (("<|python_start|>", "llama4"), (_ACTION, "internlm2"))
+GRANITE_FC_FORMAT = '<function_call> {"name": NAME, "arguments": {...}} (one per call)'
+_FUNCTION_CALL = "<function_call>"
+
+
+@register_parser("granite_20b_fc")
+def parse_granite_20b_fc(text: str) -> ParsedTurn:
+    """granite-20b-functioncalling's calls: each ``<function_call>`` followed by one JSON object; the
+    text before the first is the content."""
+    start = find(text, _FUNCTION_CALL)
+    if start == -1:
+        return ParsedTurn(text.strip())
+    results, pieces, pos = [], [text[:start]], start
+    while pos != -1:
+        at = skip_ws(text, pos + len(_FUNCTION_CALL))
+        where = f"tool call {len(results) + 1}"
+        try:
+            obj, end = _DECODER.raw_decode(text, at)
+        except (ValueError, RecursionError) as err:
+            results.append(f"{where}: invalid JSON ({decode_error(err)}) in {_short(text[at:])!r}; "
+                           f"format: {GRANITE_FC_FORMAT}")
+            break
+        results.append(_to_call(obj, where, ("arguments", "parameters"), GRANITE_FC_FORMAT))
+        pos = find(text, _FUNCTION_CALL, end)
+        pieces.append(text[end:] if pos == -1 else text[end:pos])
+    return _parsed("".join(pieces), results)
+
+
+MARKERS = (("<|python_start|>", "llama4"), (_ACTION, "internlm2"), (_FUNCTION_CALL, "granite_20b_fc"))
 TEMPLATE_MARKERS = (  # the template source's spelling of the call format (the turn has no marker of its own)
     ("{{ key }}={{ val | tojson }}", "gemma3_pythonic"), ("param + '=\"'", "llama4_pythonic"),
     ("<|python_start|>", "llama4"), ("param + '=' -}}", "pythonic"),

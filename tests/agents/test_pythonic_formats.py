@@ -126,6 +126,12 @@ def test_internlm2_reads_action_blocks():
     assert "never closed" in calls("internlm2", "<|action_start|><|plugin|>{}")[1][0]
 
 
+def test_granite_20b_fc_reads_each_function_call():
+    text = 'Sure.<function_call> {"name": "add", "arguments": {"a": 1}}\n<function_call> {"name": "ping"}'
+    assert calls("granite_20b_fc", text) == ([("add", {"a": 1}), ("ping", {})], [], "Sure.")
+    assert "invalid JSON" in calls("granite_20b_fc", "<function_call> {nope")[1][0]
+
+
 # --- auto and the template's parser --------------------------------------------------------------
 
 def test_auto_reads_each_format():
@@ -144,6 +150,7 @@ def test_auto_reads_each_format():
     ("{{- param + '=' -}}{{- \"%s\" | format(v) -}}", "pythonic"),
     ('Respond as [{"name": "tool_call_name", "arguments": {"arg1": "value1"}}]', "xlam"),
     ('{{- "<|action_start|><|plugin|>\\n" }}', "internlm2"),
+    ("{{- '<function_call> ' + {'name': n}|tojson }}", "granite_20b_fc"),
 ])
 def test_the_template_names_its_parser(source, parser):
     assert parser_for_template(source) == parser
