@@ -16,6 +16,8 @@ name                a call as the template renders it (and so as the model train
 ``xlam``            xLAM: the turn is ``[{"name": "add", "arguments": {...}}, ...]``
 ``internlm2``       InternLM2: ``<|action_start|><|plugin|>\n{"name": "add", "arguments": {...}}<|action_end|>``
 ``granite_20b_fc``  granite-20b-functioncalling: ``<function_call> {"name": "add", "arguments": {...}}`` per call
+``atem``            Muse Glimmer: `` to=add<|message|><atem:function_calls><atem:invoke name="add"><atem:parameter
+                    name="a">1</atem:parameter></atem:invoke></atem:function_calls>``
 ==================  =====================================================================
 
 Llama-3.2's pythonic template (and ToolACE's) renders ``[add(a=1, b=2)]``: ``pythonic`` reads it.
@@ -38,7 +40,7 @@ from .parsers import ParsedTurn, ToolCall, _parsed, _short, _to_call, register_p
 from .parsing import decode_error, find, json_problem, run_end, skip_ws
 
 __all__ = ["parse_gemma3_pythonic", "parse_llama4_pythonic", "parse_llama4", "parse_xlam", "parse_internlm2",
-           "parse_granite_20b_fc"]
+           "parse_granite_20b_fc", "parse_atem"]
 
 _DECODER = json.JSONDecoder()
 _IDENT_HEAD = re.compile(r"[A-Za-z_]")
@@ -278,7 +280,37 @@ def parse_granite_20b_fc(text: str) -> ParsedTurn:
     return _parsed("".join(pieces), results)
 
 
-MARKERS = (("<|python_start|>", "llama4"), (_ACTION, "internlm2"), (_FUNCTION_CALL, "granite_20b_fc"))
+ATEM_FORMAT = ('to=NAME<|message|><atem:function_calls><atem:invoke name="NAME"><atem:parameter name="KEY">VALUE'
+               "</atem:parameter></atem:invoke></atem:function_calls>")
+_MESSAGE = "<|message|>"
+
+
+def _drop_headers(content: str) -> str:
+    """``content`` without the ``to=RECIPIENT<|message|>`` header of a call message."""
+    at = skip_ws(content, 0)
+    while content.startswith("to=", at):
+        message = find(content, _MESSAGE, at)
+        if message == -1 or any(c.isspace() for c in content[at:message]):
+            break
+        at = skip_ws(content, message + len(_MESSAGE))
+    return content[at:]
+
+
+@register_parser("atem")
+def parse_atem(text: str) -> ParsedTurn:
+    """Muse Glimmer's ATEM calls: ``<atem:invoke name="N">`` blocks of ``<atem:parameter name="K">V``
+    (values JSON when they parse as JSON, else text, as the template writes them), each in a
+    message addressed ``to=N``; the content is what is left without the headers and wrappers."""
+    from .more_formats import _invoke_calls, _strip
+
+    turn = _invoke_calls(text, "<atem:invoke", "</atem:invoke>", "<atem:parameter", "</atem:parameter>", ATEM_FORMAT)
+    turn = _strip(turn, "<atem:function_calls>", "</atem:function_calls>", "<|start|>assistant")
+    content = _drop_headers(turn.content) if turn.calls or turn.errors else turn.content
+    return ParsedTurn(content.strip(), turn.calls, turn.errors)
+
+
+MARKERS = (("<|python_start|>", "llama4"), (_ACTION, "internlm2"), (_FUNCTION_CALL, "granite_20b_fc"),
+           ("<atem:invoke", "atem"))
 TEMPLATE_MARKERS = (  # the template source's spelling of the call format (the turn has no marker of its own)
     ("{{ key }}={{ val | tojson }}", "gemma3_pythonic"), ("param + '=\"'", "llama4_pythonic"),
     ("<|python_start|>", "llama4"), ("param + '=' -}}", "pythonic"),

@@ -39,14 +39,10 @@ KNOWN_WRONG = {  # (template, observations, mode): the cause (issue 41, items 1-
 
 _OUTSIDE = ("issue 41 item 3: as_sampled is refused ('writes calls outside the sampled turn') although its "
             "scripted episode is exact")
-_ATEM = ("no parser reads the ATEM calls (<atem:function_calls><atem:invoke name=...>), as for the sdist's "
-         "muse-glimmer: the episode is token-exact only because no call is read")
 KNOWN_FALSE_REFUSALS = {  # (template, observations, mode): why it is refused today
     ("axolotl-falcon_h1.jinja", "tools", "as_sampled"): _OUTSIDE,
     ("trl-lfm2.jinja", "tools", "as_sampled"): _OUTSIDE,
     ("trl-lfm2_training.jinja", "tools", "as_sampled"): _OUTSIDE,
-    ("trl-muse_glimmer_training.jinja", "tools", "as_sampled"): _ATEM,
-    ("vllm-tool_chat_template_muse_glimmer.jinja", "tools", "as_sampled"): _ATEM,
     ("vllm-tool_chat_template_phi4_mini.jinja", "tools", "single"): (
         "the template writes the arguments as a Python dict inside JSON ({\"arguments\": {'a': 1}}): no "
         "parser reads that, so no call would run"),
@@ -113,6 +109,7 @@ def test_every_refusal_says_what_the_template_does(cases):
     ("vllm-tool_chat_template_llama3.2_pythonic.jinja", "pythonic"),
     ("vllm-tool_chat_template_xlam_llama.jinja", "xlam"),
     ("vllm-tool_chat_template_internlm2_tool.jinja", "internlm2"),
+    ("vllm-tool_chat_template_muse_glimmer.jinja", "atem"),
 ])
 def test_the_formats_no_parser_read_are_exact_with_tools_in_every_mode(cases, template, parser):
     # issue 41 item 5: each was refused ("the tool parser does not read back the call") in every mode
@@ -129,7 +126,9 @@ CALLS = [  # several calls, arguments of every JSON kind, text with the characte
 @pytest.mark.parametrize("template", ["vllm-tool_chat_template_gemma3_pythonic.jinja",
                                       "vllm-tool_chat_template_llama4_pythonic.jinja", "axolotl-llama4.jinja",
                                       "vllm-tool_chat_template_xlam_llama.jinja",
-                                      "vllm-tool_chat_template_internlm2_tool.jinja"])
+                                      "vllm-tool_chat_template_internlm2_tool.jinja",
+                                      "vllm-tool_chat_template_granite_20b_fc.jinja",
+                                      "vllm-tool_chat_template_muse_glimmer.jinja"])
 def test_calls_the_real_template_renders_parse_back_equal(corpus, template):
     folder, families, _, _ = corpus
     family = next(f for f in families if f.template == template)

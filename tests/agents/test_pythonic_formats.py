@@ -132,6 +132,14 @@ def test_granite_20b_fc_reads_each_function_call():
     assert "invalid JSON" in calls("granite_20b_fc", "<function_call> {nope")[1][0]
 
 
+def test_atem_reads_invoke_blocks_and_drops_the_call_headers():
+    text = (' to=add<|message|><atem:function_calls>\n<atem:invoke name="add">\n<atem:parameter name="a">1'
+            '</atem:parameter>\n<atem:parameter name="s">two words</atem:parameter>\n</atem:invoke>\n</atem:function_calls>')
+    assert calls("atem", text) == ([("add", {"a": 1, "s": "two words"})], [], "")
+    assert calls("atem", " to=user<|message|>The answer is 7.") == ([], [], "to=user<|message|>The answer is 7.")
+    assert "no name=" in calls("atem", "<atem:invoke><atem:parameter>1</atem:parameter></atem:invoke>")[1][0]
+
+
 # --- auto and the template's parser --------------------------------------------------------------
 
 def test_auto_reads_each_format():
