@@ -4,7 +4,9 @@ Beyond the llama-cpp-python sdist (tests/support_realtemplates.py), the template
 train with ship in:
 
 * the ``vllm`` sdist: ``examples/*.jinja``, the tool-call templates its docs tell users to serve
-  with (gemma-3 pythonic, Llama-4 pythonic / JSON, DeepSeek-V3 tools, granite, phi-4-mini, xLAM...);
+  with (gemma-3 pythonic, Llama-4 pythonic / JSON, DeepSeek-V3 tools, granite, phi-4-mini, xLAM...),
+  the fallback templates it serves models without one with (``vllm/transformers_utils/chat_templates``)
+  and its renderer's test templates (``rust/src/chat/tests/templates``);
 * the ``trl`` wheel: ``trl/chat_templates/*.jinja``, the templates TRL trains with (its
   ``*_training`` variants mark the assistant's tokens with ``{% generation %}``);
 * the ``axolotl`` wheel: ``axolotl/utils/chat_templates/templates/*.jinja`` (Llama-4's own
@@ -39,7 +41,7 @@ from pathlib import Path
 
 from support_realtemplates import DOWNLOAD_TIMEOUT_S, TemplatesUnavailable, cache_root, template_dir
 
-CORPUS_VERSION = "1"
+CORPUS_VERSION = "3"
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class Source:
     version: str
     file: str
     sha256: str
-    under: str  # the templates' folder inside the archive
+    under: tuple[str, ...]  # the templates' folders inside the archive
     sdist: bool = False
 
     @property
@@ -60,11 +62,14 @@ class Source:
 
 SOURCES: tuple[Source, ...] = (
     Source("vllm", "0.33.0", "vllm-0.33.0.tar.gz",
-           "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112", "vllm-0.33.0/examples/", sdist=True),
+           "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112",
+           ("vllm-0.33.0/examples/", "vllm-0.33.0/vllm/transformers_utils/chat_templates/",
+            "vllm-0.33.0/rust/src/chat/tests/templates/"), sdist=True),
     Source("trl", "1.16.0", "trl-1.16.0-py3-none-any.whl",
-           "c4726e139dd40e1a41661511c639c8a68416782b2e3e8c0befebd77bb7ba0396", "trl/chat_templates/"),
+           "c4726e139dd40e1a41661511c639c8a68416782b2e3e8c0befebd77bb7ba0396", ("trl/chat_templates/",)),
     Source("axolotl", "0.19.0", "axolotl-0.19.0-py3-none-any.whl",
-           "f28eb3ad3709975eec4adfe13307dd980c7e7917cc43cb03f2c6f26c007135cc", "axolotl/utils/chat_templates/templates/"),
+           "f28eb3ad3709975eec4adfe13307dd980c7e7917cc43cb03f2c6f26c007135cc",
+           ("axolotl/utils/chat_templates/templates/",)),
 )
 
 
@@ -99,6 +104,8 @@ def _extract_all(tmp: Path, into: Path, sdist: Path) -> dict[str, str]:
         archive = _download(source, tmp)
         for path, data in _templates(source, archive):
             name = f"{source.name}-{Path(path).stem}.jinja"
+            if name in duplicates or (into / name).exists():  # the same file name in another folder
+                name = f"{source.name}-{Path(path).parent.name}-{Path(path).stem}.jinja"
             digest = hashlib.sha256(data).hexdigest()
             if digest in seen:
                 duplicates[name] = seen[digest]
@@ -109,9 +116,9 @@ def _extract_all(tmp: Path, into: Path, sdist: Path) -> dict[str, str]:
 
 
 def _templates(source: Source, archive: Path):
-    """``(path, bytes)`` of each ``*.jinja`` directly in ``source.under`` of the archive."""
+    """``(path, bytes)`` of each ``*.jinja`` directly in one of ``source.under``'s folders of the archive."""
     def wanted(path: str) -> bool:
-        return path.startswith(source.under) and path.endswith(".jinja") and "/" not in path[len(source.under):]
+        return path.endswith(".jinja") and any(path.startswith(u) and "/" not in path[len(u):] for u in source.under)
     if source.sdist:
         with tarfile.open(archive) as tar:
             for member in tar:
