@@ -232,10 +232,26 @@ def role_closer(tokenizer, history, message, new, tools, end_texts, kwargs):
     base = render(tokenizer, history[:1] + [plain], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
     full = render(tokenizer, history[:1] + [plain] + (new or [{"role": "user", "content": "ok"}]), tools=tools,
                   add_generation_prompt=False, template_kwargs=kwargs)
-    found = next_role_token(base, full, end_texts)
+    found = next_role_token(base, full, end_texts) or _role_after_content(tokenizer, history, plain, new, tools,
+                                                                          end_texts, kwargs)
     return None if found is None else (len(render(tokenizer, history + [message], tools=tools,
                                                   add_generation_prompt=False, template_kwargs=kwargs))
                                        + len(found[1]), found[1])
+
+
+def _role_after_content(tokenizer, history, plain, new, tools, end_texts, kwargs):
+    """The role token right after the turn's content once a message follows, for a template whose
+    last turn renders otherwise than the same turn followed by a message (GLM-5.1 writes an empty
+    ``<think></think>`` in the last turn, ``</think>`` alone in earlier ones): ``(index, token)`` or None."""
+    marked = {**plain, "content": PROBE_MARKER}
+    full = render(tokenizer, history[:1] + [marked] + (new or [{"role": "user", "content": "ok"}]), tools=tools,
+                  add_generation_prompt=False, template_kwargs=kwargs)
+    at = full.find(PROBE_MARKER)
+    if at < 0:
+        return None
+    at += len(PROBE_MARKER)
+    found = [t for t in end_texts if t and full.startswith(t, at)]
+    return (at + len(max(found, key=len)), max(found, key=len)) if found else None
 
 
 def loaded_arguments(arguments):
