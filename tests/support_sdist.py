@@ -6,7 +6,7 @@ ships beside its template (special tokens, stop tokens). The sdist holds many mo
 one read off the template itself:
 
 * its special tokens: the marker-like strings the template writes (``<|...|>``, ``<｜...｜>``,
-  ``[UPPER_CASE]``, ``<tag>``, MiniMax's ``]~b]`` / ``[e~[``), single tokens of the byte-level tokenizer;
+  ``[UPPER_CASE]``, ``[|lower|]``, ``<tag>``, MiniMax's ``]~b]`` / ``[e~[``), single tokens of the byte-level tokenizer;
 * its stop token: the first end-like special token the template writes after an assistant turn's
   content, before the next message (what the model's generation config names as eos for these
   families);
@@ -24,9 +24,10 @@ from pathlib import Path
 from support_realtemplates import FAMILIES, Family, family_tokenizer
 
 _SPECIAL = re.compile(r"<\|[^|<>\s'\"]{1,40}\|>|<｜[^｜<>\s]{1,40}｜>|\[[A-Z][A-Z_]{1,30}\]|"
-                      r"<[A-Za-z_][\w:.\-]{0,30}>|</[A-Za-z_][\w:.\-]{0,30}>|<\|[a-z_]+>|<[a-z_]+\|>|\]~b\]|\[e~\[|\]~!b\[")
+                      r"<[A-Za-z_][\w:.\-]{0,30}>|</[A-Za-z_][\w:.\-]{0,30}>|<\|[a-z_]+>|<[a-z_]+\|>|\]~b\]|\[e~\[|\]~!b\[|"
+                      r"\[\|[a-z_]{1,30}\|\]")
 """Marker-like strings in a template: ``<|im_end|>``, ``<｜Assistant｜>``, ``[INST]``, ``<think>``,
-gemma-4's ``<|turn>`` / ``<turn|>``, MiniMax's ``]~b]``."""
+gemma-4's ``<|turn>`` / ``<turn|>``, MiniMax's ``]~b]``, EXAONE's ``[|endofturn|]``."""
 
 _ENDS = re.compile(r"end|eos|eot|eom|turn\|>|return", re.I)
 _CONTENT = re.compile(r"text|response|thinking|action|think|content", re.I)

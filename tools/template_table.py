@@ -9,7 +9,9 @@ family of those the suite does not name read off the template: tests/support_sdi
 observations; each ``rollout.multi_turn_mode`` column is one conformance case
 (tests/support_conformance.py): ``exact`` (the probe accepts and the scripted episode is exact in
 that mode's terms), ``refused: ...`` (the probe's reason), or ``ACCEPTED, NOT EXACT`` (a bug). The
-table sits between two marker lines of the page.
+table sits between two marker lines of the page. A second table, between its own markers, holds the
+templates other packages on the index publish (vllm's examples, TRL's and axolotl's training
+templates; tests/support_pypi.py), deduplicated against each other and the sdist.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 PAGE = REPO / "docs" / "agents.md"
 START, END = "<!-- template-table:start -->", "<!-- template-table:end -->"
+PYPI_START, PYPI_END = "<!-- pypi-template-table:start -->", "<!-- pypi-template-table:end -->"
 
 _BEHAVIOURS = (  # (a phrase of the probe's message, what the table says)
     ("ignores tools=", "the template does not show the tools"),
@@ -99,10 +102,21 @@ def table(cases, skipped: dict | None = None) -> str:
     return "\n".join(rows)
 
 
-def page(cases, text: str, skipped: dict | None = None) -> str:
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{table(cases, skipped)}\n{END}{tail}"
+def page(cases, text: str, skipped: dict | None = None, start: str = START, end: str = END,
+         duplicates: dict | None = None) -> str:
+    """``text`` with the table of ``cases`` between the ``start`` and ``end`` marker lines."""
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    body = table(cases, skipped)
+    if duplicates:
+        body += "\n\nThe same text as another template (one case, named after where it is found first): " + "; ".join(
+            f"`{name}` = `{same}`" for name, same in sorted(duplicates.items())) + "."
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
+def pypi_page(cases, text: str, skipped: dict, duplicates: dict) -> str:
+    """``text`` with the second corpus's table (tests/support_pypi.py)."""
+    return page(cases, text, skipped, PYPI_START, PYPI_END, duplicates)
 
 
 def all_cases():
@@ -117,13 +131,25 @@ def all_cases():
             for tm in TURN_MODES], skipped
 
 
+def pypi_cases():
+    """(every case of the templates other packages publish, {left out: why}, {duplicate: the same})."""
+    from support_conformance import MODES, TURN_MODES, evaluate
+    from support_pypi import pypi_families, pypi_templates
+
+    folder, duplicates = pypi_templates()
+    families, skipped = pypi_families(folder)
+    return [(f, evaluate(f, mode, folder, turn_mode=tm)) for f in families for mode in MODES
+            for tm in TURN_MODES], skipped, duplicates
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if docs/agents.md's table is stale")
     args = parser.parse_args()
     text = PAGE.read_text()
     cases, skipped = all_cases()
-    new = page(cases, text, skipped)
+    more, more_skipped, duplicates = pypi_cases()
+    new = pypi_page(more, page(cases, text, skipped), more_skipped, duplicates)
     if args.check:
         if new != text:
             print("docs/agents.md's template table is stale: run python tools/template_table.py")

@@ -12,7 +12,7 @@ name               a call as the model writes it
 ``harmony``        ``... to=functions.add<|channel|>commentary json<|message|>{...}`` (gpt-oss)
 ``deepseek``       ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>add\\n```json\\n{...}\\n```<｜tool▁call▁end｜>`` (R1) or
                    ``<｜tool▁call▁begin｜>add<｜tool▁sep｜>{...}<｜tool▁call▁end｜>`` (V3.1)
-``pythonic``       ``[add(a=1, b=2), ...]`` (Llama-3.2/4 pythonic)
+``pythonic``       ``[add(a=1, b=2), ...]`` (Llama-3.2 pythonic; gemma-3's and Llama-4's in :mod:`.pythonic_formats`)
 ``command_r``      ``<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "add", "parameters": {...}}]<|END_ACTION|>``
 =================  =====================================================================
 
@@ -490,7 +490,8 @@ def detect(text: str) -> str | None:
 @register_parser("auto")
 def parse_auto(text: str) -> ParsedTurn:
     """Whichever format the turn is written in (by its markers); a turn with none of them is read
-    as ``llama3_json`` (a bare JSON call, or after ``<|python_tag|>``), then ``pythonic``."""
+    as ``llama3_json`` (a bare JSON call, or after ``<|python_tag|>``), ``xlam`` (a JSON list of
+    calls), then ``pythonic``, then (when ``pythonic`` cannot read it) ``gemma3_pythonic``."""
     from .parsers import TOOL_PARSERS
 
     name = detect(text)
@@ -500,7 +501,15 @@ def parse_auto(text: str) -> ParsedTurn:
     if turn is not None:
         return turn
     turn = parse_llama3_json(text)
-    return turn if turn.calls or turn.errors else parse_pythonic(text)
+    if turn.calls or turn.errors:
+        return turn
+    if text.strip().startswith("[") and text.strip().startswith("{", skip_ws(text.strip(), 1)):
+        return TOOL_PARSERS["xlam"](text)  # a JSON list of calls
+    turn = parse_pythonic(text)
+    if turn.errors:  # gemma-3's pythonic template writes no comma between arguments
+        loose = TOOL_PARSERS["gemma3_pythonic"](text)
+        return loose if loose.calls and not loose.errors else turn
+    return turn
 
 
 def parser_for_template(template: str | None) -> str:

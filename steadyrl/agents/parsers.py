@@ -266,3 +266,4 @@ def load_parser(spec: str) -> Parser:
 
 from . import formats as _formats  # noqa: E402,F401 - registers the other formats and ``auto``
 from . import more_formats as _more_formats  # noqa: E402,F401 - the newer templates' formats
+from . import pythonic_formats as _pythonic_formats  # noqa: E402,F401 - gemma-3 / Llama-4 call formats

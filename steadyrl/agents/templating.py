@@ -7,6 +7,7 @@ use them import public names from one place rather than each other's private one
 from __future__ import annotations
 
 import json
+import os
 import re
 
 from ..errors import ConfigError
@@ -232,10 +233,27 @@ def role_closer(tokenizer, history, message, new, tools, end_texts, kwargs):
     base = render(tokenizer, history[:1] + [plain], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
     full = render(tokenizer, history[:1] + [plain] + (new or [{"role": "user", "content": "ok"}]), tools=tools,
                   add_generation_prompt=False, template_kwargs=kwargs)
-    found = next_role_token(base, full, end_texts)
+    found = next_role_token(base, full, end_texts) or _role_after_turn(base, full, end_texts)
     return None if found is None else (len(render(tokenizer, history + [message], tools=tools,
                                                   add_generation_prompt=False, template_kwargs=kwargs))
                                        + len(found[1]), found[1])
+
+
+def _role_after_turn(base: str, full: str, end_texts: list[str]):
+    """The role token that ends the last turn of ``base`` in ``full`` (the same conversation with a
+    message after it) when the turn renders otherwise once a message follows (GLM-5.1 writes an
+    empty ``<think></think>`` in the last turn, ``</think>`` alone in earlier ones): the first
+    end-of-turn text in ``full`` after the two renderings part, where the text before it ends as the
+    last turn's rendering does (at least its last 8 characters, or all of it): ``(index, token)`` or None."""
+    at = len(os.path.commonprefix([base, full]))
+    tail = base[at:]
+    hits = [(full.find(t, at), t) for t in end_texts if t and full.find(t, at) != -1]
+    if not tail or not hits:
+        return None
+    pos, token = min(hits, key=lambda h: (h[0], -len(h[1])))
+    before = full[at:pos]
+    same = len(os.path.commonprefix([before[::-1], tail[::-1]]))
+    return (pos + len(token), token) if same >= min(len(tail), 8) else None
 
 
 def loaded_arguments(arguments):

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from steadyrl.agents import formats, more_formats, parsers, parsing
+from steadyrl.agents import formats, more_formats, parsers, parsing, pythonic_formats
 from steadyrl.agents.parsers import TOOL_PARSERS
 
 BUILT_IN = sorted(TOOL_PARSERS)
@@ -117,6 +117,23 @@ ADVERSARIAL.update({  # the newer templates' formats (agents/more_formats.py)
                lambda n: "<|tool_call>call:a{k:" + '<|"|>' * (n // 5) + "}<tool_call|>",
                lambda n: "<|tool_call>call:a{k:" + " " * n + "1}<tool_call|>", times("<|tool_call>call:a{[,:}<tool_call|>")],
 })
+ADVERSARIAL.update({  # gemma-3 / Llama-4 call formats (agents/pythonic_formats.py)
+    "gemma3_pythonic": [times("[a(b=1 "), lambda n: "[a(" + "b=1" * (n // 3) + ")]", times("[a(b=1c=2), "),
+                        lambda n: "[a(b=" + "[" * 150 + "1" + "]" * 150 + ")]" + " " * n,
+                        lambda n: "[a(b=" + " " * n + "1)]", lambda n: "[" + "a" * n + "("],
+    "llama4_pythonic": [times('[a(b="'), lambda n: '[a(b="' + '" x' * (n // 3) + '")]', times('[a(b="1", c="2"), '),
+                        lambda n: '[a(b="' + '", ' * (n // 3) + ")]", lambda n: '[a(b="' + '"' + " " * n + ",",
+                        lambda n: '[a(b="' + times('"  , ' + "k" * 20)(n) + ")]"],
+    "llama4": [times("<|python_start|>"), times("<|python_start|><|python_end|>{} "),
+               lambda n: "<|python_start|><|python_end|>" + times('{"name": "a", "parameters": {}};')(n),
+               lambda n: "<|python_start|>" + " " * n + "<|python_end|>" + " " * n + "{"],
+    "xlam": [lambda n: "[" + " " * n + "{", lambda n: "[{" + "[" * n, times('[{"name": "a"}, ')],
+    "internlm2": [times("<|action_start|><|plugin|>"), times("<|action_start|><|plugin|>{}<|action_end|> ")],
+    "granite_20b_fc": [times("<function_call>"), times('<function_call> {"name": "a"} x'),
+                       lambda n: "<function_call>" + " " * n + "{"],
+    "atem": [times("<atem:invoke"), times('<atem:invoke name="a"><atem:parameter name="'),
+             lambda n: "to=" * n + "<|message|>", times('to=a<|message|><atem:invoke name="a"></atem:invoke> ')],
+})
 ADVERSARIAL["auto"] = [make for makes in ADVERSARIAL.values() for make in makes]
 
 
@@ -145,7 +162,9 @@ MARKERS = ["<tool_call>", "</tool_call>", "<function=", "</function>", "<paramet
            "<|open|>call", "<|close|>call<|sep|>", "<|sep|>", "<|open|>argument", "<|close|>argument", ' tool="',
            "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>", "<|tool_call:end|>", "<tool_calls>",
            "</tool_calls>", "<TOOLCALL>", "<|function_call|>", "<|tools_prefix|>", "<|tools_suffix|>",
-           "<|tool_call>call:", "<tool_call|>", '<|"|>', "<|tool_call_start|>", "<|tool_call_end|>", ">>>", ">>>all\n", "functools", "Action:", "Action:\n```json"]
+           "<|tool_call>call:", "<tool_call|>", '<|"|>', "<|tool_call_start|>", "<|tool_call_end|>", ">>>", ">>>all\n", "functools", "Action:", "Action:\n```json",
+           "<|python_start|>", "<|python_end|>", "b=", '="', '", ', "k=1 ", "<|action_start|><|plugin|>", "<|action_end|>", "<function_call>",
+           "<atem:invoke", "</atem:invoke>", "<atem:parameter", "</atem:parameter>", "to=", "<|message|>"]
 
 
 @given(unit=st.lists(st.sampled_from(MARKERS), min_size=1, max_size=8).map("".join),
@@ -179,7 +198,7 @@ def patterns_in(module) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("module", [parsers, formats, more_formats, parsing], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [parsers, formats, more_formats, pythonic_formats, parsing], ids=lambda m: m.__name__)
 def test_the_parser_modules_use_no_pattern_that_can_backtrack(module):
     bad = [p for p in patterns_in(module) if not _is_one_class_run(p)]
     assert bad == [], f"{module.__name__}: patterns with more than one repeat or a repeat of a group: {bad}"

@@ -1,0 +1,327 @@
+"""Tool-call parsers for the call formats published templates render that no other parser reads back
+(issue 41, item 5): each a linear scan with the primitives of :mod:`.parsing`, as in :mod:`.formats`.
+
+==================  =====================================================================
+name                a call as the template renders it (and so as the model trained on it writes it)
+==================  =====================================================================
+``gemma3_pythonic`` gemma-3's pythonic tool template (vLLM's ``tool_chat_template_gemma3_pythonic``):
+                    ``[add(a=1b=2), mul(x="y")]``: each value is JSON (the template's ``tojson``), and
+                    the template writes no comma between arguments (its ``first`` flag is reset inside
+                    the loop, where Jinja does not keep it), so commas are optional
+``llama4_pythonic`` Llama-4's pythonic template: ``[add(a="1", b="2")]``: every value is the text
+                    Python's ``"%s"`` makes of it, between double quotes, unescaped
+``llama4``          Llama-4's own template (Meta's, as trainers ship it):
+                    ``<|python_start|>TEXT<|python_end|>{"name": "add", "parameters": {...}}{...}``,
+                    the turn's text inside the python block, the calls JSON objects after it
+``xlam``            xLAM: the turn is ``[{"name": "add", "arguments": {...}}, ...]``
+``internlm2``       InternLM2: ``<|action_start|><|plugin|>\n{"name": "add", "arguments": {...}}<|action_end|>``
+``granite_20b_fc``  granite-20b-functioncalling: ``<function_call> {"name": "add", "arguments": {...}}`` per call
+``atem``            Muse Glimmer: `` to=add<|message|><atem:function_calls><atem:invoke name="add"><atem:parameter
+                    name="a">1</atem:parameter></atem:invoke></atem:function_calls>``
+==================  =====================================================================
+
+Llama-3.2's pythonic template (and ToolACE's) renders ``[add(a=1, b=2)]``: ``pythonic`` reads it.
+
+``llama4_pythonic``'s values carry no type: the template renders ``1`` and ``"1"`` alike. A value
+is read as the Python literal its text is when it is one that is not text (a number, ``True`` /
+``False`` / ``None``, a list or dict in Python's spelling), else as the text: so the call the
+template rendered from ``{"a": 1}`` reads back as ``{"a": 1}``, and a text argument that reads
+as a number (``"1"``) reads back as the number. A value's closing quote is the first ``"``
+followed by ``,`` and the next ``key=``, or by ``)``: a value holding ``", b="`` is read short.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+from .parsers import ParsedTurn, ToolCall, _parsed, _short, _to_call, register_parser
+from .parsing import decode_error, find, json_problem, run_end, skip_ws
+
+__all__ = ["parse_gemma3_pythonic", "parse_llama4_pythonic", "parse_llama4", "parse_xlam", "parse_internlm2",
+           "parse_granite_20b_fc", "parse_atem"]
+
+_DECODER = json.JSONDecoder()
+_IDENT_HEAD = re.compile(r"[A-Za-z_]")
+_DOTTED = re.compile(r"[\w.]*")
+_WORD = re.compile(r"\w*")
+
+GEMMA3_FORMAT = "[NAME(KEY=JSON KEY=JSON ...), ...] (commas between arguments optional)"
+LLAMA4_PYTHONIC_FORMAT = '[NAME(KEY="VALUE", KEY="VALUE"), ...]'
+LLAMA4_FORMAT = '<|python_start|>TEXT<|python_end|>{"name": NAME, "parameters": {...}}...'
+
+
+def _name_at(text: str, at: int) -> int:
+    """The end of the (dotted) identifier at ``at``; ``at`` itself when there is none."""
+    if not _IDENT_HEAD.match(text, at):
+        return at
+    return run_end(text, at + 1, _DOTTED)
+
+
+def _key_at(text: str, at: int) -> tuple[str, int] | None:
+    """``(key, index after "=")`` of ``KEY \\s* = \\s*`` at ``at``, or None."""
+    if not _IDENT_HEAD.match(text, at):
+        return None
+    end = run_end(text, at + 1, _WORD)
+    eq = skip_ws(text, end)
+    return (text[at:end], skip_ws(text, eq + 1)) if text.startswith("=", eq) else None
+
+
+def _call_list(text: str, read_args, fmt: str) -> ParsedTurn:
+    """``[NAME(ARGS), NAME(ARGS), ...]`` at the start of the turn; ``read_args(text, pos)`` reads one
+    call's arguments from just after its ``(`` -> ``(dict, index after ")")`` or an error line. A
+    turn that does not start as ``[NAME(`` is text (content, no call); text after the list is content."""
+    body = text.strip()
+    at = skip_ws(body, 1) if body.startswith("[") else -1
+    if at == -1 or _name_at(body, at) == at or not body.startswith("(", _name_at(body, at)):
+        return ParsedTurn(content=text.strip())
+    results = []
+    while True:
+        name_end = _name_at(body, at)
+        where = f"tool call {len(results) + 1}"
+        if name_end == at or not body.startswith("(", name_end):
+            results.append(f"{where}: expected NAME( at {_short(body[at:])!r}; format: {fmt}")
+            return _parsed("", results)
+        read = read_args(body, name_end + 1)
+        if isinstance(read, str):
+            results.append(f"{where} ({body[at:name_end]}): {read}; format: {fmt}")
+            return _parsed("", results)
+        args, after = read
+        results.append(_to_call({"name": body[at:name_end], "arguments": args}, where, ("arguments",), fmt))
+        at = skip_ws(body, after)
+        if body.startswith("]", at):
+            return _parsed(body[at + 1:], results)
+        if not body.startswith(",", at):
+            results.append(f"after {where}: expected ',' or ']' at {_short(body[at:])!r}; format: {fmt}")
+            return _parsed("", results)
+        at = skip_ws(body, at + 1)
+
+
+def _gemma3_args(text: str, pos: int):
+    """``(KEY=JSON ,?)* )`` from ``pos``: ``(arguments, index after ")")`` or an error line."""
+    args = {}
+    while True:
+        at = skip_ws(text, pos)
+        if text.startswith(")", at):
+            return args, at + 1
+        key = _key_at(text, at)
+        if key is None:
+            return f"expected KEY=VALUE or ')' at {_short(text[at:])!r}"
+        try:
+            value, end = _DECODER.raw_decode(text, key[1])
+        except (ValueError, RecursionError) as err:
+            return f"argument {key[0]!r}: invalid JSON value ({decode_error(err, at=False)})"
+        args[key[0]] = value
+        pos = skip_ws(text, end)
+        if text.startswith(",", pos):
+            pos += 1
+
+
+@register_parser("gemma3_pythonic")
+def parse_gemma3_pythonic(text: str) -> ParsedTurn:
+    """gemma-3's pythonic calls: JSON values, commas between arguments optional (module docstring)."""
+    return _call_list(text, _gemma3_args, GEMMA3_FORMAT)
+
+
+def _closing_quote(text: str, pos: int) -> int:
+    """The ``"`` that closes a value opened before ``pos``: the first followed by ``\s*)`` or by
+    ``\s*,\s*KEY\s*=`` (-1: none). Each look-ahead stops at the next ``"`` at the latest, so
+    every character is looked at a bounded number of times."""
+    while True:
+        quote = find(text, '"', pos)
+        if quote == -1:
+            return -1
+        after = skip_ws(text, quote + 1)
+        if text.startswith(")", after):
+            return quote
+        if text.startswith(",", after) and _key_at(text, skip_ws(text, after + 1)) is not None:
+            return quote
+        pos = quote + 1
+
+
+def _python_value(word: str):
+    """The value whose ``"%s"`` text ``word`` is: the Python literal when it is one and not text
+    (``1``, ``2.5``, ``True``, ``None``, ``[1, 2]``, ``{'k': 'v'}``) and has a JSON form, else ``word``."""
+    try:
+        value = ast.literal_eval(word.strip())
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return word
+    if isinstance(value, (str, bytes, complex)) or json_problem(value) is not None:
+        return word
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _llama4_args(text: str, pos: int):
+    """``(KEY="VALUE" (, KEY="VALUE")*)? )`` from ``pos``."""
+    args = {}
+    at = skip_ws(text, pos)
+    if text.startswith(")", at):
+        return args, at + 1
+    while True:
+        key = _key_at(text, at)
+        if key is None or not text.startswith('"', key[1]):
+            return f'expected KEY="VALUE" at {_short(text[at:])!r}'
+        close = _closing_quote(text, key[1] + 1)
+        if close == -1:
+            return f"argument {key[0]!r}: its value's quote is never closed"
+        args[key[0]] = _python_value(text[key[1] + 1:close])
+        at = skip_ws(text, close + 1)
+        if text.startswith(")", at):
+            return args, at + 1
+        at = skip_ws(text, at + 1)  # past the ",": _closing_quote saw it there
+
+
+@register_parser("llama4_pythonic")
+def parse_llama4_pythonic(text: str) -> ParsedTurn:
+    """Llama-4's pythonic calls: every value quoted as its ``"%s"`` text (module docstring)."""
+    return _call_list(text, _llama4_args, LLAMA4_PYTHONIC_FORMAT)
+
+
+_PY_START, _PY_END = "<|python_start|>", "<|python_end|>"
+
+
+def _json_calls(text: str, pos: int) -> tuple[list, int]:
+    """The JSON call objects from ``pos`` (whitespace, ``;`` or ``,`` between them): ``(results,
+    index after the last)``; an invalid one ends the list with its error line."""
+    results, at = [], skip_ws(text, pos)
+    while text.startswith("{", at):
+        where = f"tool call {len(results) + 1}"
+        try:
+            obj, end = _DECODER.raw_decode(text, at)
+        except (ValueError, RecursionError) as err:
+            results.append(f"{where}: invalid JSON ({decode_error(err)}) in {_short(text[at:])!r}; "
+                           f"format: {LLAMA4_FORMAT}")
+            return results, len(text)
+        results.append(_to_call(obj, where, ("parameters", "arguments"), LLAMA4_FORMAT))
+        at = skip_ws(text, end)
+        if text.startswith((";", ","), at):
+            at = skip_ws(text, at + 1)
+    return results, at
+
+
+@register_parser("llama4")
+def parse_llama4(text: str) -> ParsedTurn:
+    """Llama-4's own calls: ``<|python_start|>TEXT<|python_end|>`` then JSON call objects; the
+    content is the text before the block, inside it and after the calls."""
+    start = find(text, _PY_START)
+    if start == -1:
+        return ParsedTurn(text.strip())
+    end = find(text, _PY_END, start + len(_PY_START))
+    if end == -1:
+        return _parsed(text[:start] + text[start + len(_PY_START):],
+                       [f"a {_PY_START} that is never closed with {_PY_END}; format: {LLAMA4_FORMAT}"])
+    results, after = _json_calls(text, end + len(_PY_END))
+    if not results:
+        results = [f"no call after {_PY_END}; format: {LLAMA4_FORMAT}"]
+    return _parsed(text[:start] + text[start + len(_PY_START):end] + text[after:], results)
+
+
+XLAM_FORMAT = '[{"name": NAME, "arguments": {...}}, ...] (the whole turn)'
+
+
+@register_parser("xlam")
+def parse_xlam(text: str) -> ParsedTurn:
+    """xLAM's calls: the turn is a JSON list of ``{"name", "arguments"}`` objects; a turn that does
+    not start with ``[{`` is text."""
+    body = text.strip()
+    if not (body.startswith("[") and body.startswith("{", skip_ws(body, 1))):
+        return ParsedTurn(body)
+    try:
+        items, end = _DECODER.raw_decode(body, 0)
+    except (ValueError, RecursionError) as err:
+        return _parsed("", [f"tool calls: invalid JSON ({decode_error(err)}) in {_short(body)!r}; format: {XLAM_FORMAT}"])
+    return _parsed(body[end:], [_to_call(o, f"tool call {i}", ("arguments", "parameters"), XLAM_FORMAT)
+                                for i, o in enumerate(items, 1)])
+
+
+INTERNLM2_FORMAT = '<|action_start|><|plugin|>\n{"name": NAME, "arguments": {...}}<|action_end|>'
+_ACTION = "<|action_start|><|plugin|>"
+
+
+@register_parser("internlm2")
+def parse_internlm2(text: str) -> ParsedTurn:
+    """InternLM2's calls: one JSON object per ``<|action_start|><|plugin|> ... <|action_end|>`` block."""
+    from .formats import _blocks, _unclosed
+    from .parsing import loads
+
+    def read(text, lo, hi, i):
+        obj, err = loads(text[lo:hi])
+        if err is not None:
+            return f"tool call {i}: invalid JSON ({decode_error(err)}) in {_short(text[lo:hi])!r}; format: {INTERNLM2_FORMAT}"
+        return _to_call(obj, f"tool call {i}", ("arguments", "parameters"), INTERNLM2_FORMAT)
+    return _unclosed(_blocks(text, _ACTION, "<|action_end|>", read), _ACTION, INTERNLM2_FORMAT)
+
+
+GRANITE_FC_FORMAT = '<function_call> {"name": NAME, "arguments": {...}} (one per call)'
+_FUNCTION_CALL = "<function_call>"
+
+
+@register_parser("granite_20b_fc")
+def parse_granite_20b_fc(text: str) -> ParsedTurn:
+    """granite-20b-functioncalling's calls: each ``<function_call>`` followed by one JSON object; the
+    text before the first is the content."""
+    start = find(text, _FUNCTION_CALL)
+    if start == -1:
+        return ParsedTurn(text.strip())
+    results, pieces, pos = [], [text[:start]], start
+    while pos != -1:
+        at = skip_ws(text, pos + len(_FUNCTION_CALL))
+        where = f"tool call {len(results) + 1}"
+        try:
+            obj, end = _DECODER.raw_decode(text, at)
+        except (ValueError, RecursionError) as err:
+            results.append(f"{where}: invalid JSON ({decode_error(err)}) in {_short(text[at:])!r}; "
+                           f"format: {GRANITE_FC_FORMAT}")
+            break
+        results.append(_to_call(obj, where, ("arguments", "parameters"), GRANITE_FC_FORMAT))
+        pos = find(text, _FUNCTION_CALL, end)
+        pieces.append(text[end:] if pos == -1 else text[end:pos])
+    return _parsed("".join(pieces), results)
+
+
+ATEM_FORMAT = ('to=NAME<|message|><atem:function_calls><atem:invoke name="NAME"><atem:parameter name="KEY">VALUE'
+               "</atem:parameter></atem:invoke></atem:function_calls>")
+_MESSAGE = "<|message|>"
+
+
+def _drop_headers(content: str) -> str:
+    """``content`` without the ``to=RECIPIENT<|message|>`` header of a call message."""
+    at = skip_ws(content, 0)
+    while content.startswith("to=", at):
+        message = find(content, _MESSAGE, at)
+        if message == -1 or any(c.isspace() for c in content[at:message]):
+            break
+        at = skip_ws(content, message + len(_MESSAGE))
+    return content[at:]
+
+
+@register_parser("atem")
+def parse_atem(text: str) -> ParsedTurn:
+    """Muse Glimmer's ATEM calls: ``<atem:invoke name="N">`` blocks of ``<atem:parameter name="K">V``
+    (values JSON when they parse as JSON, else text, as the template writes them), each in a
+    message addressed ``to=N``; the content is what is left without the headers and wrappers."""
+    from .more_formats import _invoke_calls, _strip
+
+    turn = _invoke_calls(text, "<atem:invoke", "</atem:invoke>", "<atem:parameter", "</atem:parameter>", ATEM_FORMAT)
+    turn = _strip(turn, "<atem:function_calls>", "</atem:function_calls>", "<|start|>assistant")
+    content = _drop_headers(turn.content) if turn.calls or turn.errors else turn.content
+    return ParsedTurn(content.strip(), turn.calls, turn.errors)
+
+
+MARKERS = (("<|python_start|>", "llama4"), (_ACTION, "internlm2"), (_FUNCTION_CALL, "granite_20b_fc"),
+           ("<atem:invoke", "atem"))
+TEMPLATE_MARKERS = (  # the template source's spelling of the call format (the turn has no marker of its own)
+    ("{{ key }}={{ val | tojson }}", "gemma3_pythonic"), ("param + '=\"'", "llama4_pythonic"),
+    ("<|python_start|>", "llama4"), ("param + '=' -}}", "pythonic"),
+    ('[{"name": "tool_call_name", "arguments"', "xlam"),
+)
+
+
+def _register() -> None:
+    from .formats import add_markers
+
+    add_markers(MARKERS, TEMPLATE_MARKERS)
+
+
+_register()

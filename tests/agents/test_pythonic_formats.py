@@ -1,0 +1,164 @@
+"""The call formats of gemma-3's and Llama-4's published templates, xLAM's and InternLM2's
+(agents/pythonic_formats.py): what each reads, what it refuses, and hostile text. The round trips
+through the real templates are in tests/agents/test_pypi_templates.py (they need the download);
+linearity is in test_parser_linearity.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from steadyrl.agents.formats import parse_auto, parser_for_template
+from steadyrl.agents.parsers import TOOL_PARSERS, ToolCall
+
+
+def calls(name: str, text: str):
+    turn = TOOL_PARSERS[name](text)
+    return [(c.name, c.arguments) for c in turn.calls], turn.errors, turn.content
+
+
+# --- gemma3_pythonic -----------------------------------------------------------------------------
+
+def test_gemma3_reads_arguments_with_no_comma_between_them():
+    # what vLLM's gemma-3 pythonic template renders: its `first` flag never leaves the loop body
+    assert calls("gemma3_pythonic", '[add(a=1b=2), say(text="x, y", n=[1, {"k": null}])]') == (
+        [("add", {"a": 1, "b": 2}), ("say", {"text": "x, y", "n": [1, {"k": None}]})], [], "")
+
+
+def test_gemma3_reads_commas_and_spaces_too():
+    assert calls("gemma3_pythonic", "[ add( a = 1 , b=2 ) ]")[0] == [("add", {"a": 1, "b": 2})]
+    assert calls("gemma3_pythonic", "[ping()]")[0] == [("ping", {})]
+
+
+def test_gemma3_text_is_content():
+    assert calls("gemma3_pythonic", "The answer is [7].") == ([], [], "The answer is [7].")
+    assert calls("gemma3_pythonic", "  hello  ") == ([], [], "hello")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("[add(a=1b=", "invalid JSON value"), ("[add(a=x)]", "invalid JSON value"),
+    ("[add(1, 2)]", "expected KEY=VALUE"), ("[add(a=1)", "expected ',' or ']'"), ("[add(a=1), 7]", "expected NAME("),
+])
+def test_gemma3_malformed_calls_are_error_lines_that_show_the_format(text, said):
+    found, errors, _ = calls("gemma3_pythonic", text)
+    assert len(errors) == 1 and said in errors[0] and "format: [NAME(KEY=JSON" in errors[0], errors
+
+
+def test_gemma3_never_evaluates_what_the_model_wrote():
+    # a value is JSON, never Python: an expression is an error, not a call with its result
+    found, errors, _ = calls("gemma3_pythonic", '[add(a=__import__("os").getcwd())]')
+    assert found == [] and "invalid JSON value" in errors[0]
+
+
+# --- llama4_pythonic -----------------------------------------------------------------------------
+
+def test_llama4_pythonic_reads_quoted_values_back_as_the_values_they_spell():
+    # Llama-4's pythonic template writes every value as "%s": 1 -> "1", True -> "True", [1] -> "[1]"
+    text = '[add(a="1", b="2.5"), f(ok="True", none="None", xs="[1, 2]", d="{\'k\': \'v\'}", s="New York")]'
+    assert calls("llama4_pythonic", text)[0] == [
+        ("add", {"a": 1, "b": 2.5}),
+        ("f", {"ok": True, "none": None, "xs": [1, 2], "d": {"k": "v"}, "s": "New York"})]
+
+
+def test_llama4_pythonic_a_value_may_hold_quotes_commas_and_parentheses():
+    text = '[say(text="she said "hi", then (left)", to="bob")]'
+    assert calls("llama4_pythonic", text)[0] == [("say", {"text": 'she said "hi", then (left)', "to": "bob"})]
+
+
+def test_llama4_pythonic_never_evaluates_what_the_model_wrote():
+    # a value is read with literal_eval (literals only); anything else stays the text it is
+    found, errors, _ = calls("llama4_pythonic", '[f(x="__import__(\'os\').system(\'true\')", y="1+1", z="{1, 2}")]')
+    assert found == [("f", {"x": "__import__('os').system('true')", "y": "1+1", "z": "{1, 2}"})] and not errors
+
+
+@pytest.mark.parametrize("text, said", [
+    ('[f(a=1)]', 'expected KEY="VALUE"'), ('[f(a="1)]', "never closed"), ('[f(a="1", b)]', "never closed"),
+])
+def test_llama4_pythonic_malformed_calls_are_error_lines(text, said):
+    found, errors, _ = calls("llama4_pythonic", text)
+    assert found == [] and said in errors[0] and 'format: [NAME(KEY="VALUE"' in errors[0], errors
+
+
+def test_llama4_pythonic_a_huge_number_stays_text():
+    big = "9" * 5000  # int() refuses more than 4,300 digits
+    assert calls("llama4_pythonic", f'[f(n="{big}")]')[0] == [("f", {"n": big})]
+
+
+# --- llama4 (Meta's own template) ----------------------------------------------------------------
+
+def test_llama4_reads_the_python_block_and_the_json_calls_after_it():
+    text = ('<|python_start|>Let me add.<|python_end|>{"name": "add", "parameters": {"a": 1, "b": 2}}'
+            '{"name": "mul", "parameters": {"x": 3}}')
+    assert calls("llama4", text) == ([("add", {"a": 1, "b": 2}), ("mul", {"x": 3})], [], "Let me add.")
+    assert calls("llama4", '<|python_start|><|python_end|>{"name": "ping"}') == ([("ping", {})], [], "")
+
+
+def test_llama4_text_without_a_python_block_is_content():
+    assert calls("llama4", 'It is {"name": "x"}.') == ([], [], 'It is {"name": "x"}.')
+
+
+@pytest.mark.parametrize("text, said", [
+    ("<|python_start|>x", "never closed"), ("<|python_start|><|python_end|>hello", "no call after"),
+    ('<|python_start|><|python_end|>{"name": "a", "parameters": {', "invalid JSON"),
+    ('<|python_start|><|python_end|>{"parameters": {}}', 'missing "name"'),
+])
+def test_llama4_malformed_calls_are_error_lines(text, said):
+    found, errors, _ = calls("llama4", text)
+    assert found == [] and said in errors[0], errors
+
+
+def test_llama4_markers_inside_a_json_string_do_not_end_the_call():
+    text = '<|python_start|><|python_end|>{"name": "echo", "parameters": {"s": "<|python_end|>}{\\"name\\": \\"rm\\"}"}}'
+    assert calls("llama4", text)[0] == [("echo", {"s": '<|python_end|>}{"name": "rm"}'})]
+
+
+# --- xlam and internlm2 --------------------------------------------------------------------------
+
+def test_xlam_reads_a_json_list_of_calls():
+    assert calls("xlam", '[{"name": "add", "arguments": {"a": 1}}, {"name": "ping"}]') == (
+        [("add", {"a": 1}), ("ping", {})], [], "")
+    assert calls("xlam", "[1, 2] is a list") == ([], [], "[1, 2] is a list")
+    assert "invalid JSON" in calls("xlam", '[{"name": "add", ')[1][0]
+
+
+def test_internlm2_reads_action_blocks():
+    text = 'Sure.<|action_start|><|plugin|>\n{"name": "add", "arguments": {"a": 1}}<|action_end|>'
+    assert calls("internlm2", text) == ([("add", {"a": 1})], [], "Sure.")
+    assert "never closed" in calls("internlm2", "<|action_start|><|plugin|>{}")[1][0]
+
+
+def test_granite_20b_fc_reads_each_function_call():
+    text = 'Sure.<function_call> {"name": "add", "arguments": {"a": 1}}\n<function_call> {"name": "ping"}'
+    assert calls("granite_20b_fc", text) == ([("add", {"a": 1}), ("ping", {})], [], "Sure.")
+    assert "invalid JSON" in calls("granite_20b_fc", "<function_call> {nope")[1][0]
+
+
+def test_atem_reads_invoke_blocks_and_drops_the_call_headers():
+    text = (' to=add<|message|><atem:function_calls>\n<atem:invoke name="add">\n<atem:parameter name="a">1'
+            '</atem:parameter>\n<atem:parameter name="s">two words</atem:parameter>\n</atem:invoke>\n</atem:function_calls>')
+    assert calls("atem", text) == ([("add", {"a": 1, "s": "two words"})], [], "")
+    assert calls("atem", " to=user<|message|>The answer is 7.") == ([], [], "to=user<|message|>The answer is 7.")
+    assert "no name=" in calls("atem", "<atem:invoke><atem:parameter>1</atem:parameter></atem:invoke>")[1][0]
+
+
+# --- auto and the template's parser --------------------------------------------------------------
+
+def test_auto_reads_each_format():
+    assert parse_auto("[add(a=1b=2)]").calls == [ToolCall("add", {"a": 1, "b": 2})]
+    assert parse_auto("[add(a=1, b=2)]").calls == [ToolCall("add", {"a": 1, "b": 2})]  # pythonic, as before
+    assert parse_auto('<|python_start|><|python_end|>{"name": "add", "parameters": {"a": 1}}').calls == [
+        ToolCall("add", {"a": 1})]
+    assert parse_auto('[{"name": "add", "arguments": {"a": 1}}]').calls == [ToolCall("add", {"a": 1})]
+    assert parse_auto('<|action_start|><|plugin|>{"name": "add"}<|action_end|>').calls == [ToolCall("add", {})]
+
+
+@pytest.mark.parametrize("source, parser", [
+    ("{%- for key, val in args.items() -%}{{ key }}={{ val | tojson }}{%- endfor -%}", "gemma3_pythonic"),
+    ("{{- param + '=\"' -}}{{- \"%s\" | format(v) -}}", "llama4_pythonic"),
+    ("{{- '<|python_start|>' }}{{- '<|python_end|>' }}", "llama4"),
+    ("{{- param + '=' -}}{{- \"%s\" | format(v) -}}", "pythonic"),
+    ('Respond as [{"name": "tool_call_name", "arguments": {"arg1": "value1"}}]', "xlam"),
+    ('{{- "<|action_start|><|plugin|>\\n" }}', "internlm2"),
+    ("{{- '<function_call> ' + {'name': n}|tojson }}", "granite_20b_fc"),
+])
+def test_the_template_names_its_parser(source, parser):
+    assert parser_for_template(source) == parser
