@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .presets import ALGORITHM_PRESETS
+from .presets import ALGORITHM_PRESETS, DEFAULT_PRESET
 from .schema import Config
 
 WRITTEN_MARKER = "# steadyrl-written-keys:"
@@ -93,7 +93,8 @@ def written_in_file(text: str, raw: dict[str, Any]) -> set[str]:
     A run's ``config.yaml`` names them on its :data:`WRITTEN_MARKER` line, trusted while the file's
     hash line still matches. A run's file written before that line existed, or one edited since (a
     copy used as a new config: it holds every key resolved), counts the keys whose value differs
-    from the defaults of its preset. Any other file: every key in it."""
+    from the defaults of its preset (the preset itself counts when it is not the default one). Any
+    other file: every key in it."""
     at = text.rfind("\n" + _HASH_MARKER)
     if at < 0:
         return written_keys(raw)
@@ -117,6 +118,7 @@ def _differs_from_defaults(raw: dict[str, Any]) -> set[str]:
     base = dict(ALGORITHM_PRESETS.get(preset, {})) if isinstance(preset, str) else {}
     defaults = Config.model_validate({"algorithm": {"preset": preset, **base}} if base else {})
     plain = defaults.model_dump(mode="json")
+    plain["algorithm"]["preset"] = DEFAULT_PRESET  # a preset other than the default was written (a switched copy)
     return {key for key in written_keys(raw) if _at(raw, key) != _at(plain, key)}
 
 

@@ -216,3 +216,14 @@ def test_an_edited_copy_of_a_run_config_counts_what_differs_from_the_defaults(tm
     notes = config_notes(load_config(tmp_path / "copy.yaml"))
     assert [n for n in notes if n.startswith("algorithm.overlong_penalty_factor=0.5 has no effect")], notes
     assert len(notes) == 1, notes
+
+
+def test_a_copied_run_config_whose_preset_is_switched_still_gets_the_preset_note(tmp_path):
+    """The case the preset note was written for: a run's config.yaml holds every key, so editing only
+    its preset runs a mix of two algorithms. The edited copy's preset differs from the default
+    preset: the user wrote it, even though it equals the preset it names."""
+    write_run_config(load_config(None, []), tmp_path)
+    text = (tmp_path / "config.yaml").read_text()
+    (tmp_path / "copy.yaml").write_text(text.replace("preset: grpo", "preset: ppo"))
+    notes = config_notes(load_config(tmp_path / "copy.yaml"))
+    assert [n for n in notes if n.startswith("algorithm.preset=ppo but algorithm.advantage_estimator=grpo")], notes
