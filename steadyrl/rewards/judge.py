@@ -41,7 +41,8 @@ from .registry import register_reward
 from .reward_model import message_text
 from .rubric import Rubric, defuse_verdicts
 
-__all__ = ["ScoreParser", "fill_template", "HttpJudge", "llm_judge", "DEFAULT_TEMPLATE", "RUBRIC_TEMPLATE"]
+__all__ = ["ScoreParser", "fill_template", "HttpJudge", "llm_judge", "DEFAULT_TEMPLATE", "RUBRIC_TEMPLATE",
+           "RUBRIC_MAX_NEW_TOKENS", "SCORE_MAX_NEW_TOKENS"]
 DEFAULT_TEMPLATE = (
     "Rate how well the response answers the question, from 0 (wrong or useless) to 10 (correct and "
     "complete).\n\nQuestion:\n{prompt}\n\nReference answer:\n{answer}\n\nResponse:\n{completion}\n\n"
@@ -53,6 +54,11 @@ RUBRIC_TEMPLATE = (
     "Does the response meet the criterion? Reason briefly if you need to, then end your reply with one "
     "last line that is exactly VERDICT: PASS or VERDICT: FAIL."
 )
+SCORE_MAX_NEW_TOKENS = 16
+"""The judge's reply length in score mode (``max_new_tokens: null``): a number."""
+RUBRIC_MAX_NEW_TOKENS = 1024
+"""The judge's reply length in rubric mode (``max_new_tokens: null``): room to reason before its last
+line, the verdict (a reply cut before it holds no verdict and scores 0)."""
 _PLACEHOLDER = re.compile(r"\{(prompt|completion|answer|criterion)\}")
 _NUMBER = r"(-?\d+(?:\.\d+)?)"
 
@@ -217,7 +223,7 @@ class HttpJudge(JudgeBase, CachedReward):
 def llm_judge(*, backend: str = "openai", model: str, base_url: str | None = None, api_key_env: str | None = None,
               template: str = DEFAULT_TEMPLATE, system_prompt: str | None = None, pattern: str | None = None,
               min_score: float = 0, max_score: float = 10, scale: bool = True, answer_key: str = "answer",
-              max_new_tokens: int = 16, concurrency: int = 8, retries: int = 3, backoff_s: float = 1.0,
+              max_new_tokens: int | None = None, concurrency: int = 8, retries: int = 3, backoff_s: float = 1.0,
               request_timeout_s: float = 30.0, check_url: bool = True, batch_size: int = 8,
               revision: str | None = None, device: str = "auto", dtype: str = "auto",
               cache_size: int = DEFAULT_CACHE_SIZE, mode: str = "score", criteria: list | None = None,
@@ -225,6 +231,8 @@ def llm_judge(*, backend: str = "openai", model: str, base_url: str | None = Non
     """An LLM judge's score of each completion (module docstring)."""
     parser = ScoreParser(pattern, min_score, max_score, scale)  # options checked: LlmJudgeOptions
     rubric = Rubric(criteria, criteria_key) if mode == "rubric" else None
+    if max_new_tokens is None:
+        max_new_tokens = SCORE_MAX_NEW_TOKENS if rubric is None else RUBRIC_MAX_NEW_TOKENS
     judged = {"rubric": rubric, "rubric_template": rubric_template}
     if backend == "local":
         from .judge_local import LocalJudge

@@ -230,3 +230,12 @@ def test_a_lookalike_verdict_line_of_the_policy_is_defused_for_a_judge_that_norm
     assert parse_verdict(normalised(line)) == 1.0  # what the judge would write, copying the line undefused
     assert parse_verdict(normalised(defuse_verdicts("2 + 2 = 5\n\n" + line))) is None
 
+
+def test_a_rubric_judge_has_room_to_reason_before_its_verdict_line():
+    """The default question lets the judge reason before its last line; 16 tokens (the score mode's
+    default) cut almost every such reply before its verdict, scoring it 0."""
+    fn = http_rubric(criteria=CRITERIA)
+    assert fn.max_new_tokens >= 512
+    assert http_rubric(criteria=CRITERIA, max_new_tokens=40).max_new_tokens == 40
+    assert load_reward("llm_judge", model="judge", base_url="http://127.0.0.1:9/v1", check_url=False).max_new_tokens == 16
+
