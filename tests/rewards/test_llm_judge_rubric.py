@@ -239,3 +239,22 @@ def test_a_rubric_judge_has_room_to_reason_before_its_verdict_line():
     assert http_rubric(criteria=CRITERIA, max_new_tokens=40).max_new_tokens == 40
     assert load_reward("llm_judge", model="judge", base_url="http://127.0.0.1:9/v1", check_url=False).max_new_tokens == 16
 
+
+def test_a_rubric_template_that_does_not_ask_for_the_verdict_line_gets_a_note(tmp_path):
+    """A template of one's own from before the VERDICT line: a judge that replies 'PASS. The response
+    is polite.' scores 0 now; the option is named at load."""
+    import yaml
+
+    from steadyrl.config import config_notes
+
+    def notes(**options):
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump({"rewards": [{"name": "llm_judge", "options": {
+            "model": "m", "mode": "rubric", "criteria": [{"text": "x"}], **options}}]}))
+        return [n for n in config_notes(load_config(str(path), [])) if "rubric_template" in n]
+
+    old = "Criterion: {criterion}\nResponse: {completion}\nDoes it meet the criterion? Reply PASS or FAIL."
+    assert parse_verdict("PASS. The response is polite.") is None
+    found = notes(rubric_template=old)
+    assert len(found) == 1 and "rewards[0].options.rubric_template" in found[0] and "VERDICT: PASS" in found[0]
+    assert notes() == [] and notes(rubric_template=old + " End with VERDICT: PASS or VERDICT: FAIL.") == []
