@@ -56,6 +56,19 @@ def config_notes(config: Config) -> list[str]:
             "If this config is a run's saved config.yaml (it holds every key), keep only algorithm.preset "
             "in its algorithm section to switch algorithm")
     notes += _rubric_template_notes(config)
+    if algo.advantage_estimator == "token_reward" and "algorithm.advantage_estimator" in user_written(config):
+        if config.teacher.name_or_path is None:
+            notes.append(
+                "algorithm.advantage_estimator=token_reward without a teacher (teacher.name_or_path is null): a "
+                "token's advantage is its own reward, and only each row's last token holds one (the score), so "
+                "every other token trains on nothing. It is for on-policy distillation (docs/distillation.md): "
+                "set teacher.name_or_path, or use reinforce_plus_plus or grpo")
+        elif config.teacher.task_rewards:
+            notes.append(
+                "algorithm.advantage_estimator=token_reward with teacher.task_rewards=true: the task score sits "
+                "on each row's last token only, so it trains that last token alone (the teacher's rewards train "
+                "every token); set teacher.task_rewards=false for pure distillation (Thinking Machines' "
+                "setting), or use reinforce_plus_plus to carry the score back to every token")
     if algo.policy_loss == "gspo":
         if max(algo.clip_low, algo.clip_high) >= GSPO_CLIP_HINT:
             notes.append(
