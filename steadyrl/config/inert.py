@@ -101,9 +101,21 @@ def written_in_file(text: str, raw: dict[str, Any]) -> set[str]:
     recorded = text[at + 1 + len(_HASH_MARKER):].split(maxsplit=1)[:1]
     intact = recorded == [hashlib.sha256(text[:at + 1].encode("utf-8")).hexdigest()]
     first = text[:text.find("\n") + 1 or len(text)]
-    if intact and first.startswith(WRITTEN_MARKER):
-        return {k for k in first[len(WRITTEN_MARKER):].split() if _KEY.match(k)}
+    if intact and first.startswith(WRITTEN_MARKER):  # a foreign run dir's line: only names of keys are kept
+        return {k for k in first[len(WRITTEN_MARKER):].split() if _KEY.match(k) and _names_a_key(k)}
     return _differs_from_defaults(raw)
+
+
+def _names_a_key(key: str) -> bool:
+    """``key`` is a dotted key :func:`written_keys` can return (a field that is not a section)."""
+    model: Any = Config
+    for part in key.split("."):
+        field = model.model_fields.get(part) if model is not None else None
+        if field is None:
+            return False
+        sub = field.annotation
+        model = sub if isinstance(sub, type) and issubclass(sub, BaseModel) else None
+    return model is None
 
 
 def _at(data: Any, key: str) -> Any:

@@ -227,3 +227,19 @@ def test_a_copied_run_config_whose_preset_is_switched_still_gets_the_preset_note
     (tmp_path / "copy.yaml").write_text(text.replace("preset: grpo", "preset: ppo"))
     notes = config_notes(load_config(tmp_path / "copy.yaml"))
     assert [n for n in notes if n.startswith("algorithm.preset=ppo but algorithm.advantage_estimator=grpo")], notes
+
+
+def test_a_foreign_written_keys_line_keeps_only_names_of_config_keys(tmp_path):
+    """A run directory from elsewhere may hold any line under a matching hash: names that are no config
+    key are dropped at load, so they are not carried into every later run's config.yaml."""
+    from steadyrl.config.loading import dump_config
+
+    junk = " ".join(f"zz{i}.a" for i in range(1000)) + " algorithm.kl_coef model algorithm.kl_coef.x trainer"
+    (tmp_path / "config.yaml").write_text(with_hash_line(f"# steadyrl-written-keys: {junk}\n"
+                                                         + dump_config(load_config(None, []))))
+    config = load_config(tmp_path / "config.yaml")
+    assert config._written == {"algorithm.kl_coef"}
+    out = tmp_path / "next"
+    out.mkdir()
+    write_run_config(config, out)
+    assert (out / "config.yaml").read_text().splitlines()[0] == "# steadyrl-written-keys: algorithm.kl_coef"
