@@ -243,3 +243,18 @@ def test_a_foreign_written_keys_line_keeps_only_names_of_config_keys(tmp_path):
     out.mkdir()
     write_run_config(config, out)
     assert (out / "config.yaml").read_text().splitlines()[0] == "# steadyrl-written-keys: algorithm.kl_coef"
+
+
+def test_the_output_of_config_show_used_as_a_config_gets_notes_only_for_what_was_changed(tmp_path):
+    """``steadyrl config show > my.yaml`` writes every key (its help as comments): the file is a dump of
+    a whole config, like a run's config.yaml, so only the keys that differ from the defaults count as
+    written (before: a note for each of ~20 defaults that cannot act under the defaults)."""
+    from steadyrl.config.show import render_config
+
+    for config in (load_config(None, [], demo=False), load_config(None, [])):
+        (tmp_path / "my.yaml").write_text(render_config(config))
+        assert config_notes(load_config(tmp_path / "my.yaml")) == []
+    text = render_config(load_config(None, []))  # the demo: kl_mode none
+    (tmp_path / "my.yaml").write_text(text.replace("kl_coef: 0.001", "kl_coef: 0.05", 1))
+    notes = config_notes(load_config(tmp_path / "my.yaml"))
+    assert len(notes) == 1 and notes[0].startswith("algorithm.kl_coef=0.05 has no effect"), notes
