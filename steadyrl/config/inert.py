@@ -263,6 +263,13 @@ RULES: tuple[Rule, ...] = (
                                         "task_rewards")),
          _when(lambda c: c.teacher.name_or_path is None,
                "teacher.name_or_path is null (no distillation); set it to the teacher model")),
+    Rule(tuple(f"teacher.{k}" for k in ("name_or_path", "revision", "dtype", "device", "trust_remote_code",
+                                        "distill_coef")),
+         _when(lambda c: c.algorithm.reward_aggregation == "normalize_then_sum" and c.teacher.task_rewards
+               and c.teacher.name_or_path is not None and len(c.rewards) >= 2,
+               "algorithm.reward_aggregation=normalize_then_sum (GDPO) makes the advantage from the reward "
+               "functions' scores alone, and the teacher's token rewards never reach it; set "
+               "teacher.task_rewards=false (pure distillation) or algorithm.reward_aggregation=sum")),
 )
 
 

@@ -14,6 +14,9 @@ torch.set_num_threads(1)
 
 _NO_DEMO = {"demo": False}
 
+_GDPO = ["algorithm.reward_aggregation=normalize_then_sum", "algorithm.kl_mode=none",
+         "rewards=[{name: exact_match}, {name: math}]"]
+
 # key written, overrides where it cannot act (with a piece of the reason), overrides where it acts
 CASES = [
     ("algorithm.kl_coef", ["algorithm.kl_mode=none"], "kl_mode is none", ["algorithm.kl_mode=loss"]),
@@ -61,6 +64,7 @@ CASES = [
     ("algorithm.policy_loss", [], "makes the ratio pi / pi_old exactly 1", ["trainer.ppo_epochs=2"]),
     *((f"teacher.{k}", [], "teacher.name_or_path is null", ["teacher.name_or_path=some/teacher"])
       for k in ("revision", "dtype", "device", "trust_remote_code", "distill_coef", "task_rewards")),
+    ("teacher.name_or_path", [*_GDPO], "normalize_then_sum", [*_GDPO, "teacher.task_rewards=false"]),
 ]
 
 _VALUES = {"algorithm.kl_coef": "0.04", "algorithm.kl_estimator": "k2", "algorithm.kl_target": "0.1",
@@ -75,7 +79,7 @@ _VALUES = {"algorithm.kl_coef": "0.04", "algorithm.kl_estimator": "k2", "algorit
            "algorithm.norm_length": "64", "algorithm.overlong_penalty_factor": "0.5",
            "algorithm.overlong_scope": "turn", "model.bf16_update": "stochastic_rounding", "teacher.revision": "main",
            "teacher.dtype": "bfloat16", "teacher.device": "cpu", "teacher.trust_remote_code": "true",
-           "teacher.distill_coef": "0.5", "teacher.task_rewards": "false",
+           "teacher.distill_coef": "0.5", "teacher.task_rewards": "false", "teacher.name_or_path": "x/teacher",
            "algorithm.policy_loss": "sapo"}
 
 
@@ -258,3 +262,23 @@ def test_the_output_of_config_show_used_as_a_config_gets_notes_only_for_what_was
     (tmp_path / "my.yaml").write_text(text.replace("kl_coef: 0.001", "kl_coef: 0.05", 1))
     notes = config_notes(load_config(tmp_path / "my.yaml"))
     assert len(notes) == 1 and notes[0].startswith("algorithm.kl_coef=0.05 has no effect"), notes
+
+
+def test_a_teacher_whose_rewards_gdpo_never_reads_gets_a_note(tmp_path):
+    """reward_aggregation normalize_then_sum (GDPO) with two reward functions makes the advantage from
+    the task rewards alone: the teacher's token rewards (mixed distillation) never reach it."""
+    import yaml
+
+    def notes(rewards, **teacher):
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump({
+            "rewards": rewards, "algorithm": {"reward_aggregation": "normalize_then_sum", "kl_mode": "none"},
+            "teacher": {"name_or_path": "x/teacher", **teacher}}))
+        return [n for n in config_notes(load_config(tmp_path / "c.yaml")) if n.startswith("teacher.")]
+
+    two = [{"name": "exact_match"}, {"name": "math"}]
+    found = notes(two, distill_coef=0.5)
+    assert [n.split(" has no effect: ")[0] for n in found] == ["teacher.name_or_path=x/teacher",
+                                                             "teacher.distill_coef=0.5"], found
+    assert "normalize_then_sum" in found[0] and "teacher.task_rewards=false" in found[0]
+    assert notes(two, task_rewards=False) == []  # pure distillation: the estimator's path, the teacher's rewards
+    assert notes([{"name": "exact_match"}]) == []  # one reward function: GDPO has nothing to combine
