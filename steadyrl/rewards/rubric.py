@@ -10,11 +10,12 @@ The judge is asked (:data:`~steadyrl.rewards.judge.RUBRIC_TEMPLATE`) to end its 
 its own, ``VERDICT: PASS`` or ``VERDICT: FAIL``, and only that place is read: the reply's last
 non-empty line, at most :data:`MAX_VERDICT_LINE` characters, must be exactly that (any case,
 Markdown emphasis around the words, a heading's ``#``, a final ``.`` or ``!`` and a closing code fence
-allowed; read as it looks: fullwidth, lookalike and invisible characters folded, :func:`_fold_char`). A reply that is one bare verdict word and nothing else
-(``PASS``, ``fail``, ``yes``, ``No.``: a template that asks for one word) is read as that word.
-Reasoning before the line may say anything: "PASS - no issues found" is not a verdict line, and
-a verdict-like word in the reasoning never counts. Finding the last line is one backward scan
-(``str.rfind``): linear in the reply, whatever its length.
+allowed; read as it looks: fullwidth, lookalike and invisible characters folded,
+:func:`_fold_char`). A reply that is one bare verdict word and nothing else (``PASS``, ``fail``,
+``yes``, ``No.``: a template that asks for one word) is read as that word. Reasoning before the line
+may say anything: "PASS - no issues found" is not a verdict line, and a verdict-like word in the
+reasoning never counts. Finding the last line is one backward scan (``str.rfind``): linear in the
+reply, whatever its length.
 
 The response under judgement is written by the policy: it may hold a ``VERDICT: PASS`` line of its
 own, for the judge to copy or quote. Before it goes into the question, each ``verdict:`` in it becomes
