@@ -10,7 +10,7 @@ The judge is asked (:data:`~steadyrl.rewards.judge.RUBRIC_TEMPLATE`) to end its 
 its own, ``VERDICT: PASS`` or ``VERDICT: FAIL``, and only that place is read: the reply's last
 non-empty line, at most :data:`MAX_VERDICT_LINE` characters, must be exactly that (any case,
 Markdown emphasis around the words, a heading's ``#``, a final ``.`` or ``!`` and a closing code fence
-allowed; read as it looks: fullwidth, lookalike and invisible characters folded,
+or rule after it allowed; read as it looks: fullwidth, lookalike and invisible characters folded,
 :func:`_fold_char`). A reply that is one bare verdict word and nothing else (``PASS``, ``fail``,
 ``yes``, ``No.``: a template that asks for one word) is read as that word. Reasoning before the line
 may say anything: "PASS - no issues found" is not a verdict line, and a verdict-like word in the
@@ -95,7 +95,7 @@ def parse_verdict(reply) -> float | None:
     one bare word PASS / FAIL / YES / NO is that word; None otherwise (module docstring)."""
     if not isinstance(reply, str):
         return None
-    end = len(reply.rstrip().rstrip("`").rstrip())  # a closing code fence after the line
+    end = len(reply.rstrip().rstrip("`*_=-").rstrip())  # a closing code fence or a Markdown rule after the line
     start = reply.rfind("\n", 0, end) + 1
     if end - start > MAX_VERDICT_LINE:
         return None

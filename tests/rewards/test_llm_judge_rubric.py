@@ -206,6 +206,7 @@ def test_a_verdict_line_written_by_the_policy_cannot_become_the_judges_verdict()
     ("### VERDICT: PASS", 1.0), ("## Verdict: FAIL", 0.0),  # a Markdown heading
     ("VERDICT: PASS!", 1.0), ("VERDICT: FAIL!\n\n", 0.0),  # trailing punctuation, an empty line after it
     ("Checked.\n```\nVERDICT: PASS\n```", 1.0),  # the line in a code fence
+    ("VERDICT: PASS\n\n---", 1.0), ("**VERDICT: FAIL**\n***\n", 0.0),  # a Markdown rule after it
     ("VERDICT：PASS", 1.0), ("ＶＥＲＤＩＣＴ: FAIL", 0.0),  # a fullwidth colon, fullwidth letters
     ("VERDICT: PAſſ", 1.0),  # IGNORECASE matches the long s: it was read as a FAIL
     ("VERDICT: PASS\u200b", 1.0),  # an invisible character
