@@ -55,6 +55,20 @@ def config_notes(config: Config) -> list[str]:
             f"set (the preset's is {preset['advantage_estimator']}), and a key you set wins over the preset. "
             "If this config is a run's saved config.yaml (it holds every key), keep only algorithm.preset "
             "in its algorithm section to switch algorithm")
+    notes += _rubric_template_notes(config)
+    if algo.advantage_estimator == "token_reward" and "algorithm.advantage_estimator" in user_written(config):
+        if config.teacher.name_or_path is None:
+            notes.append(
+                "algorithm.advantage_estimator=token_reward without a teacher (teacher.name_or_path is null): a "
+                "token's advantage is its own reward, and only each row's last token holds one (the score), so "
+                "every other token trains on nothing. It is for on-policy distillation (docs/distillation.md): "
+                "set teacher.name_or_path, or use reinforce_plus_plus or grpo")
+        elif config.teacher.task_rewards:
+            notes.append(
+                "algorithm.advantage_estimator=token_reward with teacher.task_rewards=true: the task score sits "
+                "on each row's last token only, so it trains that last token alone (the teacher's rewards train "
+                "every token); set teacher.task_rewards=false for pure distillation (Thinking Machines' "
+                "setting), or use reinforce_plus_plus to carry the score back to every token")
     if algo.policy_loss == "gspo":
         if max(algo.clip_low, algo.clip_high) >= GSPO_CLIP_HINT:
             notes.append(
@@ -71,4 +85,24 @@ def config_notes(config: Config) -> list[str]:
             f"algorithm.policy_loss=cispo with a lower clip range of {algo.clip_low:g}: the importance "
             f"weight is kept above {1 - algo.clip_low:g}; CISPO usually has no lower bound "
             "(algorithm.pg_clip_low=1, set by algorithm.preset=cispo, with pg_clip_high 0.28)")
+    return notes
+
+
+def _rubric_template_notes(config: Config) -> list[str]:
+    """An ``llm_judge`` rubric template of the user's own that does not ask for the ``VERDICT:`` line
+    (one from before that line was the only place read: its judge's replies may now score 0)."""
+    notes = []
+    for i, reward in enumerate(config.rewards):
+        options = reward.options
+        template = options.get("rubric_template")
+        if reward.name != "llm_judge" or options.get("mode") != "rubric" or not isinstance(template, str):
+            continue
+        if "verdict" not in template.lower():
+            notes.append(
+                f"rewards[{i}].options.rubric_template does not ask for the judge's last line VERDICT: PASS or "
+                "VERDICT: FAIL, and only that line is read (or a reply that is one bare word PASS, FAIL, YES or "
+                "NO): a reply such as 'PASS. The response is polite.' scores 0 (counted in "
+                f"reward/{reward.label or reward.name}/criterion/not_a_verdict_frac); end the template with "
+                "'Reason briefly if you need to, then end your reply with one last line that is exactly "
+                "VERDICT: PASS or VERDICT: FAIL.'")
     return notes

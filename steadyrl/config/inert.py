@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .presets import ALGORITHM_PRESETS
+from .presets import ALGORITHM_PRESETS, DEFAULT_PRESET
 from .schema import Config
 
 WRITTEN_MARKER = "# steadyrl-written-keys:"
@@ -93,16 +93,38 @@ def written_in_file(text: str, raw: dict[str, Any]) -> set[str]:
     A run's ``config.yaml`` names them on its :data:`WRITTEN_MARKER` line, trusted while the file's
     hash line still matches. A run's file written before that line existed, or one edited since (a
     copy used as a new config: it holds every key resolved), counts the keys whose value differs
-    from the defaults of its preset. Any other file: every key in it."""
+    from the defaults of its preset (the preset itself counts when it is not the default one), and so
+    does any other dump of a whole config (:func:`_is_dump`: ``steadyrl config show``'s output). Any
+    other file: every key in it."""
     at = text.rfind("\n" + _HASH_MARKER)
     if at < 0:
-        return written_keys(raw)
+        keys = written_keys(raw)
+        return _differs_from_defaults(raw) if _is_dump(keys) else keys
     recorded = text[at + 1 + len(_HASH_MARKER):].split(maxsplit=1)[:1]
     intact = recorded == [hashlib.sha256(text[:at + 1].encode("utf-8")).hexdigest()]
     first = text[:text.find("\n") + 1 or len(text)]
-    if intact and first.startswith(WRITTEN_MARKER):
-        return {k for k in first[len(WRITTEN_MARKER):].split() if _KEY.match(k)}
+    if intact and first.startswith(WRITTEN_MARKER):  # a foreign run dir's line: only names of keys are kept
+        return {k for k in first[len(WRITTEN_MARKER):].split() if _KEY.match(k) and _names_a_key(k)}
     return _differs_from_defaults(raw)
+
+
+def _is_dump(keys: set[str]) -> bool:
+    """``keys`` (a file's) are a whole config's (``steadyrl config show``'s output, a run's config.yaml
+    without its hash line): at least half of the algorithm section's keys, which no hand-written file sets."""
+    algorithm = Config.model_fields["algorithm"].annotation.model_fields
+    return 2 * sum(key.startswith("algorithm.") for key in keys) >= len(algorithm)
+
+
+def _names_a_key(key: str) -> bool:
+    """``key`` is a dotted key :func:`written_keys` can return (a field that is not a section)."""
+    model: Any = Config
+    for part in key.split("."):
+        field = model.model_fields.get(part) if model is not None else None
+        if field is None:
+            return False
+        sub = field.annotation
+        model = sub if isinstance(sub, type) and issubclass(sub, BaseModel) else None
+    return model is None
 
 
 def _at(data: Any, key: str) -> Any:
@@ -117,6 +139,7 @@ def _differs_from_defaults(raw: dict[str, Any]) -> set[str]:
     base = dict(ALGORITHM_PRESETS.get(preset, {})) if isinstance(preset, str) else {}
     defaults = Config.model_validate({"algorithm": {"preset": preset, **base}} if base else {})
     plain = defaults.model_dump(mode="json")
+    plain["algorithm"]["preset"] = DEFAULT_PRESET  # a preset other than the default was written (a switched copy)
     return {key for key in written_keys(raw) if _at(raw, key) != _at(plain, key)}
 
 

@@ -180,7 +180,9 @@ class LlmJudgeOptions(RequestOptions, DeviceOptions):
     min_score: float = O(0, "Lowest grade.")
     max_score: float = O(10, "Highest grade (greater than min_score).")
     scale: bool = O(True, "Map the grade to [0, 1].")
-    max_new_tokens: int = O(16, "Length of the judge's reply (max_tokens; greedy for local).", ge=1)
+    max_new_tokens: int | None = O(None, "Length of the judge's reply (max_tokens; greedy for local); null = 16 "
+                                   "in score mode, 1024 in rubric mode (room to reason before the VERDICT line).",
+                                   ge=1)
     concurrency: int = O(8, "openai: requests in flight at once.", ge=1)
     request_timeout_s: float = O(30.0, "openai: time limit of one request.", gt=0)
     batch_size: int = O(8, "local: judge prompts per generate.", ge=1)

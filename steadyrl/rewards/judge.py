@@ -40,7 +40,15 @@ from .registry import register_reward
 from .rubric import Rubric
 from .judge_base import DEFAULT_TEMPLATE, RUBRIC_TEMPLATE, JudgeBase, ScoreParser, fill_template  # noqa: F401
 
-__all__ = ["ScoreParser", "fill_template", "HttpJudge", "llm_judge", "DEFAULT_TEMPLATE", "RUBRIC_TEMPLATE"]
+__all__ = ["ScoreParser", "fill_template", "HttpJudge", "llm_judge", "DEFAULT_TEMPLATE", "RUBRIC_TEMPLATE",
+           "RUBRIC_MAX_NEW_TOKENS", "SCORE_MAX_NEW_TOKENS"]
+SCORE_MAX_NEW_TOKENS = 16
+"""The judge's reply length in score mode (``max_new_tokens: null``): a number."""
+RUBRIC_MAX_NEW_TOKENS = 1024
+"""The judge's reply length in rubric mode (``max_new_tokens: null``): room to reason before its last
+line, the verdict (a reply cut before it holds no verdict and scores 0)."""
+
+
 class HttpJudge(JudgeBase, CachedReward):
     """``llm_judge`` with ``backend: openai``: one chat-completions request per sample."""
 
@@ -104,7 +112,7 @@ class HttpJudge(JudgeBase, CachedReward):
 def llm_judge(*, backend: str = "openai", model: str, base_url: str | None = None, api_key_env: str | None = None,
               template: str = DEFAULT_TEMPLATE, system_prompt: str | None = None, pattern: str | None = None,
               min_score: float = 0, max_score: float = 10, scale: bool = True, answer_key: str = "answer",
-              max_new_tokens: int = 16, concurrency: int = 8, retries: int = 3, backoff_s: float = 1.0,
+              max_new_tokens: int | None = None, concurrency: int = 8, retries: int = 3, backoff_s: float = 1.0,
               request_timeout_s: float = 30.0, check_url: bool = True, batch_size: int = 8,
               revision: str | None = None, device: str = "auto", dtype: str = "auto",
               cache_size: int = DEFAULT_CACHE_SIZE, mode: str = "score", criteria: list | None = None,
@@ -112,6 +120,8 @@ def llm_judge(*, backend: str = "openai", model: str, base_url: str | None = Non
     """An LLM judge's score of each completion (module docstring)."""
     parser = ScoreParser(pattern, min_score, max_score, scale)  # options checked: LlmJudgeOptions
     rubric = Rubric(criteria, criteria_key) if mode == "rubric" else None
+    if max_new_tokens is None:
+        max_new_tokens = SCORE_MAX_NEW_TOKENS if rubric is None else RUBRIC_MAX_NEW_TOKENS
     judged = {"rubric": rubric, "rubric_template": rubric_template}
     if backend == "local":
         from .judge_local import LocalJudge

@@ -13,16 +13,20 @@ so ``0 <= r_i <= 1`` exactly.)
 The judge is asked (:data:`~steadyrl.rewards.judge_base.RUBRIC_TEMPLATE`) to end its reply with a line of
 its own, ``VERDICT: PASS`` or ``VERDICT: FAIL``, and only that place is read: the reply's last
 non-empty line, at most :data:`MAX_VERDICT_LINE` characters, must be exactly that (any case,
-Markdown emphasis around the words allowed). A reply that is one bare verdict word and nothing else
-(``PASS``, ``fail``, ``yes``, ``No.``: a template that asks for one word) is read as that word.
-Reasoning before the line may say anything: "PASS - no issues found" is not a verdict line, and
-a verdict-like word in the reasoning never counts. Finding the last line is one backward scan
-(``str.rfind``): linear in the reply, whatever its length.
+Markdown emphasis around the words, a heading's ``#``, a final ``.`` or ``!`` and a closing code fence
+or rule after it allowed; read as it looks: fullwidth, lookalike and invisible characters folded,
+:func:`_fold_char`). A reply that is one bare verdict word and nothing else (``PASS``, ``fail``,
+``yes``, ``No.``: a template that asks for one word) is read as that word. Reasoning before the line
+may say anything: "PASS - no issues found" is not a verdict line, and a verdict-like word in the
+reasoning never counts. Finding the last line is one backward scan (``str.rfind``): linear in the
+reply, whatever its length.
 
 The response under judgement is written by the policy: it may hold a ``VERDICT: PASS`` line of its
 own, for the judge to copy or quote. Before it goes into the question, each ``verdict:`` in it becomes
-``verdict (quoted):`` (:func:`defuse_verdicts`, one linear pass), so no line the judge copies out of
-the response can be read as the judge's verdict.
+``verdict (quoted):`` (:func:`defuse_verdicts`, one linear pass; a label is found as it reads, so one
+in fullwidth or lookalike letters, with a fullwidth colon or invisible characters is defused too), so no
+line the judge copies out of the response, even with its Unicode normalised, can be read as the
+judge's verdict.
 
 A reply without a verdict is model-written noise: that criterion scores 0 and is counted
 (``criterion/not_a_verdict_frac``); a request that fails outright (the server, after its
@@ -38,10 +42,14 @@ in its list; logged as ``reward/<name>/criterion/<k>/pass_rate``) for ``k < MAX_
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
 import json
 import math
 import re
 import threading
+import unicodedata
 
 from ..errors import ConfigError
 from .http_client import RequestFailed
@@ -58,10 +66,33 @@ MAX_VERDICT_LINE = 200
 """Characters of the reply's last line read for ``VERDICT: PASS|FAIL`` (a longer line is no verdict)."""
 
 _MARKUP = r"[*_`\s]*"
-_VERDICT_LINE = re.compile(rf"{_MARKUP}verdict{_MARKUP}:{_MARKUP}(pass|fail){_MARKUP}\.?{_MARKUP}", re.IGNORECASE)
-_BARE_WORD = re.compile(rf"{_MARKUP}(pass|fail|yes|no){_MARKUP}\.?{_MARKUP}", re.IGNORECASE)
-_VERDICT_LABEL = re.compile(r"(verdict)(?=[*_`\s]*:)", re.IGNORECASE)
+_ASCII = re.IGNORECASE | re.ASCII  # matched on folded text (_fold): no Unicode case-folding (the long s is not s)
+_VERDICT_LINE = re.compile(rf"#*{_MARKUP}verdict{_MARKUP}:{_MARKUP}(pass|fail){_MARKUP}[.!]?{_MARKUP}", _ASCII)
+_BARE_WORD = re.compile(rf"{_MARKUP}(pass|fail|yes|no){_MARKUP}[.!]?{_MARKUP}", _ASCII)
+_VERDICT_LABEL = re.compile(r"(verdict)(?=[*_`\s]*:)", _ASCII)
 _PASSING = {"pass", "yes"}
+_LOOKALIKES = {ord(k): v for k, v in {
+    "\u0430": "a", "\u0410": "A", "\u0391": "A", "\u0441": "c", "\u0421": "C", "\u03f2": "c", "\u03f9": "C",
+    "\u0501": "d", "\u0435": "e", "\u0415": "E", "\u0395": "E", "\u0456": "i", "\u0406": "I", "\u0399": "I",
+    "\u0131": "i", "\u04cf": "l", "\u0440": "p", "\u0420": "P", "\u03a1": "P", "\u0455": "s", "\u0405": "S",
+    "\u0422": "T", "\u03a4": "T", "\u03bd": "v", "\u0475": "v", "\u0474": "V",
+    "\u2236": ":", "\ua789": ":", "\u02d0": ":", "\u02f8": ":", "\u05c3": ":", "\u0589": ":",
+    "\u2028": " ", "\u2029": " ", "\x85": " ",
+}.items()}
+"""Letters of VERDICT / PASS / FAIL (and colons, and line breaks other than ``\\n``) in other scripts
+that read as the Latin ones."""
+
+
+@functools.lru_cache(maxsize=65536)
+def _fold_char(c: str) -> str:
+    """How a character reads: its compatibility decomposition (fullwidth, mathematical and ligature
+    forms, the long s), without accents and invisible characters, lookalike letters as Latin ones."""
+    return "".join(d.translate(_LOOKALIKES) for d in unicodedata.normalize("NFKD", c)
+                   if unicodedata.category(d) not in ("Mn", "Me", "Cf"))
+
+
+def _fold(text: str) -> str:
+    return text if text.isascii() else "".join(map(_fold_char, text))
 
 
 def parse_verdict(reply) -> float | None:
@@ -69,19 +100,29 @@ def parse_verdict(reply) -> float | None:
     one bare word PASS / FAIL / YES / NO is that word; None otherwise (module docstring)."""
     if not isinstance(reply, str):
         return None
-    end = len(reply.rstrip())
+    end = len(reply.rstrip().rstrip("`*_=-").rstrip())  # a closing code fence or a Markdown rule after the line
     start = reply.rfind("\n", 0, end) + 1
     if end - start > MAX_VERDICT_LINE:
         return None
-    line = reply[start:end]
+    line = _fold(reply[start:end])
     match = _VERDICT_LINE.fullmatch(line) or (_BARE_WORD.fullmatch(line) if not reply[:start].strip() else None)
     return None if match is None else float(match.group(1).lower() in _PASSING)
 
 
 def defuse_verdicts(text: str) -> str:
     """``text`` (model-written) with every ``verdict`` label before a colon made ``verdict (quoted)``:
-    a line copied out of it never reads as a verdict line. One linear pass."""
-    return _VERDICT_LABEL.sub(r"\1 (quoted)", text)
+    a line copied out of it never reads as a verdict line, even copied with its Unicode normalised
+    (a label found in the text as it reads: :func:`_fold_char`). One linear pass."""
+    if text.isascii():
+        return _VERDICT_LABEL.sub(r"\1 (quoted)", text)
+    pieces = [_fold_char(c) for c in text]
+    ends = list(itertools.accumulate(map(len, pieces)))  # the folded text's length after each character
+    out, at = [], 0
+    for match in _VERDICT_LABEL.finditer("".join(pieces)):
+        cut = bisect.bisect_left(ends, match.end()) + 1  # after the character holding the label's last letter
+        out += [text[at:cut], " (quoted)"]
+        at = cut
+    return "".join(out) + text[at:]
 
 
 def _criterion(item, where: str) -> tuple[str, float]:

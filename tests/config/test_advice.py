@@ -71,3 +71,19 @@ def test_the_estimator_options_table_matches_the_registry():
 
     assert ESTIMATOR_OPTIONS == {n: e.options for n, e in ADVANTAGE_ESTIMATORS.items() if e.options}
     assert CRITIC_ESTIMATORS == tuple(n for n, e in ADVANTAGE_ESTIMATORS.items() if e.needs_values)
+
+
+def test_token_reward_where_only_the_last_token_holds_a_reward_gets_a_note():
+    """token_reward makes each token's own reward its advantage: without a teacher only a row's last
+    token holds one (the score), so every other token trains on nothing; with the task's rewards mixed
+    in, the task score reaches only that last token."""
+    def notes(*overrides):
+        return [n for n in config_notes(load_config(None, ["algorithm.advantage_estimator=token_reward",
+                                                           "algorithm.kl_mode=none", *overrides]))
+                if "token_reward" in n]
+
+    alone = notes()
+    assert len(alone) == 1 and "teacher.name_or_path" in alone[0] and "last token" in alone[0], alone
+    mixed = notes("teacher.name_or_path=x/teacher")
+    assert len(mixed) == 1 and "teacher.task_rewards" in mixed[0] and "last token" in mixed[0], mixed
+    assert notes("teacher.name_or_path=x/teacher", "teacher.task_rewards=false") == []

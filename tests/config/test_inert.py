@@ -75,7 +75,7 @@ _VALUES = {"algorithm.kl_coef": "0.04", "algorithm.kl_estimator": "k2", "algorit
            "algorithm.norm_length": "64", "algorithm.overlong_penalty_factor": "0.5",
            "algorithm.overlong_scope": "turn", "model.bf16_update": "stochastic_rounding", "teacher.revision": "main",
            "teacher.dtype": "bfloat16", "teacher.device": "cpu", "teacher.trust_remote_code": "true",
-           "teacher.distill_coef": "0.5", "teacher.task_rewards": "false",
+           "teacher.distill_coef": "0.5", "teacher.task_rewards": "false", "teacher.name_or_path": "x/teacher",
            "algorithm.policy_loss": "sapo"}
 
 
@@ -216,3 +216,47 @@ def test_an_edited_copy_of_a_run_config_counts_what_differs_from_the_defaults(tm
     notes = config_notes(load_config(tmp_path / "copy.yaml"))
     assert [n for n in notes if n.startswith("algorithm.overlong_penalty_factor=0.5 has no effect")], notes
     assert len(notes) == 1, notes
+
+
+def test_a_copied_run_config_whose_preset_is_switched_still_gets_the_preset_note(tmp_path):
+    """The case the preset note was written for: a run's config.yaml holds every key, so editing only
+    its preset runs a mix of two algorithms. The edited copy's preset differs from the default
+    preset: the user wrote it, even though it equals the preset it names."""
+    write_run_config(load_config(None, []), tmp_path)
+    text = (tmp_path / "config.yaml").read_text()
+    (tmp_path / "copy.yaml").write_text(text.replace("preset: grpo", "preset: ppo"))
+    notes = config_notes(load_config(tmp_path / "copy.yaml"))
+    assert [n for n in notes if n.startswith("algorithm.preset=ppo but algorithm.advantage_estimator=grpo")], notes
+
+
+def test_a_foreign_written_keys_line_keeps_only_names_of_config_keys(tmp_path):
+    """A run directory from elsewhere may hold any line under a matching hash: names that are no config
+    key are dropped at load, so they are not carried into every later run's config.yaml."""
+    from steadyrl.config.loading import dump_config
+
+    junk = " ".join(f"zz{i}.a" for i in range(1000)) + " algorithm.kl_coef model algorithm.kl_coef.x trainer"
+    (tmp_path / "config.yaml").write_text(with_hash_line(f"# steadyrl-written-keys: {junk}\n"
+                                                         + dump_config(load_config(None, []))))
+    config = load_config(tmp_path / "config.yaml")
+    assert config._written == {"algorithm.kl_coef"}
+    out = tmp_path / "next"
+    out.mkdir()
+    write_run_config(config, out)
+    assert (out / "config.yaml").read_text().splitlines()[0] == "# steadyrl-written-keys: algorithm.kl_coef"
+
+
+def test_the_output_of_config_show_used_as_a_config_gets_notes_only_for_what_was_changed(tmp_path):
+    """``steadyrl config show > my.yaml`` writes every key (its help as comments): the file is a dump of
+    a whole config, like a run's config.yaml, so only the keys that differ from the defaults count as
+    written (before: a note for each of ~20 defaults that cannot act under the defaults)."""
+    from steadyrl.config.show import render_config
+
+    for config in (load_config(None, [], demo=False), load_config(None, [])):
+        (tmp_path / "my.yaml").write_text(render_config(config))
+        assert config_notes(load_config(tmp_path / "my.yaml")) == []
+    text = render_config(load_config(None, []))  # the demo: kl_mode none
+    (tmp_path / "my.yaml").write_text(text.replace("kl_coef: 0.001", "kl_coef: 0.05", 1))
+    notes = config_notes(load_config(tmp_path / "my.yaml"))
+    assert len(notes) == 1 and notes[0].startswith("algorithm.kl_coef=0.05 has no effect"), notes
+
+
