@@ -116,7 +116,8 @@ class _StandIn:
     _compute_loss = GRPOTrainer._compute_loss
 
     def __init__(self, loss_type, logps, entropies, *, eps_low=0.2, eps_high=0.28, beta=0.0, level="token",
-                 top_entropy_quantile=1.0, max_completion_length=8, sapo=(1.0, 1.05), delta=None):
+                 top_entropy_quantile=1.0, max_completion_length=8, sapo=(1.0, 1.05), delta=None,
+                 bias_correction_kl=False):
         self.loss_type, self.beta, self.importance_sampling_level = loss_type, beta, level
         self.epsilon_low, self.epsilon_high = eps_low, eps_high
         self.top_entropy_quantile, self.max_completion_length = top_entropy_quantile, max_completion_length
@@ -124,7 +125,7 @@ class _StandIn:
         self._entropy_bonus_enabled = self.aux_loss_enabled = False
         self.model, self.current_gradient_accumulation_steps = SimpleNamespace(training=True), 1
         self.accelerator, self._metrics = _Accelerator(), defaultdict(lambda: defaultdict(list))
-        self.args = SimpleNamespace(use_bias_correction_kl=False, delta=delta, steps_per_generation=1,
+        self.args = SimpleNamespace(use_bias_correction_kl=bias_correction_kl, delta=delta, steps_per_generation=1,
                                     sapo_temperature_pos=sapo[0], sapo_temperature_neg=sapo[1])
         self._out = (logps, entropies)
 
@@ -320,6 +321,25 @@ def test_trls_k3_kl_term_is_steadyrls_k3_in_the_loss(seed):
     k3 = kl_penalty(logps, ref, "k3")
     ours = (k3 * mask).sum() / mask.sum()
     assert (with_kl - without).item() == pytest.approx(beta * ours.item(), rel=1e-9)
+
+
+def test_trls_default_bias_corrected_kl_has_the_same_value_on_policy_but_another_gradient():
+    """Intended difference (docs/migrating.md, ``beta``): TRL 1.16 multiplies the k3 term by the
+    ratio by default (``use_bias_correction_kl=True``, DeepSeek-V3.2); the ratio is differentiable,
+    so even on-policy (ratio exactly 1) its gradient carries ``beta * k3 * grad log pi`` more.
+    steadyrl's ``kl_mode: loss`` is TRL with ``use_bias_correction_kl=False`` (the test above)."""
+    logps, _, adv, mask, ref, _ = _policy_batch(1)
+    old, beta = logps.detach().clone(), 0.04  # on-policy: ratio 1
+    grads, values = {}, {}
+    for corrected in (False, True):
+        lp = logps.clone().requires_grad_(True)
+        loss = _trl_loss("bnpo", lp, old, adv, mask, ref=ref, beta=beta, bias_correction_kl=corrected)
+        loss.backward()
+        grads[corrected], values[corrected] = lp.grad, loss.item()
+    assert values[True] == pytest.approx(values[False], rel=1e-12)
+    k3 = kl_penalty(logps, ref, "k3")
+    torch.testing.assert_close(grads[True] - grads[False], beta * k3 * mask / mask.sum(), rtol=1e-9, atol=1e-15)
+    assert (grads[True] - grads[False]).abs().max() > 1e-4
 
 
 def test_k3_differs_from_trls_only_where_the_seed_clamps_bind():
