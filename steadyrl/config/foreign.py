@@ -30,9 +30,12 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "epsilon_high": (_TRL, "algorithm.pg_clip_high (the same number, except with TRL's loss_type=cispo, where "
                           "epsilon_high caps the weight itself: pg_clip_high = epsilon_high - 1)"),
     "delta": (_TRL, "algorithm.dual_clip=true with algorithm.dual_clip_c set to delta"),
+    "use_bias_correction_kl": (_TRL, "nothing: algorithm.kl_mode=loss is TRL's use_bias_correction_kl=false "
+                                     "(the k3 term not multiplied by the ratio); there is no corrected term"),
     "loss_type": (_TRL, "algorithm.loss_agg_mode (dapo/bnpo = token-mean, grpo = seq-mean-token-mean, "
                         "dr_grpo = seq-mean-token-sum-norm), or algorithm.preset=cispo for cispo, "
-                        "algorithm.policy_loss=sapo for sapo"),
+                        "algorithm.policy_loss=sapo for sapo, algorithm.policy_loss=gspo with "
+                        "loss_agg_mode=seq-mean-token-sum for luspo"),
     "multi_objective_aggregation": (_TRL, "algorithm.reward_aggregation (sum_then_normalize = sum, "
                                           "normalize_then_sum = normalize_then_sum)"),
     "sapo_temperature_pos": (_TRL, "algorithm.sapo_tau_pos"),

@@ -213,11 +213,27 @@ def _ratio_one_loss(c: Config) -> str | None:
 
 _PG_CLIPS = ("algorithm.pg_clip", "algorithm.pg_clip_low", "algorithm.pg_clip_high")
 
+_GDPO_REPLACES = ("algorithm.reward_clip", "algorithm.reward_norm_mean", "algorithm.reward_norm_std",
+                  "algorithm.reward_norm_by_domain", "algorithm.norm_by_std")
+"""What GDPO's advantage is made without (trainer/processing.py's ``_gdpo`` reads the reward
+functions' raw scores): the score's clip and normalisation, and GRPO's std division."""
+
+
+def _gdpo_replaces(c: Config) -> str | None:
+    if c.algorithm.reward_aggregation != "normalize_then_sum" or len(c.rewards) < 2:
+        return None  # with one reward function there is nothing to aggregate: GRPO's path, where they act
+    if c.teacher.name_or_path is not None and not c.teacher.task_rewards:
+        return None  # pure distillation: no reward function enters, GRPO's path on the teacher's signal
+    return ("algorithm.reward_aggregation=normalize_then_sum (GDPO) builds the advantage from each reward "
+            "function's raw scores, normalised in its group and then over the batch; set "
+            "algorithm.reward_aggregation=sum for the score's clip and normalisation to act")
+
 RULES: tuple[Rule, ...] = (
     Rule(("algorithm.kl_coef", "algorithm.kl_estimator", "algorithm.kl_target", "algorithm.kl_horizon"), _kl_off),
     Rule(("algorithm.kl_horizon",), _when(lambda c: c.algorithm.kl_target is None,
                                           "algorithm.kl_target is null (a fixed kl_coef, no adaptive controller)")),
     *(Rule((f"algorithm.{k}",), _estimator_ignores(k)) for k in ("gamma", "lam", "norm_by_std", "group_stats")),
+    Rule(_GDPO_REPLACES, _gdpo_replaces),
     Rule(("algorithm.value_clip",), _when(
         lambda c: c.algorithm.advantage_estimator not in CRITIC_ESTIMATORS,
         lambda c: f"algorithm.advantage_estimator={c.algorithm.advantage_estimator} trains no value model "

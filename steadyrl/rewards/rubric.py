@@ -135,9 +135,13 @@ def _criterion(item, where: str) -> tuple[str, float]:
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_CRITERION_CHARS:
         raise ValueError(f"{where}: a criterion's text must be a non-empty string of at most "
                          f"{MAX_CRITERION_CHARS} characters")
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
-        raise ValueError(f"{where}: criterion weight {weight!r} must be a finite number > 0")
-    return text, float(weight)
+    try:  # an int past float's range (JSON / YAML read 400 digits as one) is no finite weight either
+        value = float(weight) if isinstance(weight, (int, float)) and not isinstance(weight, bool) else None
+    except OverflowError:
+        value = None
+    if value is None or not 0 < value < float("inf"):
+        raise ValueError(f"{where}: criterion weight {str(weight)[:40]!r} must be a finite number > 0")
+    return text, value
 
 
 def parse_criteria(value, where: str) -> list[tuple[str, float]]:

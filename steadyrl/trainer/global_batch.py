@@ -15,7 +15,7 @@ one process every function here is the identity and costs nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, field, fields
 
 import torch
 
@@ -24,28 +24,37 @@ from ..metrics import Metrics
 from ..rewards.scoring import ScoreResult
 from ..rollout.episodes import turn_reward_tensor
 
-PER_TOKEN = ("response_mask", "policy_mask", "old_logprobs", "ref_logprobs", "values", "rollout_logprobs",
-             "teacher_logprobs")
+BATCH, STEP = "batch", "step"
+"""Where a :class:`GlobalSamples` field comes from: ``BATCH``, the per-token (``RESPONSE`` layout)
+:class:`~steadyrl.trainer.batch.TrainBatch` field of the same name, every rank's rows gathered and
+padded right to the longest response; ``STEP``, the step's other results (scores, the generation,
+dynamic sampling), each gathered its own way in :func:`gather_samples`."""
+
+
+def _from(source: str, default=MISSING):
+    """A :class:`GlobalSamples` field declaring its ``source`` (``BATCH`` or ``STEP``)."""
+    return field(default=default, metadata={"source": source})
 
 
 @dataclass
 class GlobalSamples:
-    result: ScoreResult  # every rank's scores, in rank order
-    response_mask: torch.Tensor  # [N, R_max]
-    policy_mask: torch.Tensor  # [N, R_max] the policy's own tokens (observations excluded)
-    truncated: torch.Tensor  # [N]
-    old_logprobs: torch.Tensor | None
-    ref_logprobs: torch.Tensor | None
-    values: torch.Tensor | None
-    rollout_logprobs: torch.Tensor | None
-    prompt_lengths: list[int]  # every rank's prompts
-    tokens: int  # prompt + response tokens of the whole step
-    rows: slice  # this rank's rows
-    width: int  # this rank's response length
-    episodes: list | None = None  # multi-turn: every rank's EpisodeInfo, in rank order
-    turn_rewards: torch.Tensor | None = None  # [N, R_max] earlier turns' environment rewards, or None
-    selected: torch.Tensor | None = None  # [N] rows dynamic sampling lets train (None: every row)
-    teacher_logprobs: torch.Tensor | None = None  # [N, R_max] on-policy distillation's teacher, or None
+    result: ScoreResult = _from(STEP)  # every rank's scores, in rank order
+    response_mask: torch.Tensor = _from(BATCH)  # [N, R_max]
+    policy_mask: torch.Tensor = _from(BATCH)  # [N, R_max] the policy's own tokens (observations excluded)
+    truncated: torch.Tensor = _from(STEP)  # [N]
+    old_logprobs: torch.Tensor | None = _from(BATCH)
+    ref_logprobs: torch.Tensor | None = _from(BATCH)
+    values: torch.Tensor | None = _from(BATCH)
+    rollout_logprobs: torch.Tensor | None = _from(BATCH)
+    prompt_lengths: list[int] = _from(STEP)  # every rank's prompts
+    tokens: int = _from(STEP)  # prompt + response tokens of the whole step
+    rows: slice = _from(STEP)  # this rank's rows
+    width: int = _from(STEP)  # this rank's response length
+    episodes: list | None = _from(STEP, None)  # multi-turn: every rank's EpisodeInfo, in rank order
+    turn_rewards: torch.Tensor | None = _from(STEP, None)  # [N, R_max] earlier turns' environment rewards
+    # [N] rows dynamic sampling lets train (None: every row); not TrainBatch.selected (the token selection)
+    selected: torch.Tensor | None = _from(STEP, None)
+    teacher_logprobs: torch.Tensor | None = _from(BATCH, None)  # [N, R_max] on-policy distillation's teacher
 
     def mine(self, x: torch.Tensor | None) -> torch.Tensor | None:
         """This rank's rows of a global ``[N]`` or ``[N, R_max]`` tensor (its own response length)."""
@@ -53,6 +62,11 @@ class GlobalSamples:
             return None
         x = x[self.rows]
         return x[:, : self.width] if x.dim() == 2 else x
+
+
+PER_TOKEN = tuple(f.name for f in fields(GlobalSamples) if f.metadata["source"] == BATCH)
+"""The ``[N, R_max]`` fields :func:`gather_samples` takes from the batch by name: those declared
+``BATCH`` above (one place: a new one cannot be declared and left ungathered, silently None)."""
 
 
 def _pad_right(x: torch.Tensor, width: int) -> torch.Tensor:

@@ -14,6 +14,9 @@ torch.set_num_threads(1)
 
 _NO_DEMO = {"demo": False}
 
+_GDPO = ["algorithm.reward_aggregation=normalize_then_sum"]
+_TWO_REWARDS = ["rewards=[{name: math}, {name: format}]"]
+
 # key written, overrides where it cannot act (with a piece of the reason), overrides where it acts
 CASES = [
     ("algorithm.kl_coef", ["algorithm.kl_mode=none"], "kl_mode is none", ["algorithm.kl_mode=loss"]),
@@ -61,6 +64,12 @@ CASES = [
     ("algorithm.policy_loss", [], "makes the ratio pi / pi_old exactly 1", ["trainer.ppo_epochs=2"]),
     *((f"teacher.{k}", [], "teacher.name_or_path is null", ["teacher.name_or_path=some/teacher"])
       for k in ("revision", "dtype", "device", "trust_remote_code", "distill_coef", "task_rewards")),
+    # GDPO with two reward functions reads their raw scores: before, these were silently ignored
+    *((f"algorithm.{k}", [*_GDPO, *_TWO_REWARDS, *extra], "normalize_then_sum (GDPO) builds the advantage",
+       [*_GDPO, "rewards=[{name: math}]", *extra]) for k, extra in (
+        ("reward_clip", []), ("reward_norm_mean", []), ("reward_norm_std", []), ("norm_by_std", []),
+        ("reward_norm_by_domain", ["algorithm.reward_norm_mean=group", "algorithm.reward_norm_std=group",
+                                   "data.domain_key=domain"]))),
 ]
 
 _VALUES = {"algorithm.kl_coef": "0.04", "algorithm.kl_estimator": "k2", "algorithm.kl_target": "0.1",
@@ -75,8 +84,9 @@ _VALUES = {"algorithm.kl_coef": "0.04", "algorithm.kl_estimator": "k2", "algorit
            "algorithm.norm_length": "64", "algorithm.overlong_penalty_factor": "0.5",
            "algorithm.overlong_scope": "turn", "model.bf16_update": "stochastic_rounding", "teacher.revision": "main",
            "teacher.dtype": "bfloat16", "teacher.device": "cpu", "teacher.trust_remote_code": "true",
-           "teacher.distill_coef": "0.5", "teacher.task_rewards": "false", "teacher.name_or_path": "x/teacher",
-           "algorithm.policy_loss": "sapo"}
+           "teacher.distill_coef": "0.5", "teacher.task_rewards": "false",
+           "algorithm.policy_loss": "sapo", "algorithm.reward_clip": "1", "algorithm.reward_norm_mean": "group",
+           "algorithm.reward_norm_std": "group", "algorithm.reward_norm_by_domain": "true"}
 
 
 def _notes_on(key: str, overrides: list[str]) -> list[str]:
@@ -260,3 +270,23 @@ def test_the_output_of_config_show_used_as_a_config_gets_notes_only_for_what_was
     assert len(notes) == 1 and notes[0].startswith("algorithm.kl_coef=0.05 has no effect"), notes
 
 
+def test_gdpos_advantage_is_the_same_whatever_the_keys_its_note_names():
+    """The note is true: with two reward functions GDPO reads their raw scores, so the score's clip
+    and normalisation and GRPO's std division leave every advantage as it was."""
+    from steadyrl.trainer.processing import RewardComponents, RewardInputs, process_rewards
+
+    g = torch.Generator().manual_seed(0)
+    components = torch.randn(8, 2, generator=g, dtype=torch.float64) * 3
+    parts = RewardComponents(components, torch.ones(8, 2, dtype=torch.bool),
+                             torch.tensor([1.0, 0.5], dtype=torch.float64), ["a", "b"])
+    scores = components[:, 0] + 0.5 * components[:, 1]
+    mask, valid, truncated = torch.ones(8, 3, dtype=torch.long), torch.ones(8, dtype=torch.bool), torch.zeros(8)
+
+    def advantages(*overrides):
+        algo = load_config(None, [*_GDPO, *overrides], **_NO_DEMO).algorithm
+        return process_rewards(RewardInputs(scores, valid, mask, truncated, 4, components=parts), algo).advantages
+
+    plain = advantages()
+    for overrides in (["algorithm.reward_clip=0.1"], ["algorithm.norm_by_std=false"],
+                      ["algorithm.reward_norm_mean=batch", "algorithm.reward_norm_std=batch"]):
+        assert torch.equal(advantages(*overrides), plain), overrides

@@ -4,7 +4,8 @@ Called directly: ``trl.trainer.utils.selective_log_softmax``, ``entropy_from_log
 ``GRPOTrainer.get_high_entropy_mask``; TRL's whole policy loss ``GRPOTrainer._compute_loss`` on a
 minimal stand-in trainer (its model pass replaced by the given log-probs), for every ``loss_type``
 steadyrl has an equivalent of (grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, and GSPO as
-``importance_sampling_level="sequence"``), with its k3 KL term (``beta``) and its entropy mask
+``importance_sampling_level="sequence"``; vespo has none, and the set is read from TRL's code),
+with its k3 KL term (``beta``), its ratio cap (``delta``, steadyrl's dual clip) and its entropy mask
 (``top_entropy_quantile``). The advantages and the vLLM importance-sampling weights, which TRL has
 only inline in its generation methods, are in test_vs_trl_advantages.py.
 
@@ -115,7 +116,8 @@ class _StandIn:
     _compute_loss = GRPOTrainer._compute_loss
 
     def __init__(self, loss_type, logps, entropies, *, eps_low=0.2, eps_high=0.28, beta=0.0, level="token",
-                 top_entropy_quantile=1.0, max_completion_length=8, sapo=(1.0, 1.05)):
+                 top_entropy_quantile=1.0, max_completion_length=8, sapo=(1.0, 1.05), delta=None,
+                 bias_correction_kl=False):
         self.loss_type, self.beta, self.importance_sampling_level = loss_type, beta, level
         self.epsilon_low, self.epsilon_high = eps_low, eps_high
         self.top_entropy_quantile, self.max_completion_length = top_entropy_quantile, max_completion_length
@@ -123,7 +125,7 @@ class _StandIn:
         self._entropy_bonus_enabled = self.aux_loss_enabled = False
         self.model, self.current_gradient_accumulation_steps = SimpleNamespace(training=True), 1
         self.accelerator, self._metrics = _Accelerator(), defaultdict(lambda: defaultdict(list))
-        self.args = SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1,
+        self.args = SimpleNamespace(use_bias_correction_kl=bias_correction_kl, delta=delta, steps_per_generation=1,
                                     sapo_temperature_pos=sapo[0], sapo_temperature_neg=sapo[1])
         self._out = (logps, entropies)
 
@@ -208,6 +210,43 @@ def test_every_trl_loss_type_equals_its_steadyrl_equivalent_in_value_and_gradien
     assert theirs_lp.grad.abs().sum() > 0
 
 
+NO_EQUIVALENT = {"vespo"}  # docs/migrating.md: TRL loss types steadyrl does not have
+
+
+def test_every_loss_type_trls_compute_loss_knows_is_compared_or_named_as_missing():
+    """TRL's own ``_compute_loss`` decides which loss types exist: a new one in a TRL release fails
+    here until it is given an equivalent above or named as missing (and in docs/migrating.md)."""
+    import inspect
+    import re
+
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    named = re.findall(r"self\.loss_type (?:==|in|!=) (\[[^\]]*\]|\"[^\"]*\")", source)
+    trl_types = {t for group in named for t in re.findall(r'"([a-z_]+)"', group)}
+    assert {"grpo", "dapo", "cispo"} <= trl_types  # the pattern still reads TRL's code
+    assert trl_types == (set(EQUIVALENTS) - {"gspo"}) | NO_EQUIVALENT  # gspo is grpo at sequence level
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dapo", "dr_grpo"])
+def test_trls_delta_is_steadyrls_dual_clip_with_c_equal_to_delta(loss_type, seed):
+    """docs/migrating.md: TRL's ``delta`` caps the ratio, which binds only for negative advantages
+    (for positive ones the clip at 1 + epsilon_high binds first): ``dual_clip`` with ``c = delta``.
+    Ratios up to e^3 on both signs of advantage, so the cap binds on some tokens of each batch."""
+    logps, old, adv, mask, _, _ = _policy_batch(seed, spread=1.5)
+    delta = 1.5
+    r = torch.exp(logps - old)
+    assert bool(((r > delta) & (adv.unsqueeze(-1) < 0) & (mask > 0)).any())
+    theirs_lp, ours_lp = logps.clone().requires_grad_(True), logps.clone().requires_grad_(True)
+    theirs = _trl_loss(loss_type, theirs_lp, old, adv, mask, delta=delta)
+    ours = _ours(loss_type, ours_lp, old, adv, mask, dual_clip=delta)
+    theirs.backward()
+    ours.backward()
+    assert ours.item() == pytest.approx(theirs.item(), rel=1e-7, abs=1e-12)
+    torch.testing.assert_close(ours_lp.grad, theirs_lp.grad, rtol=1e-7, atol=1e-12)
+    without = _ours(loss_type, logps, old, adv, mask)
+    assert without.item() != pytest.approx(ours.item(), rel=1e-6)  # the cap changed the loss
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("loss_type", sorted(EQUIVALENTS))
 def test_an_all_masked_micro_batch_is_zero_loss_and_zero_gradient_in_both(loss_type, dtype):
@@ -282,6 +321,25 @@ def test_trls_k3_kl_term_is_steadyrls_k3_in_the_loss(seed):
     k3 = kl_penalty(logps, ref, "k3")
     ours = (k3 * mask).sum() / mask.sum()
     assert (with_kl - without).item() == pytest.approx(beta * ours.item(), rel=1e-9)
+
+
+def test_trls_default_bias_corrected_kl_has_the_same_value_on_policy_but_another_gradient():
+    """Intended difference (docs/migrating.md, ``beta``): TRL 1.16 multiplies the k3 term by the
+    ratio by default (``use_bias_correction_kl=True``, DeepSeek-V3.2); the ratio is differentiable,
+    so even on-policy (ratio exactly 1) its gradient carries ``beta * k3 * grad log pi`` more.
+    steadyrl's ``kl_mode: loss`` is TRL with ``use_bias_correction_kl=False`` (the test above)."""
+    logps, _, adv, mask, ref, _ = _policy_batch(1)
+    old, beta = logps.detach().clone(), 0.04  # on-policy: ratio 1
+    grads, values = {}, {}
+    for corrected in (False, True):
+        lp = logps.clone().requires_grad_(True)
+        loss = _trl_loss("bnpo", lp, old, adv, mask, ref=ref, beta=beta, bias_correction_kl=corrected)
+        loss.backward()
+        grads[corrected], values[corrected] = lp.grad, loss.item()
+    assert values[True] == pytest.approx(values[False], rel=1e-12)
+    k3 = kl_penalty(logps, ref, "k3")
+    torch.testing.assert_close(grads[True] - grads[False], beta * k3 * mask / mask.sum(), rtol=1e-9, atol=1e-15)
+    assert (grads[True] - grads[False]).abs().max() > 1e-4
 
 
 def test_k3_differs_from_trls_only_where_the_seed_clamps_bind():

@@ -46,17 +46,46 @@ def _trl_gdpo_advantages(rewards_per_func, n, weights):
     return torch.nan_to_num((rewards - torch.nanmean(rewards)) / (std + TRL_EPS), nan=0.0)
 
 
-@pytest.mark.parametrize("case", ["random", "equal_rewards", "huge", "binary"])
+@pytest.mark.parametrize("case", ["random", "equal_rewards", "huge", "binary", "unscorable"])
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_grpo_advantages_equal_trls(case, n):
     g = torch.Generator().manual_seed(n)
     rewards = {"random": torch.randn(3 * n, generator=g, dtype=torch.float64),
                "equal_rewards": torch.full((3 * n,), 0.7, dtype=torch.float64),
                "huge": torch.randn(3 * n, generator=g, dtype=torch.float64) * 1e150,
-               "binary": (torch.rand(3 * n, generator=g) < 0.5).double()}[case]
+               "binary": (torch.rand(3 * n, generator=g) < 0.5).double(),
+               "unscorable": torch.randn(3 * n, generator=g, dtype=torch.float64)}[case]
+    if case == "unscorable":  # TRL's NaN row (every reward None); a group left with one scorable sample
+        rewards[0] = torch.nan
+        rewards[n : 2 * n - 1] = torch.nan
+    scorable = ~torch.isnan(rewards)
     mask = torch.ones(3 * n, 4)
-    ours = grpo_advantages(rewards, mask, n, eps=TRL_EPS)[:, 0]
+    ours = grpo_advantages(torch.nan_to_num(rewards), mask, n, eps=TRL_EPS, sample_mask=scorable)[:, 0]
     torch.testing.assert_close(ours.double(), _trl_grpo_advantages(rewards, n), rtol=1e-6, atol=1e-6)
+
+
+def test_the_lines_carried_here_are_trls_own():
+    """The advantage and IS-weight formulas above are TRL's inline lines, copied: each is checked
+    to be in TRL 1.16's source as written, so a copy that drifted from TRL fails here."""
+    import inspect
+
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    source = " ".join(source.split())
+    for line in ["mean_grouped_rewards = torch.nanmean(rewards.view(-1, num_generations), dim=1)",
+                 "std_rewards = nanstd(rewards.view(-1, num_generations), dim=1)",
+                 "advantages = advantages / (std_rewards + 1e-4)",
+                 "std_k = nanstd(grouped, dim=1, keepdim=True) if num_generations > 1 else torch.zeros_like(mean_k)",
+                 "reward_k = (grouped - mean_k) / (std_k + 1e-4)",
+                 "rewards = (reward_k * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)",
+                 "std_rewards = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else "
+                 "torch.zeros_like(rewards)",
+                 "advantages = (rewards - torch.nanmean(rewards)) / (std_rewards + 1e-4)",
+                 "advantages = torch.nan_to_num(advantages, nan=0.0)",
+                 "per_token_logps_diff = torch.nan_to_num(per_token_logps_diff, nan=0.0)",
+                 "per_sequence_logps_diff = per_token_logps_diff.sum(dim=-1, keepdim=True)"]:
+        assert line in source, line
 
 
 def test_a_group_of_one_gets_advantage_zero_in_both():

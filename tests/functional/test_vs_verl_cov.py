@@ -130,6 +130,20 @@ def test_exact_top_with_a_given_threshold_and_tie_share():
     assert int(exact_top(x, mask, 99).sum()) == 6
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_exact_top_leaves_out_infinite_and_nan_entries_in_any_dtype(dtype):
+    """+inf / -inf / NaN are never taken (a covariance that overflowed carries no ranking), in
+    either direction; bf16 ties (its 8-bit mantissa makes many) still give exactly k."""
+    x = torch.tensor([[float("inf"), 2.0, float("nan")], [float("-inf"), 2.0, 2.0]], dtype=dtype)
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    for largest in (True, False):
+        for k in range(0, 6):
+            chosen = exact_top(x, mask, k, largest=largest)
+            assert int(chosen.sum()) == min(k, 3) and not (chosen & ~torch.isfinite(x)).any(), (largest, k)
+    ties = torch.full((4, 5), 0.1, dtype=torch.bfloat16) + torch.rand(4, 5).to(torch.bfloat16) * 1e-3
+    assert int(exact_top(ties, torch.ones(4, 5), 7).sum()) == 7
+
+
 def test_random_subset_draws_exactly_count_among_tied_keys():
     candidates = torch.ones(3, 4, dtype=torch.bool)
     keys = torch.full((3, 4), 0.25)  # every key equal (float32 keys collide on big batches)
@@ -215,6 +229,45 @@ def test_the_trainers_kl_cov_selection_is_exactly_k_over_ranks_with_equal_advant
         t.join(timeout=30)
     assert int(out[0].sum()) + int(out[1].sum()) == k
     assert torch.equal(torch.cat(out), alone)  # ties in rank then row order: the single process's choice
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_ranks_of_unequal_sizes_share_ties_to_exactly_k_the_largest(seed, monkeypatch):
+    """2-4 ranks, each its own rows and response width (some with no valid token), covariances on
+    three levels (ties everywhere): exactly min(k, N) over all ranks, none left out larger than one taken."""
+    from steadyrl.trainer.selection import _global_kth
+
+    g = torch.Generator().manual_seed(seed)
+    size = int(torch.randint(2, 5, (1,), generator=g))
+    parts = []
+    for _ in range(size):
+        rows, width = (int(v) for v in torch.randint(1, 6, (2,), generator=g))
+        parts.append((torch.randint(0, 3, (rows, width), generator=g).double(),
+                      torch.rand(rows, width, generator=g) < 0.6))
+    n = sum(int(m.sum()) for _, m in parts)
+    ratio = [0.1, 0.3, 0.5, 1.0][seed % 4]
+    k = top_count(n, ratio)
+    world = _World(size)
+    for name in ("rank", "gather_objects", "all_reduce_sum"):
+        monkeypatch.setattr(distributed, name, getattr(world, name))
+    out = [None] * size
+
+    def run(r):
+        world.local.rank = r
+        cov, mask = parts[r]
+        out[r] = kl_cov_select(cov, mask, ratio, *_global_kth(cov, mask, k, largest=True))
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    taken = torch.cat([cov[chosen] for (cov, _), chosen in zip(parts, out)])
+    left = torch.cat([cov[mask & ~chosen] for (cov, mask), chosen in zip(parts, out)])
+    assert len(taken) == min(k, n)
+    assert not any((chosen & ~mask).any() for (_, mask), chosen in zip(parts, out))
+    if len(taken) and len(left):
+        assert taken.min() >= left.max()
 
 
 def test_the_oracles_import_nothing_from_steadyrl():

@@ -135,6 +135,25 @@ def test_each_rows_criteria_come_from_its_column_and_a_malformed_row_scores_none
     assert fn.metrics()["failures/bad_criteria"] == 3.0
 
 
+def test_a_row_with_an_integer_weight_too_large_for_a_float_scores_none_the_others_still_score():
+    """JSON reads ``1000...0`` (400 digits) as a Python int that passes ``0 < w < inf`` but that
+    ``float()`` cannot hold: an OverflowError escaped the per-row ValueError handling and failed the
+    whole batch's judge call (every row unscored) instead of that one row."""
+    fn = http_rubric(criteria_key="rubric")
+    stand_in(fn, lambda text: "PASS")
+    huge = '[{"text": "is short", "weight": 1' + "0" * 400 + '}]'
+    assert fn(["q"] * 2, ["a", "b"], rubric=[huge, ["is short"]]) == [None, 1.0]
+    assert fn.metrics()["failures/bad_criteria"] == 1.0
+
+
+def test_a_fixed_criterion_weight_too_large_for_a_float_is_a_config_error(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("rewards:\n  - name: llm_judge\n    options:\n      model: m\n      mode: rubric\n"
+                    "      criteria: [{text: x, weight: 1" + "0" * 400 + "}]\n")
+    with pytest.raises(ConfigError, match="weight"):
+        load_config(str(path), [])
+
+
 def test_a_completion_cannot_smuggle_placeholders_or_verdicts_into_the_question():
     fn = http_rubric(criteria=[{"text": "SECRET-CRITERION", "weight": 1}])
     asked = stand_in(fn, lambda text: "FAIL")
