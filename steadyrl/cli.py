@@ -224,7 +224,7 @@ def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str])
         check_saved_config(Path(args.output_dir))  # the run's own config.yaml: whole, before it is read
     model = [f"model.name_or_path={args.model}"] if getattr(args, "model", None) else []
     config = load_config(source, [*overrides, *model])
-    if source is not None and source != path:  # a run directory's own config: its code only when trusted
+    if _reads_run_config(args, path, source):  # a run directory's own config: its code only when trusted
         _check_run_code(args, config, Path(source))
     if args.command == "train":
         preflight.check_train(config, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
@@ -232,6 +232,16 @@ def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str])
         preflight.check_eval(config, config.model.name_or_path, of_run_dir=False)
     elif args.output_dir is not None and path is not None:  # a run's checkpoint, the user's config
         preflight.check_eval(config, None, of_run_dir=True)
+
+
+def _reads_run_config(args: argparse.Namespace, path: str | None, source: str | None) -> bool:
+    """Whether ``train`` / ``eval`` reads a run directory's own config.yaml: eval's without a config,
+    or train --resume's, named or not (as :func:`steadyrl.run.start.load_run_config` tells them)."""
+    if source is None or not args.output_dir:
+        return False
+    if args.command == "eval":
+        return source != path
+    return args.resume and Path(source).resolve() == (Path(args.output_dir) / "config.yaml").resolve()
 
 
 def _check_run_code(args: argparse.Namespace, config, saved: Path) -> None:

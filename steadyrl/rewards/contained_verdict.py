@@ -56,8 +56,8 @@ def _encode_sympy(value, depth):
     import sympy
 
     kind = type(value)
-    if kind is sympy.Symbol:
-        return ["Y", value.name]
+    if kind is sympy.Symbol:  # with the assumptions it was made with (real=True, ...)
+        return ["Y", value.name, {k: v for k, v in getattr(value, "_assumptions_orig", {}).items() if type(v) is bool}]
     if isinstance(value, sympy.Integer):
         return ["I", format(int(value), "x")]
     if isinstance(value, sympy.Rational):
@@ -102,8 +102,8 @@ def encode(value, depth=0):
 def _decode_sympy(tag, data, depth):
     import sympy
 
-    if tag == "Y" and type(data[1]) is str:
-        return sympy.Symbol(data[1])
+    if tag == "Y" and type(data[1]) is str and type(data[2]) is dict:
+        return sympy.Symbol(data[1], **{str(k): bool(v) for k, v in data[2].items()})
     if tag == "I":
         return sympy.Integer(int(data[1], 16))
     if tag == "Q":

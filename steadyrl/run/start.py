@@ -39,7 +39,7 @@ def load_run_config(path: str | None, overrides: list[str], *, output_dir: str |
         if os.environ.get("RANK", "0") == "0":  # before the process group exists: torchrun's rank
             print(f"resuming with the run's config {path}", flush=True)
     config = load_config(path, overrides)
-    if resume and path and output_dir and Path(path) == Path(output_dir) / "config.yaml":
+    if resume and path and output_dir and Path(path).resolve() == (Path(output_dir) / "config.yaml").resolve():
         check_config_code(config, Path(path), trust_run_code, who=f"--resume --output-dir {output_dir!r}",
                           instead="or resume with a config of your own (steadyrl train CONFIG.yaml --resume "
                                   "--output-dir RUN)")

@@ -20,9 +20,12 @@ config is this user's own on this machine (:func:`is_own_config`). A config is r
 when ``steadyrl train`` writes it into its run directory (:func:`record_own_config`): a record in
 the user's state directory (``$STEADYRL_TRUST_DIR``, else ``$XDG_STATE_HOME/steadyrl/trusted-configs``,
 else ``~/.local/state/steadyrl/trusted-configs``), a file named by the SHA-256 of the bytes train
-wrote, owned by the user and writable by no one else. Those bytes name only code the user already ran
-(reward files by absolute path), so a copy or a move of one's own run stays one's own; a config.yaml
-changed since, or any other, has no record, and nothing in a run directory can make one. ``config show`` and ``plot`` run nothing a config names (without the flag), so they need none.
+wrote, owned by the user and writable by no one else. Those bytes name only code the user already chose
+to run, so a copy or a move of one's own run stays one's own (reward files are kept by absolute path;
+a tool, parser, environment or agent given by a relative path is found from the current directory,
+as it always is); a config.yaml
+changed since, or any other, has no record, and nothing in a run directory can make one.
+``config show`` and ``plot`` run nothing a config names (without the flag), so they need none.
 """
 
 from __future__ import annotations

@@ -102,6 +102,14 @@ def test_train_resume_of_a_run_not_recorded_as_mine_needs_the_flag(tiny_run, tmp
     load_run_config(None, [], output_dir=str(run), resume=True, trust_run_code=True)
 
 
+def test_train_resume_naming_the_runs_own_config_is_held_to_the_rule_too(tiny_run, tmp_path, capsys):
+    code, trace = _plant(tmp_path, "tools")
+    run = _run_dir(tiny_run, tmp_path, "tools", code)
+    for named in (run / "config.yaml", tmp_path / "." / "run" / ".." / "run" / "config.yaml"):
+        assert cli.main(["train", str(named), "--resume", "--output-dir", str(run)]) == 2
+        assert "--trust-run-code" in capsys.readouterr().err and not trace.exists()
+
+
 def test_a_run_train_recorded_resumes_without_the_flag_until_its_config_changes(tiny_run, tmp_path, capsys):
     code, _ = _plant(tmp_path, "reward")
     run = _run_dir(tiny_run, tmp_path, "reward", code)
