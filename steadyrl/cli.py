@@ -1,6 +1,6 @@
 """The ``steadyrl`` command line: argument parsing only; the work lives in the layers below.
 
-    steadyrl train [CONFIG.yaml] [--output-dir DIR] [--resume] [--overwrite] [key=value ...]
+    steadyrl train [CONFIG.yaml] [--output-dir DIR] [--resume [--trust-run-code]] [--overwrite] [key=value ...]
     steadyrl eval [CONFIG.yaml] [--output-dir DIR [--step N] [--trust-run-code] | --model PATH] [key=value ...]
     steadyrl plot RUN_DIR [RUN_DIR ...] [--out FILE]
     steadyrl export RUN_DIR [OUT] [--overwrite] [--step N] [--merge-lora] [--trust-run-code]
@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     again = train.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output-dir")
     again.add_argument("--overwrite", action="store_true", help="replace a previous run in --output-dir")
+    train.add_argument("--trust-run-code", action="store_true",
+                       help="with --resume and no CONFIG: run the code the run's config.yaml names although it is "
+                            "not recorded as yours (a run train started here is; docs/rewards.md, Whose code runs)")
 
     ev = sub.add_parser("eval", help="evaluate a run's policy or a model on the held-out prompts", **page)
     ev.add_argument("items", nargs="*", metavar="CONFIG|key=value")
@@ -74,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--trust-run-code", action="store_true",
                     help="with --output-dir and no CONFIG: run the code the run's config.yaml names (reward "
                          "functions from files or modules, model.trust_remote_code); without it such a run "
-                         "directory is refused, since it may come from someone else. Built-in rewards need no flag")
+                         "directory is refused unless train recorded it as yours here, since it may come from "
+                         "someone else. Built-in rewards need no flag")
 
     plot = sub.add_parser("plot", help="PNG dashboard of one or more runs' metrics", **page)
     plot.add_argument("run_dirs", nargs="+")
@@ -122,8 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "rollout.group_size times (default 2)")
     doctor.add_argument("--tolerance", type=float, default=1e-3, help="pre-flight: a cause removing less than this "
                         "mean |log-ratio| per token is ruled out (default 1e-3)")
-    doctor.add_argument("--trust-run-code", action="store_true", help="pre-flight of a run directory's config.yaml: "
-                        "allow the code it names (the model's own files, tools...) to load")
+    doctor.add_argument("--trust-run-code", action="store_true", help="pre-flight of a CONFIG.yaml: allow the code it "
+                        "names (reward files, tools, environments, parsers, the model's own files) to load; without "
+                        "it a config not recorded as yours is refused, marker or not")
 
     config = sub.add_parser("config", help="inspect configuration", **page)
     config_sub = config.add_subparsers(dest="config_command", required=True)
@@ -188,7 +193,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "train":
         from .recipe import train
 
-        train(path, overrides, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
+        train(path, overrides, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite,
+              trust_run_code=args.trust_run_code)
         return 0
     if args.command == "eval":
         from .recipe import evaluate_run
@@ -212,18 +218,43 @@ def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str])
         flag = "--resume" if args.resume else "--overwrite"
         raise ConfigError(f"{flag} needs --output-dir RUN_DIR: the run to {'continue' if args.resume else 'replace'}")
     source = _config_source(args, path)
-    if args.command == "train" and args.resume and source and source != path:
+    if source and source != path:  # train --resume / eval --output-dir without a config: the run's own
         from .run.directory import check_saved_config
 
         check_saved_config(Path(args.output_dir))  # the run's own config.yaml: whole, before it is read
     model = [f"model.name_or_path={args.model}"] if getattr(args, "model", None) else []
     config = load_config(source, [*overrides, *model])
+    if _reads_run_config(args, path, source):  # a run directory's own config: its code only when trusted
+        _check_run_code(args, config, Path(source))
     if args.command == "train":
         preflight.check_train(config, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
     elif args.output_dir is None and config.model.name_or_path is not None:  # eval of a model
         preflight.check_eval(config, config.model.name_or_path, of_run_dir=False)
     elif args.output_dir is not None and path is not None:  # a run's checkpoint, the user's config
         preflight.check_eval(config, None, of_run_dir=True)
+
+
+def _reads_run_config(args: argparse.Namespace, path: str | None, source: str | None) -> bool:
+    """Whether ``train`` / ``eval`` reads a run directory's own config.yaml: eval's without a config,
+    or train --resume's, named or not (as :func:`steadyrl.run.start.load_run_config` tells them)."""
+    if source is None or not args.output_dir:
+        return False
+    if args.command == "eval":
+        return source != path
+    return args.resume and Path(source).resolve() == (Path(args.output_dir) / "config.yaml").resolve()
+
+
+def _check_run_code(args: argparse.Namespace, config, saved: Path) -> None:
+    """``train --resume`` / ``eval --output-dir`` of a run's own config.yaml: the one rule
+    (:func:`steadyrl.run.trust.check_config_code`), before anything it names is imported."""
+    from .run.trust import check_config_code, check_run_code
+
+    if args.command == "eval":
+        check_run_code(config, saved.parent, args.trust_run_code)
+    else:
+        check_config_code(config, saved, args.trust_run_code, who=f"--resume --output-dir {args.output_dir!r}",
+                          instead="or resume with a config of your own (steadyrl train CONFIG.yaml --resume "
+                                  "--output-dir RUN)")
 
 
 _CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -238,10 +269,8 @@ def _doctor(args: argparse.Namespace) -> int:
         if args.set:
             raise ConfigError(f"--set {args.set[0]!r}: detector thresholds apply to a RUN_DIR, not to the "
                               f"pre-flight of {target}; use --tolerance")
-        from .doctor import check_model_code
         from .preflight.report import preflight_cli
 
-        check_model_code(target, args.trust_run_code)
         return preflight_cli(str(target), args.overrides, output=args.output, batches=args.batches,
                              prompts=args.prompts, tolerance=args.tolerance, trust_run_code=args.trust_run_code)
     if args.overrides:
@@ -279,10 +308,13 @@ def _export(args: argparse.Namespace) -> int:
         from .run.hub import check_push
 
         token = check_push(args.push_to_hub, args.token)
-    model = load_config(str(saved), []).model
-    if args.merge_lora and model.trust_remote_code and not args.trust_run_code:
-        raise ConfigError(f"{str(saved)!r} sets model.trust_remote_code: merging loads the base model with its "
-                          "custom code; pass --trust-run-code if you trust this run directory")
+    config = load_config(str(saved), [])
+    model = config.model
+    if args.merge_lora:  # merging loads the base model: with the model's own files where the config says so
+        from .run.trust import check_config_code
+
+        check_config_code(config, saved, args.trust_run_code, who=f"export --merge-lora {args.run_dir!r}",
+                          instead="or export the adapter alone (without --merge-lora)", model_only=True)
     final = run_dir / "final"
     if args.out is None and args.step is None and (final.is_dir() or final.is_symlink()):  # the model train wrote
         return _push(final, args, token, f"steadyrl: the final model of {run_dir.name}")

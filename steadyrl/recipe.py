@@ -63,11 +63,12 @@ from .trainer.update import ppo_update
 
 
 def train(path: str | None, overrides: list[str], *, output_dir: str | None = None,
-          resume: bool = False, overwrite: bool = False) -> dict:
+          resume: bool = False, overwrite: bool = False, trust_run_code: bool = False) -> dict:
     """Run ``steadyrl train``; returns the summary. ``--resume`` with no config file continues
-    with the run's own ``config.yaml`` (plus ``overrides``)."""
+    with the run's own ``config.yaml`` (plus ``overrides``); the code it names runs when the run is
+    recorded as this user's own, or with ``trust_run_code`` (:mod:`steadyrl.run.trust`)."""
     started = time.time()
-    config = load_run_config(path, overrides, output_dir=output_dir, resume=resume)
+    config = load_run_config(path, overrides, output_dir=output_dir, resume=resume, trust_run_code=trust_run_code)
     with ExitStack() as resources:  # closed in reverse order, however the run ends
         if dist.init_from_env(use_cuda=resolve_device(config.trainer.device).type == "cuda"):
             resources.callback(dist.teardown)  # the process group this run started

@@ -8,6 +8,7 @@
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 torch.set_num_threads(1)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# the runs tests start record their configs as the user's own (steadyrl.run.trust): here, not in ~/.local/state
+os.environ.setdefault("STEADYRL_TRUST_DIR", tempfile.mkdtemp(prefix="steadyrl-trust-"))
 
 settings.register_profile(
     "steadyrl",

@@ -74,26 +74,6 @@ def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tup
     return path, findings
 
 
-def check_model_code(config_path: Path, trust_run_code: bool) -> None:
-    """The pre-flight loads the model: a config file that sets ``model.trust_remote_code`` would run
-    the model's own Python files. Whoever wrote the file (a run directory's marker is a file its
-    author controls, so it grants nothing), that needs ``--trust-run-code``; set on the command
-    line (``model.trust_remote_code=true``), it is the user's own choice."""
-    from ..config.loading import get_dotted, read_yaml
-    from ..errors import ConfigError
-
-    if trust_run_code:
-        return
-    try:
-        saved = read_yaml(config_path)
-    except (OSError, ValueError):
-        return  # load_config says what is wrong with the file
-    if isinstance(saved, dict) and get_dotted(saved, ["model", "trust_remote_code"]) not in (None, False):
-        raise ConfigError(f"{str(config_path)!r} sets model.trust_remote_code: the pre-flight would load the "
-                          "model with its own Python files, and a config may come from someone else; pass "
-                          "--trust-run-code if you trust it (or set model.trust_remote_code=true yourself)")
-
-
 def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | None = None) -> int:
     """Read ``run_dir``, write the report to ``output`` (stdout when None); 0 healthy, 1 problems.
     Bad input raises :class:`~steadyrl.errors.ConfigError` (the CLI exits 2)."""

@@ -40,10 +40,9 @@ def preflight_cli(config_path: str, overrides: list[str], *, output: str | None 
     """Load ``config_path`` (+ ``overrides``), run the pre-flight, print (or write) its text."""
     from ..config import load_config
     from ..errors import ConfigError
-    from ..run.trust import check_run_code
+    from ..run.trust import check_config_code
     from .attribution import attribute
     from .gap import build_side, reward_check
-    from ..doctor.run import MARKER
 
     for name, value in (("--batches", batches), ("--prompts", prompts)):
         if value < 1:
@@ -51,9 +50,9 @@ def preflight_cli(config_path: str, overrides: list[str], *, output: str | None 
     if not tolerance > 0:
         raise ConfigError(f"--tolerance {tolerance}: give a number > 0")
     config = load_config(config_path, overrides)
-    folder = Path(config_path).resolve().parent
-    if (folder / MARKER).exists():  # a run directory's config.yaml: maybe someone else's code
-        check_run_code(config, folder, trust_run_code)
+    # any config file may be someone else's, marker or not: its code loads only when trusted (steadyrl.run.trust)
+    check_config_code(config, Path(config_path), trust_run_code, who=f"doctor {config_path!r}",
+                      instead="or set what you trust on the command line (key=value)")
     if config.trainer.num_threads:
         import torch
 

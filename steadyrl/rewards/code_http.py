@@ -9,7 +9,15 @@ One request per test, ``POST <url>/run_code``::
 
 * ``stdio``: the program as it is, the case's input as ``stdin``; ``stdout`` is compared.
 * ``call``: the program, then a few lines that print a marker and ``json.dumps(fn(*args))``.
-* ``assert``: the program, the setup, then the one assert; it passes when the run exits 0.
+* ``assert``: split as the local backend splits it (:func:`steadyrl.rewards.code_jobs.job_cases`):
+  each call of an ``assert`` that converts is one request - the program, the setup, then a driver
+  that prints a marker and the returned value as tagged plain data (the local harness's encoding,
+  :mod:`steadyrl.sandbox.harness_calls`) - and the ``assert`` itself is evaluated by the reward on
+  those values, never by the program's process: a program that exits 0 before the check
+  (``os._exit(0)``) gives no value and fails. An ``assert`` that does not convert is sent whole and
+  passes when the run exits 0 (the program can cheat those, as locally: docs/rewards.md).
+
+A printed marker line is a *value* the program returns, never a verdict: the reward compares it.
 
 A request that fails (connection, HTTP error, a reply of another shape) fails its test with reason
 ``sandbox_error``; the server's ``TimeLimitExceeded`` is ``timeout``. The URL is checked with a TCP
@@ -20,6 +28,7 @@ the local limits apply.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from ..errors import ConfigError
 from .http_client import RequestFailed, check_reachable, checked_url, post_json
@@ -27,6 +36,21 @@ from .http_client import RequestFailed, check_reachable, checked_url, post_json
 __all__ = ["SandboxFusion", "MARKER"]
 
 MARKER = "__steadyrl_value__:"
+_TAGGED = (Path(__file__).resolve().parents[1] / "sandbox" / "harness_calls.py").read_text(encoding="utf-8")
+"""The local harness's encoder of returned values (standard library only), run in a namespace of its own."""
+
+
+def _tagged_driver(case: dict) -> str:
+    """One converted ``assert`` call: the function's value as tagged data after the marker."""
+    return ("\n\nimport json as _steadyrl_json, sys as _steadyrl_sys\n"
+            "_steadyrl = {'__name__': '_steadyrl'}\n"
+            f"exec({_TAGGED!r}, _steadyrl)\n"
+            "_steadyrl_fn = _steadyrl['_function'](globals(), " + repr(case["fn"]) + ")\n"
+            f"_steadyrl_args = [_steadyrl['decode'](a) for a in _steadyrl_json.loads({json.dumps(case['args'])!r})]\n"
+            "_steadyrl_kwargs = {k: _steadyrl['decode'](v) for k, v in "
+            f"_steadyrl_json.loads({json.dumps(case.get('kwargs', {}))!r}).items()}}\n"
+            "_steadyrl_value = _steadyrl['encode'](_steadyrl_fn(*_steadyrl_args, **_steadyrl_kwargs))\n"
+            f"_steadyrl_sys.stdout.write('\\n{MARKER}' + _steadyrl_json.dumps(_steadyrl_value) + '\\n')\n")
 
 
 def _call_driver(fn_name: str, args: list) -> str:
@@ -73,20 +97,34 @@ class SandboxFusion:
         return {"status": "ok", "stdout": str(run.get("stdout") or ""), "error": stderr}
 
     def run(self, program: str, tests, timeout_s: float) -> list[dict]:
-        """One result per test, in the shape of the local harness's results."""
+        """One result per ``stdio`` or ``call`` test, in the shape of the local harness's results."""
         out = []
-        for i, case in enumerate(tests.cases):
+        for case in tests.cases:
             if tests.mode == "stdio":
                 out.append(self._post(program, case, timeout_s))
-            elif tests.mode == "assert":
-                out.append(self._post(program + "\n\n" + tests.setup + "\n" + case + "\n", "", timeout_s))
             else:
-                result = self._post(program + _call_driver(tests.fn_name, case), "", timeout_s)
-                if result["status"] == "ok":
-                    lines = [x for x in result["stdout"].splitlines() if x.startswith(MARKER)]
-                    try:
-                        result["value"] = json.loads(lines[-1][len(MARKER):])
-                    except (IndexError, ValueError):
-                        result = {"status": "runtime_error", "error": "the function's value was not printed"}
-                out.append(result)
+                out.append(_with_value(self._post(program + _call_driver(tests.fn_name, case), "", timeout_s)))
         return out
+
+    def run_cases(self, program: str, setup: str, cases: list[dict], timeout_s: float) -> list[dict]:
+        """One result per case of :func:`~steadyrl.rewards.code_jobs.job_cases` (``assert`` tests):
+        a call's tagged value, or an unconverted statement's exit status."""
+        out = []
+        for case in cases:
+            head = program + "\n\n" + setup + "\n"
+            if "exec" in case:
+                out.append(self._post(head + case["exec"] + "\n", "", timeout_s))
+            else:
+                out.append(_with_value(self._post(head + _tagged_driver(case), "", timeout_s)))
+        return out
+
+
+def _with_value(result: dict) -> dict:
+    """``result`` with the value printed after the last marker, or a failure when there is none."""
+    if result["status"] != "ok":
+        return result
+    lines = [x for x in result["stdout"].splitlines() if x.startswith(MARKER)]
+    try:
+        return {**result, "value": json.loads(lines[-1][len(MARKER):])}
+    except (IndexError, ValueError):
+        return {"status": "runtime_error", "error": "the function's value was not printed"}

@@ -11,18 +11,24 @@ below. The package is imported once per batch by the harness (``preload``) and e
 fresh ``fork`` of it, killed with all it started when its score is out: nothing a sample does (a
 patched function, a file, a thread) reaches the next.
 
-The script reads one JSON line (the sample's input) on stdin and prints one JSON line
-``{"score": float}``; anything else (an exception, a time-out, a limit) scores ``0.0``
-(:data:`FAILED`, counted by the caller).
+The script reads one JSON line (the sample's input) on stdin and gives its score with
+``verdict(score)``: one JSON line ``{"score": float}`` on a pipe of its own (the harness's
+``verdict`` option, fd 3), never on stdout, which is not read at all. Every script starts with
+:mod:`.contained_verdict`, and calls its ``contain_eval()`` before the model's text reaches the
+scorer: from then on each ``eval`` runs in a fork without that pipe and hands back only a value, so
+no answer can write, fake or replace the score line (DESIGN.md: a sample never writes its own score).
+Anything else (no verdict, an exception, a time-out, a limit) scores ``0.0`` (:data:`FAILED`,
+counted by the caller).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Callable
 
-__all__ = ["LIMITS", "available", "score_contained"]
+__all__ = ["LIMITS", "PRELUDE", "available", "score_contained"]
 
 LIMITS = {"test_time_s": 10.0, "memory_mb": 4096, "processes": 4, "file_size_mb": 4, "open_files": 128,
           "output_bytes": 1 << 16, "network": True, "readonly_fs": True}
@@ -52,13 +58,18 @@ def _use_view(python: str) -> bool:
     return _VIEW[python]
 
 
+PRELUDE = (Path(__file__).with_name("contained_verdict.py")).read_text(encoding="utf-8")
+"""The start of every scorer script: ``verdict(score)`` and ``contain_eval()`` (:mod:`.contained_verdict`)."""
+
+
 def _score(result: dict) -> float | None:
-    """The score a sample's run printed last, or ``None`` when it failed or printed none."""
+    """The score the scorer sent on its verdict pipe (stdout is the sample's, never read), or
+    ``None`` when it failed or sent none or more than one."""
     if result.get("status") != "ok":
         return None
-    lines = (result.get("stdout") or "").strip().splitlines()
+    lines = (result.get("verdict") or "").strip().splitlines()
     try:
-        value = json.loads(lines[-1])["score"] if lines else None
+        value = json.loads(lines[0])["score"] if len(lines) == 1 else None
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     except (ValueError, KeyError, TypeError):
         return None
@@ -66,8 +77,8 @@ def _score(result: dict) -> float | None:
 
 def score_contained(source: str, preload: tuple[str, ...], inputs: list[dict], *,
                     run: Callable | None = None) -> tuple[list[float], int]:
-    """``(scores, failed)``: each of ``inputs`` scored by ``source`` in a fresh contained process
-    (module docstring); ``failed`` counts the samples that scored :data:`FAILED` for failing.
+    """``(scores, failed)``: each of ``inputs`` scored by ``source`` (after :data:`PRELUDE`) in a
+    fresh contained process (module docstring); ``failed`` counts the samples that scored :data:`FAILED` for failing.
     Raises ``RuntimeError`` when the sandbox itself could not start."""
     if not inputs:
         return [], 0
@@ -75,7 +86,8 @@ def score_contained(source: str, preload: tuple[str, ...], inputs: list[dict], *
 
     run = run or run_program
     python = sys.executable
-    job = {**LIMITS, "source": source, "mode": "stdio", "setup": "", "preload": list(preload),
+    job = {**LIMITS, "source": PRELUDE + "\n" + source, "mode": "stdio", "setup": "", "preload": list(preload),
+           "verdict": True,
            "cases": [json.dumps(x) + "\n" for x in inputs],
            "sample_time_s": LIMITS["test_time_s"] * len(inputs) + BATCH_GRACE_S}
     reply = run(job, python=python, view=_use_view(python))

@@ -15,7 +15,9 @@ sympy's ``parse_expr`` of the policy's text), and a package's other scorers may 
 answer is scored in a fresh, contained process per sample (:mod:`.contained`: no network, no
 writable host file, no secrets, limits; a sample cannot patch the scorer for the next). An answer
 to one of :data:`RUNS_ANSWER` that reads as Python rather than as an answer (an underscore touching
-a word, or a name of :data:`CODE_NAMES`) scores 0 before it is scored. Where no sandbox exists (not Linux) the
+a word, or a name of :data:`CODE_NAMES`, read after NFKC as Python reads identifiers) scores 0 before
+it is scored. That guard is a courtesy, not the defence: the score travels on a pipe no answer can
+write (:mod:`.contained_verdict`). Where no sandbox exists (not Linux) the
 tasks of :data:`RUNS_ANSWER` are refused and the others score in-process.
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 
 from . import contained
 from .registry import RewardFn, register_reward
@@ -37,20 +40,23 @@ CODE_NAMES = ("exec", "eval", "compile", "open", "print", "input", "getattr", "s
 _CODE = re.compile(r"(?<=\w)_|_(?=\w)|\b(?:" + "|".join(CODE_NAMES) + r")\b")
 """An underscore inside or next to a word (``__import__``, ``a_b``; n_queens' boards are ``_ Q _``), or a name of :data:`CODE_NAMES`."""
 SCORER = """
-import json, sys
 import reasoning_gym
 job = json.loads(sys.stdin.readline())
 entry = job["entry"]
 dataset = reasoning_gym.create_dataset(entry["task"], seed=0, size=1, **entry["config"])
-score = dataset.score_answer(job["answer"], entry)
-sys.stdout.write("\\n" + json.dumps({"score": float(score)}) + "\\n")
+contain_eval()  # the answer is model-written: every eval from here on runs in a fork without the verdict pipe
+verdict(dataset.score_answer(job["answer"], entry))
 """
-"""The per-sample script of :func:`steadyrl.rewards.contained.score_contained`."""
+"""The per-sample script of :func:`steadyrl.rewards.contained.score_contained` (after its prelude,
+:mod:`.contained_verdict`, which defines ``contain_eval`` and ``verdict``)."""
 
 
 def looks_like_code(task: str, answer: str | None) -> bool:
     """Whether ``answer`` to ``task`` (one of :data:`RUNS_ANSWER`) reads as Python, not as an answer."""
-    return task in RUNS_ANSWER and answer is not None and _CODE.search(answer) is not None
+    # Python folds identifiers by NFKC (``ｐｒｉｎｔ`` is ``print``): the guard reads the text as Python would
+    if task not in RUNS_ANSWER or answer is None:
+        return False
+    return _CODE.search(unicodedata.normalize("NFKC", answer)) is not None
 
 
 def _after_marker(completion: str, marker: str) -> str | None:

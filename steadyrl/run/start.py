@@ -23,12 +23,15 @@ from . import checkpoint as ckpt
 from .directory import (LOCK, RunLock, check_output_dir, check_resume_matches, check_saved_config, on_main,
                         prepare_output_dir, resolve_output_dir, write_run_config)
 from .report import resume_hint
-from .trust import run_code
+from .trust import check_config_code, record_own_config, run_code
 
 
-def load_run_config(path: str | None, overrides: list[str], *, output_dir: str | None, resume: bool) -> Config:
+def load_run_config(path: str | None, overrides: list[str], *, output_dir: str | None, resume: bool,
+                    trust_run_code: bool = False) -> Config:
     """The config of ``steadyrl train``: ``--resume`` with no config file continues with the run's
-    own ``config.yaml`` (checked before it is read), plus ``overrides``."""
+    own ``config.yaml`` (checked before it is read), plus ``overrides``. The code that config.yaml
+    names runs only when it is recorded as this user's own, or with ``trust_run_code``
+    (:func:`steadyrl.run.trust.check_config_code`: the rule of every command that reads a run)."""
     if resume and output_dir:  # before the saved config.yaml is read, used or rewritten
         check_saved_config(Path(output_dir))
     if path is None and resume and output_dir and (Path(output_dir) / "config.yaml").is_file():
@@ -36,7 +39,10 @@ def load_run_config(path: str | None, overrides: list[str], *, output_dir: str |
         if os.environ.get("RANK", "0") == "0":  # before the process group exists: torchrun's rank
             print(f"resuming with the run's config {path}", flush=True)
     config = load_config(path, overrides)
-    if resume and path and output_dir and Path(path) == Path(output_dir) / "config.yaml":
+    if resume and path and output_dir and Path(path).resolve() == (Path(output_dir) / "config.yaml").resolve():
+        check_config_code(config, Path(path), trust_run_code, who=f"--resume --output-dir {output_dir!r}",
+                          instead="or resume with a config of your own (steadyrl train CONFIG.yaml --resume "
+                                  "--output-dir RUN)")
         code = run_code(config, read_yaml(Path(path)))  # the run's own code, run as when it started
         if code and os.environ.get("RANK", "0") == "0":
             print(f"the run's config loads {'; '.join(code)}", flush=True)
@@ -71,6 +77,7 @@ def prepare_run_dir(config: Config, out: Path, resume: bool, overwrite: bool, lo
         if resume and latest is None:
             print(f"--resume: no checkpoint in {out / 'checkpoints'}; starting at step 0", flush=True)
         write_run_config(_portable(config), out)
+        record_own_config(out / "config.yaml")  # this user started it here: a --resume needs no flag
         for note in config_notes(config):
             print(f"steadyrl: note: {note}", flush=True)
     return out, latest

@@ -11,14 +11,28 @@ that interpreter when it is built), a sandbox loosened (``no_network: false``,
 ``env_passthrough`` name the evaluator's own environment variables (their values would go to
 whatever the config names), ``url`` / ``base_url`` or any ``http(s)://`` value names a server.
 
-``steadyrl eval --output-dir RUN`` takes all of these from the run's config, so evaluating a run
-directory someone else wrote would run their code, or send the evaluator's secrets to their
-server: it does so only with ``--trust-run-code``. ``train --resume`` of a run you started is
-continuing your own code and needs no flag (see docs/rewards.md, "Whose code runs").
+**The one rule** (:func:`check_config_code`, docs/rewards.md "Whose code runs"): a config steadyrl
+*reads* rather than one you hand it to run - a run directory's ``config.yaml`` (``eval --output-dir
+RUN``, ``train --resume --output-dir RUN`` without a config, ``export RUN``) or the file ``doctor
+CONFIG.yaml`` examines - may be someone else's, marker or not (``.steadyrl-run`` is a file its author
+writes): the code it names (:func:`run_code`) is refused unless ``--trust-run-code`` is given, or the
+config is this user's own on this machine (:func:`is_own_config`). A config is recorded as one's own
+when ``steadyrl train`` writes it into its run directory (:func:`record_own_config`): a record in
+the user's state directory (``$STEADYRL_TRUST_DIR``, else ``$XDG_STATE_HOME/steadyrl/trusted-configs``,
+else ``~/.local/state/steadyrl/trusted-configs``), a file named by the SHA-256 of the bytes train
+wrote, owned by the user and writable by no one else. Those bytes name only code the user already chose
+to run, so a copy or a move of one's own run stays one's own (reward files are kept by absolute path;
+a tool, parser, environment or agent given by a relative path is found from the current directory,
+as it always is); a config.yaml
+changed since, or any other, has no record, and nothing in a run directory can make one.
+``config show`` and ``plot`` run nothing a config names (without the flag), so they need none.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -28,8 +42,12 @@ from ..errors import ConfigError
 from ..rewards import BUILTIN_REWARDS
 from ..secrets import is_env_reference
 
-__all__ = ["BUILTIN_TOOLS", "CODE_OPTIONS", "ENDPOINT_OPTIONS", "SECRET_OPTIONS", "option_findings", "run_code",
-           "check_run_code"]
+__all__ = ["BUILTIN_TOOLS", "CODE_OPTIONS", "ENDPOINT_OPTIONS", "SECRET_OPTIONS", "TRUST_DIR_VAR", "option_findings",
+           "run_code", "check_run_code", "check_config_code", "is_own_config", "record_own_config"]
+
+TRUST_DIR_VAR = "STEADYRL_TRUST_DIR"
+"""Where this user's records of their own run configs are kept (module docstring)."""
+MODEL_CODE = "the model's own Python files (model.trust_remote_code = true)"
 
 BUILTIN_TOOLS = frozenset({"steadyrl.demo.calculator:calculate"})
 """Tools that are steadyrl's own code (the tool demo's calculator): naming them runs nothing new."""
@@ -133,19 +151,66 @@ def run_code(config: Config, saved: dict) -> list[str]:
         code.append(f"agent {ro.agent!r}")
     if ":" in ro.tool_parser and ro.tool_parser == get_dotted(saved, ["rollout", "tool_parser"]):
         code.append(f"tool parser {ro.tool_parser!r}")
-    if config.model.trust_remote_code and get_dotted(saved, ["model", "trust_remote_code"]) is True:
-        code.append("the model's own Python files (model.trust_remote_code = true)")
+    if config.model.trust_remote_code and get_dotted(saved, ["model", "trust_remote_code"]) not in (None, False):
+        code.append(MODEL_CODE)
     return code
 
 
-def check_run_code(config: Config, run_dir: Path, trust: bool) -> None:
-    """Refuse (exit 2) to run code named by ``run_dir``'s config.yaml unless ``trust``."""
-    if trust:
+def _store() -> Path:
+    if os.environ.get(TRUST_DIR_VAR):
+        return Path(os.environ[TRUST_DIR_VAR])
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "steadyrl" / "trusted-configs"
+
+
+def _record_path(config_path: Path) -> Path:
+    return _store() / hashlib.sha256(Path(config_path).read_bytes()).hexdigest()
+
+
+def record_own_config(config_path: Path) -> None:
+    """Remember the bytes of ``config_path`` as this user's own (``steadyrl train`` wrote them); a
+    store that cannot be written is skipped (the run then needs ``--trust-run-code`` to resume)."""
+    try:
+        record = _record_path(config_path)
+        record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        scratch = record.with_name(f".{record.name}.{os.getpid()}")
+        scratch.write_text(str(Path(config_path).resolve()) + "\n", encoding="utf-8")  # for a reader: where
+        os.chmod(scratch, 0o600)
+        os.replace(scratch, record)
+    except OSError:
+        pass
+
+
+def is_own_config(config_path: Path) -> bool:
+    """Whether this user recorded the very bytes of ``config_path`` as their own (:func:`record_own_config`):
+    the record a regular file of theirs that no one else can write."""
+    try:
+        info = _record_path(config_path).lstat()
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022
+
+
+def check_config_code(config: Config, config_path: Path, trust: bool, *, who: str, instead: str,
+                      model_only: bool = False) -> None:
+    """The one rule (module docstring): refuse (exit 2) the code ``config_path`` names - what
+    :func:`run_code` finds, or only the model's own files with ``model_only`` - unless ``trust``
+    (``--trust-run-code``) or the config is this user's own (:func:`is_own_config`). ``who``
+    starts the message (the flag or argument that named the file); ``instead`` ends it."""
+    if trust or is_own_config(config_path):
         return
-    saved = run_dir / "config.yaml"
-    code = run_code(config, read_yaml(saved))
+    code = run_code(config, read_yaml(config_path))
+    if model_only:
+        code = [c for c in code if c == MODEL_CODE]
     if code:
         raise ConfigError(
-            f"--output-dir {str(run_dir)!r}: its config.yaml would run code or reach the evaluator's secrets or "
-            f"servers: {'; '.join(code)}. A run directory may come from someone else: pass --trust-run-code to "
-            "load that code, or give a config of your own (steadyrl eval CONFIG.yaml --output-dir RUN)")
+            f"{who}: {str(config_path)!r} would run code or reach your secrets or servers: {'; '.join(code)}. "
+            "A config read from a run directory or a file may come from someone else, with or without its "
+            ".steadyrl-run marker, and this one is not recorded as yours (steadyrl train writes that record for "
+            f"the runs it starts here): pass --trust-run-code to load that code, {instead}")
+
+
+def check_run_code(config: Config, run_dir: Path, trust: bool) -> None:
+    """``eval --output-dir RUN``: :func:`check_config_code` of ``run_dir``'s config.yaml."""
+    check_config_code(config, run_dir / "config.yaml", trust, who=f"--output-dir {str(run_dir)!r}",
+                      instead="or give a config of your own (steadyrl eval CONFIG.yaml --output-dir RUN)")

@@ -8,8 +8,14 @@ It reads one JSON job on stdin and writes one JSON reply on stdout::
              "workdir": str, "view": bool, "test_time_s": float, "sample_time_s": float,
              "memory_mb": int, "processes": int, "file_size_mb": int, "open_files": int,
              "output_bytes": int, "network": bool, "readonly_fs": bool, "threads": int,
-             "preload": [module names]}
-    reply = {"results": [{"status": "ok" | <reason>, "stdout": str, "value": ..., "error": str}, ...]}
+             "preload": [module names], "verdict": bool}
+    reply = {"results": [{"status": "ok" | <reason>, "stdout": str, "value": ..., "error": str,
+                          "verdict": str}, ...]}
+
+``verdict`` (``stdio`` only; a trusted scorer script as the program, :mod:`steadyrl.rewards.contained`):
+each test's child also gets a pipe on fd 3, read into the result's ``verdict``, the score's channel.
+The script closes it in every fork that runs model-written text, so nothing the sample prints or
+writes reaches it (:mod:`steadyrl.rewards.contained_verdict`).
 
 ``preload`` names installed modules (a third-party scorer's package: never the program's text) the
 harness imports once, contained, before the first test's fork, so each test starts with them
@@ -84,10 +90,13 @@ def _enter_child(job, isolation, stdin_fd, out_fd, err_fd, pipes, nproc, cpu_s):
     LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     os.setpgid(0, 0)
     os.dup2(stdin_fd, 0), os.dup2(out_fd, 1), os.dup2(err_fd, 2)
-    if pipes is not None:  # replies on 3, requests on 4
-        report, request = os.dup(pipes[0]), os.dup(pipes[1])
-        os.dup2(report, 3), os.dup2(request, 4)
-    os.closerange(3 if pipes is None else 5, 65536)
+    if pipes is not None:  # replies (calls) or the verdict (stdio with ``verdict``) on 3, requests (calls) on 4
+        report = os.dup(pipes[0])
+        request = os.dup(pipes[1]) if pipes[1] is not None else None
+        os.dup2(report, 3)
+        if request is not None:
+            os.dup2(request, 4)
+    os.closerange(3 if pipes is None else 4 if pipes[1] is None else 5, 65536)
     _seal(isolation)
     os.chdir(job["workdir"])
     mb = 1024 * 1024
@@ -111,12 +120,14 @@ class _Child:
         stdin_fd = os.open(stdin_path, os.O_RDONLY)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        rep_r, rep_w = os.pipe() if calls else (None, None)
+        verdict = not calls and bool(job.get("verdict"))
+        rep_r, rep_w = os.pipe() if calls or verdict else (None, None)
         req_r, req_w = os.pipe() if calls else (None, None)
         self.pid = os.fork()
         if self.pid == 0:
             try:
-                _enter_child(job, isolation, stdin_fd, out_w, err_w, (rep_w, req_r) if calls else None, nproc, cpu_s)
+                _enter_child(job, isolation, stdin_fd, out_w, err_w,
+                             (rep_w, req_r) if calls or verdict else None, nproc, cpu_s)
             except BaseException:  # noqa: BLE001
                 os._exit(121)
             run_program(job)
@@ -275,7 +286,8 @@ def _stdio(ctx):
         child.kill(keep=ctx["init"])
         why = _why(child, end == "timeout")
         results.append({"status": why or "ok", "stdout": "" if why else child.text(child.out),
-                        "error": child.text(child.err)[-500:]})
+                        "error": child.text(child.err)[-500:],
+                        **({"verdict": "" if why else child.text(child.rep)} if child.rep is not None else {})})
     return results
 
 

@@ -51,9 +51,16 @@ def test_doctor_of_a_config_with_trust_remote_code_needs_the_flag(foreign_run, c
 
 
 def test_doctor_of_my_own_config_needs_no_flag_for_what_i_set(tiny_run, tmp_path, capsys):
-    from steadyrl.doctor import check_model_code
+    from steadyrl.config import load_config
+    from steadyrl.run.trust import check_config_code
 
-    check_model_code(tiny_run.config, False)  # no trust_remote_code in the file: nothing to ask
+    saved = yaml.safe_load(tiny_run.config.read_text())
+    del saved["rewards"]
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump(saved))
+    config = load_config(str(mine), [f"rewards=[{{name: {tiny_run.reward}}}]", "model.trust_remote_code=true"])
+    # the reward file and trust_remote_code are set on the command line, none in the file: nothing to ask
+    check_config_code(config, mine, False, who="doctor", instead="")
 
 
 @pytest.fixture

@@ -76,12 +76,13 @@ def test_an_answer_cannot_patch_the_scorer_for_the_samples_after_it():
 
 def test_an_answer_reads_no_secret_of_the_trainer(monkeypatch):
     monkeypatch.setenv("STEADYRL_TEST_SECRET_TOKEN", "s3cr3t")
-    entry = _entries("reasoning_gym:countdown?size=1&test_size=1")[0]
-    # prints a score line of its own: 1 when it can read the secret, 0 when it cannot
-    leak = ('exec("import os, sys\\nok = os.environ.get(\'STEADYRL_TEST_SECRET_TOKEN\') == \'s3cr3t\'\\n'
-            'sys.stdout.write(chr(10) + \'{\\"score\\": %d}\' % ok + chr(10))\\nsys.stdout.flush()\\nos._exit(0)")')
-    scores, _ = _contained([leak], [entry])
-    assert scores == [0.0]
+    entry = _entries("reasoning_gym:spiral_matrix?size=1&test_size=1")[0]
+    right = [int(x) for x in entry["answer"].split()]
+    # spiral_matrix gives 0.1 to the right answer written as a list: the list only when the variable reads so
+    probe = "{right} if __import__('os').environ.get('{name}') == '{value}' else []"
+    scores, _ = _contained([probe.format(right=right, name="STEADYRL_TEST_SECRET_TOKEN", value="s3cr3t"),
+                            probe.format(right=right, name="LANG", value="C.UTF-8")], [entry, entry])
+    assert scores == [0.0, 0.1]  # the control: the sandbox's own LANG is read, the trainer's secret is not
 
 
 def test_an_answer_that_reads_as_python_scores_zero_before_it_is_scored():

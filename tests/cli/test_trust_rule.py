@@ -1,0 +1,189 @@
+"""One rule for every command that reads a run directory or a config it did not start (issue "Trust,
+round 4" item 2 and issue 42 item 7; steadyrl/run/trust.py): the code such a config names - a reward
+file, tools, an environment, a tool parser, an agent, the model's own files - is refused without
+``--trust-run-code``, with or without the ``.steadyrl-run`` marker, unless this user's record says
+train wrote that very config.yaml here. Each test plants a file that leaves a trace when imported.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from steadyrl import cli
+from steadyrl.config import load_config
+from steadyrl.errors import ConfigError
+from steadyrl.run.directory import MARKER, write_run_config
+from steadyrl.run.start import load_run_config
+from steadyrl.run.trust import TRUST_DIR_VAR, check_config_code, is_own_config, record_own_config
+
+PAYLOAD = "import pathlib\npathlib.Path({trace!r}).write_text('ran')\n"
+BODIES = {
+    "reward": "def score(prompts, completions, **kw):\n    return [1.0] * len(completions)\n",
+    "tools": 'def add(a: int, b: int) -> int:\n    """Add.\n\n    Args:\n        a: one\n        b: two\n    """\n'
+             "    return a + b\n",
+    "environment": "class Game:\n    def reset(self, **row):\n        return None\n\n"
+                   "    def step(self, text):\n        return '', 0.0, True\n",
+    "tool_parser": "class Parser:\n    def parse(self, text):\n        return text, []\n",
+    "agent": "def run_episode(row, client):\n    return None\n",
+}
+ITEMS = {  # the config key naming each planted file, as a config.yaml holds it
+    "reward": lambda f: {"rewards": [{"name": f"{f}:score"}]},
+    "tools": lambda f: {"rollout": {"tools": [f"{f}:add"]}},
+    "environment": lambda f: {"rollout": {"environment": f"{f}:Game"}},
+    "tool_parser": lambda f: {"rollout": {"tool_parser": f"{f}:Parser"}},
+    "agent": lambda f: {"rollout": {"agent": f"{f}:run_episode"}},
+}
+
+
+@pytest.fixture(autouse=True)
+def own_store(tmp_path, monkeypatch):
+    """A trust store of this test's own: nothing recorded unless the test records it."""
+    monkeypatch.setenv(TRUST_DIR_VAR, str(tmp_path / "trust"))
+    return tmp_path / "trust"
+
+
+def _plant(tmp_path, kind):
+    trace = tmp_path / f"{kind}-ran"
+    code = tmp_path / f"{kind}_code.py"
+    code.write_text(PAYLOAD.format(trace=str(trace)) + BODIES[kind])
+    return code, trace
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) else value
+    return out
+
+
+def _config_file(tiny_run, folder, kind, code, marker=False):
+    """``folder/config.yaml`` of the tiny run plus the key naming ``code``; the run marker if asked."""
+    folder.mkdir(parents=True, exist_ok=True)
+    saved = _merge(yaml.safe_load(tiny_run.config.read_text()), ITEMS[kind](code))
+    (folder / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    if marker:
+        (folder / MARKER).write_text('{"steadyrl_run": 1}')
+    return folder / "config.yaml"
+
+
+def _run_dir(tiny_run, tmp_path, kind, code, name="run"):
+    """A run directory as train writes it (config.yaml with its hash line, the marker), not recorded."""
+    path = _config_file(tiny_run, tmp_path / "src", kind, code)
+    run = tmp_path / name
+    run.mkdir()
+    write_run_config(load_config(str(path), []), run)
+    (run / MARKER).write_text('{"steadyrl_run": 1}')
+    return run
+
+
+@pytest.mark.parametrize("marker", [False, True], ids=["no-marker", "marker"])
+@pytest.mark.parametrize("kind", sorted(ITEMS))
+def test_doctor_refuses_every_code_a_config_names_marker_or_not(tiny_run, tmp_path, capsys, kind, marker):
+    code, trace = _plant(tmp_path, kind)
+    path = _config_file(tiny_run, tmp_path / "theirs", kind, code, marker=marker)
+    assert cli.main(["doctor", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "--trust-run-code" in err and str(code) in err, err
+    assert not trace.exists()
+
+
+def test_train_resume_of_a_run_not_recorded_as_mine_needs_the_flag(tiny_run, tmp_path, capsys):
+    code, trace = _plant(tmp_path, "reward")
+    run = _run_dir(tiny_run, tmp_path, "reward", code)
+    assert cli.main(["train", "--resume", "--output-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "--resume --output-dir" in err and "--trust-run-code" in err and "reward" in err, err
+    assert not trace.exists()
+    with pytest.raises(ConfigError, match="--trust-run-code"):  # the library path keeps the same rule
+        load_run_config(None, [], output_dir=str(run), resume=True)
+    load_run_config(None, [], output_dir=str(run), resume=True, trust_run_code=True)
+
+
+def test_train_resume_naming_the_runs_own_config_is_held_to_the_rule_too(tiny_run, tmp_path, capsys):
+    code, trace = _plant(tmp_path, "tools")
+    run = _run_dir(tiny_run, tmp_path, "tools", code)
+    for named in (run / "config.yaml", tmp_path / "." / "run" / ".." / "run" / "config.yaml"):
+        assert cli.main(["train", str(named), "--resume", "--output-dir", str(run)]) == 2
+        assert "--trust-run-code" in capsys.readouterr().err and not trace.exists()
+
+
+def test_a_run_train_recorded_resumes_without_the_flag_until_its_config_changes(tiny_run, tmp_path, capsys):
+    code, _ = _plant(tmp_path, "reward")
+    run = _run_dir(tiny_run, tmp_path, "reward", code)
+    record_own_config(run / "config.yaml")  # what train does when it writes the run's config.yaml
+    config = load_run_config(None, [], output_dir=str(run), resume=True)
+    assert config.rewards[0].name == f"{code}:score"
+    copy = tmp_path / "moved"  # the user's own run, moved or copied: the same bytes, still theirs
+    shutil.copytree(run, copy)
+    load_run_config(None, [], output_dir=str(copy), resume=True)
+    saved = yaml.safe_load((copy / "config.yaml").read_text())  # changed since: the record no longer matches
+    saved["rewards"][0]["name"] = f"{tmp_path / 'other.py'}:score"
+    write_run_config(load_config(None, [f"rewards=[{{name: {saved['rewards'][0]['name']}}}]"]), copy)
+    assert not is_own_config(copy / "config.yaml")
+    with pytest.raises(ConfigError, match="--trust-run-code"):
+        load_run_config(None, [], output_dir=str(copy), resume=True)
+
+
+def test_a_record_others_can_write_grants_nothing(tiny_run, tmp_path, own_store):
+    code, _ = _plant(tmp_path, "reward")
+    run = _run_dir(tiny_run, tmp_path, "reward", code)
+    record_own_config(run / "config.yaml")
+    record = next(own_store.iterdir())
+    assert is_own_config(run / "config.yaml")
+    record.chmod(0o666)
+    assert not is_own_config(run / "config.yaml")
+
+
+def test_train_records_the_config_it_writes(tiny_run, tmp_path):
+    run = tmp_path / "run"
+    assert cli.main(["train", str(tiny_run.config), "--output-dir", str(run), "trainer.max_steps=1"]) == 0
+    assert is_own_config(run / "config.yaml")
+
+
+@pytest.mark.parametrize("kind", ["reward", "tools"])
+def test_eval_of_a_run_dir_follows_the_same_rule(tiny_run, tmp_path, capsys, kind):
+    code, trace = _plant(tmp_path, kind)
+    run = _run_dir(tiny_run, tmp_path, kind, code)
+    assert cli.main(["eval", "--output-dir", str(run)]) == 2
+    assert "--trust-run-code" in capsys.readouterr().err and not trace.exists()
+    record_own_config(run / "config.yaml")  # the user's own run: past the rule, to the next check
+    assert cli.main(["eval", "--output-dir", str(run)]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_export_merge_of_a_run_with_model_code_follows_the_same_rule(tiny_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = yaml.safe_load(tiny_run.config.read_text())
+    saved["model"]["trust_remote_code"] = True
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    out = tmp_path / "out"
+    assert cli.main(["export", str(run), str(out), "--merge-lora"]) == 2
+    assert "model.trust_remote_code" in capsys.readouterr().err
+    record_own_config(run / "config.yaml")
+    assert cli.main(["export", str(run), str(out), "--merge-lora"]) == 2
+    err = capsys.readouterr().err
+    assert "--trust-run-code" not in err and "checkpoint" in err, err
+
+
+@pytest.mark.parametrize("argv", [["plot", "{run}", "--out", "{tmp}/p.png"], ["doctor", "{run}"],
+                                  ["config", "show", "{run}/config.yaml"]], ids=["plot", "doctor-run", "config-show"])
+@pytest.mark.parametrize("kind", sorted(ITEMS))
+def test_reading_commands_import_nothing_a_run_dir_names(tiny_run, tmp_path, capsys, argv, kind):
+    code, trace = _plant(tmp_path, kind)
+    run = _run_dir(tiny_run, tmp_path, kind, code)
+    cli.main([a.format(run=run, tmp=tmp_path) for a in argv])  # its exit status is its own business
+    assert not trace.exists()
+
+
+def test_the_rule_names_what_it_refuses(tiny_run, tmp_path):
+    code, _ = _plant(tmp_path, "environment")
+    path = _config_file(tiny_run, tmp_path / "theirs", "environment", code)
+    with pytest.raises(ConfigError) as err:
+        check_config_code(load_config(str(path), []), path, False, who="doctor 'x'", instead="or not")
+    message = str(err.value)
+    assert message.startswith("doctor 'x': ") and f"environment '{code}:Game'" in message
+    assert "reward" in message  # the tiny run's own reward file counts too

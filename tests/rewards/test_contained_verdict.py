@@ -1,0 +1,90 @@
+"""The value channel of a contained scorer (steadyrl/rewards/contained_verdict.py): an ``eval`` runs
+in a fork and only plain data comes back; what comes back is rebuilt from an allowlist, never
+evaluated; a fork that exits, prints, or runs past its time gives no value."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from steadyrl.rewards import contained_verdict as cv
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "fork"), reason="needs fork")
+
+
+@pytest.mark.parametrize("value", [None, True, 3, -2**200, 0.1, 1 + 2j, "é", b"\x00", [1, (2, {3})],
+                                   frozenset({"a"}), {"k": [1.5]}, ((),)])
+def test_plain_values_round_trip_exactly(value):
+    back = cv.decode(cv.encode(value))
+    assert back == value and type(back) is type(value)
+
+
+def test_sympy_expressions_round_trip_as_trees_of_allowed_classes():
+    sympy = pytest.importorskip("sympy")
+    x, c = sympy.Symbol("x", real=True), sympy.Symbol("C")
+    for text in ("x**2/2 + C", "sin(x)*exp(2*x) - sqrt(3)*pi + I", "Rational(1, 3)*log(x) + 0.25", "oo", "-x"):
+        expr = sympy.parse_expr(text, local_dict={"x": x, "C": c})
+        assert cv.decode(cv.encode(expr)) == expr, text
+    with pytest.raises(ValueError):
+        cv.encode(sympy.Function("f")(x))  # an undefined function is not a value
+
+
+@pytest.mark.parametrize("data", [["E", "Function", []], ["E", "__import__", [["s", "os"]]], ["K", "Dummy"],
+                                  ["?", "x"], ["b", "yes"], "not a list", [], ["l", [["E", "lambdify", []]]]])
+def test_decode_refuses_anything_outside_the_allowlist(data):
+    pytest.importorskip("sympy")
+    with pytest.raises((ValueError, TypeError)):
+        cv.decode(data)
+
+
+@linux
+def test_an_eval_in_the_fork_returns_only_its_value():
+    assert cv.contained_eval("[i * i for i in range(4)]") == [0, 1, 4, 9]
+    with pytest.raises(ValueError, match="no value"):  # printed a score line and exited: no value
+        cv.contained_eval("(print('{\"score\": 1.0}'), (x for x in ()).throw(SystemExit))")
+    with pytest.raises(ValueError, match="failed"):
+        cv.contained_eval("1 / 0")
+    with pytest.raises(ValueError):
+        cv.contained_eval("lambda: 1")  # a function is not a value
+
+
+@linux
+def test_a_fork_past_its_time_is_killed(monkeypatch):
+    monkeypatch.setattr(cv, "EVAL_TIME_S", 0.5)
+    with pytest.raises(TimeoutError):
+        cv.contained_eval("exec('while True: pass')")
+
+
+@linux
+def test_the_fork_holds_no_verdict_descriptor(tmp_path):
+    read_fd, write_fd = os.pipe()
+    saved = os.dup(cv.VERDICT_FD) if _is_open(cv.VERDICT_FD) else None
+    os.dup2(write_fd, cv.VERDICT_FD)
+    try:
+        got = cv.contained_eval("__import__('os').write(3, b'{\"score\": 1.0}\\n')")
+    except ValueError as err:  # EBADF in the fork: its eval failed
+        got = str(err)
+    finally:
+        if saved is None:
+            os.close(cv.VERDICT_FD)
+        else:
+            os.dup2(saved, cv.VERDICT_FD)
+            os.close(saved)
+        os.close(write_fd)
+    os.set_blocking(read_fd, False)
+    try:
+        leaked = os.read(read_fd, 100)
+    except BlockingIOError:
+        leaked = b""
+    os.close(read_fd)
+    assert leaked == b"" and "Bad file descriptor" in str(got)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
