@@ -32,6 +32,8 @@ from steadyrl.agents.messages import assistant_message, text_message, tool_messa
 from steadyrl.agents.parsers import TOOL_PARSERS
 from steadyrl.agents.modes import check_mode, model_turn
 from steadyrl.agents.probe import sampled_turn
+from steadyrl.agents.server import server_message
+from steadyrl.agents.server import thinks_with_tags as _thinks_with_tags
 from steadyrl.agents.templating import thinks as _thinks
 from steadyrl.agents.protocol import AgentBase, Reply, Start
 from steadyrl.agents.toolagent import ToolAgent
@@ -105,18 +107,20 @@ def script(tok, mode: str, tools, ends, kwargs, parser, turn_mode: str = "single
                                                                                       kept["tool_calls"])]}
         calls += len(kept.get("tool_calls", []))
         conv += [kept, *new]
-        truth += [_truth(tok, message, kept, think, i), *new]
+        truth += [_truth(tok, message, text, think, i), *new]
     return turns, truth
 
 
-def _truth(tok, message: dict, kept: dict, think: bool, i: int) -> dict:
-    """The ground truth's assistant message: the planned one, with the reasoning the model wrote
-    (Harmony's in ``thinking``, the field its template reads)."""
-    if not think:
-        return message
+def _truth(tok, message: dict, text: str, think: bool, i: int) -> dict:
+    """The ground truth's assistant message: the text the model wrote as a server holds it
+    (steadyrl.agents.server: a ``<think>`` family's reasoning parser splits at ``</think>``, nothing
+    stripped; the tool parser's content is the text before the calls), the planned calls; Harmony's
+    reasoning in ``thinking``, the field its template reads."""
     if "<|channel|>analysis" in (tok.chat_template or ""):
-        return {**message, "thinking": f"r{i}"}
-    return {**message, "reasoning_content": f"r{i}"}
+        return {**message, "thinking": f"r{i}"} if think else message
+    if not _thinks_with_tags(tok.chat_template):
+        return message
+    return server_message(text, tok.chat_template, message.get("tool_calls"))
 
 
 class TurnEngine:

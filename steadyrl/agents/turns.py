@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 
+from .server import server_message, thinks_with_tags
 from .templating import HISTORY_CLOSERS, TemplateError, render
 
 __all__ = ["shape_turn", "turn_renders", "call_form", "string_arguments"]
@@ -213,6 +214,9 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
     plain = _render(tokenizer, history, tools, kwargs)
     if head is None or plain is None:
         return message
+    served = _served(tokenizer.chat_template, head, sampled, message)
+    if served is not None:  # a <think> family: the turn as a server's reasoning and tool parsers hold it
+        return served
     reasoning_shape = _shape(tokenizer, history, tools, kwargs, plain,
                              {"content": C_MARK, "reasoning_content": R_MARK})
     content_shape = _shape(tokenizer, history, tools, kwargs, plain, {"content": C_MARK})
@@ -240,6 +244,17 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
     if message.get("tool_calls"):
         return _with_calls({"reasoning_content": split["reasoning_content"]}, message, sampled)[0]
     return {"role": "assistant", **split}
+
+
+def _served(template: str, head: str, sampled: str, message: dict) -> dict | None:
+    """The server's message for a turn of a ``<think>`` family that closed its reasoning (the
+    generation prompt may have opened it): :func:`steadyrl.agents.server.server_message`, the
+    content unstripped, the parser's calls; None otherwise (the readings above decide)."""
+    opened = head.rstrip().endswith(THINK_OPEN) and THINK_OPEN not in sampled.partition(THINK_CLOSE)[0]
+    if not thinks_with_tags(template) or THINK_CLOSE not in sampled:
+        return None
+    served = server_message((THINK_OPEN if opened else "") + sampled, template, message.get("tool_calls"))
+    return served if "reasoning_content" in served else None
 
 
 def call_form(tokenizer, history: list[dict], message: dict, *, tools: list[dict] | None,
