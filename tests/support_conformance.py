@@ -33,7 +33,6 @@ from steadyrl.agents.parsers import TOOL_PARSERS
 from steadyrl.agents.modes import check_mode, model_turn
 from steadyrl.agents.probe import sampled_turn
 from steadyrl.agents.server import server_message
-from steadyrl.agents.server import thinks_with_tags as _thinks_with_tags
 from steadyrl.agents.templating import thinks as _thinks
 from steadyrl.agents.protocol import AgentBase, Reply, Start
 from steadyrl.agents.toolagent import ToolAgent
@@ -118,9 +117,9 @@ def _truth(tok, message: dict, text: str, think: bool, i: int) -> dict:
     reasoning in ``thinking``, the field its template reads."""
     if "<|channel|>analysis" in (tok.chat_template or ""):
         return {**message, "thinking": f"r{i}"} if think else message
-    if not _thinks_with_tags(tok.chat_template):
-        return message
-    return server_message(text, tok.chat_template, message.get("tool_calls"))
+    if "</think>" in (tok.chat_template or ""):  # with a reasoning parser or without one (SmolLM3: content as written)
+        return server_message(text, tok.chat_template, message.get("tool_calls"))
+    return {**message, "reasoning_content": f"r{i}"} if think else message  # the field the template reads (Cohere2)
 
 
 class TurnEngine:

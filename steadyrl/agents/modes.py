@@ -18,7 +18,7 @@ from .probe import MODE_WORDS, check_template, sampled_turn
 from .templating import (CONTEXT_CHARS, TemplateDriftError, TemplateError, check_renders, find_closer, first_difference,
                          kept_message, render, rendered_tail, require_template, role_closer, scripted_turns,
                          template_name, thinks)
-from .turns import call_form, shape_turn, turn_renders
+from .turns import call_form, served, shape_turn, turn_renders
 
 
 def _boundary(text: str, i: int) -> int:
@@ -93,7 +93,8 @@ def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: 
                 f"the chat template of {template_name(tokenizer)!r} writes a call outside the assistant turn the model "
                 f"samples, or none (the turn after its generation prompt is {sampled!r}): no turn the model writes "
                 f"is the call the template shows it")
-        if mode == "stepwise" and new and not turn_renders(tokenizer, history, sampled, assistant, tools=tools,
+        if mode == "stepwise" and new and not served(tokenizer, history, sampled, assistant, tools, kwargs) \
+                and not turn_renders(tokenizer, history, sampled, assistant, tools=tools,
                                                            template_kwargs=kwargs, end=end):
             raise TemplateError(
                 f"the chat template of {template_name(tokenizer)!r} does not render the turn the model wrote "

@@ -32,9 +32,17 @@ CALL_STARTS = ("<tool_call>", "<｜tool▁calls▁begin｜>", "<｜tool▁call�
 """Where a call block starts in the formats the tool parsers read (the first found cuts the content)."""
 
 
+_SPLITS = ("reasoning_content", ".split('</think>')", '.split("</think>")', "'</think>' in", '"</think>" in')
+"""What a template that expects a reasoning parser's split does: it reads the ``reasoning_content``
+field, or cuts ``</think>`` out of the content (DeepSeek-R1, QwQ: vLLM's ``deepseek_r1`` parser)."""
+
+
 def thinks_with_tags(template: str | None) -> bool:
-    """A ``<think>`` family: its template names ``</think>`` (the reasoning parser splits there)."""
-    return THINK_CLOSE in (template or "")
+    """A ``<think>`` family served with a reasoning parser: its template names ``</think>`` and reads
+    the split (``_SPLITS``). One that only renders the content (SmolLM3, Granite-3.3: no reasoning
+    parser in vLLM) keeps the model's ``<think>`` block in the content, as written."""
+    text = template or ""
+    return THINK_CLOSE in text and any(s in text for s in _SPLITS)
 
 
 def reasoning_split(text: str) -> tuple[str | None, str]:

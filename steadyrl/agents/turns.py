@@ -24,7 +24,7 @@ import json
 from .server import server_message, thinks_with_tags
 from .templating import HISTORY_CLOSERS, TemplateError, render
 
-__all__ = ["shape_turn", "turn_renders", "call_form", "string_arguments"]
+__all__ = ["shape_turn", "turn_renders", "served", "call_form", "string_arguments"]
 
 R_MARK, C_MARK = "steadyrl-reasoning-5f2a", "steadyrl-content-5f2a"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -251,10 +251,20 @@ def _served(template: str, head: str, sampled: str, message: dict) -> dict | Non
     generation prompt may have opened it): :func:`steadyrl.agents.server.server_message`, the
     content unstripped, the parser's calls; None otherwise (the readings above decide)."""
     opened = head.rstrip().endswith(THINK_OPEN) and THINK_OPEN not in sampled.partition(THINK_CLOSE)[0]
-    if not thinks_with_tags(template) or THINK_CLOSE not in sampled:
+    if THINK_CLOSE not in (template or "") or THINK_CLOSE not in sampled:
         return None
+    if not thinks_with_tags(template):  # no reasoning parser (SmolLM3): the content is the text as written
+        return server_message(sampled, template, message.get("tool_calls"))
     served = server_message((THINK_OPEN if opened else "") + sampled, template, message.get("tool_calls"))
     return served if "reasoning_content" in served else None
+
+
+def served(tokenizer, history: list[dict], sampled: str, kept: dict, tools, template_kwargs=None) -> bool:
+    """Whether ``kept`` is the server's message for the turn (a ``<think>`` family's split): the
+    conversation holds what inference holds, whatever the template makes of it."""
+    head = _render(tokenizer, history, tools, template_kwargs, prompt=True)
+    shaped = None if head is None else _served(tokenizer.chat_template, head, sampled, kept)
+    return shaped is not None and all(shaped.get(k) == kept.get(k) for k in ("reasoning_content", "content"))
 
 
 def call_form(tokenizer, history: list[dict], message: dict, *, tools: list[dict] | None,
