@@ -86,7 +86,7 @@ def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: 
             message, sampled, parser if observation_role == "tool" and tools else None, style, calls, strict,
             tokenizer.chat_template), tools=tools, template_kwargs=kwargs, end=end)
         names = [c["function"]["name"] for c in message.get("tool_calls") or []]
-        if names and not all(n in sampled for n in names) and (not sampled.strip() or all(n in render(
+        if names and not all(n in sampled for n in names) and (not sampled.split("</think>")[-1].strip() or all(n in render(
                 tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs
         ).split(history[-1].get("content") or "\0")[-1] for n in names)):
             raise TemplateError(

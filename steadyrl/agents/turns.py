@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 
-from .server import server_message, thinks_with_tags
+from .server import CALL_STARTS, server_message, thinks_with_tags
 from .templating import HISTORY_CLOSERS, TemplateError, render
 
 __all__ = ["shape_turn", "turn_renders", "served", "call_form", "string_arguments"]
@@ -128,6 +128,28 @@ def _think_split(text: str) -> dict | None:
     return {"reasoning_content": thought.strip("\n"), "content": text[end + len(THINK_CLOSE):].lstrip("\n")}
 
 
+def _call_reasoning(tokenizer, history, tools, kwargs, plain: str, head: str, sampled: str, message: dict,
+                    most: int = 64) -> list[dict]:
+    """A reading of a call turn's reasoning in a template that writes it before the calls from
+    ``reasoning_content`` (Cohere2's ``<|START_THINKING|>r<|END_THINKING|><|START_ACTION|>``): the
+    text between the template's text before the field and the longest start (at most ``most``
+    characters) of its text after it that the turn holds."""
+    shape = _render(tokenizer, history + [{"role": "assistant", "content": "", "reasoning_content": R_MARK,
+                                           "tool_calls": message["tool_calls"]}], tools, kwargs)
+    if shape is None or R_MARK not in shape:
+        return []
+    turn = shape[_turn_start(plain, shape):]
+    r = turn.find(R_MARK)
+    start = _match_pre(head, sampled, turn[:r])
+    after = turn[r + len(R_MARK):r + len(R_MARK) + most]
+    if start is None or not after:
+        return []
+    k = next((k for k in range(len(after), 0, -1) if sampled.find(after[:k], start) >= 0), 0)
+    at = sampled.find(after[:k], start) if k else -1
+    thought = sampled[start:at] if at > start else ""
+    return [{"reasoning_content": thought}] if thought and not any(c in thought for c in CALL_STARTS) else []
+
+
 def _with_calls(reading: dict, message: dict, sampled: str) -> list[dict]:
     """A reading of the text around a turn's calls, with the parser's calls (content: what the parser
     left outside the calls, less the reasoning; or nothing)."""
@@ -223,7 +245,8 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
     readings = _readings(head, sampled, reasoning_shape, content_shape)
     if message.get("tool_calls"):
         split = _think_split(sampled)
-        readings = [r for r in readings if "reasoning_content" in r] + (
+        readings = [r for r in readings if "reasoning_content" in r] + _call_reasoning(
+            tokenizer, history, tools, kwargs, plain, head, sampled, message) + (
             [{"reasoning_content": split["reasoning_content"]}] if split else [{}])
         candidates = [m for r in readings for m in _with_calls(r, message, sampled)]
         candidates = [string_arguments(m) for m in candidates] + candidates
