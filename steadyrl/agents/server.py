@@ -76,3 +76,17 @@ def server_message(text: str, template: str | None, calls: list[dict] | None = N
     else:
         message["content"] = content
     return message
+
+
+def as_written(text: str, template: str | None, opened: bool, calls: list[dict] | None = None) -> dict | None:
+    """The server's message for a turn of a ``<think>`` family whose reasoning the model closed
+    (``opened``: its generation prompt opened the block, so the server's parser saw only what came
+    after ``<think>``); None for a turn the rule says nothing about (no ``</think>``: another
+    family's markers, which the template's own readings decide)."""
+    if THINK_CLOSE not in (template or "") or THINK_CLOSE not in text:
+        return None
+    if not thinks_with_tags(template):  # no reasoning parser (SmolLM3): the content is the text as written
+        return server_message(text, template, calls)
+    prefix = THINK_OPEN if opened and THINK_OPEN not in text.partition(THINK_CLOSE)[0] else ""
+    return server_message(prefix + text, template, calls)
+

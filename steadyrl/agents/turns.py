@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 
-from .server import CALL_STARTS, server_message, thinks_with_tags
+from .server import CALL_STARTS, as_written
 from .templating import HISTORY_CLOSERS, TemplateError, render
 
 __all__ = ["shape_turn", "turn_renders", "served", "call_form", "string_arguments"]
@@ -271,15 +271,9 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
 
 def _served(template: str, head: str, sampled: str, message: dict) -> dict | None:
     """The server's message for a turn of a ``<think>`` family that closed its reasoning (the
-    generation prompt may have opened it): :func:`steadyrl.agents.server.server_message`, the
-    content unstripped, the parser's calls; None otherwise (the readings above decide)."""
-    opened = head.rstrip().endswith(THINK_OPEN) and THINK_OPEN not in sampled.partition(THINK_CLOSE)[0]
-    if THINK_CLOSE not in (template or "") or THINK_CLOSE not in sampled:
-        return None
-    if not thinks_with_tags(template):  # no reasoning parser (SmolLM3): the content is the text as written
-        return server_message(sampled, template, message.get("tool_calls"))
-    served = server_message((THINK_OPEN if opened else "") + sampled, template, message.get("tool_calls"))
-    return served if "reasoning_content" in served else None
+    generation prompt may have opened it): :func:`steadyrl.agents.server.as_written`, the content
+    unstripped, the parser's calls; None otherwise (the readings above decide)."""
+    return as_written(sampled, template, head.rstrip().endswith(THINK_OPEN), message.get("tool_calls"))
 
 
 def served(tokenizer, history: list[dict], sampled: str, kept: dict, tools, template_kwargs=None) -> bool:

@@ -49,18 +49,45 @@ def step_context(tokenizer, history: list[dict], agent) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def written_history(tokenizer, e) -> list[dict]:
+    """The episode's conversation as the model wrote it (docs/agents.md, "Token truth"): each kept
+    turn of a ``<think>`` family replaced by the server's message of its sampled text
+    (:func:`steadyrl.agents.server.as_written`: reasoning split at ``</think>``, content unstripped,
+    the kept calls), whatever the rollout kept; other turns as kept."""
+    from ..agents.server import THINK_OPEN, as_written
+
+    template = getattr(tokenizer, "chat_template", None)
+    history = list(e.history)
+    for k, (start, mark) in enumerate(zip(e.starts, e.marks)):
+        if mark >= len(history) or history[mark].get("role") != "assistant" or k >= len(e.info.turn_ends):
+            continue
+        ids = e.ids[start:e.info.turn_ends[k] + 1]  # a kept turn ended with its end token
+        text = tokenizer.decode(ids[:-1], skip_special_tokens=False)
+        opened = tokenizer.decode(e.contexts[k][-8:], skip_special_tokens=False).rstrip().endswith(THINK_OPEN)
+        written = as_written(text, template, opened, history[mark].get("tool_calls"))
+        if written is not None:
+            history[mark] = {**{k2: v for k2, v in history[mark].items() if k2 not in (
+                "content", "reasoning_content", "tool_calls")}, **written}
+    return history
+
+
 def stepwise_drift(tokenizer, e, agent) -> int:
     """Tokens of the contexts the engine was given (read back from its generations) that differ
-    from the template's rendering of the history at that turn, re-rendered now (turns after the
-    first; the first is the run's prompt). 0 when the samples are exact."""
+    from the template's rendering of the conversation as the model wrote it at that turn
+    (:func:`written_history`, re-rendered now; turns after the first, the first is the run's prompt).
+    0 when the samples are what inference would have shown the model::
+
+        drift = sum_k  #{i : context_k[i] != truth_k[i]} + |len(context_k) - len(truth_k)|
+    """
     from ..agents.chat import TemplateError
 
     if e.history is None or e.info.failed:
         return 0
+    history = written_history(tokenizer, e)
     drift = 0
     for context, mark in list(zip(e.contexts, e.marks))[1:]:
         try:
-            reference = step_context(tokenizer, e.history[:mark], agent)
+            reference = step_context(tokenizer, history[:mark], agent)
         except TemplateError:
             return 0
         drift += sum(a != b for a, b in zip(context, reference)) + abs(len(context) - len(reference))
