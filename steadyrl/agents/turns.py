@@ -297,5 +297,7 @@ def call_form(tokenizer, history: list[dict], message: dict, *, tools: list[dict
     if text is None or plain is None:
         return message
     turn = text[_turn_start(plain, text):]  # the turn alone: an earlier call may show the same arguments
-    shown = all(c["function"]["arguments"] in turn for c in as_string["tool_calls"])
+    # a template that writes its own braces around the arguments (gemma-4's call:add{a:1}) walks a mapping
+    shown = all(c["function"]["arguments"] in turn and "{" + c["function"]["arguments"] + "}" not in turn
+                for c in as_string["tool_calls"])
     return as_string if shown or text == _render(tokenizer, history + [message], tools, template_kwargs) else message

@@ -133,6 +133,7 @@ def test_append_only_templates_that_keep_reasoning_run_single(families, name, mo
 # ---- 3. step-wise accepted where it is exact ------------------------------------------------------
 
 @pytest.mark.parametrize("name, mode", [("deepseek-ai-DeepSeek-V3.2", "tools"), ("Cohere2MoE", "user"),
+                                        ("google-gemma-4-31B-it-interleaved", "tools"),
                                         ("Reka-Edge", "user"), ("Reka-Edge", "tools")])
 def test_templates_that_re_render_earlier_turns_are_trained_stepwise(families, name, mode):
     case = _case(families, name, mode, "stepwise")
@@ -143,3 +144,13 @@ def test_a_template_that_renders_no_call_is_still_refused_stepwise(families):
     # LFM2.5-Instruct lists the tools but writes no call text: no turn the model writes is a call
     case = _case(families, "LFM2.5-Instruct", "tools", "stepwise")
     assert "writes a call outside the assistant turn" in case.verdict
+
+
+def test_gemma4_calls_take_the_object_form_its_template_walks(families):
+    # gemma-4 writes its own braces around the arguments: the string form rendered call:add{{"a": 1}}
+    from steadyrl.agents.turns import call_form
+
+    tok, _ = _tok(families, "google-gemma-4-31B-it-interleaved")
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call00000", "type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]}
+    assert call_form(tok, Q, call, tools=None)["tool_calls"][0]["function"]["arguments"] == {"a": 1, "b": 2}
