@@ -24,7 +24,7 @@ import json
 from .server import CALL_STARTS, as_written
 from .templating import HISTORY_CLOSERS, TemplateError, render
 
-__all__ = ["shape_turn", "turn_renders", "served", "call_form", "string_arguments"]
+__all__ = ["shape_turn", "turn_renders", "written_turn", "served", "call_form", "string_arguments"]
 
 R_MARK, C_MARK = "steadyrl-reasoning-5f2a", "steadyrl-content-5f2a"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -236,9 +236,9 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
     plain = _render(tokenizer, history, tools, kwargs)
     if head is None or plain is None:
         return message
-    served = _served(tokenizer.chat_template, head, sampled, message)
-    if served is not None:  # a <think> family: the turn as a server's reasoning and tool parsers hold it
-        return served
+    written = written_turn(tokenizer, history, sampled, message.get("tool_calls"), tools=tools, template_kwargs=kwargs)
+    if written is not None:  # a <think> family: the turn as a server's reasoning and tool parsers hold it
+        return written
     reasoning_shape = _shape(tokenizer, history, tools, kwargs, plain,
                              {"content": C_MARK, "reasoning_content": R_MARK})
     content_shape = _shape(tokenizer, history, tools, kwargs, plain, {"content": C_MARK})
@@ -269,18 +269,48 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
     return {"role": "assistant", **split}
 
 
-def _served(template: str, head: str, sampled: str, message: dict) -> dict | None:
-    """The server's message for a turn of a ``<think>`` family that closed its reasoning (the
-    generation prompt may have opened it): :func:`steadyrl.agents.server.as_written`, the content
-    unstripped, the parser's calls; None otherwise (the readings above decide)."""
-    return as_written(sampled, template, head.rstrip().endswith(THINK_OPEN), message.get("tool_calls"))
+def _layout(tokenizer, history, tools, kwargs, plain: str, calls) -> tuple[str, str]:
+    """The whitespace the template itself writes around a turn's answer: after its own ``</think>``
+    (or reasoning field) and before the content, and after the content (before its end or calls).
+    Read off a turn of marker fields; a template that shows no reasoning writes nothing before."""
+    extra = {"tool_calls": calls} if calls else {}
+    for fields in ({"content": C_MARK, "reasoning_content": R_MARK, **extra},
+                   {"content": THINK_OPEN + R_MARK + THINK_CLOSE + C_MARK, **extra}):
+        shape = _render(tokenizer, history + [{"role": "assistant", **fields}], tools, kwargs)
+        if shape is None or C_MARK not in shape:
+            continue
+        turn = shape[_turn_start(plain, shape):]
+        r, c = turn.find(R_MARK), turn.find(C_MARK)
+        before, after = turn[r + len(R_MARK):c] if 0 <= r < c else "", turn[c + len(C_MARK):]
+        return before[len(before.rstrip()):], after[:len(after) - len(after.lstrip())]
+    return "", ""
+
+
+def written_turn(tokenizer, history: list[dict], sampled: str, calls: list[dict] | None, *,
+                 tools: list[dict] | None, template_kwargs: dict | None = None) -> dict | None:
+    """The message a server holds for the turn ``sampled`` of a ``<think>`` family (its generation
+    prompt may have opened the block): :func:`steadyrl.agents.server.as_written`, less the
+    whitespace the template writes around the answer itself (it writes it again on every render:
+    whitespace the template writes is not content); None where the rule is silent (no ``</think>``)."""
+    head = _render(tokenizer, history, tools, template_kwargs, prompt=True)
+    plain = _render(tokenizer, history, tools, template_kwargs)
+    if head is None or plain is None:
+        return None
+    message = as_written(sampled, tokenizer.chat_template, head.rstrip().endswith(THINK_OPEN), calls)
+    if message is None or "reasoning_content" not in message:
+        return message
+    lead, trail = _layout(tokenizer, history, tools, template_kwargs, plain, calls)
+    content = message["content"]
+    content = content[len(lead):] if lead and content.startswith(lead) else content
+    content = content[:len(content) - len(trail)] if trail and content.endswith(trail) else content
+    return {**message, "content": content}
 
 
 def served(tokenizer, history: list[dict], sampled: str, kept: dict, tools, template_kwargs=None) -> bool:
     """Whether ``kept`` is the server's message for the turn (a ``<think>`` family's split): the
     conversation holds what inference holds, whatever the template makes of it."""
-    head = _render(tokenizer, history, tools, template_kwargs, prompt=True)
-    shaped = None if head is None else _served(tokenizer.chat_template, head, sampled, kept)
+    shaped = written_turn(tokenizer, history, sampled, kept.get("tool_calls"), tools=tools,
+                          template_kwargs=template_kwargs)
     return shaped is not None and all(shaped.get(k) == kept.get(k) for k in ("reasoning_content", "content"))
 
 

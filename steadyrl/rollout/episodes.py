@@ -172,7 +172,7 @@ def _template_drift(tokenizer, e: _Episode, agent, processor=None) -> int:
     try:  # the last turn as the template holds it (its reasoning, its content without the template's markers)
         last = shape_turn(tokenizer, e.history, e.text, text_message(e.text, getattr(tokenizer, "chat_template", None)),
                           tools=agent.tool_schemas, template_kwargs=agent.template_kwargs, end=e.end)
-        text = render(tokenizer, written_history(tokenizer, e) + [last], tools=agent.tool_schemas,
+        text = render(tokenizer, written_history(tokenizer, e, agent) + [last], tools=agent.tool_schemas,
                       add_generation_prompt=False, template_kwargs=agent.template_kwargs)
     except TemplateError:
         return 0

@@ -63,7 +63,8 @@ def test_stepwise_turns_are_generated_from_and_trained_on_the_templates_renderin
             tok.eos_token_id]
         assert sample.context in engine.seen  # and what the engine was given
         # as a server's reasoning parser holds the turn: split at </think>, nothing stripped
-        history += [{"role": "assistant", "reasoning_content": f"\nr{k}\n", "content": f"\n\n{'867'[k]}"},
+        # (less the '\n\n' the template writes after its own </think>: whitespace it writes is not content)
+        history += [{"role": "assistant", "reasoning_content": f"\nr{k}\n", "content": '867'[k]},
                     {"role": "user", "content": "wrong"}]
     assert "r0" not in tok.decode(info.samples[2].context)  # Qwen3 drops reasoning before the last user turn
 
