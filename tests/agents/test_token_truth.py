@@ -155,3 +155,31 @@ def test_gemma4_calls_take_the_object_form_its_template_walks(families):
     call = {"role": "assistant", "content": "", "tool_calls": [
         {"id": "call00000", "type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]}
     assert call_form(tok, Q, call, tools=None)["tool_calls"][0]["function"]["arguments"] == {"a": 1, "b": 2}
+
+
+# ---- 6. whitespace the template writes is not content ---------------------------------------------
+
+# a template without jinja whitespace control (as DeepSeek-V3.x copies are shipped): the lines of
+# its loop write '\n    ' around every answer, and again on every render
+LOOSE = """{% for m in messages %}
+    {% if m.role == 'user' %}<｜User｜>{{ m.content }}{% elif m.role == 'assistant' %}<｜Assistant｜><think>{{ m.reasoning_content }}</think>
+    {{ m.content }}
+    <｜end▁of▁sentence｜>{% endif %}
+{% endfor %}{% if add_generation_prompt %}<｜Assistant｜><think>{% endif %}"""
+
+
+def test_whitespace_the_template_writes_around_the_answer_is_not_content(tmp_path):
+    from support_realtemplates import Family
+
+    (tmp_path / "loose.jinja").write_text(LOOSE)
+    family = Family("loose", "loose.jinja", "<｜end▁of▁sentence｜>", ("<｜end▁of▁sentence｜>",),
+                    specials=("<｜User｜>", "<｜Assistant｜>", "<think>", "</think>"))
+    tok = family_tokenizer(family, tmp_path)
+    sampled = "r0</think>\n    8\n    "  # what the template shows the model writing after <think>
+    kept = shape_turn(tok, Q, sampled, {"role": "assistant", "content": sampled}, tools=None, end=family.stops[0])
+    assert kept == {"role": "assistant", "reasoning_content": "r0", "content": "8"}
+    later = render(tok, Q + [kept, {"role": "user", "content": "Wrong."}], tools=None, add_generation_prompt=True)
+    assert "</think>\n    8\n    <｜end▁of▁sentence｜>" in later  # written once, not twice
+    for turn_mode in ("stepwise", "single"):
+        case = evaluate(family, "user", tmp_path, turn_mode=turn_mode)
+        assert case.verdict == "exact" and case.episode == "exact", (turn_mode, case)
