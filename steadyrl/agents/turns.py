@@ -269,10 +269,18 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
     return {"role": "assistant", **split}
 
 
-def _layout(tokenizer, history, tools, kwargs, plain: str, calls) -> tuple[str, str]:
-    """The whitespace the template itself writes around a turn's answer: after its own ``</think>``
-    (or reasoning field) and before the content, and after the content (before its end or calls).
-    Read off a turn of marker fields; a template that shows no reasoning writes nothing before."""
+def _ws_end(text: str) -> str:
+    return text[len(text.rstrip()):]
+
+
+def _ws_start(text: str) -> str:
+    return text[:len(text) - len(text.lstrip())]
+
+
+def _layout(tokenizer, history, tools, kwargs, plain: str, calls) -> tuple[str, str, str, str]:
+    """The whitespace the template itself writes inside its reasoning block (after its opener,
+    before its closer) and around the answer (after its own ``</think>``, after the answer before its
+    end or calls), read off a turn of marker fields; none where it shows no reasoning."""
     extra = {"tool_calls": calls} if calls else {}
     for fields in ({"content": C_MARK, "reasoning_content": R_MARK, **extra},
                    {"content": THINK_OPEN + R_MARK + THINK_CLOSE + C_MARK, **extra}):
@@ -281,17 +289,26 @@ def _layout(tokenizer, history, tools, kwargs, plain: str, calls) -> tuple[str, 
             continue
         turn = shape[_turn_start(plain, shape):]
         r, c = turn.find(R_MARK), turn.find(C_MARK)
-        before, after = turn[r + len(R_MARK):c] if 0 <= r < c else "", turn[c + len(C_MARK):]
-        return before[len(before.rstrip()):], after[:len(after) - len(after.lstrip())]
-    return "", ""
+        if not 0 <= r < c:
+            return "", "", "", _ws_start(turn[c + len(C_MARK):])
+        between = turn[r + len(R_MARK):c]
+        return _ws_end(turn[:r]), _ws_start(between), _ws_end(between), _ws_start(turn[c + len(C_MARK):])
+    return "", "", "", ""
+
+
+def _cut(text: str, lead: str, trail: str) -> str:
+    """``text`` less ``lead`` at its start and ``trail`` at its end, where it has them."""
+    text = text[len(lead):] if lead and text.startswith(lead) else text
+    return text[:len(text) - len(trail)] if trail and text.endswith(trail) else text
 
 
 def written_turn(tokenizer, history: list[dict], sampled: str, calls: list[dict] | None, *,
                  tools: list[dict] | None, template_kwargs: dict | None = None) -> dict | None:
     """The message a server holds for the turn ``sampled`` of a ``<think>`` family (its generation
     prompt may have opened the block): :func:`steadyrl.agents.server.as_written`, less the
-    whitespace the template writes around the answer itself (it writes it again on every render:
-    whitespace the template writes is not content); None where the rule is silent (no ``</think>``)."""
+    whitespace the template writes inside its reasoning block and around the answer itself (it
+    writes it again on every render: whitespace the template writes is not content); None where
+    the rule is silent (no ``</think>``)."""
     head = _render(tokenizer, history, tools, template_kwargs, prompt=True)
     plain = _render(tokenizer, history, tools, template_kwargs)
     if head is None or plain is None:
@@ -299,11 +316,9 @@ def written_turn(tokenizer, history: list[dict], sampled: str, calls: list[dict]
     message = as_written(sampled, tokenizer.chat_template, head.rstrip().endswith(THINK_OPEN), calls)
     if message is None or "reasoning_content" not in message:
         return message
-    lead, trail = _layout(tokenizer, history, tools, template_kwargs, plain, calls)
-    content = message["content"]
-    content = content[len(lead):] if lead and content.startswith(lead) else content
-    content = content[:len(content) - len(trail)] if trail and content.endswith(trail) else content
-    return {**message, "content": content}
+    r_lead, r_trail, lead, trail = _layout(tokenizer, history, tools, template_kwargs, plain, calls)
+    return {**message, "reasoning_content": _cut(message["reasoning_content"], r_lead, r_trail),
+            "content": _cut(message["content"], lead, trail)}
 
 
 def served(tokenizer, history: list[dict], sampled: str, kept: dict, tools, template_kwargs=None) -> bool:

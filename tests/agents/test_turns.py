@@ -49,8 +49,8 @@ def test_a_thinking_turn_keeps_its_reasoning_in_the_templates_field(families):
     kept = shape_turn(tok, Q, "<think>\nr0\n</think>\n\n8", {"role": "assistant", "content": "<think>\nr0\n</think>\n\n8"},
                       tools=None, end=end)
     # as vLLM's reasoning parser splits it: at </think>, nothing stripped (docs/agents.md, "Token truth"),
-    # less the '\n\n' Qwen3's template writes after its own </think> (whitespace it writes is not content)
-    assert (kept["reasoning_content"], kept["content"]) == ("\nr0\n", "8")
+    # less the whitespace Qwen3's template writes itself ('<think>\n' r '\n</think>\n\n'): not content
+    assert (kept["reasoning_content"], kept["content"]) == ("r0", "8")
 
 
 def test_a_turn_whose_reasoning_the_template_drops_renders_as_the_template_holds_it(families):
