@@ -135,7 +135,7 @@ def test_append_only_templates_that_keep_reasoning_run_single(families, name, mo
 
 @pytest.mark.parametrize("name, mode", [("deepseek-ai-DeepSeek-V3.2", "tools"), ("Cohere2MoE", "user"),
                                         ("google-gemma-4-31B-it-interleaved", "tools"),
-                                        ("NVIDIA-Nemotron-Nano-v2", "tools"),
+                                        ("NVIDIA-Nemotron-Nano-v2", "tools"), ("google-gemma-4-31B-it", "tools"),
                                         ("Reka-Edge", "user"), ("Reka-Edge", "tools")])
 def test_templates_that_re_render_earlier_turns_are_trained_stepwise(families, name, mode):
     case = _case(families, name, mode, "stepwise")
