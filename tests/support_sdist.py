@@ -29,9 +29,10 @@ _SPECIAL = re.compile(r"<\|[^|<>\s'\"]{1,40}\|>|<｜[^｜<>\s]{1,40}｜>|\[[A-Z]
 gemma-4's ``<|turn>`` / ``<turn|>``, MiniMax's ``]~b]``."""
 
 _ENDS = re.compile(r"end|eos|eot|eom|turn\|>|return", re.I)
-_CONTENT = re.compile(r"text|response|thinking|action|think|content", re.I)
-"""A stop token's name (``<|im_end|>``, ``<seed:eos>``, gemma-4's ``<turn|>``), not the end of a part
-inside the turn (Cohere's ``<|END_TEXT|>``, ``</think>``); else a separator (Reka's ``<sep>``)."""
+_CONTENT = re.compile(r"(?<!of_)text|response|thinking|action|think|content|role", re.I)
+"""A stop token's name (``<|im_end|>``, ``<seed:eos>``, gemma-4's ``<turn|>``, Granite's ``<|end_of_text|>``),
+not the end of a part inside the turn (Cohere's ``<|END_TEXT|>``, ``</think>``, Granite's role header
+``<|end_of_role|>``); else a separator (Reka's ``<sep>``)."""
 _CALL_STOPS = ("<|tool_response>",)
 """Stop tokens a model's generation config names for ending a call turn inside its own turn (gemma-4)."""
 _HTML = {"<br>", "<p>", "</p>", "<b>", "</b>", "<i>", "</i>", "<code>", "</code>", "<s>", "</s>"}
