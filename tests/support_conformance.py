@@ -36,7 +36,7 @@ from steadyrl.agents.templating import thinks as _thinks
 from steadyrl.agents.protocol import AgentBase, Reply, Start
 from steadyrl.agents.toolagent import ToolAgent
 from steadyrl.agents.tools import Tool
-from steadyrl.agents.turns import call_form, shape_turn
+from steadyrl.agents.turns import call_form, shape_turn, written_turn
 from steadyrl.rollout.base import Generation
 from steadyrl.rollout.episodes import TurnLimits, run_episodes
 
@@ -105,18 +105,23 @@ def script(tok, mode: str, tools, ends, kwargs, parser, turn_mode: str = "single
                                                                                       kept["tool_calls"])]}
         calls += len(kept.get("tool_calls", []))
         conv += [kept, *new]
-        truth += [_truth(tok, message, kept, think, i), *new]
+        truth += [_truth(tok, truth, message, text, think, i, tools, kwargs), *new]
     return turns, truth
 
 
-def _truth(tok, message: dict, kept: dict, think: bool, i: int) -> dict:
-    """The ground truth's assistant message: the planned one, with the reasoning the model wrote
-    (Harmony's in ``thinking``, the field its template reads)."""
-    if not think:
-        return message
+def _truth(tok, before: list[dict], message: dict, text: str, think: bool, i: int, tools, kwargs) -> dict:
+    """The ground truth's assistant message: the text the model wrote as a server holds it
+    (steadyrl.agents.server: a ``<think>`` family's reasoning parser splits at ``</think>``, nothing
+    stripped; the tool parser's content is the text before the calls), the planned calls; Harmony's
+    reasoning in ``thinking``, the field its template reads. Whitespace the template writes around
+    the answer is not content (steadyrl.agents.turns.written_turn)."""
     if "<|channel|>analysis" in (tok.chat_template or ""):
-        return {**message, "thinking": f"r{i}"}
-    return {**message, "reasoning_content": f"r{i}"}
+        return {**message, "thinking": f"r{i}"} if think else message
+    if "</think>" in (tok.chat_template or ""):  # with a reasoning parser or without one (SmolLM3: content as written)
+        written = written_turn(tok, before, text, message.get("tool_calls"), tools=tools, template_kwargs=kwargs)
+        return message if written is None else {**written, **({"tool_calls": message["tool_calls"]}
+                                                              if message.get("tool_calls") else {})}
+    return {**message, "reasoning_content": f"r{i}"} if think else message  # the field the template reads (Cohere2)
 
 
 class TurnEngine:

@@ -30,9 +30,12 @@ _SPECIAL = re.compile(r"<\|[^|<>\s'\"]{1,40}\|>|<｜[^｜<>\s]{1,40}｜>|\[[A-Z]
 gemma-4's ``<|turn>`` / ``<turn|>``, MiniMax's ``]~b]``, EXAONE's ``[|endofturn|]``."""
 
 _ENDS = re.compile(r"end|eos|eot|eom|turn\|>|return", re.I)
-_CONTENT = re.compile(r"text|response|thinking|action|think|content", re.I)
-"""A stop token's name (``<|im_end|>``, ``<seed:eos>``, gemma-4's ``<turn|>``), not the end of a part
-inside the turn (Cohere's ``<|END_TEXT|>``, ``</think>``); else a separator (Reka's ``<sep>``)."""
+_CONTENT = re.compile(r"(?<!of_)text|response|thinking|action|think|content|role", re.I)
+"""A stop token's name (``<|im_end|>``, ``<seed:eos>``, gemma-4's ``<turn|>``, Granite's ``<|end_of_text|>``),
+not the end of a part inside the turn (Cohere's ``<|END_TEXT|>``, ``</think>``, Granite's role header
+``<|end_of_role|>``); else a separator (Reka's ``<sep>``)."""
+_CALL_STOPS = ("<|tool_response>",)
+"""Stop tokens a model's generation config names for ending a call turn inside its own turn (gemma-4)."""
 _HTML = {"<br>", "<p>", "</p>", "<b>", "</b>", "<i>", "</i>", "<code>", "</code>", "<s>", "</s>"}
 _MARK, _NEXT = "steadyrl-sdist-content", "steadyrl-sdist-next"
 
@@ -62,7 +65,10 @@ def infer_family(path: Path) -> Family | str:
     stop = (ends or seps or [found[0][2]])[0]
     # a template with no closer ends a turn with the next role token (GLM): tool results come after its own
     roles = ("<|observation|>",) if stop == "<|user|>" and "<|observation|>" in specials else ()
-    return Family(path.stem, path.name, stop, tuple(dict.fromkeys((stop, *roles, "</s>"))), bos="<s>",
+    # gemma-4 writes a call's result inside the model's turn, after <|tool_response>: its generation
+    # config stops there too (eos ids <turn|>, <|tool_response>), so a call turn ends with it
+    calls = tuple(t for t in _CALL_STOPS if t in specials)
+    return Family(path.stem, path.name, stop, tuple(dict.fromkeys((stop, *roles, *calls, "</s>"))), bos="<s>",
                   specials=specials)
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from ..errors import ConfigError
 from .messages import call_id, id_style, tool_message
 from .templating import (  # noqa: F401 - the errors, render and the constants are read from here too
-    CONTEXT_CHARS, HISTORY_CLOSERS, PROBE_MARKER, TemplateDriftError, TemplateError, render, rendered_suffix,
+    CONTEXT_CHARS, HISTORY_CLOSERS, PROBE_MARKER, REASONING_OPENERS, TemplateDriftError, TemplateError, render, rendered_suffix,
     rendered_tail, template_name, thinks, tool_names)
 
 __all__ = ["TemplateError", "TemplateDriftError", "render", "observation_ids", "observation_tail_ids",
@@ -73,7 +73,8 @@ def observation_overhead(tokenizer, *, tools: list[dict] | None, observation_rol
     head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=template_kwargs)
     # a <think> turn only when the model thinks here (Laguna-XS's template names <think>, thinking off);
     # in the template's reasoning field where it reads one (Spark-X2.5 writes <think>r1</think>)
-    thinking = thinks(tokenizer, head[-CONTEXT_CHARS:]) and "<think>" in (tokenizer.chat_template or "")
+    thinking = thinks(tokenizer, head[-CONTEXT_CHARS:]) and ("<think>" in (tokenizer.chat_template or "")
+                                                             or head.rstrip().endswith(REASONING_OPENERS))
     field = thinking and reads_reasoning(tokenizer, history, tools, template_kwargs)
     turn = "<think>\nr1\n</think>\n\na1" if thinking and not field else "a1"
     reasoning = {"reasoning_content": "r1"} if field else {}

@@ -18,7 +18,7 @@ from .probe import MODE_WORDS, check_template, sampled_turn
 from .templating import (CONTEXT_CHARS, TemplateDriftError, TemplateError, check_renders, find_closer, first_difference,
                          kept_message, render, rendered_tail, require_template, role_closer, scripted_turns,
                          template_name, thinks)
-from .turns import call_form, shape_turn, turn_renders
+from .turns import call_form, served, shape_turn, turn_renders
 
 
 def _boundary(text: str, i: int) -> int:
@@ -30,15 +30,32 @@ def model_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, th
     """``(text, end)`` as :func:`sampled_turn`, also for a template whose generation prompt starts a
     turn unlike its rendering of the turn (QwQ and DeepSeek-R1 open ``<think>`` there, and render the
     turn without it): the model writes after the generation prompt what the rendered turn holds past
-    their common start, its reasoning first."""
+    their common start, its reasoning first. A template that renders a call turn only once a message
+    follows it (Nemotron-Nano-v2 splits a last turn's text and calls in two turns) is read there."""
+    names = [c["function"]["name"] for c in message.get("tool_calls") or []]
     try:
-        return sampled_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
-                            think=think, i=i)
+        found = sampled_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
+                             think=think, i=i)
     except TemplateDriftError:
-        pass
+        found = _turn_in(tokenizer, history, message, new, [], tools=tools, end_texts=end_texts, kwargs=kwargs,
+                         think=think, i=i)
+    if names and new and not all(n in found[0] for n in names):
+        try:
+            followed = _turn_in(tokenizer, history, message, new, new, tools=tools, end_texts=end_texts,
+                                kwargs=kwargs, think=think, i=i)
+        except TemplateError:
+            return found
+        found = followed if all(n in followed[0] for n in names) else found
+    return found
+
+
+def _turn_in(tokenizer, history, message, new, after, *, tools, end_texts, kwargs, think: bool, i: int):
+    """What the model writes for ``message`` (``new``: what follows it) read off the rendering of
+    ``history + [message] + after`` (``after``: nothing, or ``new``, where the turn must be closed)."""
     plain = render(tokenizer, history, tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
     head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
-    base = render(tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs)
+    base = render(tokenizer, history + [message] + list(after), tools=tools, add_generation_prompt=False,
+                  template_kwargs=kwargs)
     if not head.startswith(plain):
         raise TemplateError(f"the chat template of {template_name(tokenizer)!r} renders the conversation so far "
                             f"differently when a generation prompt follows it")
@@ -53,7 +70,7 @@ def model_turn(tokenizer, history, message, new, *, tools, end_texts, kwargs, th
         prompt, turn = head[at:], base[at:]
     start = _boundary(prompt, first_difference(prompt, turn))  # not inside a tag: <think> / <tool_call>
     closed = find_closer(turn, start, end_texts)
-    found = closed or role_closer(tokenizer, history, message, new, tools, end_texts, kwargs)
+    found = closed or (None if after else role_closer(tokenizer, history, message, new, tools, end_texts, kwargs))
     if found is None:
         raise TemplateError(
             f"the chat template of {template_name(tokenizer)!r} does not close an assistant turn with any of "
@@ -86,14 +103,15 @@ def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: 
             message, sampled, parser if observation_role == "tool" and tools else None, style, calls, strict,
             tokenizer.chat_template), tools=tools, template_kwargs=kwargs, end=end)
         names = [c["function"]["name"] for c in message.get("tool_calls") or []]
-        if names and not all(n in sampled for n in names) and (not sampled.strip() or all(n in render(
+        if names and not all(n in sampled for n in names) and (not sampled.split("</think>")[-1].strip() or all(n in render(
                 tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs
         ).split(history[-1].get("content") or "\0")[-1] for n in names)):
             raise TemplateError(
                 f"the chat template of {template_name(tokenizer)!r} writes a call outside the assistant turn the model "
                 f"samples, or none (the turn after its generation prompt is {sampled!r}): no turn the model writes "
                 f"is the call the template shows it")
-        if mode == "stepwise" and new and not turn_renders(tokenizer, history, sampled, assistant, tools=tools,
+        if mode == "stepwise" and new and not served(tokenizer, history, sampled, assistant, tools, kwargs) \
+                and not turn_renders(tokenizer, history, sampled, assistant, tools=tools,
                                                            template_kwargs=kwargs, end=end):
             raise TemplateError(
                 f"the chat template of {template_name(tokenizer)!r} does not render the turn the model wrote "

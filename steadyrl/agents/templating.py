@@ -203,9 +203,15 @@ def is_harmony(tokenizer) -> bool:
 
 
 def thinks(tokenizer, prompt_tail: str) -> bool:
-    """The model writes reasoning: a thinking template whose generation prompt does not close it
-    (or a Harmony template: gpt-oss writes its analysis channel first)."""
-    return is_harmony(tokenizer) or "</think>" in (tokenizer.chat_template or "") and "</think>" not in prompt_tail
+    """The model writes reasoning: a thinking template whose generation prompt does not close it, one
+    whose generation prompt opens a reasoning block (Cohere2's ``<|START_THINKING|>``), or a Harmony
+    template (gpt-oss writes its analysis channel first)."""
+    return (is_harmony(tokenizer) or "</think>" in (tokenizer.chat_template or "") and "</think>" not in prompt_tail
+            or prompt_tail.rstrip().endswith(REASONING_OPENERS))
+
+
+REASONING_OPENERS = ("<|START_THINKING|>",)
+"""Generation prompts that open a reasoning block a template fills from ``reasoning_content``."""
 
 
 def scripted_turns(tokenizer, tools, observation_role: str, style: str) -> list[tuple[dict, list[dict]]]:

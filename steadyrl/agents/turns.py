@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 
+from .server import CALL_STARTS, as_written
 from .templating import HISTORY_CLOSERS, TemplateError, render
 
-__all__ = ["shape_turn", "turn_renders", "call_form", "string_arguments"]
+__all__ = ["shape_turn", "turn_renders", "written_turn", "served", "call_form", "string_arguments"]
 
 R_MARK, C_MARK = "steadyrl-reasoning-5f2a", "steadyrl-content-5f2a"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -127,6 +128,28 @@ def _think_split(text: str) -> dict | None:
     return {"reasoning_content": thought.strip("\n"), "content": text[end + len(THINK_CLOSE):].lstrip("\n")}
 
 
+def _call_reasoning(tokenizer, history, tools, kwargs, plain: str, head: str, sampled: str, message: dict,
+                    most: int = 64) -> list[dict]:
+    """A reading of a call turn's reasoning in a template that writes it before the calls from
+    ``reasoning_content`` (Cohere2's ``<|START_THINKING|>r<|END_THINKING|><|START_ACTION|>``): the
+    text between the template's text before the field and the longest start (at most ``most``
+    characters) of its text after it that the turn holds."""
+    shape = _render(tokenizer, history + [{"role": "assistant", "content": "", "reasoning_content": R_MARK,
+                                           "tool_calls": message["tool_calls"]}], tools, kwargs)
+    if shape is None or R_MARK not in shape:
+        return []
+    turn = shape[_turn_start(plain, shape):]
+    r = turn.find(R_MARK)
+    start = _match_pre(head, sampled, turn[:r])
+    after = turn[r + len(R_MARK):r + len(R_MARK) + most]
+    if start is None or not after:
+        return []
+    k = next((k for k in range(len(after), 0, -1) if sampled.find(after[:k], start) >= 0), 0)
+    at = sampled.find(after[:k], start) if k else -1
+    thought = sampled[start:at] if at > start else ""
+    return [{"reasoning_content": thought}] if thought and not any(c in thought for c in CALL_STARTS) else []
+
+
 def _with_calls(reading: dict, message: dict, sampled: str) -> list[dict]:
     """A reading of the text around a turn's calls, with the parser's calls (content: what the parser
     left outside the calls, less the reasoning; or nothing)."""
@@ -213,13 +236,17 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
     plain = _render(tokenizer, history, tools, kwargs)
     if head is None or plain is None:
         return message
+    written = written_turn(tokenizer, history, sampled, message.get("tool_calls"), tools=tools, template_kwargs=kwargs)
+    if written is not None:  # a <think> family: the turn as a server's reasoning and tool parsers hold it
+        return written
     reasoning_shape = _shape(tokenizer, history, tools, kwargs, plain,
                              {"content": C_MARK, "reasoning_content": R_MARK})
     content_shape = _shape(tokenizer, history, tools, kwargs, plain, {"content": C_MARK})
     readings = _readings(head, sampled, reasoning_shape, content_shape)
     if message.get("tool_calls"):
         split = _think_split(sampled)
-        readings = [r for r in readings if "reasoning_content" in r] + (
+        readings = [r for r in readings if "reasoning_content" in r] + _call_reasoning(
+            tokenizer, history, tools, kwargs, plain, head, sampled, message) + (
             [{"reasoning_content": split["reasoning_content"]}] if split else [{}])
         candidates = [m for r in readings for m in _with_calls(r, message, sampled)]
         candidates = [string_arguments(m) for m in candidates] + candidates
@@ -242,6 +269,66 @@ def shape_turn(tokenizer, history: list[dict], sampled: str, message: dict, *, t
     return {"role": "assistant", **split}
 
 
+def _ws_end(text: str) -> str:
+    return text[len(text.rstrip()):]
+
+
+def _ws_start(text: str) -> str:
+    return text[:len(text) - len(text.lstrip())]
+
+
+def _layout(tokenizer, history, tools, kwargs, plain: str, calls) -> tuple[str, str, str, str]:
+    """The whitespace the template itself writes inside its reasoning block (after its opener,
+    before its closer) and around the answer (after its own ``</think>``, after the answer before its
+    end or calls), read off a turn of marker fields; none where it shows no reasoning."""
+    extra = {"tool_calls": calls} if calls else {}
+    for fields in ({"content": C_MARK, "reasoning_content": R_MARK, **extra},
+                   {"content": THINK_OPEN + R_MARK + THINK_CLOSE + C_MARK, **extra}):
+        shape = _render(tokenizer, history + [{"role": "assistant", **fields}], tools, kwargs)
+        if shape is None or C_MARK not in shape:
+            continue
+        turn = shape[_turn_start(plain, shape):]
+        r, c = turn.find(R_MARK), turn.find(C_MARK)
+        if not 0 <= r < c:
+            return "", "", "", _ws_start(turn[c + len(C_MARK):])
+        between = turn[r + len(R_MARK):c]
+        return _ws_end(turn[:r]), _ws_start(between), _ws_end(between), _ws_start(turn[c + len(C_MARK):])
+    return "", "", "", ""
+
+
+def _cut(text: str, lead: str, trail: str) -> str:
+    """``text`` less ``lead`` at its start and ``trail`` at its end, where it has them."""
+    text = text[len(lead):] if lead and text.startswith(lead) else text
+    return text[:len(text) - len(trail)] if trail and text.endswith(trail) else text
+
+
+def written_turn(tokenizer, history: list[dict], sampled: str, calls: list[dict] | None, *,
+                 tools: list[dict] | None, template_kwargs: dict | None = None) -> dict | None:
+    """The message a server holds for the turn ``sampled`` of a ``<think>`` family (its generation
+    prompt may have opened the block): :func:`steadyrl.agents.server.as_written`, less the
+    whitespace the template writes inside its reasoning block and around the answer itself (it
+    writes it again on every render: whitespace the template writes is not content); None where
+    the rule is silent (no ``</think>``)."""
+    head = _render(tokenizer, history, tools, template_kwargs, prompt=True)
+    plain = _render(tokenizer, history, tools, template_kwargs)
+    if head is None or plain is None:
+        return None
+    message = as_written(sampled, tokenizer.chat_template, head.rstrip().endswith(THINK_OPEN), calls)
+    if message is None or "reasoning_content" not in message:
+        return message
+    r_lead, r_trail, lead, trail = _layout(tokenizer, history, tools, template_kwargs, plain, calls)
+    return {**message, "reasoning_content": _cut(message["reasoning_content"], r_lead, r_trail),
+            "content": _cut(message["content"], lead, trail)}
+
+
+def served(tokenizer, history: list[dict], sampled: str, kept: dict, tools, template_kwargs=None) -> bool:
+    """Whether ``kept`` is the server's message for the turn (a ``<think>`` family's split): the
+    conversation holds what inference holds, whatever the template makes of it."""
+    shaped = written_turn(tokenizer, history, sampled, kept.get("tool_calls"), tools=tools,
+                          template_kwargs=template_kwargs)
+    return shaped is not None and all(shaped.get(k) == kept.get(k) for k in ("reasoning_content", "content"))
+
+
 def call_form(tokenizer, history: list[dict], message: dict, *, tools: list[dict] | None,
               template_kwargs: dict | None = None) -> dict:
     """``message`` (with ``tool_calls``) with its arguments in the form the template renders as the
@@ -255,5 +342,7 @@ def call_form(tokenizer, history: list[dict], message: dict, *, tools: list[dict
     if text is None or plain is None:
         return message
     turn = text[_turn_start(plain, text):]  # the turn alone: an earlier call may show the same arguments
-    shown = all(c["function"]["arguments"] in turn for c in as_string["tool_calls"])
+    # a template that writes its own braces around the arguments (gemma-4's call:add{a:1}) walks a mapping
+    shown = all(c["function"]["arguments"] in turn and "{" + c["function"]["arguments"] + "}" not in turn
+                for c in as_string["tool_calls"])
     return as_string if shown or text == _render(tokenizer, history + [message], tools, template_kwargs) else message

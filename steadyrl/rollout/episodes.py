@@ -50,7 +50,7 @@ from ..agents.turns import shape_turn
 from .base import EpisodeInfo, Generation
 from .episode_images import check_mode, generate_images, observation_images, processed, row_image_inputs, template_of
 from .observations import observation
-from .stepwise import step_context, stepwise_drift, turn_drift, turn_samples
+from .stepwise import step_context, stepwise_drift, turn_drift, turn_samples, written_history
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def next_context(e: _Episode) -> list[int]:
 
 def _template_drift(tokenizer, e: _Episode, agent, processor=None) -> int:
     """Tokens of the episode that differ from the tokenized ``apply_chat_template`` of its whole
-    conversation (as the rollout keeps it, the last turn as sampled); the last end token is the
+    conversation as the model wrote it (:func:`.stepwise.written_history`, the last turn as sampled); the last end token is the
     policy's and not compared. 0 when there is no template or it cannot render the conversation.
     An episode with images is tokenized by the processor with all of them (placeholders expanded)."""
     from ..agents.chat import render
@@ -172,7 +172,7 @@ def _template_drift(tokenizer, e: _Episode, agent, processor=None) -> int:
     try:  # the last turn as the template holds it (its reasoning, its content without the template's markers)
         last = shape_turn(tokenizer, e.history, e.text, text_message(e.text, getattr(tokenizer, "chat_template", None)),
                           tools=agent.tool_schemas, template_kwargs=agent.template_kwargs, end=e.end)
-        text = render(tokenizer, e.history + [last], tools=agent.tool_schemas,
+        text = render(tokenizer, written_history(tokenizer, e, agent) + [last], tools=agent.tool_schemas,
                       add_generation_prompt=False, template_kwargs=agent.template_kwargs)
     except TemplateError:
         return 0

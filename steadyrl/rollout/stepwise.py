@@ -49,18 +49,44 @@ def step_context(tokenizer, history: list[dict], agent) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def written_history(tokenizer, e, agent) -> list[dict]:
+    """The episode's conversation as the model wrote it (docs/agents.md, "Token truth"): each kept
+    turn of a ``<think>`` family replaced by the server's message of its sampled text
+    (:func:`steadyrl.agents.turns.written_turn`: reasoning split at ``</think>``, content as the
+    parsers return it, the kept calls), whatever the rollout kept; other turns as kept."""
+    from ..agents.turns import written_turn
+
+    history = list(e.history)
+    for k, (start, mark) in enumerate(zip(e.starts, e.marks)):
+        if mark >= len(history) or history[mark].get("role") != "assistant" or k >= len(e.info.turn_ends):
+            continue
+        ids = e.ids[start:e.info.turn_ends[k] + 1]  # a kept turn ended with its end token
+        text = tokenizer.decode(ids[:-1], skip_special_tokens=False)
+        written = written_turn(tokenizer, history[:mark], text, history[mark].get("tool_calls"),
+                               tools=agent.tool_schemas, template_kwargs=agent.template_kwargs)
+        if written is not None:
+            history[mark] = {**{key: v for key, v in history[mark].items() if key not in (
+                "content", "reasoning_content", "tool_calls")}, **written}
+    return history
+
+
 def stepwise_drift(tokenizer, e, agent) -> int:
     """Tokens of the contexts the engine was given (read back from its generations) that differ
-    from the template's rendering of the history at that turn, re-rendered now (turns after the
-    first; the first is the run's prompt). 0 when the samples are exact."""
+    from the template's rendering of the conversation as the model wrote it at that turn
+    (:func:`written_history`, re-rendered now; turns after the first, the first is the run's prompt).
+    0 when the samples are what inference would have shown the model::
+
+        drift = sum_k  #{i : context_k[i] != truth_k[i]} + |len(context_k) - len(truth_k)|
+    """
     from ..agents.chat import TemplateError
 
     if e.history is None or e.info.failed:
         return 0
+    history = written_history(tokenizer, e, agent)
     drift = 0
     for context, mark in list(zip(e.contexts, e.marks))[1:]:
         try:
-            reference = step_context(tokenizer, e.history[:mark], agent)
+            reference = step_context(tokenizer, history[:mark], agent)
         except TemplateError:
             return 0
         drift += sum(a != b for a, b in zip(context, reference)) + abs(len(context) - len(reference))
@@ -74,7 +100,7 @@ def turn_drift(tokenizer, e, agent) -> int:
     reading of it renders as written counts all its tokens; a template that drops only the turn's
     reasoning counts none. The step-wise
     contexts are renderings of that conversation, so this is where they would be silently wrong."""
-    from ..agents.turns import shape_turn, turn_renders
+    from ..agents.turns import served, shape_turn, turn_renders
 
     if e.history is None or e.info.failed:
         return 0
@@ -86,8 +112,9 @@ def turn_drift(tokenizer, e, agent) -> int:
         text = tokenizer.decode(ids[:-1], skip_special_tokens=False)
         end = tokenizer.decode(ids[-1:], skip_special_tokens=False)
         kw = {"tools": agent.tool_schemas, "template_kwargs": agent.template_kwargs, "end": end}
-        if turn_renders(tokenizer, e.history[:mark], text, e.history[mark], **kw):
-            continue
+        if turn_renders(tokenizer, e.history[:mark], text, e.history[mark], **kw) or served(
+                tokenizer, e.history[:mark], text, e.history[mark], agent.tool_schemas, agent.template_kwargs):
+            continue  # as written, or as the server holds it (the truth, whatever the template makes of it)
         # a turn no reading renders as written (a malformed one) is held as a reasoning parser reads it: 0
         faithful = shape_turn(tokenizer, e.history[:mark], text, {"role": "assistant", "content": text}, **kw)
         if turn_renders(tokenizer, e.history[:mark], text, faithful, **kw):

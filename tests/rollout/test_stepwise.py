@@ -62,7 +62,9 @@ def test_stepwise_turns_are_generated_from_and_trained_on_the_templates_renderin
         assert sample.ids == tok(f"<think>\nr{k}\n</think>\n\n{'867'[k]}", add_special_tokens=False)["input_ids"] + [
             tok.eos_token_id]
         assert sample.context in engine.seen  # and what the engine was given
-        history += [{"role": "assistant", "content": f"<think>\nr{k}\n</think>\n\n{'867'[k]}"},
+        # as a server's reasoning parser holds the turn: split at </think>, nothing stripped
+        # (less the '\n\n' the template writes after its own </think>: whitespace it writes is not content)
+        history += [{"role": "assistant", "reasoning_content": f"\nr{k}\n", "content": '867'[k]},
                     {"role": "user", "content": "wrong"}]
     assert "r0" not in tok.decode(info.samples[2].context)  # Qwen3 drops reasoning before the last user turn
 
@@ -83,9 +85,13 @@ def test_a_context_that_is_not_the_templates_rendering_counts_as_drift():
     for k in range(2):
         history += [{"role": "assistant", "content": f"<think>\nr{k}\n</think>\n\n{'86'[k]}"},
                     {"role": "user", "content": "wrong"}]
-    # what the driver keeps of an episode: its contexts, its history and where each turn began in it
-    e = SimpleNamespace(info=gen.episodes[0], contexts=[s.context for s in gen.episodes[0].samples],
-                        history=history, marks=[1, 3, 5])
+    # what the driver keeps of an episode: its contexts, its history, where each turn began in it
+    # (its sampled ids, laid end to end here) and where each ended
+    samples = gen.episodes[0].samples
+    starts = [sum(len(s.ids) for s in samples[:k]) for k in range(3)]
+    e = SimpleNamespace(info=SimpleNamespace(failed=False, turn_ends=[a + len(s.ids) - 1 for a, s in zip(
+        starts, samples)]), contexts=[s.context for s in samples], history=history, marks=[1, 3, 5],
+        starts=starts, ids=[i for s in samples for i in s.ids])
     assert stepwise_drift(tok, e, agent) == 0
     # turn 2's context changed by one token: no longer the template's rendering
     e.contexts[2] = e.contexts[2][:-1] + [e.contexts[2][-1] + 1]
