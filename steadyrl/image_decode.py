@@ -118,7 +118,9 @@ def jpeg_scans(data: bytes | memoryview, start: int = 0, end: int | None = None)
     """How many scans (SOS markers) libjpeg would decode in the JPEG stream ``data[start:end]``:
     markers are found as libjpeg finds them (any run of 0xFF, then a byte that is neither 0x00
     nor 0xFF), a segment's payload is skipped by its length, RSTn markers are passed, and the
-    count stops at the first EOI. Linear in the bytes."""
+    count stops at the first EOI. A reserved marker below 0xC0 has no length: where a restart is
+    due, libjpeg's ``jpeg_resync_to_restart`` discards it and scans on to the next marker, so the
+    bytes after it are read as markers, not skipped as a payload. Linear in the bytes."""
     end = len(data) if end is None else min(end, len(data))
     pos, scans = start, 0
     while pos < end:
@@ -132,8 +134,8 @@ def jpeg_scans(data: bytes | memoryview, start: int = 0, end: int | None = None)
         if at >= end:
             break
         marker, pos = data[at], at + 1
-        if marker == 0x00 or 0xD0 <= marker <= 0xD8 or marker == 0x01:  # stuffed byte, RSTn, SOI, TEM
-            continue
+        if marker < 0xC0 or 0xD0 <= marker <= 0xD8:  # stuffed byte, TEM, RSTn, SOI: no length
+            continue  # (0x02-0xBF: libjpeg discards one at a restart and scans on to the next marker)
         if marker == 0xD9:  # EOI: decoding stops here
             break
         if marker == 0xDA:

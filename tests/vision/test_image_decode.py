@@ -10,6 +10,7 @@ import io
 import os
 import signal
 import struct
+import warnings
 
 import pytest
 from PIL import Image, ImageFile
@@ -267,3 +268,32 @@ def test_an_in_memory_image_is_copied_not_shared():
     _, images = _observe(drawn)
     drawn.putpixel((0, 0), (9, 9, 9))  # the environment draws on after returning it
     assert images[0].getpixel((0, 0)) == (1, 2, 3)
+
+
+def restart_bomb(size: int = 64, hidden: int = 5_000) -> bytes:
+    """A progressive JPEG with a restart every MCU whose extra scans sit behind a reserved marker
+    (``FF 02``) that looks like a segment: a length-skipping count passes over them, but libjpeg,
+    at the restart due after the scan's first MCU, discards ``FF 02`` (``jpeg_resync_to_restart``)
+    and scans on to the next marker, the first hidden SOS, and so decodes every one of them."""
+    out = io.BytesIO()
+    Image.new("RGB", (size, size), (200, 40, 90)).save(out, format="JPEG", progressive=True, restart_marker_blocks=1)
+    data = out.getvalue()
+    last, end = data.rindex(b"\xff\xda"), data.rindex(b"\xff\xd9")
+    sos = data[last:last + 2 + struct.unpack(">H", data[last + 2:last + 4])[0]]  # the last scan's header
+    payload = (sos * hidden).ljust(0xFEFE - 2, b"\0")
+    assert len(payload) == 0xFEFE - 2
+    return data[:end] + sos + b"\xff\x02\xfe\xfe" + payload + data[end:]
+
+
+def test_scans_hidden_behind_a_reserved_marker_at_a_restart_are_counted(monkeypatch):
+    bomb = restart_bomb()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Image.open(io.BytesIO(bomb)).load()  # libjpeg decodes it: every hidden scan is one more pass
+    assert jpeg_scans(bomb) > 5_000
+    decoded = []
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: decoded.append(self) or None)
+    for read in PATHS:
+        with pytest.raises(REFUSED, match=f"scans, more than {MAX_JPEG_SCANS}"):
+            read(url(bomb, "image/jpeg"))
+    assert decoded == []
