@@ -20,8 +20,10 @@ gateway request's (:mod:`steadyrl.agents.images`). The rules, in the order they 
   reads it (segments skipped by their length, entropy-coded data to its next marker, up to the
   first EOI), and more than :data:`MAX_JPEG_SCANS` are refused; a JPEG-compressed TIFF is counted
   strip by strip (at most :data:`MAX_JPEG_SCANS` per strip on average). libjpeg's own default
-  progressive script has 10 scans for a colour image and at most 18 for CMYK. Every other format
-  read decodes in time linear in its bytes and pixels, both capped.
+  progressive script has 10 scans for a colour image and at most 18 for CMYK. A GIF's comment
+  sub-blocks before its first frame, which Pillow's opener joins in time quadratic in their number,
+  are counted before it is opened and refused above :data:`MAX_GIF_COMMENT_BLOCKS`. Every other
+  format read decodes in time linear in its bytes and pixels, both capped.
 
 A refusal is an :class:`ImageRefused` whose message says why; the caller prefixes the field or
 row. Nothing here imports torch, and Pillow only when an image is decoded.
@@ -35,8 +37,8 @@ import io
 import re
 import warnings
 
-__all__ = ["DECLARED", "FORMATS", "MAX_JPEG_SCANS", "ImageRefused", "check_pil", "decode", "declared_formats",
-           "jpeg_scans", "media_type", "split_data_url"]
+__all__ = ["DECLARED", "FORMATS", "MAX_GIF_COMMENT_BLOCKS", "MAX_JPEG_SCANS", "ImageRefused", "check_pil", "decode",
+           "declared_formats", "gif_comment_blocks", "jpeg_scans", "media_type", "split_data_url"]
 
 FORMATS = ("PNG", "JPEG", "MPO", "GIF", "BMP", "WEBP", "TIFF", "PPM")
 """The image formats read (Pillow's names), for every image path. Others are never opened: some
@@ -59,9 +61,15 @@ DECLARED = {
 MAX_JPEG_SCANS = 32
 """Most scans a JPEG may have (each is one more pass over every coefficient it covers)."""
 
+MAX_GIF_COMMENT_BLOCKS = 1024
+"""Most comment sub-blocks (and comment extensions) a GIF may have before its first frame: Pillow's
+opener joins them with ``bytes +=``, a copy of everything so far per sub-block, quadratic in their
+number (400,000 one-byte comments, 2 MB, took 14 s to open). 1,024 is 256 KiB of comment."""
+
 _JPEG_COMPRESSIONS = (6, 7)  # TIFF's Compression tag: old-style and new-style JPEG
 _MARKER = re.compile(rb"(?<!\xff)\xff+(?=[^\x00\xff])")  # a marker's run of 0xFF (never from its middle)
 _FILL = re.compile(rb"\xff*")
+_GIF_BLOCK = re.compile(rb"[!,;]")  # a GIF extension, image or trailer (Pillow passes over other bytes)
 
 
 class ImageRefused(ValueError):
@@ -146,6 +154,26 @@ def jpeg_scans(data: bytes | memoryview, start: int = 0, end: int | None = None)
     return scans
 
 
+def gif_comment_blocks(data: bytes, stop: int = MAX_GIF_COMMENT_BLOCKS) -> int:
+    """How many comment sub-blocks and comment extensions precede a GIF's first image, walking its
+    blocks as Pillow's opener does (a byte that starts no block is passed over); the walk ends once
+    more than ``stop`` are counted. Linear in the bytes."""
+    pos, count, end = 13, 0, len(data)
+    if end > 10 and data[10] & 0x80:  # the global colour table
+        pos += 3 << ((data[10] & 7) + 1)
+    while count <= stop:
+        found = _GIF_BLOCK.search(data, pos)
+        if found is None or found.group() != b"!":  # the first image, the trailer, or the end
+            break
+        comment, pos = found.end() < end and data[found.end()] == 0xFE, found.end() + 1
+        count += comment
+        while pos < end and data[pos] and count <= stop:  # the sub-blocks, up to the empty one
+            count += comment
+            pos += 1 + data[pos]
+        pos += 1
+    return count
+
+
 def _tiff_jpeg_scans(image, data: bytes) -> tuple[int, int]:
     """``(scans, strips)`` of a JPEG-compressed TIFF: each strip or tile is a JPEG stream."""
     tags = image.tag_v2
@@ -187,6 +215,9 @@ def _check_pixels(image, max_pixels: int, pixels_name: str) -> None:
 def _open(data: bytes, max_pixels: int, pixels_name: str):
     from PIL import Image
 
+    if data[:6] in (b"GIF87a", b"GIF89a") and gif_comment_blocks(data) > MAX_GIF_COMMENT_BLOCKS:
+        raise ImageRefused(f"a GIF of more than {MAX_GIF_COMMENT_BLOCKS} comment sub-blocks before its first frame: "
+                           "Pillow's work reading them grows with their number squared; refused before opening")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)

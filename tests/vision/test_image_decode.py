@@ -297,3 +297,31 @@ def test_scans_hidden_behind_a_reserved_marker_at_a_restart_are_counted(monkeypa
         with pytest.raises(REFUSED, match=f"scans, more than {MAX_JPEG_SCANS}"):
             read(url(bomb, "image/jpeg"))
     assert decoded == []
+
+
+def gif_with_comments(extensions: int, blocks: int = 1) -> bytes:
+    """A 4 x 4 GIF whose first frame follows ``extensions`` comment extensions of ``blocks`` sub-blocks
+    each: Pillow's opener joins them by ``bytes +=`` (a copy of all so far, per sub-block and per
+    extension), quadratic in their number: 400,000 one-byte comments (2 MB) took 14 s to open."""
+    gif = encoded("GIF", (4, 4))
+    start = 13 + (3 << ((gif[10] & 7) + 1) if gif[10] & 0x80 else 0)  # after the global colour table
+    comment = b"!\xfe" + b"\x01c" * blocks + b"\x00"
+    return gif[:start] + comment * extensions + gif[start:]
+
+
+@pytest.mark.parametrize("extensions, blocks", [(20_000, 1), (1, 20_000)])
+def test_a_gif_of_many_comments_is_refused_before_pillow_reads_them(monkeypatch, extensions, blocks):
+    from PIL import GifImagePlugin
+
+    bomb = gif_with_comments(extensions, blocks)
+    opened = []
+    monkeypatch.setattr(GifImagePlugin.GifImageFile, "_open", lambda self: opened.append(self) or 1 / 0)
+    for read in PATHS:
+        with pytest.raises(REFUSED, match="comment sub-blocks before its first frame"):
+            read(url(bomb, "image/gif"))
+    assert opened == []
+
+
+def test_a_gif_with_a_few_comments_is_read():
+    assert decode(gif_with_comments(8, 4), max_pixels=100, pixels_name="limit").size == (4, 4)
+    assert decode(encoded("GIF", (8, 8), comment=b"hello" * 300), max_pixels=100, pixels_name="limit").size == (8, 8)
