@@ -19,7 +19,10 @@ gateway request's (:mod:`steadyrl.agents.images`). The rules, in the order they 
   (SOS markers) are counted before decoding, by a linear walk of the marker structure as libjpeg
   reads it (segments skipped by their length, entropy-coded data to its next marker, up to the
   first EOI), and more than :data:`MAX_JPEG_SCANS` are refused; a JPEG-compressed TIFF is counted
-  strip by strip (at most :data:`MAX_JPEG_SCANS` per strip on average). libjpeg's own default
+  strip by strip (at most :data:`MAX_JPEG_SCANS` per strip on average), each strip's JPEG frame no
+  larger than the strip. A TIFF is decoded by libtiff, which reads its tags itself: a tag listed
+  twice (Pillow keeps the last, libtiff the first) is refused, and whole tiles, past the image's
+  edges, count against the pixel limit. libjpeg's own default
   progressive script has 10 scans for a colour image and at most 18 for CMYK. A GIF's comment
   sub-blocks before its first frame, which Pillow's opener joins in time quadratic in their number,
   are counted before it is opened and refused above :data:`MAX_GIF_COMMENT_BLOCKS`. Every other
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import io
 import re
 import warnings
@@ -69,6 +73,7 @@ number (400,000 one-byte comments, 2 MB, took 14 s to open). 1,024 is 256 KiB of
 _JPEG_COMPRESSIONS = (6, 7)  # TIFF's Compression tag: old-style and new-style JPEG
 _MARKER = re.compile(rb"(?<!\xff)\xff+(?=[^\x00\xff])")  # a marker's run of 0xFF (never from its middle)
 _FILL = re.compile(rb"\xff*")
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # SOFn (0xC4 DHT, 0xC8 JPG, 0xCC DAC are not)
 _GIF_BLOCK = re.compile(rb"[!,;]")  # a GIF extension, image or trailer (Pillow passes over other bytes)
 
 
@@ -122,15 +127,16 @@ def media_type(data: bytes) -> str:
     return "image/png"
 
 
-def jpeg_scans(data: bytes | memoryview, start: int = 0, end: int | None = None) -> int:
-    """How many scans (SOS markers) libjpeg would decode in the JPEG stream ``data[start:end]``:
+def _jpeg_walk(data: bytes | memoryview, start: int = 0, end: int | None = None) -> tuple[int, int]:
+    """``(scans, frame pixels)`` of the JPEG stream ``data[start:end]``: how many scans (SOS
+    markers) libjpeg would decode, and the largest ``height x width`` a frame header (SOFn) states;
     markers are found as libjpeg finds them (any run of 0xFF, then a byte that is neither 0x00
     nor 0xFF), a segment's payload is skipped by its length, RSTn markers are passed, and the
     count stops at the first EOI. A reserved marker below 0xC0 has no length: where a restart is
     due, libjpeg's ``jpeg_resync_to_restart`` discards it and scans on to the next marker, so the
     bytes after it are read as markers, not skipped as a payload. Linear in the bytes."""
     end = len(data) if end is None else min(end, len(data))
-    pos, scans = start, 0
+    pos, scans, pixels = start, 0, 0
     while pos < end:
         if data[pos] == 0xFF:  # where a marker is due: its fill bytes
             at = _FILL.match(data, pos, end).end()
@@ -148,10 +154,19 @@ def jpeg_scans(data: bytes | memoryview, start: int = 0, end: int | None = None)
             break
         if marker == 0xDA:
             scans += 1
+        elif marker in _SOF and pos + 7 <= end:  # a frame header: length, precision, height, width
+            height, width = int.from_bytes(data[pos + 3:pos + 5], "big"), int.from_bytes(data[pos + 5:pos + 7], "big")
+            pixels = max(pixels, height * width)
         if pos + 2 > end:
             break
         pos += max(2, int.from_bytes(data[pos:pos + 2], "big"))  # the segment's payload (a scan's header)
-    return scans
+    return scans, pixels
+
+
+def jpeg_scans(data: bytes | memoryview, start: int = 0, end: int | None = None) -> int:
+    """How many scans (SOS markers) libjpeg would decode in the JPEG stream ``data[start:end]``
+    (:func:`_jpeg_walk`)."""
+    return _jpeg_walk(data, start, end)[0]
 
 
 def gif_comment_blocks(data: bytes, stop: int = MAX_GIF_COMMENT_BLOCKS) -> int:
@@ -174,28 +189,71 @@ def gif_comment_blocks(data: bytes, stop: int = MAX_GIF_COMMENT_BLOCKS) -> int:
     return count
 
 
-def _tiff_jpeg_scans(image, data: bytes) -> tuple[int, int]:
-    """``(scans, strips)`` of a JPEG-compressed TIFF: each strip or tile is a JPEG stream."""
-    tags = image.tag_v2
-    offsets, counts = (tags.get(324) or tags.get(273) or ()), (tags.get(325) or tags.get(279) or ())
+def _tiff_tags_listed(data: bytes) -> list[int]:
+    """The tag numbers of a TIFF's first directory (a classic TIFF's or a BigTIFF's), as written."""
+    order = "little" if data[:2] == b"II" else "big"
+    if data[2:4] in (b"+\x00", b"\x00+"):  # BigTIFF: 8-byte offsets and counts, 20-byte entries
+        ifd, count_size, entry = int.from_bytes(data[8:16], order), 8, 20
+    else:
+        ifd, count_size, entry = int.from_bytes(data[4:8], order), 2, 12
+    first = ifd + count_size
+    count = min(int.from_bytes(data[ifd:first], order), max(0, (len(data) - first) // entry))
+    return [int.from_bytes(data[first + i * entry:first + i * entry + 2], order) for i in range(count)]
+
+
+def _check_tiff(image, data: bytes, max_pixels: int, pixels_name: str) -> tuple[int, int]:
+    """``(scans, strips)`` of a TIFF (``(0, 1)`` unless JPEG-compressed), after refusing one that
+    libtiff would decode past its pixels: libtiff reads the tags itself (the first of a repeated
+    tag, where Pillow keeps the last: a repeated tag is refused), decodes whole tiles (their pixels
+    held to the limit), and accepts a last strip's JPEG taller than the strip (every strip's JPEG
+    frame held to the strip's pixels)."""
+    listed = _tiff_tags_listed(data)
+    if len(set(listed)) != len(listed):
+        twice = next(t for t, n in collections.Counter(listed).items() if n > 1)
+        raise ImageRefused(f"a TIFF whose directory lists tag {twice} twice: Pillow reads the last and libtiff, "
+                           "which decodes it, the first")
+    tags, (width, height) = image.tag_v2, image.size
+    if 273 in tags and 324 in tags:
+        raise ImageRefused("a TIFF with both strip offsets and tile offsets: which libtiff decodes is ambiguous")
+    if 322 in tags or 323 in tags:  # tiled: libtiff decodes every tile whole, past the image's edges too
+        across, down = tags.get(322), tags.get(323)
+        if not (isinstance(across, int) and isinstance(down, int) and across > 0 and down > 0):
+            raise ImageRefused(f"a TIFF of tiles {across!r} x {down!r}: not a tile size")
+        decoded = -(-width // across) * across * (-(-height // down) * down)
+        if decoded > max_pixels:
+            raise ImageRefused(f"a TIFF of {width} x {height} pixels in tiles of {across} x {down}: libtiff decodes "
+                               f"whole tiles, {decoded} pixels, more than {pixels_name} = {max_pixels}")
+        segment, offsets, counts = across * down, tags.get(324, ()), tags.get(325, ())
+    else:
+        rows = tags.get(278, height)
+        segment, offsets, counts = width * min(rows if isinstance(rows, int) else height, height), \
+            tags.get(273, ()), tags.get(279, ())
+    if tags.get(259) not in _JPEG_COMPRESSIONS:
+        return 0, 1
+    if tags.get(259) == 6:
+        raise ImageRefused("an old-style JPEG-compressed TIFF (Compression 6, deprecated since 1995) is not "
+                           "read: save it as PNG, JPEG or a new-style TIFF")
     offsets = [offsets] if isinstance(offsets, int) else offsets
     counts = [counts] if isinstance(counts, int) else counts
     if sum(int(c) for c in counts) > len(data):
         raise ImageRefused(f"its JPEG strips claim {sum(int(c) for c in counts)} bytes, more than the file's "
                            f"{len(data)}")
-    scans = sum(jpeg_scans(data, int(o), int(o) + int(c)) for o, c in zip(offsets, counts))
+    scans = 0
+    for offset, count in zip(offsets, counts):
+        strip_scans, pixels = _jpeg_walk(data, int(offset), int(offset) + int(count))
+        if pixels > segment:
+            raise ImageRefused(f"a JPEG-compressed TIFF whose strip or tile holds a JPEG of {pixels} pixels, more "
+                               f"than the strip's or tile's {segment}: libtiff would decode all of them")
+        scans += strip_scans
     return scans, max(1, len(offsets))
 
 
-def _check_work(image, data: bytes) -> None:
+def _check_work(image, data: bytes, max_pixels: int, pixels_name: str) -> None:
     """Refuse, before decoding, an image whose decoding would take more than its pixels' work."""
     if image.format in ("JPEG", "MPO"):
         scans, strips = jpeg_scans(data), 1
-    elif image.format == "TIFF" and image.tag_v2.get(259) in _JPEG_COMPRESSIONS:
-        if image.tag_v2.get(259) == 6:
-            raise ImageRefused("an old-style JPEG-compressed TIFF (Compression 6, deprecated since 1995) is not "
-                               "read: save it as PNG, JPEG or a new-style TIFF")
-        scans, strips = _tiff_jpeg_scans(image, data)
+    elif image.format == "TIFF":
+        scans, strips = _check_tiff(image, data, max_pixels, pixels_name)
     else:
         return
     if scans > MAX_JPEG_SCANS * strips:
@@ -238,7 +296,7 @@ def decode(data: bytes, *, max_pixels: int, pixels_name: str, declared: str | No
         raise ImageRefused(f"the data URL declares {declared} but its bytes are a {image.format} image; the "
                            "declared type must be the image's own")
     _check_pixels(image, max_pixels, pixels_name)  # before a single pixel is decoded
-    _check_work(image, data)
+    _check_work(image, data, max_pixels, pixels_name)
     try:
         image.load()
         return image.convert("RGB")

@@ -11,6 +11,7 @@ import os
 import signal
 import struct
 import warnings
+import zlib
 
 import pytest
 from PIL import Image, ImageFile
@@ -325,3 +326,60 @@ def test_a_gif_of_many_comments_is_refused_before_pillow_reads_them(monkeypatch,
 def test_a_gif_with_a_few_comments_is_read():
     assert decode(gif_with_comments(8, 4), max_pixels=100, pixels_name="limit").size == (4, 4)
     assert decode(encoded("GIF", (8, 8), comment=b"hello" * 300), max_pixels=100, pixels_name="limit").size == (8, 8)
+
+
+def tiff_of(entries, payload: bytes) -> bytes:
+    """A little-endian TIFF of one directory of ``(tag, type, value)`` entries, as listed (a tag may be
+    repeated), count 1 each (type 3 SHORT, 4 LONG); a value of None is the payload's offset."""
+    ifd = 2 + 12 * len(entries) + 4
+    body = struct.pack("<H", len(entries)) + b"".join(
+        struct.pack("<HHI", tag, kind, 1) + (struct.pack("<HH", 8 + ifd if value is None else value, 0) if kind == 3
+                                             else struct.pack("<I", 8 + ifd if value is None else value))
+        for tag, kind, value in entries)
+    return b"II*\x00" + struct.pack("<I", 8) + body + struct.pack("<I", 0) + payload
+
+
+def tiled(width: int, height: int, tile_widths, tile_length: int, data: bytes) -> bytes:
+    """A grey deflate TIFF of one tile (``tile_widths``: the TileWidth entries, in order) holding ``data``."""
+    return tiff_of([(256, 3, width), (257, 3, height), (258, 3, 8), (259, 3, 8), (262, 3, 1)]
+                   + [(322, 3, w) for w in tile_widths] + [(323, 3, tile_length), (324, 4, None),
+                                                           (325, 4, len(data))], data)
+
+
+def test_a_tiff_whose_tiles_are_far_larger_than_it_is_refused():
+    """libtiff decodes whole tiles: a 1 x 1 image in one 4096 x 4096 tile (16 KB of deflate) is 16.7
+    Mpix of decoding (and a 2 GiB tile decoded in ~25 s from 2 MB) that the pixel limit never saw."""
+    bomb = tiled(1, 1, [4096], 4096, zlib.compress(bytes(4096 * 4096), 9))
+    assert len(bomb) < 20_000
+    image = Image.open(io.BytesIO(bomb))
+    assert image.size == (1, 1)
+    image.load()  # libtiff decodes it
+    for read in PATHS:
+        with pytest.raises(REFUSED, match="in tiles of 4096 x 4096: libtiff decodes whole tiles, 16777216 pixels"):
+            read(url(bomb, "image/tiff"))
+    fine = tiled(10, 10, [16], 16, zlib.compress(bytes(16 * 16), 9))  # a tile past the edges, within the limit
+    assert decode(fine, max_pixels=1024, pixels_name="limit").size == (10, 10)
+
+
+def test_a_tiff_that_repeats_a_tag_is_refused():
+    """Pillow keeps a repeated tag's last value, libtiff (which decodes) its first: tiles of 16 for the
+    checks, of 4096 for the decoder."""
+    bomb = tiled(1, 1, [4096, 16], 4096, zlib.compress(bytes(4096 * 4096), 9))
+    assert Image.open(io.BytesIO(bomb)).tag_v2[322] == 16
+    with pytest.raises(ImageRefused, match="lists tag 322 twice: Pillow reads the last and libtiff"):
+        decode(bomb, max_pixels=12_845_056, pixels_name="limit")
+
+
+def test_a_jpeg_tiffs_last_strip_taller_than_the_image_is_refused():
+    """libtiff accepts a last strip whose JPEG is taller than the strip, and libjpeg decodes all of a
+    progressive one: a 1024 x 1 TIFF holding a 1024 x 16384 JPEG was 16.8 Mpix of decoding."""
+    bomb = jpeg_tiff(encoded("JPEG", (256, 4096), progressive=True), 256)
+    bomb = bomb.replace(struct.pack("<HHIHH", 257, 3, 1, 256, 0), struct.pack("<HHIHH", 257, 3, 1, 1, 0))
+    bomb = bomb.replace(struct.pack("<HHIHH", 278, 3, 1, 256, 0), struct.pack("<HHIHH", 278, 3, 1, 1, 0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        image = Image.open(io.BytesIO(bomb))
+        assert image.size == (256, 1)
+        image.load()  # libtiff decodes it
+    with pytest.raises(ImageRefused, match="holds a JPEG of 1048576 pixels, more than the strip's or tile's 256"):
+        decode(bomb, max_pixels=12_845_056, pixels_name="limit")
