@@ -151,8 +151,10 @@ def check_dimensions(info: GGUFInfo) -> None:
     ``block_count * embedding * (embedding + feed_forward) + embedding * vocab``
     (a lower bound on a transformer's: its attention and feed-forward matrices, one embedding),
     plus, for a Mamba, ``block_count * ssm_inner * (embedding + time_step_rank + 2 * state +
-    conv_kernel)`` (its in/out projections, x_proj, conv1d) and, for LFM2, ``block_count *
-    embedding * l_cache``, at most :data:`WEIGHT_SLACK` times the elements its tensors hold (plus 2^20)."""
+    conv_kernel)`` (its in/out projections, x_proj, conv1d), for LFM2, ``block_count *
+    embedding * l_cache``, and for a mixture of experts ``block_count * expert_count * embedding *
+    expert_feed_forward`` (``feed_forward`` where it states none: transformers builds every expert),
+    at most :data:`WEIGHT_SLACK` times the elements its tensors hold (plus 2^20)."""
     where = f"GGUF file {str(info.path)!r}"
     for key, value in info.dimensions.items():
         if not 0 <= value <= MAX_DIMENSION:
@@ -164,11 +166,14 @@ def check_dimensions(info: GGUFInfo) -> None:
     implied = (blocks * width * (width + dim.get("feed_forward_length", 0)) + width * dim.get("vocab_size", 0)
                + blocks * inner * (width + dim.get("ssm.time_step_rank", 0) + 2 * dim.get("ssm.state_size", 0)
                                    + dim.get("ssm.conv_kernel", 0))
-               + blocks * width * dim.get("shortconv.l_cache", 0))
+               + blocks * width * dim.get("shortconv.l_cache", 0)
+               + blocks * dim.get("expert_count", 0) * width * max(1, dim.get("expert_feed_forward_length", 0)
+                                                                  or dim.get("feed_forward_length", 0)))
     if implied > WEIGHT_SLACK * info.n_elements + 2 ** 20:
         stated = ", ".join(f"{k} = {v:,}" for k, v in info.dimensions.items()
                            if k.split(".", 1)[1] in ("embedding_length", "feed_forward_length", "block_count",
-                                                      "vocab_size", "ssm.inner_size", "ssm.state_size"))
+                                                      "vocab_size", "ssm.inner_size", "ssm.state_size",
+                                                      "expert_count", "expert_feed_forward_length"))
         raise ModelLoadError(f"{where}: its metadata ({stated}) implies at least {implied:,} weights, but its "
                              f"tensors hold {info.n_elements:,}; the dimensions do not describe this file's "
                              "weights, refused before the model is allocated")

@@ -150,3 +150,35 @@ def test_the_dimensions_of_a_real_mamba_shape_pass(tmp_path):
     path = tmp_path / "mamba.gguf"
     write_mamba(path)
     convert.check_dimensions(convert.read_gguf(path))
+
+
+def write_moe(path, experts: int, expert_ff: int | None = None) -> None:
+    """A tiny Qwen3-MoE GGUF (one layer, the weights of a dense one) stating ``experts`` experts:
+    transformers builds each of them, ``3 x embedding x moe_intermediate_size`` weights apiece."""
+    writer = _writer(path, "qwen3moe")
+    for key, value in {"context_length": 64, "embedding_length": HIDDEN, "block_count": LAYERS,
+                       "feed_forward_length": FFN, "attention.head_count": HEADS, "attention.head_count_kv": HEADS,
+                       "expert_count": experts, "expert_used_count": 1,
+                       **({"expert_feed_forward_length": expert_ff} if expert_ff else {})}.items():
+        writer.add_uint32(f"qwen3moe.{key}", value)
+    _add_vocabulary(writer)
+    rng = np.random.default_rng(0)
+    for name, shape in {"token_embd.weight": (len(VOCAB), HIDDEN), "output_norm.weight": (HIDDEN,),
+                        "blk.0.ffn_up_exps.weight": (1, FFN, HIDDEN)}.items():
+        writer.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
+    _finish(writer)
+
+
+@pytest.mark.parametrize("experts, expert_ff", [(2 ** 20, None), (2 ** 16, 1024)])
+def test_the_experts_a_moe_states_count_in_the_weights_it_implies(tmp_path, never_built, experts, expert_ff):
+    path = tmp_path / "moe.gguf"
+    write_moe(path, experts, expert_ff)
+    with pytest.raises(ModelLoadError, match="implies at least") as err:
+        convert.convert_gguf(path, tmp_path / "out")
+    assert f"qwen3moe.expert_count = {experts:,}" in str(err.value)
+
+
+def test_a_real_moe_shape_passes(tmp_path):
+    path = tmp_path / "moe.gguf"
+    write_moe(path, 4, FFN)
+    convert.check_dimensions(convert.read_gguf(path))
