@@ -153,8 +153,10 @@ def check_dimensions(info: GGUFInfo) -> None:
     plus, for a Mamba, ``block_count * ssm_inner * (embedding + time_step_rank + 2 * state +
     conv_kernel)`` (its in/out projections, x_proj, conv1d), for LFM2, ``block_count *
     embedding * l_cache``, and for a mixture of experts ``block_count * expert_count * embedding *
-    expert_feed_forward`` (``feed_forward`` where it states none: transformers builds every expert),
-    at most :data:`WEIGHT_SLACK` times the elements its tensors hold (plus 2^20)."""
+    max(embedding, expert_feed_forward)`` (``feed_forward`` where it states none: transformers builds
+    every expert, for Qwen MoEs at its own default width whatever the file states; released MoEs'
+    experts are at least a quarter of the embedding wide), at most :data:`WEIGHT_SLACK` times the
+    elements its tensors hold (plus 2^20)."""
     where = f"GGUF file {str(info.path)!r}"
     for key, value in info.dimensions.items():
         if not 0 <= value <= MAX_DIMENSION:
@@ -167,7 +169,7 @@ def check_dimensions(info: GGUFInfo) -> None:
                + blocks * inner * (width + dim.get("ssm.time_step_rank", 0) + 2 * dim.get("ssm.state_size", 0)
                                    + dim.get("ssm.conv_kernel", 0))
                + blocks * width * dim.get("shortconv.l_cache", 0)
-               + blocks * dim.get("expert_count", 0) * width * max(1, dim.get("expert_feed_forward_length", 0)
+               + blocks * dim.get("expert_count", 0) * width * max(width, dim.get("expert_feed_forward_length", 0)
                                                                   or dim.get("feed_forward_length", 0)))
     if implied > WEIGHT_SLACK * info.n_elements + 2 ** 20:
         stated = ", ".join(f"{k} = {v:,}" for k, v in info.dimensions.items()

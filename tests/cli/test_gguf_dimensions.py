@@ -154,7 +154,8 @@ def test_the_dimensions_of_a_real_mamba_shape_pass(tmp_path):
 
 def write_moe(path, experts: int, expert_ff: int | None = None) -> None:
     """A tiny Qwen3-MoE GGUF (one layer, the weights of a dense one) stating ``experts`` experts:
-    transformers builds each of them, ``3 x embedding x moe_intermediate_size`` weights apiece."""
+    transformers builds each of them, ``3 x embedding x moe_intermediate_size`` weights apiece (its
+    default 768 wide: it reads no expert width from a qwen3moe file, so a stated 1 is no bound)."""
     writer = _writer(path, "qwen3moe")
     for key, value in {"context_length": 64, "embedding_length": HIDDEN, "block_count": LAYERS,
                        "feed_forward_length": FFN, "attention.head_count": HEADS, "attention.head_count_kv": HEADS,
@@ -169,7 +170,7 @@ def write_moe(path, experts: int, expert_ff: int | None = None) -> None:
     _finish(writer)
 
 
-@pytest.mark.parametrize("experts, expert_ff", [(2 ** 20, None), (2 ** 16, 1024)])
+@pytest.mark.parametrize("experts, expert_ff", [(2 ** 20, None), (2 ** 16, 1024), (2 ** 17, 1)])
 def test_the_experts_a_moe_states_count_in_the_weights_it_implies(tmp_path, never_built, experts, expert_ff):
     path = tmp_path / "moe.gguf"
     write_moe(path, experts, expert_ff)
