@@ -25,8 +25,10 @@ gateway request's (:mod:`steadyrl.agents.images`). The rules, in the order they 
   edges, count against the pixel limit. libjpeg's own default
   progressive script has 10 scans for a colour image and at most 18 for CMYK. A GIF's comment
   sub-blocks before its first frame, which Pillow's opener joins in time quadratic in their number,
-  are counted before it is opened and refused above :data:`MAX_GIF_COMMENT_BLOCKS`. Every other
-  format read decodes in time linear in its bytes and pixels, both capped.
+  are counted before it is opened and refused above :data:`MAX_GIF_COMMENT_BLOCKS`. What Pillow
+  decodes in Python (an RLE BMP, a PPM of maxval other than 255, a plain-text PPM) is held to
+  :data:`MAX_PYTHON_DECODED_PIXELS`. Every other format read decodes in time linear in its bytes
+  and pixels, both capped.
 
 A refusal is an :class:`ImageRefused` whose message says why; the caller prefixes the field or
 row. Nothing here imports torch, and Pillow only when an image is decoded.
@@ -41,8 +43,9 @@ import io
 import re
 import warnings
 
-__all__ = ["DECLARED", "FORMATS", "MAX_GIF_COMMENT_BLOCKS", "MAX_JPEG_SCANS", "ImageRefused", "check_pil", "decode",
-           "declared_formats", "gif_comment_blocks", "jpeg_scans", "media_type", "split_data_url"]
+__all__ = ["DECLARED", "FORMATS", "MAX_GIF_COMMENT_BLOCKS", "MAX_JPEG_SCANS", "MAX_PYTHON_DECODED_PIXELS",
+           "ImageRefused", "check_pil", "decode", "declared_formats", "gif_comment_blocks", "jpeg_scans",
+           "media_type", "split_data_url"]
 
 FORMATS = ("PNG", "JPEG", "MPO", "GIF", "BMP", "WEBP", "TIFF", "PPM")
 """The image formats read (Pillow's names), for every image path. Others are never opened: some
@@ -70,6 +73,13 @@ MAX_GIF_COMMENT_BLOCKS = 1024
 opener joins them with ``bytes +=``, a copy of everything so far per sub-block, quadratic in their
 number (400,000 one-byte comments, 2 MB, took 14 s to open). 1,024 is 256 KiB of comment."""
 
+MAX_PYTHON_DECODED_PIXELS = 2 ** 18
+"""Most pixels an image may have where Pillow decodes it in Python, not C (:data:`_PYTHON_DECODERS`:
+an RLE-compressed BMP, a PPM whose maxval is not 255, a plain-text PBM/PGM/PPM): 0.3 to 5 us a
+pixel, so 262,144 pixels (512 x 512) are at most about a second; a 15 KB RLE BMP of 3584 x 3584
+took 3.5 s, a 3 MB PPM of maxval 254 4.8 s."""
+
+_PYTHON_DECODERS = frozenset({"bmp_rle", "ppm", "ppm_plain"})  # Pillow's codecs written in Python
 _JPEG_COMPRESSIONS = (6, 7)  # TIFF's Compression tag: old-style and new-style JPEG
 _MARKER = re.compile(rb"(?<!\xff)\xff+(?=[^\x00\xff])")  # a marker's run of 0xFF (never from its middle)
 _FILL = re.compile(rb"\xff*")
@@ -250,6 +260,11 @@ def _check_tiff(image, data: bytes, max_pixels: int, pixels_name: str) -> tuple[
 
 def _check_work(image, data: bytes, max_pixels: int, pixels_name: str) -> None:
     """Refuse, before decoding, an image whose decoding would take more than its pixels' work."""
+    slow = sorted({tile[0] for tile in image.tile} & _PYTHON_DECODERS)
+    if slow and image.size[0] * image.size[1] > MAX_PYTHON_DECODED_PIXELS:
+        raise ImageRefused(f"a {image.format} image of {image.size[0]} x {image.size[1]} pixels that Pillow decodes "
+                           f"in Python ({slow[0]}), more than {MAX_PYTHON_DECODED_PIXELS} pixels in that form: save "
+                           "it as PNG (or an uncompressed BMP, a PPM of maxval 255)")
     if image.format in ("JPEG", "MPO"):
         scans, strips = jpeg_scans(data), 1
     elif image.format == "TIFF":

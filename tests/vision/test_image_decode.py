@@ -21,7 +21,8 @@ from steadyrl.agents.images import ImageContentError, decode_data_url, json_cont
 from steadyrl.agents.images import load_image as observation_image
 from steadyrl.errors import DataError
 from steadyrl.gateway.protocol import RequestError, parse_request
-from steadyrl.image_decode import MAX_JPEG_SCANS, ImageRefused, decode, jpeg_scans, media_type
+from steadyrl.image_decode import (MAX_JPEG_SCANS, MAX_PYTHON_DECODED_PIXELS, ImageRefused, decode, jpeg_scans,
+                                   media_type)
 
 EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n0 0 moveto 10 10 lineto stroke\nshowpage\n"
 
@@ -383,3 +384,32 @@ def test_a_jpeg_tiffs_last_strip_taller_than_the_image_is_refused():
         image.load()  # libtiff decodes it
     with pytest.raises(ImageRefused, match="holds a JPEG of 1048576 pixels, more than the strip's or tile's 256"):
         decode(bomb, max_pixels=12_845_056, pixels_name="limit")
+
+
+def rle_bmp(side: int, row: bytes) -> bytes:
+    """An 8-bit RLE BMP (Compression 1), ``side`` x ``side``, each row's commands ``row``."""
+    rle = row * side + b"\x00\x01"
+    palette = bytes(4 * 256)
+    header = struct.pack("<IiiHHIIiiII", 40, side, side, 1, 8, 1, len(rle), 0, 0, 256, 0)
+    offset = 14 + 40 + len(palette)
+    return b"BM" + struct.pack("<IHHI", offset + len(rle), 0, 0, offset) + header + palette + rle
+
+
+@pytest.mark.parametrize("bomb", [
+    rle_bmp(3584, b"\x01\x05\x00\x00"),  # one pixel, then end of line: Pillow pads the row a byte at a time
+    b"P6 1024 1024 254\n" + bytes(3 * 1024 * 1024),  # maxval 254: every sample scaled in Python
+    b"P3 600 600 255\n" + b"1 2 3\n" * 360_000,  # plain text: every number parsed in Python
+], ids=["rle-bmp", "ppm-maxval", "plain-ppm"])
+def test_an_image_pillow_decodes_in_python_is_held_to_fewer_pixels(bomb, monkeypatch):
+    """Pillow decodes these in Python, 0.3 to 5 us a pixel: the 15 KB BMP took 3.5 s, the 3 MB PPM 4.8 s."""
+    decoded = []
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: decoded.append(self) or None)
+    for read in PATHS:
+        with pytest.raises(REFUSED, match=f"that Pillow decodes in Python .*more than {MAX_PYTHON_DECODED_PIXELS}"):
+            read(url(bomb, media_type(bomb)))
+    assert decoded == []
+
+
+def test_small_images_pillow_decodes_in_python_are_read():
+    for data in (rle_bmp(64, b"\x40\x05\x00\x00"), b"P6 8 8 254\n" + bytes(3 * 64), b"P2 4 4 9\n" + b"1 " * 16):
+        assert decode(data, max_pixels=10_000, pixels_name="limit").size in ((64, 64), (8, 8), (4, 4))
