@@ -18,7 +18,9 @@ gateway request's (:mod:`steadyrl.agents.images`). The rules, in the order they 
   bytes, so a 78 KB file of 1,000 repeated scans at 12.8 Mpix costs ~9 s to decode. The scans
   (SOS markers) are counted before decoding, by a linear walk of the marker structure as libjpeg
   reads it (segments skipped by their length, entropy-coded data to its next marker, up to the
-  first EOI), and more than :data:`MAX_JPEG_SCANS` are refused; a JPEG-compressed TIFF is counted
+  first EOI), and more than :data:`MAX_JPEG_SCANS` are refused; a JPEG of more than
+  :data:`MAX_JPEG_SEGMENTS` segments or :data:`MAX_JPEG_LOOSE_BYTES` loose bytes before its first
+  scan is refused before Pillow parses its header in Python; a JPEG-compressed TIFF is counted
   strip by strip (at most :data:`MAX_JPEG_SCANS` per strip on average), each strip's JPEG frame no
   larger than the strip. A TIFF is decoded by libtiff, which reads its tags itself: a tag listed
   twice (Pillow keeps the last, libtiff the first) is refused, and whole tiles, past the image's
@@ -43,9 +45,9 @@ import io
 import re
 import warnings
 
-__all__ = ["DECLARED", "FORMATS", "MAX_GIF_COMMENT_BLOCKS", "MAX_JPEG_SCANS", "MAX_PYTHON_DECODED_PIXELS",
-           "ImageRefused", "check_pil", "decode", "declared_formats", "gif_comment_blocks", "jpeg_scans",
-           "media_type", "split_data_url"]
+__all__ = ["DECLARED", "FORMATS", "MAX_GIF_COMMENT_BLOCKS", "MAX_JPEG_LOOSE_BYTES", "MAX_JPEG_SCANS",
+           "MAX_JPEG_SEGMENTS", "MAX_PYTHON_DECODED_PIXELS", "ImageRefused", "check_pil", "decode", "declared_formats",
+           "gif_comment_blocks", "jpeg_scans", "media_type", "split_data_url"]
 
 FORMATS = ("PNG", "JPEG", "MPO", "GIF", "BMP", "WEBP", "TIFF", "PPM")
 """The image formats read (Pillow's names), for every image path. Others are never opened: some
@@ -68,6 +70,15 @@ DECLARED = {
 MAX_JPEG_SCANS = 32
 """Most scans a JPEG may have (each is one more pass over every coefficient it covers)."""
 
+MAX_JPEG_SEGMENTS = 4096
+"""Most segments (markers with a length: APPn, COM, DQT, DHT, SOS ...) a JPEG may have; a camera's
+has a few dozen, 255 ICC chunks at most. Each is walked in Python (by Pillow's header parser too,
+before the first scan): 2^20 empty COM segments (4 MiB) took 6 s before a pixel was decoded."""
+
+MAX_JPEG_LOOSE_BYTES = 65536
+"""Most bytes a JPEG may hold before its first scan outside any segment (junk, extra 0xFF fill):
+Pillow's header parser reads them one at a time, in Python (4 MiB of fill took 4 s)."""
+
 MAX_GIF_COMMENT_BLOCKS = 1024
 """Most comment sub-blocks (and comment extensions) a GIF may have before its first frame: Pillow's
 opener joins them with ``bytes +=``, a copy of everything so far per sub-block, quadratic in their
@@ -81,7 +92,9 @@ took 3.5 s, a 3 MB PPM of maxval 254 4.8 s."""
 
 _PYTHON_DECODERS = frozenset({"bmp_rle", "ppm", "ppm_plain"})  # Pillow's codecs written in Python
 _JPEG_COMPRESSIONS = (6, 7)  # TIFF's Compression tag: old-style and new-style JPEG
-_MARKER = re.compile(rb"(?<!\xff)\xff+(?=[^\x00\xff])")  # a marker's run of 0xFF (never from its middle)
+_MARKER = re.compile(rb"(?<!\xff)\xff+(?=[\xc0-\xcf\xd9-\xfe])")  # the 0xFF run before a marker with a length, or
+# EOI (never from the run's middle); the others (RSTn, SOI, TEM, reserved) are passed over here, in C, as the walk
+# passes them: a flood of them costs no Python
 _FILL = re.compile(rb"\xff*")
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # SOFn (0xC4 DHT, 0xC8 JPG, 0xCC DAC are not)
 _GIF_BLOCK = re.compile(rb"[!,;]")  # a GIF extension, image or trailer (Pillow passes over other bytes)
@@ -137,17 +150,21 @@ def media_type(data: bytes) -> str:
     return "image/png"
 
 
-def _jpeg_walk(data: bytes | memoryview, start: int = 0, end: int | None = None) -> tuple[int, int]:
-    """``(scans, frame pixels)`` of the JPEG stream ``data[start:end]``: how many scans (SOS
-    markers) libjpeg would decode, and the largest ``height x width`` a frame header (SOFn) states;
+def _jpeg_walk(data: bytes | memoryview, start: int = 0, end: int | None = None,
+               max_segments: int | None = None) -> tuple[int, int, int, int]:
+    """``(scans, frame pixels, segments, loose bytes)`` of the JPEG stream ``data[start:end]``: how
+    many scans (SOS markers) libjpeg would decode, the largest ``height x width`` a frame header
+    (SOFn) states, how many segments (markers with a length) were walked (the walk ends once there
+    are more than ``max_segments``) and how many bytes before the first scan are in no segment
+    (junk, extra 0xFF fill: Pillow's header parser reads those a byte at a time, in Python);
     markers are found as libjpeg finds them (any run of 0xFF, then a byte that is neither 0x00
     nor 0xFF), a segment's payload is skipped by its length, RSTn markers are passed, and the
     count stops at the first EOI. A reserved marker below 0xC0 has no length: where a restart is
     due, libjpeg's ``jpeg_resync_to_restart`` discards it and scans on to the next marker, so the
     bytes after it are read as markers, not skipped as a payload. Linear in the bytes."""
     end = len(data) if end is None else min(end, len(data))
-    pos, scans, pixels = start, 0, 0
-    while pos < end:
+    pos, scans, pixels, segments, loose = start, 0, 0, 0, 0
+    while pos < end and (max_segments is None or segments <= max_segments):
         if data[pos] == 0xFF:  # where a marker is due: its fill bytes
             at = _FILL.match(data, pos, end).end()
         else:  # inside entropy-coded data, or garbage libjpeg would skip
@@ -155,6 +172,8 @@ def _jpeg_walk(data: bytes | memoryview, start: int = 0, end: int | None = None)
             if found is None:
                 break
             at = found.end()
+        if scans == 0:
+            loose += at - 1 - pos  # the bytes before the marker's own 0xFF
         if at >= end:
             break
         marker, pos = data[at], at + 1
@@ -162,6 +181,7 @@ def _jpeg_walk(data: bytes | memoryview, start: int = 0, end: int | None = None)
             continue  # (0x02-0xBF: libjpeg discards one at a restart and scans on to the next marker)
         if marker == 0xD9:  # EOI: decoding stops here
             break
+        segments += 1
         if marker == 0xDA:
             scans += 1
         elif marker in _SOF and pos + 7 <= end:  # a frame header: length, precision, height, width
@@ -170,7 +190,7 @@ def _jpeg_walk(data: bytes | memoryview, start: int = 0, end: int | None = None)
         if pos + 2 > end:
             break
         pos += max(2, int.from_bytes(data[pos:pos + 2], "big"))  # the segment's payload (a scan's header)
-    return scans, pixels
+    return scans, pixels, segments, loose
 
 
 def jpeg_scans(data: bytes | memoryview, start: int = 0, end: int | None = None) -> int:
@@ -250,7 +270,7 @@ def _check_tiff(image, data: bytes, max_pixels: int, pixels_name: str) -> tuple[
                            f"{len(data)}")
     scans = 0
     for offset, count in zip(offsets, counts):
-        strip_scans, pixels = _jpeg_walk(data, int(offset), int(offset) + int(count))
+        strip_scans, pixels, _, _ = _jpeg_walk(data, int(offset), int(offset) + int(count))
         if pixels > segment:
             raise ImageRefused(f"a JPEG-compressed TIFF whose strip or tile holds a JPEG of {pixels} pixels, more "
                                f"than the strip's or tile's {segment}: libtiff would decode all of them")
@@ -288,6 +308,12 @@ def _check_pixels(image, max_pixels: int, pixels_name: str) -> None:
 def _open(data: bytes, max_pixels: int, pixels_name: str):
     from PIL import Image
 
+    if data[:3] == b"\xff\xd8\xff":  # a JPEG: its markers walked before Pillow's parser reads them in Python
+        _, _, segments, loose = _jpeg_walk(data, max_segments=MAX_JPEG_SEGMENTS)
+        if segments > MAX_JPEG_SEGMENTS or loose > MAX_JPEG_LOOSE_BYTES:
+            raise ImageRefused(f"a JPEG of more than {MAX_JPEG_SEGMENTS} segments or {MAX_JPEG_LOOSE_BYTES} bytes "
+                               "outside them before its first scan: each is parsed in Python; refused before "
+                               "opening")
     if data[:6] in (b"GIF87a", b"GIF89a") and gif_comment_blocks(data) > MAX_GIF_COMMENT_BLOCKS:
         raise ImageRefused(f"a GIF of more than {MAX_GIF_COMMENT_BLOCKS} comment sub-blocks before its first frame: "
                            "Pillow's work reading them grows with their number squared; refused before opening")

@@ -17,12 +17,13 @@ import pytest
 from PIL import Image, ImageFile
 
 import steadyrl.data.images as data_images
+import steadyrl.image_decode as image_decode
 from steadyrl.agents.images import ImageContentError, decode_data_url, json_content, split_images
 from steadyrl.agents.images import load_image as observation_image
 from steadyrl.errors import DataError
 from steadyrl.gateway.protocol import RequestError, parse_request
-from steadyrl.image_decode import (MAX_JPEG_SCANS, MAX_PYTHON_DECODED_PIXELS, ImageRefused, decode, jpeg_scans,
-                                   media_type)
+from steadyrl.image_decode import (MAX_JPEG_SCANS, MAX_JPEG_SEGMENTS, MAX_PYTHON_DECODED_PIXELS, ImageRefused, decode,
+                                   jpeg_scans, media_type)
 
 EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n0 0 moveto 10 10 lineto stroke\nshowpage\n"
 
@@ -272,7 +273,7 @@ def test_an_in_memory_image_is_copied_not_shared():
     assert images[0].getpixel((0, 0)) == (1, 2, 3)
 
 
-def restart_bomb(size: int = 64, hidden: int = 5_000) -> bytes:
+def restart_bomb(size: int = 64, hidden: int = 1_000) -> bytes:
     """A progressive JPEG with a restart every MCU whose extra scans sit behind a reserved marker
     (``FF 02``) that looks like a segment: a length-skipping count passes over them, but libjpeg,
     at the restart due after the scan's first MCU, discards ``FF 02`` (``jpeg_resync_to_restart``)
@@ -292,7 +293,7 @@ def test_scans_hidden_behind_a_reserved_marker_at_a_restart_are_counted(monkeypa
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         Image.open(io.BytesIO(bomb)).load()  # libjpeg decodes it: every hidden scan is one more pass
-    assert jpeg_scans(bomb) > 5_000
+    assert jpeg_scans(bomb) > 1_000
     decoded = []
     monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: decoded.append(self) or None)
     for read in PATHS:
@@ -413,3 +414,37 @@ def test_an_image_pillow_decodes_in_python_is_held_to_fewer_pixels(bomb, monkeyp
 def test_small_images_pillow_decodes_in_python_are_read():
     for data in (rle_bmp(64, b"\x40\x05\x00\x00"), b"P6 8 8 254\n" + bytes(3 * 64), b"P2 4 4 9\n" + b"1 " * 16):
         assert decode(data, max_pixels=10_000, pixels_name="limit").size in ((64, 64), (8, 8), (4, 4))
+
+
+def _after_app0(jpeg: bytes, inserted: bytes) -> bytes:
+    at = 4 + struct.unpack(">H", jpeg[4:6])[0]  # SOI, then APP0 (JFIF) and its length
+    return jpeg[:at] + inserted + jpeg[at:]
+
+
+@pytest.mark.parametrize("flood", [b"\xff\xfe\x00\x02" * 2 ** 18, b"\xff" * 2 ** 20, b"\0" * 2 ** 20],
+                         ids=["empty-COM-segments", "fill-bytes", "junk"])
+def test_a_jpeg_header_flood_is_refused_before_pillow_parses_it(flood, monkeypatch):
+    """Pillow's JPEG header parser reads every segment, and every fill or junk byte, in Python: 4 MiB of
+    empty COM segments took 6 s (the scan count 3.4 s of it), of fill bytes 4 s, before decoding."""
+    from PIL import JpegImagePlugin
+
+    bomb = _after_app0(encoded("JPEG"), flood)
+    opened = []
+    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "_open", lambda self: opened.append(self) or 1 / 0)
+    for read in PATHS:
+        with pytest.raises(REFUSED, match=f"more than {MAX_JPEG_SEGMENTS} segments or 65536 bytes outside them"):
+            read(url(bomb, "image/jpeg"))
+    assert opened == []
+
+
+def test_restart_markers_in_a_scan_cost_the_count_no_python(monkeypatch):
+    """RSTn markers (two bytes each) are passed over by the marker search itself: 2 million of them took
+    the count 2 s, libjpeg 0.02 s."""
+    jpeg = encoded("JPEG")
+    flood = jpeg[:-2] + b"\xff\xd0" * 2 ** 21 + jpeg[-2:]
+    walked = []
+    real = image_decode._FILL  # the fill bytes where a marker is due: matched once a marker the search returned
+    monkeypatch.setattr(image_decode, "_FILL", type("Fill", (), {
+        "match": lambda self, *a: walked.append(a) or real.match(*a)})())
+    assert jpeg_scans(flood) == 1 and len(walked) < 100
+    assert decode(_after_app0(jpeg, b"\xff\xfe\x00\x02" * 64), max_pixels=1000, pixels_name="limit").size == (16, 16)
