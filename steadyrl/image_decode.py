@@ -27,7 +27,8 @@ gateway request's (:mod:`steadyrl.agents.images`). The rules, in the order they 
   edges, count against the pixel limit. libjpeg's own default
   progressive script has 10 scans for a colour image and at most 18 for CMYK. A GIF's comment
   sub-blocks before its first frame, which Pillow's opener joins in time quadratic in their number,
-  are counted before it is opened and refused above :data:`MAX_GIF_COMMENT_BLOCKS`. What Pillow
+  are counted before it is opened and refused above :data:`MAX_GIF_COMMENT_BLOCKS`, and a PNG's
+  chunks (each read in Python) above :data:`MAX_PNG_CHUNKS` plus one per 4 KiB. What Pillow
   decodes in Python (an RLE BMP, a PPM of maxval other than 255, a plain-text PPM) is held to
   :data:`MAX_PYTHON_DECODED_PIXELS`. Every other format read decodes in time linear in its bytes
   and pixels, both capped.
@@ -46,8 +47,8 @@ import re
 import warnings
 
 __all__ = ["DECLARED", "FORMATS", "MAX_GIF_COMMENT_BLOCKS", "MAX_JPEG_LOOSE_BYTES", "MAX_JPEG_SCANS",
-           "MAX_JPEG_SEGMENTS", "MAX_PYTHON_DECODED_PIXELS", "ImageRefused", "check_pil", "decode", "declared_formats",
-           "gif_comment_blocks", "jpeg_scans", "media_type", "split_data_url"]
+           "MAX_JPEG_SEGMENTS", "MAX_PNG_CHUNKS", "MAX_PYTHON_DECODED_PIXELS", "ImageRefused", "check_pil", "decode",
+           "declared_formats", "gif_comment_blocks", "jpeg_scans", "media_type", "png_chunks", "split_data_url"]
 
 FORMATS = ("PNG", "JPEG", "MPO", "GIF", "BMP", "WEBP", "TIFF", "PPM")
 """The image formats read (Pillow's names), for every image path. Others are never opened: some
@@ -78,6 +79,11 @@ before the first scan): 2^20 empty COM segments (4 MiB) took 6 s before a pixel 
 MAX_JPEG_LOOSE_BYTES = 65536
 """Most bytes a JPEG may hold before its first scan outside any segment (junk, extra 0xFF fill):
 Pillow's header parser reads them one at a time, in Python (4 MiB of fill took 4 s)."""
+
+MAX_PNG_CHUNKS = 4096
+"""Most chunks Pillow reads to decode a PNG's first frame, plus one per 4 KiB of the file (libpng
+writes 8 KiB IDAT chunks): each is read in Python, so 4 MiB of empty ancillary chunks took 3.6 s to
+open (a 52 MB data row, about 45 s)."""
 
 MAX_GIF_COMMENT_BLOCKS = 1024
 """Most comment sub-blocks (and comment extensions) a GIF may have before its first frame: Pillow's
@@ -219,6 +225,25 @@ def gif_comment_blocks(data: bytes, stop: int = MAX_GIF_COMMENT_BLOCKS) -> int:
     return count
 
 
+def png_chunks(data: bytes, stop: int) -> int:
+    """How many chunks Pillow reads in Python to decode a PNG's first frame: those before its first
+    IDAT, its IDAT run and, unless it is animated (acTL), those after it up to IEND, which Pillow
+    reads once the pixels are decoded; the walk ends once more than ``stop`` are counted."""
+    pos, count, animated, seen_idat, end = 8, 0, False, False, len(data)
+    while pos + 8 <= end and count <= stop:
+        kind = data[pos + 4:pos + 8]
+        if kind == b"IEND":
+            break
+        if kind == b"IDAT":
+            seen_idat = True
+        elif seen_idat and animated:  # past an animated PNG's first frame Pillow reads no chunk
+            break
+        animated = animated or kind == b"acTL"
+        count += 1
+        pos += 12 + int.from_bytes(data[pos:pos + 4], "big")
+    return count
+
+
 def _tiff_tags_listed(data: bytes) -> list[int]:
     """The tag numbers of a TIFF's first directory (a classic TIFF's or a BigTIFF's), as written."""
     order = "little" if data[:2] == b"II" else "big"
@@ -314,6 +339,10 @@ def _open(data: bytes, max_pixels: int, pixels_name: str):
             raise ImageRefused(f"a JPEG of more than {MAX_JPEG_SEGMENTS} segments or {MAX_JPEG_LOOSE_BYTES} bytes "
                                "outside them before its first scan: each is parsed in Python; refused before "
                                "opening")
+    allowed = MAX_PNG_CHUNKS + len(data) // 4096
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and png_chunks(data, allowed) > allowed:
+        raise ImageRefused(f"a PNG of more than {allowed} chunks ({MAX_PNG_CHUNKS} and one per 4 KiB): each is read "
+                           "in Python; refused before opening")
     if data[:6] in (b"GIF87a", b"GIF89a") and gif_comment_blocks(data) > MAX_GIF_COMMENT_BLOCKS:
         raise ImageRefused(f"a GIF of more than {MAX_GIF_COMMENT_BLOCKS} comment sub-blocks before its first frame: "
                            "Pillow's work reading them grows with their number squared; refused before opening")

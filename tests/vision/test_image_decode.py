@@ -23,7 +23,7 @@ from steadyrl.agents.images import load_image as observation_image
 from steadyrl.errors import DataError
 from steadyrl.gateway.protocol import RequestError, parse_request
 from steadyrl.image_decode import (MAX_JPEG_SCANS, MAX_JPEG_SEGMENTS, MAX_PYTHON_DECODED_PIXELS, ImageRefused, decode,
-                                   jpeg_scans, media_type)
+                                   jpeg_scans, media_type, png_chunks)
 
 EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n0 0 moveto 10 10 lineto stroke\nshowpage\n"
 
@@ -448,3 +448,51 @@ def test_restart_markers_in_a_scan_cost_the_count_no_python(monkeypatch):
         "match": lambda self, *a: walked.append(a) or real.match(*a)})())
     assert jpeg_scans(flood) == 1 and len(walked) < 100
     assert decode(_after_app0(jpeg, b"\xff\xfe\x00\x02" * 64), max_pixels=1000, pixels_name="limit").size == (16, 16)
+
+
+def _chunk_offsets(png: bytes):
+    pos = 8
+    while pos < len(png):
+        yield pos
+        pos += 12 + struct.unpack(">I", png[pos:pos + 4])[0]
+
+
+def png_chunk(kind: bytes, data: bytes = b"") -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+@pytest.mark.parametrize("where", ["before IDAT", "IDAT", "after IDAT"])
+def test_a_png_of_many_small_chunks_is_refused_before_pillow_reads_them(where, monkeypatch):
+    """Pillow reads every chunk up to the first frame's pixels, and for a still PNG every one after
+    them, in Python: 4 MiB of empty ancillary chunks took 3.6 s to open, of empty IDATs 1.1 s."""
+    from PIL import PngImagePlugin
+
+    png = encoded("PNG", (4, 4))
+    idat = png.index(b"IDAT") - 4
+    flood = png_chunk(b"IDAT" if where == "IDAT" else b"abCd") * 50_000
+    at = {"before IDAT": idat, "IDAT": idat, "after IDAT": png.index(b"IEND") - 4}[where]
+    bomb = png[:at] + flood + png[at:]
+    opened = []
+    monkeypatch.setattr(PngImagePlugin.PngImageFile, "_open", lambda self: opened.append(self) or 1 / 0)
+    for read in PATHS:
+        with pytest.raises(REFUSED, match=r"a PNG of more than \d+ chunks \(4096 and one per 4 KiB\)"):
+            read(url(bomb, "image/png"))
+    assert opened == []
+
+
+def test_pngs_of_many_large_chunks_or_an_animations_frames_are_read():
+    big = io.BytesIO()
+    Image.effect_noise((1184, 1184), 60).convert("RGB").save(big, format="PNG", compress_level=0)
+    png = big.getvalue()
+    idat, end = png.index(b"IDAT") - 4, png.index(b"IEND") - 4
+    pixels = b"".join(png[i + 8:i + 8 + struct.unpack(">I", png[i:i + 4])[0]]  # every IDAT's data, in order
+                      for i in _chunk_offsets(png) if png[i + 4:i + 8] == b"IDAT")
+    rechunked = png[:idat] + b"".join(png_chunk(b"IDAT", pixels[i:i + 1024]) for i in range(0, len(pixels), 1024))
+    rechunked += png[end:]  # 1 KiB IDATs, as some encoders write: more than 4096 chunks, fewer than one per KiB
+    assert png_chunks(rechunked, 10 ** 6) > 4096
+    assert decode(rechunked, max_pixels=2 * 10 ** 6, pixels_name="limit").size == (1184, 1184)
+    frames = [Image.new("RGB", (2, 2), (i % 256, 0, 0)) for i in range(3000)]
+    apng = io.BytesIO()
+    frames[0].save(apng, format="PNG", save_all=True, append_images=frames[1:])
+    assert png_chunks(apng.getvalue(), 10 ** 6) < 10  # the first frame: nothing after it is read
+    assert decode(apng.getvalue(), max_pixels=100, pixels_name="limit").size == (2, 2)
