@@ -28,7 +28,8 @@ gateway request's (:mod:`steadyrl.agents.images`). The rules, in the order they 
   progressive script has 10 scans for a colour image and at most 18 for CMYK. A GIF's comment
   sub-blocks before its first frame, which Pillow's opener joins in time quadratic in their number,
   are counted before it is opened and refused above :data:`MAX_GIF_COMMENT_BLOCKS`, and a PNG's
-  chunks (each read in Python) above :data:`MAX_PNG_CHUNKS` plus one per 4 KiB. What Pillow
+  chunks or a GIF's extension sub-blocks (each read in Python) above :data:`MAX_PNG_CHUNKS` plus
+  one per 4 KiB. What Pillow
   decodes in Python (an RLE BMP, a PPM of maxval other than 255, a plain-text PPM) is held to
   :data:`MAX_PYTHON_DECODED_PIXELS`. Every other format read decodes in time linear in its bytes
   and pixels, both capped.
@@ -48,7 +49,7 @@ import warnings
 
 __all__ = ["DECLARED", "FORMATS", "MAX_GIF_COMMENT_BLOCKS", "MAX_JPEG_LOOSE_BYTES", "MAX_JPEG_SCANS",
            "MAX_JPEG_SEGMENTS", "MAX_PNG_CHUNKS", "MAX_PYTHON_DECODED_PIXELS", "ImageRefused", "check_pil", "decode",
-           "declared_formats", "gif_comment_blocks", "jpeg_scans", "media_type", "png_chunks", "split_data_url"]
+           "declared_formats", "gif_blocks", "jpeg_scans", "media_type", "png_chunks", "split_data_url"]
 
 FORMATS = ("PNG", "JPEG", "MPO", "GIF", "BMP", "WEBP", "TIFF", "PPM")
 """The image formats read (Pillow's names), for every image path. Others are never opened: some
@@ -81,9 +82,10 @@ MAX_JPEG_LOOSE_BYTES = 65536
 Pillow's header parser reads them one at a time, in Python (4 MiB of fill took 4 s)."""
 
 MAX_PNG_CHUNKS = 4096
-"""Most chunks Pillow reads to decode a PNG's first frame, plus one per 4 KiB of the file (libpng
-writes 8 KiB IDAT chunks): each is read in Python, so 4 MiB of empty ancillary chunks took 3.6 s to
-open (a 52 MB data row, about 45 s)."""
+"""Most chunks Pillow reads to decode a PNG's first frame (and most extension sub-blocks before a
+GIF's first frame), plus one per 4 KiB of the file (libpng writes 8 KiB IDAT chunks): each is read
+in Python, so 4 MiB of empty ancillary chunks took 3.6 s to open (a 52 MB data row, about 45 s),
+4 MiB of one-byte GIF sub-blocks 1.9 s."""
 
 MAX_GIF_COMMENT_BLOCKS = 1024
 """Most comment sub-blocks (and comment extensions) a GIF may have before its first frame: Pillow's
@@ -205,24 +207,25 @@ def jpeg_scans(data: bytes | memoryview, start: int = 0, end: int | None = None)
     return _jpeg_walk(data, start, end)[0]
 
 
-def gif_comment_blocks(data: bytes, stop: int = MAX_GIF_COMMENT_BLOCKS) -> int:
-    """How many comment sub-blocks and comment extensions precede a GIF's first image, walking its
-    blocks as Pillow's opener does (a byte that starts no block is passed over); the walk ends once
-    more than ``stop`` are counted. Linear in the bytes."""
-    pos, count, end = 13, 0, len(data)
+def gif_blocks(data: bytes, stop: int) -> tuple[int, int]:
+    """``(comment blocks, blocks)``: how many comment sub-blocks and comment extensions, and how many
+    sub-blocks and extensions of any kind, precede a GIF's first image, walking its blocks as
+    Pillow's opener does (a byte that starts no block is passed over); the walk ends once more than
+    :data:`MAX_GIF_COMMENT_BLOCKS` comment blocks or ``stop`` blocks are counted. Linear in the bytes."""
+    pos, comments, blocks, end = 13, 0, 0, len(data)
     if end > 10 and data[10] & 0x80:  # the global colour table
         pos += 3 << ((data[10] & 7) + 1)
-    while count <= stop:
+    while comments <= MAX_GIF_COMMENT_BLOCKS and blocks <= stop:
         found = _GIF_BLOCK.search(data, pos)
         if found is None or found.group() != b"!":  # the first image, the trailer, or the end
             break
         comment, pos = found.end() < end and data[found.end()] == 0xFE, found.end() + 1
-        count += comment
-        while pos < end and data[pos] and count <= stop:  # the sub-blocks, up to the empty one
-            count += comment
+        comments, blocks = comments + comment, blocks + 1
+        while pos < end and data[pos] and comments <= MAX_GIF_COMMENT_BLOCKS and blocks <= stop:  # sub-blocks
+            comments, blocks = comments + comment, blocks + 1
             pos += 1 + data[pos]
         pos += 1
-    return count
+    return comments, blocks
 
 
 def png_chunks(data: bytes, stop: int) -> int:
@@ -343,9 +346,13 @@ def _open(data: bytes, max_pixels: int, pixels_name: str):
     if data[:8] == b"\x89PNG\r\n\x1a\n" and png_chunks(data, allowed) > allowed:
         raise ImageRefused(f"a PNG of more than {allowed} chunks ({MAX_PNG_CHUNKS} and one per 4 KiB): each is read "
                            "in Python; refused before opening")
-    if data[:6] in (b"GIF87a", b"GIF89a") and gif_comment_blocks(data) > MAX_GIF_COMMENT_BLOCKS:
+    comments, blocks = gif_blocks(data, allowed) if data[:6] in (b"GIF87a", b"GIF89a") else (0, 0)
+    if comments > MAX_GIF_COMMENT_BLOCKS:
         raise ImageRefused(f"a GIF of more than {MAX_GIF_COMMENT_BLOCKS} comment sub-blocks before its first frame: "
                            "Pillow's work reading them grows with their number squared; refused before opening")
+    if blocks > allowed:
+        raise ImageRefused(f"a GIF of more than {allowed} extension sub-blocks before its first frame "
+                           f"({MAX_PNG_CHUNKS} and one per 4 KiB): each is read in Python; refused before opening")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
