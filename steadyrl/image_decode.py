@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import collections
 import io
 import re
 import warnings
@@ -247,8 +246,9 @@ def png_chunks(data: bytes, stop: int) -> int:
     return count
 
 
-def _tiff_tags_listed(data: bytes) -> list[int]:
-    """The tag numbers of a TIFF's first directory (a classic TIFF's or a BigTIFF's), as written."""
+def _tiff_repeated_tag(data: bytes) -> int | None:
+    """The first tag a TIFF's first directory (a classic TIFF's or a BigTIFF's) lists twice, or None;
+    the walk ends there. Linear in the bytes."""
     order = "little" if data[:2] == b"II" else "big"
     if data[2:4] in (b"+\x00", b"\x00+"):  # BigTIFF: 8-byte offsets and counts, 20-byte entries
         ifd, count_size, entry = int.from_bytes(data[8:16], order), 8, 20
@@ -256,20 +256,21 @@ def _tiff_tags_listed(data: bytes) -> list[int]:
         ifd, count_size, entry = int.from_bytes(data[4:8], order), 2, 12
     first = ifd + count_size
     count = min(int.from_bytes(data[ifd:first], order), max(0, (len(data) - first) // entry))
-    return [int.from_bytes(data[first + i * entry:first + i * entry + 2], order) for i in range(count)]
+    seen = set()
+    for at in range(first, first + count * entry, entry):
+        tag = int.from_bytes(data[at:at + 2], order)
+        if tag in seen:
+            return tag
+        seen.add(tag)
+    return None
 
 
 def _check_tiff(image, data: bytes, max_pixels: int, pixels_name: str) -> tuple[int, int]:
     """``(scans, strips)`` of a TIFF (``(0, 1)`` unless JPEG-compressed), after refusing one that
     libtiff would decode past its pixels: libtiff reads the tags itself (the first of a repeated
-    tag, where Pillow keeps the last: a repeated tag is refused), decodes whole tiles (their pixels
-    held to the limit), and accepts a last strip's JPEG taller than the strip (every strip's JPEG
-    frame held to the strip's pixels)."""
-    listed = _tiff_tags_listed(data)
-    if len(set(listed)) != len(listed):
-        twice = next(t for t, n in collections.Counter(listed).items() if n > 1)
-        raise ImageRefused(f"a TIFF whose directory lists tag {twice} twice: Pillow reads the last and libtiff, "
-                           "which decodes it, the first")
+    tag, where Pillow keeps the last: a repeated tag is refused before Pillow opens the file, in
+    :func:`_open`), decodes whole tiles (their pixels held to the limit), and accepts a last strip's
+    JPEG taller than the strip (every strip's JPEG frame held to the strip's pixels)."""
     tags, (width, height) = image.tag_v2, image.size
     if 273 in tags and 324 in tags:
         raise ImageRefused("a TIFF with both strip offsets and tile offsets: which libtiff decodes is ambiguous")
@@ -342,6 +343,10 @@ def _open(data: bytes, max_pixels: int, pixels_name: str):
             raise ImageRefused(f"a JPEG of more than {MAX_JPEG_SEGMENTS} segments or {MAX_JPEG_LOOSE_BYTES} bytes "
                                "outside them before its first scan: each is parsed in Python; refused before "
                                "opening")
+    twice = _tiff_repeated_tag(data) if data[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+") else None
+    if twice is not None:  # refused before Pillow reads a directory of up to (bytes / 20) entries in Python
+        raise ImageRefused(f"a TIFF whose directory lists tag {twice} twice: Pillow reads the last and libtiff, "
+                           "which decodes it, the first")
     allowed = MAX_PNG_CHUNKS + len(data) // 4096
     if data[:8] == b"\x89PNG\r\n\x1a\n" and png_chunks(data, allowed) > allowed:
         raise ImageRefused(f"a PNG of more than {allowed} chunks ({MAX_PNG_CHUNKS} and one per 4 KiB): each is read "
