@@ -62,8 +62,11 @@ released model's (context lengths reach 10,485,760; widths 16,384; vocabularies 
 DIMENSION_KEYS = ("embedding_length", "feed_forward_length", "expert_feed_forward_length", "block_count",
                   "context_length", "vocab_size", "attention.head_count", "attention.head_count_kv",
                   "attention.key_length", "attention.value_length", "rope.dimension_count", "expert_count",
-                  "expert_used_count")
-"""The ``<architecture>.<key>`` values transformers builds the model from, checked before it allocates."""
+                  "expert_used_count", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", "ssm.conv_kernel",
+                  "shortconv.l_cache")
+"""The ``<architecture>.<key>`` values transformers builds the model from, checked before it allocates
+(``ssm.*``: a Mamba's, ``ssm.inner_size`` its ``intermediate_size``; ``shortconv.l_cache``: LFM2's
+convolution width)."""
 
 WEIGHT_SLACK = 4
 """How many times the weights a GGUF's dimensions imply may exceed the elements of its tensors."""
@@ -147,7 +150,13 @@ def check_dimensions(info: GGUFInfo) -> None:
     :data:`MAX_DIMENSION`, and the weights the dimensions imply,
     ``block_count * embedding * (embedding + feed_forward) + embedding * vocab``
     (a lower bound on a transformer's: its attention and feed-forward matrices, one embedding),
-    at most :data:`WEIGHT_SLACK` times the elements its tensors hold (plus 2^20)."""
+    plus, for a Mamba, ``block_count * ssm_inner * (embedding + time_step_rank + 2 * state +
+    conv_kernel)`` (its in/out projections, x_proj, conv1d), for LFM2, ``block_count *
+    embedding * l_cache``, and for a mixture of experts ``block_count * expert_count * embedding *
+    max(embedding, expert_feed_forward)`` (``feed_forward`` where it states none: transformers builds
+    every expert, for Qwen MoEs at its own default width whatever the file states; released MoEs'
+    experts are at least a quarter of the embedding wide), at most :data:`WEIGHT_SLACK` times the
+    elements its tensors hold (plus 2^20)."""
     where = f"GGUF file {str(info.path)!r}"
     for key, value in info.dimensions.items():
         if not 0 <= value <= MAX_DIMENSION:
@@ -155,12 +164,18 @@ def check_dimensions(info: GGUFInfo) -> None:
                                  f"{MAX_DIMENSION:,}); refused before the model is allocated")
     dim = {k.split(".", 1)[1]: v for k, v in info.dimensions.items()}
     width = dim.get("embedding_length", 0)
-    implied = (dim.get("block_count", 0) * width * (width + dim.get("feed_forward_length", 0))
-               + width * dim.get("vocab_size", 0))
+    blocks, inner = dim.get("block_count", 0), dim.get("ssm.inner_size", 0)
+    implied = (blocks * width * (width + dim.get("feed_forward_length", 0)) + width * dim.get("vocab_size", 0)
+               + blocks * inner * (width + dim.get("ssm.time_step_rank", 0) + 2 * dim.get("ssm.state_size", 0)
+                                   + dim.get("ssm.conv_kernel", 0))
+               + blocks * width * dim.get("shortconv.l_cache", 0)
+               + blocks * dim.get("expert_count", 0) * width * max(width, dim.get("expert_feed_forward_length", 0)
+                                                                  or dim.get("feed_forward_length", 0)))
     if implied > WEIGHT_SLACK * info.n_elements + 2 ** 20:
         stated = ", ".join(f"{k} = {v:,}" for k, v in info.dimensions.items()
                            if k.split(".", 1)[1] in ("embedding_length", "feed_forward_length", "block_count",
-                                                      "vocab_size"))
+                                                      "vocab_size", "ssm.inner_size", "ssm.state_size",
+                                                      "expert_count", "expert_feed_forward_length"))
         raise ModelLoadError(f"{where}: its metadata ({stated}) implies at least {implied:,} weights, but its "
                              f"tensors hold {info.n_elements:,}; the dimensions do not describe this file's "
                              "weights, refused before the model is allocated")

@@ -107,3 +107,79 @@ def test_the_gguf_file_preflight_refuses_absurd_dimensions_naming_the_setting(tm
     assert cli.main(["train", str(tmp_path / "cfg.yaml"), "--output-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "model.gguf_file" in err[0] and "llama.embedding_length" in err[0], err
+
+
+def write_mamba(path, **stated) -> None:
+    """A tiny Mamba GGUF (transformers builds MambaForCausalLM from it), ``stated`` its ``mamba.ssm.*``
+    metadata: ``ssm.inner_size`` is transformers' ``intermediate_size``, ``ssm.state_size``,
+    ``ssm.time_step_rank`` and ``ssm.conv_kernel`` size its other matrices."""
+    writer = _writer(path, "mamba")
+    writer.add_context_length(64)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_block_count(LAYERS)
+    for key, value in {"inner_size": 2 * HIDDEN, "state_size": 4, "time_step_rank": 1, "conv_kernel": 4,
+                       **stated}.items():
+        writer.add_uint64(f"mamba.ssm.{key}", value)
+    _add_vocabulary(writer)
+    rng = np.random.default_rng(0)
+    shapes = {"token_embd.weight": (len(VOCAB), HIDDEN), "output_norm.weight": (HIDDEN,),
+              "blk.0.ssm_in.weight": (4 * HIDDEN, HIDDEN), "blk.0.ssm_out.weight": (HIDDEN, 2 * HIDDEN)}
+    for name, shape in shapes.items():
+        writer.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
+    _finish(writer)
+
+
+@pytest.mark.parametrize("stated, said", [
+    ({"inner_size": 2 ** 40}, "mamba.ssm.inner_size = 1,099,511,627,776 is not a model dimension"),
+    ({"state_size": 2 ** 33}, "mamba.ssm.state_size = 8,589,934,592 is not a model dimension"),
+    ({"time_step_rank": 2 ** 33}, "mamba.ssm.time_step_rank = 8,589,934,592"),
+    ({"conv_kernel": 2 ** 33}, "mamba.ssm.conv_kernel = 8,589,934,592"),
+    ({"inner_size": 2 ** 20}, "implies at least"),  # within the bound, not within the file
+    ({"state_size": 2 ** 16}, "implies at least"),
+])
+def test_a_mambas_ssm_dimensions_are_bounded_too(tmp_path, never_built, stated, said):
+    path = tmp_path / "mamba.gguf"
+    write_mamba(path, **stated)
+    assert path.stat().st_size < 20_000
+    with pytest.raises(ModelLoadError, match="refused before the model is allocated") as err:
+        convert.convert_gguf(path, tmp_path / "out")
+    assert said in str(err.value)
+
+
+def test_the_dimensions_of_a_real_mamba_shape_pass(tmp_path):
+    path = tmp_path / "mamba.gguf"
+    write_mamba(path)
+    convert.check_dimensions(convert.read_gguf(path))
+
+
+def write_moe(path, experts: int, expert_ff: int | None = None) -> None:
+    """A tiny Qwen3-MoE GGUF (one layer, the weights of a dense one) stating ``experts`` experts:
+    transformers builds each of them, ``3 x embedding x moe_intermediate_size`` weights apiece (its
+    default 768 wide: it reads no expert width from a qwen3moe file, so a stated 1 is no bound)."""
+    writer = _writer(path, "qwen3moe")
+    for key, value in {"context_length": 64, "embedding_length": HIDDEN, "block_count": LAYERS,
+                       "feed_forward_length": FFN, "attention.head_count": HEADS, "attention.head_count_kv": HEADS,
+                       "expert_count": experts, "expert_used_count": 1,
+                       **({"expert_feed_forward_length": expert_ff} if expert_ff else {})}.items():
+        writer.add_uint32(f"qwen3moe.{key}", value)
+    _add_vocabulary(writer)
+    rng = np.random.default_rng(0)
+    for name, shape in {"token_embd.weight": (len(VOCAB), HIDDEN), "output_norm.weight": (HIDDEN,),
+                        "blk.0.ffn_up_exps.weight": (1, FFN, HIDDEN)}.items():
+        writer.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
+    _finish(writer)
+
+
+@pytest.mark.parametrize("experts, expert_ff", [(2 ** 20, None), (2 ** 16, 1024), (2 ** 17, 1)])
+def test_the_experts_a_moe_states_count_in_the_weights_it_implies(tmp_path, never_built, experts, expert_ff):
+    path = tmp_path / "moe.gguf"
+    write_moe(path, experts, expert_ff)
+    with pytest.raises(ModelLoadError, match="implies at least") as err:
+        convert.convert_gguf(path, tmp_path / "out")
+    assert f"qwen3moe.expert_count = {experts:,}" in str(err.value)
+
+
+def test_a_real_moe_shape_passes(tmp_path):
+    path = tmp_path / "moe.gguf"
+    write_moe(path, 4, FFN)
+    convert.check_dimensions(convert.read_gguf(path))

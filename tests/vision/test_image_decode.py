@@ -10,16 +10,20 @@ import io
 import os
 import signal
 import struct
+import warnings
+import zlib
 
 import pytest
 from PIL import Image, ImageFile
 
 import steadyrl.data.images as data_images
+import steadyrl.image_decode as image_decode
 from steadyrl.agents.images import ImageContentError, decode_data_url, json_content, split_images
 from steadyrl.agents.images import load_image as observation_image
 from steadyrl.errors import DataError
 from steadyrl.gateway.protocol import RequestError, parse_request
-from steadyrl.image_decode import MAX_JPEG_SCANS, ImageRefused, decode, jpeg_scans, media_type
+from steadyrl.image_decode import (MAX_JPEG_SCANS, MAX_JPEG_SEGMENTS, MAX_PYTHON_DECODED_PIXELS, ImageRefused, decode,
+                                   jpeg_scans, media_type, png_chunks)
 
 EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n0 0 moveto 10 10 lineto stroke\nshowpage\n"
 
@@ -267,3 +271,263 @@ def test_an_in_memory_image_is_copied_not_shared():
     _, images = _observe(drawn)
     drawn.putpixel((0, 0), (9, 9, 9))  # the environment draws on after returning it
     assert images[0].getpixel((0, 0)) == (1, 2, 3)
+
+
+def restart_bomb(size: int = 64, hidden: int = 1_000) -> bytes:
+    """A progressive JPEG with a restart every MCU whose extra scans sit behind a reserved marker
+    (``FF 02``) that looks like a segment: a length-skipping count passes over them, but libjpeg,
+    at the restart due after the scan's first MCU, discards ``FF 02`` (``jpeg_resync_to_restart``)
+    and scans on to the next marker, the first hidden SOS, and so decodes every one of them."""
+    out = io.BytesIO()
+    Image.new("RGB", (size, size), (200, 40, 90)).save(out, format="JPEG", progressive=True, restart_marker_blocks=1)
+    data = out.getvalue()
+    last, end = data.rindex(b"\xff\xda"), data.rindex(b"\xff\xd9")
+    sos = data[last:last + 2 + struct.unpack(">H", data[last + 2:last + 4])[0]]  # the last scan's header
+    payload = (sos * hidden).ljust(0xFEFE - 2, b"\0")
+    assert len(payload) == 0xFEFE - 2
+    return data[:end] + sos + b"\xff\x02\xfe\xfe" + payload + data[end:]
+
+
+def test_scans_hidden_behind_a_reserved_marker_at_a_restart_are_counted(monkeypatch):
+    bomb = restart_bomb()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Image.open(io.BytesIO(bomb)).load()  # libjpeg decodes it: every hidden scan is one more pass
+    assert jpeg_scans(bomb) > 1_000
+    decoded = []
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: decoded.append(self) or None)
+    for read in PATHS:
+        with pytest.raises(REFUSED, match=f"scans, more than {MAX_JPEG_SCANS}"):
+            read(url(bomb, "image/jpeg"))
+    assert decoded == []
+
+
+def gif_with_comments(extensions: int, blocks: int = 1) -> bytes:
+    """A 4 x 4 GIF whose first frame follows ``extensions`` comment extensions of ``blocks`` sub-blocks
+    each: Pillow's opener joins them by ``bytes +=`` (a copy of all so far, per sub-block and per
+    extension), quadratic in their number: 400,000 one-byte comments (2 MB) took 14 s to open."""
+    gif = encoded("GIF", (4, 4))
+    start = 13 + (3 << ((gif[10] & 7) + 1) if gif[10] & 0x80 else 0)  # after the global colour table
+    comment = b"!\xfe" + b"\x01c" * blocks + b"\x00"
+    return gif[:start] + comment * extensions + gif[start:]
+
+
+@pytest.mark.parametrize("extensions, blocks", [(20_000, 1), (1, 20_000)])
+def test_a_gif_of_many_comments_is_refused_before_pillow_reads_them(monkeypatch, extensions, blocks):
+    from PIL import GifImagePlugin
+
+    bomb = gif_with_comments(extensions, blocks)
+    opened = []
+    monkeypatch.setattr(GifImagePlugin.GifImageFile, "_open", lambda self: opened.append(self) or 1 / 0)
+    for read in PATHS:
+        with pytest.raises(REFUSED, match="comment sub-blocks before its first frame"):
+            read(url(bomb, "image/gif"))
+    assert opened == []
+
+
+def test_a_gif_with_a_few_comments_is_read():
+    assert decode(gif_with_comments(8, 4), max_pixels=100, pixels_name="limit").size == (4, 4)
+    assert decode(encoded("GIF", (8, 8), comment=b"hello" * 300), max_pixels=100, pixels_name="limit").size == (8, 8)
+
+
+def tiff_of(entries, payload: bytes) -> bytes:
+    """A little-endian TIFF of one directory of ``(tag, type, value)`` entries, as listed (a tag may be
+    repeated), count 1 each (type 3 SHORT, 4 LONG); a value of None is the payload's offset."""
+    ifd = 2 + 12 * len(entries) + 4
+    body = struct.pack("<H", len(entries)) + b"".join(
+        struct.pack("<HHI", tag, kind, 1) + (struct.pack("<HH", 8 + ifd if value is None else value, 0) if kind == 3
+                                             else struct.pack("<I", 8 + ifd if value is None else value))
+        for tag, kind, value in entries)
+    return b"II*\x00" + struct.pack("<I", 8) + body + struct.pack("<I", 0) + payload
+
+
+def tiled(width: int, height: int, tile_widths, tile_length: int, data: bytes) -> bytes:
+    """A grey deflate TIFF of one tile (``tile_widths``: the TileWidth entries, in order) holding ``data``."""
+    return tiff_of([(256, 3, width), (257, 3, height), (258, 3, 8), (259, 3, 8), (262, 3, 1)]
+                   + [(322, 3, w) for w in tile_widths] + [(323, 3, tile_length), (324, 4, None),
+                                                           (325, 4, len(data))], data)
+
+
+def test_a_tiff_whose_tiles_are_far_larger_than_it_is_refused():
+    """libtiff decodes whole tiles: a 1 x 1 image in one 4096 x 4096 tile (16 KB of deflate) is 16.7
+    Mpix of decoding (and a 2 GiB tile decoded in ~25 s from 2 MB) that the pixel limit never saw."""
+    bomb = tiled(1, 1, [4096], 4096, zlib.compress(bytes(4096 * 4096), 9))
+    assert len(bomb) < 20_000
+    image = Image.open(io.BytesIO(bomb))
+    assert image.size == (1, 1)
+    image.load()  # libtiff decodes it
+    for read in PATHS:
+        with pytest.raises(REFUSED, match="in tiles of 4096 x 4096: libtiff decodes whole tiles, 16777216 pixels"):
+            read(url(bomb, "image/tiff"))
+    fine = tiled(10, 10, [16], 16, zlib.compress(bytes(16 * 16), 9))  # a tile past the edges, within the limit
+    assert decode(fine, max_pixels=1024, pixels_name="limit").size == (10, 10)
+
+
+def test_a_bigtiff_directory_of_repeated_entries_is_refused_before_pillow_reads_it(monkeypatch):
+    """A BigTIFF directory may list (bytes / 20) entries, each read by Pillow in Python: 210,000 in
+    4 MiB took 2 s to open. Past 65,536 a tag repeats: refused at the first repeat, before opening."""
+    from PIL import TiffImagePlugin
+
+    entries = [(65000, 1, 1, 0)] * 2000 + [(256, 3, 1, 1), (257, 3, 1, 1), (258, 3, 1, 8)]
+    body = struct.pack("<Q", len(entries)) + b"".join(struct.pack("<HHQQ", *e) for e in entries) + struct.pack("<Q", 0)
+    bomb = b"II+\x00" + struct.pack("<HHQ", 8, 0, 16) + body
+    opened = []
+    monkeypatch.setattr(TiffImagePlugin.TiffImageFile, "_open", lambda self: opened.append(self) or 1 / 0)
+    for read in [_row, _observation]:
+        with pytest.raises(REFUSED, match="lists tag 65000 twice"):
+            read(bomb)
+    assert opened == []
+
+
+def test_a_tiff_that_repeats_a_tag_is_refused():
+    """Pillow keeps a repeated tag's last value, libtiff (which decodes) its first: tiles of 16 for the
+    checks, of 4096 for the decoder."""
+    bomb = tiled(1, 1, [4096, 16], 4096, zlib.compress(bytes(4096 * 4096), 9))
+    assert Image.open(io.BytesIO(bomb)).tag_v2[322] == 16
+    with pytest.raises(ImageRefused, match="lists tag 322 twice: Pillow reads the last and libtiff"):
+        decode(bomb, max_pixels=12_845_056, pixels_name="limit")
+
+
+def test_a_jpeg_tiffs_last_strip_taller_than_the_image_is_refused():
+    """libtiff accepts a last strip whose JPEG is taller than the strip, and libjpeg decodes all of a
+    progressive one: a 1024 x 1 TIFF holding a 1024 x 16384 JPEG was 16.8 Mpix of decoding."""
+    bomb = jpeg_tiff(encoded("JPEG", (256, 4096), progressive=True), 256)
+    bomb = bomb.replace(struct.pack("<HHIHH", 257, 3, 1, 256, 0), struct.pack("<HHIHH", 257, 3, 1, 1, 0))
+    bomb = bomb.replace(struct.pack("<HHIHH", 278, 3, 1, 256, 0), struct.pack("<HHIHH", 278, 3, 1, 1, 0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        image = Image.open(io.BytesIO(bomb))
+        assert image.size == (256, 1)
+        image.load()  # libtiff decodes it
+    with pytest.raises(ImageRefused, match="holds a JPEG of 1048576 pixels, more than the strip's or tile's 256"):
+        decode(bomb, max_pixels=12_845_056, pixels_name="limit")
+
+
+def rle_bmp(side: int, row: bytes) -> bytes:
+    """An 8-bit RLE BMP (Compression 1), ``side`` x ``side``, each row's commands ``row``."""
+    rle = row * side + b"\x00\x01"
+    palette = bytes(4 * 256)
+    header = struct.pack("<IiiHHIIiiII", 40, side, side, 1, 8, 1, len(rle), 0, 0, 256, 0)
+    offset = 14 + 40 + len(palette)
+    return b"BM" + struct.pack("<IHHI", offset + len(rle), 0, 0, offset) + header + palette + rle
+
+
+@pytest.mark.parametrize("bomb", [
+    rle_bmp(3584, b"\x01\x05\x00\x00"),  # one pixel, then end of line: Pillow pads the row a byte at a time
+    b"P6 1024 1024 254\n" + bytes(3 * 1024 * 1024),  # maxval 254: every sample scaled in Python
+    b"P3 600 600 255\n" + b"1 2 3\n" * 360_000,  # plain text: every number parsed in Python
+], ids=["rle-bmp", "ppm-maxval", "plain-ppm"])
+def test_an_image_pillow_decodes_in_python_is_held_to_fewer_pixels(bomb, monkeypatch):
+    """Pillow decodes these in Python, 0.3 to 5 us a pixel: the 15 KB BMP took 3.5 s, the 3 MB PPM 4.8 s."""
+    decoded = []
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: decoded.append(self) or None)
+    for read in PATHS:
+        with pytest.raises(REFUSED, match=f"that Pillow decodes in Python .*more than {MAX_PYTHON_DECODED_PIXELS}"):
+            read(url(bomb, media_type(bomb)))
+    assert decoded == []
+
+
+def test_small_images_pillow_decodes_in_python_are_read():
+    for data in (rle_bmp(64, b"\x40\x05\x00\x00"), b"P6 8 8 254\n" + bytes(3 * 64), b"P2 4 4 9\n" + b"1 " * 16):
+        assert decode(data, max_pixels=10_000, pixels_name="limit").size in ((64, 64), (8, 8), (4, 4))
+
+
+def _after_app0(jpeg: bytes, inserted: bytes) -> bytes:
+    at = 4 + struct.unpack(">H", jpeg[4:6])[0]  # SOI, then APP0 (JFIF) and its length
+    return jpeg[:at] + inserted + jpeg[at:]
+
+
+@pytest.mark.parametrize("flood", [b"\xff\xfe\x00\x02" * 2 ** 18, b"\xff" * 2 ** 20, b"\0" * 2 ** 20],
+                         ids=["empty-COM-segments", "fill-bytes", "junk"])
+def test_a_jpeg_header_flood_is_refused_before_pillow_parses_it(flood, monkeypatch):
+    """Pillow's JPEG header parser reads every segment, and every fill or junk byte, in Python: 4 MiB of
+    empty COM segments took 6 s (the scan count 3.4 s of it), of fill bytes 4 s, before decoding."""
+    from PIL import JpegImagePlugin
+
+    bomb = _after_app0(encoded("JPEG"), flood)
+    opened = []
+    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "_open", lambda self: opened.append(self) or 1 / 0)
+    for read in PATHS:
+        with pytest.raises(REFUSED, match=f"more than {MAX_JPEG_SEGMENTS} segments or 65536 bytes outside them"):
+            read(url(bomb, "image/jpeg"))
+    assert opened == []
+
+
+def test_restart_markers_in_a_scan_cost_the_count_no_python(monkeypatch):
+    """RSTn markers (two bytes each) are passed over by the marker search itself: 2 million of them took
+    the count 2 s, libjpeg 0.02 s."""
+    jpeg = encoded("JPEG")
+    flood = jpeg[:-2] + b"\xff\xd0" * 2 ** 21 + jpeg[-2:]
+    walked = []
+    real = image_decode._FILL  # the fill bytes where a marker is due: matched once a marker the search returned
+    monkeypatch.setattr(image_decode, "_FILL", type("Fill", (), {
+        "match": lambda self, *a: walked.append(a) or real.match(*a)})())
+    assert jpeg_scans(flood) == 1 and len(walked) < 100
+    assert decode(_after_app0(jpeg, b"\xff\xfe\x00\x02" * 64), max_pixels=1000, pixels_name="limit").size == (16, 16)
+
+
+def _chunk_offsets(png: bytes):
+    pos = 8
+    while pos < len(png):
+        yield pos
+        pos += 12 + struct.unpack(">I", png[pos:pos + 4])[0]
+
+
+def png_chunk(kind: bytes, data: bytes = b"") -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+@pytest.mark.parametrize("where", ["before IDAT", "IDAT", "after IDAT"])
+def test_a_png_of_many_small_chunks_is_refused_before_pillow_reads_them(where, monkeypatch):
+    """Pillow reads every chunk up to the first frame's pixels, and for a still PNG every one after
+    them, in Python: 4 MiB of empty ancillary chunks took 3.6 s to open, of empty IDATs 1.1 s."""
+    from PIL import PngImagePlugin
+
+    png = encoded("PNG", (4, 4))
+    idat = png.index(b"IDAT") - 4
+    flood = png_chunk(b"IDAT" if where == "IDAT" else b"abCd") * 50_000
+    at = {"before IDAT": idat, "IDAT": idat, "after IDAT": png.index(b"IEND") - 4}[where]
+    bomb = png[:at] + flood + png[at:]
+    opened = []
+    monkeypatch.setattr(PngImagePlugin.PngImageFile, "_open", lambda self: opened.append(self) or 1 / 0)
+    for read in PATHS:
+        with pytest.raises(REFUSED, match=r"a PNG of more than \d+ chunks \(4096 and one per 4 KiB\)"):
+            read(url(bomb, "image/png"))
+    assert opened == []
+
+
+def test_pngs_of_many_large_chunks_or_an_animations_frames_are_read():
+    big = io.BytesIO()
+    Image.effect_noise((1184, 1184), 60).convert("RGB").save(big, format="PNG", compress_level=0)
+    png = big.getvalue()
+    idat, end = png.index(b"IDAT") - 4, png.index(b"IEND") - 4
+    pixels = b"".join(png[i + 8:i + 8 + struct.unpack(">I", png[i:i + 4])[0]]  # every IDAT's data, in order
+                      for i in _chunk_offsets(png) if png[i + 4:i + 8] == b"IDAT")
+    rechunked = png[:idat] + b"".join(png_chunk(b"IDAT", pixels[i:i + 1024]) for i in range(0, len(pixels), 1024))
+    rechunked += png[end:]  # 1 KiB IDATs, as some encoders write: more than 4096 chunks, fewer than one per KiB
+    assert png_chunks(rechunked, 10 ** 6) > 4096
+    assert decode(rechunked, max_pixels=2 * 10 ** 6, pixels_name="limit").size == (1184, 1184)
+    frames = [Image.new("RGB", (2, 2), (i % 256, 0, 0)) for i in range(3000)]
+    apng = io.BytesIO()
+    frames[0].save(apng, format="PNG", save_all=True, append_images=frames[1:])
+    assert png_chunks(apng.getvalue(), 10 ** 6) < 10  # the first frame: nothing after it is read
+    assert decode(apng.getvalue(), max_pixels=100, pixels_name="limit").size == (2, 2)
+
+
+def test_a_gif_of_many_extension_sub_blocks_is_refused_before_pillow_reads_them(monkeypatch):
+    """Pillow reads every sub-block of every extension before the first frame in Python: 4 MiB of
+    one-byte sub-blocks in an application extension took 1.9 s to open."""
+    from PIL import GifImagePlugin
+
+    gif = encoded("GIF", (4, 4))
+    start = 13 + (3 << ((gif[10] & 7) + 1) if gif[10] & 0x80 else 0)
+    bomb = gif[:start] + b"!\xff\x0bNETSCAPE2.0" + b"\x01x" * 20_000 + b"\x00" + gif[start:]
+    looping = io.BytesIO()  # an animation's own extensions (loop, frame control) are a few sub-blocks
+    Image.new("P", (4, 4)).save(looping, format="GIF", save_all=True, append_images=[Image.new("P", (4, 4), 1)], loop=0)
+    assert decode(looping.getvalue(), max_pixels=100, pixels_name="limit").size == (4, 4)
+    opened = []
+    monkeypatch.setattr(GifImagePlugin.GifImageFile, "_open", lambda self: opened.append(self) or 1 / 0)
+    for read in PATHS:
+        with pytest.raises(REFUSED, match=r"a GIF of more than \d+ extension sub-blocks before its first frame"):
+            read(url(bomb, "image/gif"))
+    assert opened == []
