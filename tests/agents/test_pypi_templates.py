@@ -25,17 +25,10 @@ pytestmark = [pytest.mark.realdata, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 
-_REASONING_KEPT = ("issue 41 item 2: the earlier turn's content keeps the '</think>' the template closes its "
-                   "reasoning with, so the step-wise context renders it twice ('</think>\\n\\n</think>')")
 KNOWN_WRONG = {  # (template, observations, mode): the cause (issue 41, items 1-4 and 6, fixed on another branch)
-    ("axolotl-qwen3.jinja", "tools", "stepwise"): _REASONING_KEPT,
-    ("axolotl-qwen3_5.jinja", "tools", "stepwise"): _REASONING_KEPT,
     ("trl-gptoss_training.jinja", "user", "stepwise"): (
         "issue 41 item 1: the step-wise context of turn 1 holds an empty final channel where the model "
         "answered '8' (the earlier answer is not shaped as the server holds it)"),
-    ("vllm-tool_chat_template_deepseekv31.jinja", "user", "stepwise"): (
-        "issue 41 item 6: the template (no whitespace control) writes runs of spaces around messages; the "
-        "stored content keeps them, so the step-wise context doubles them"),
 }
 
 _OUTSIDE = ("issue 41 item 3: as_sampled is refused ('writes calls outside the sampled turn') although its "
