@@ -177,3 +177,20 @@ def test_the_step_warning_says_the_agents_calls_failed_at_the_gateway(capsys):
     out = capsys.readouterr().out
     assert "the agent (rollout.agent) failed on some episodes: 1 of 2 episodes ended because the agent's calls to " \
            "the gateway were refused or failed (HTTP 503 x1) (shown once)" in out
+
+
+def test_a_reward_function_that_fails_everywhere_is_still_blamed_when_one_call_also_got_503(monkeypatch, tmp_path):
+    """Review of round 4, item 4: 34 of 35 episodes reached the reward function and it failed on every
+    one; one agent call also got a 503. The stop blamed the gateway alone ("so those episodes never
+    reached the reward functions") and never said the reward function failed. The gateway is the
+    cause only when every episode of the step ended at it."""
+    monkeypatch.setattr(report, "save", lambda run, step: tmp_path / f"step_{step:06d}")
+    run = SimpleNamespace(state=SimpleNamespace(consecutive_empty=0, consecutive_skips=0, empty_cause=None),
+                          config=SimpleNamespace(trainer=SimpleNamespace(max_consecutive_skips=1)))
+    episodes = [SimpleNamespace(call_failure="HTTP 503")] + [SimpleNamespace(call_failure=None) for _ in range(34)]
+    report.count_empty(run, {"result": SimpleNamespace(valid=torch.zeros(35, dtype=torch.bool)), "episodes": episodes})
+    with pytest.raises(TrainingHalted) as halted:
+        report.halt_if_stuck(run, 1)
+    message = str(halted.value)
+    assert "every sample failed a reward function" in message and "Fix the reward function" in message
+    assert "never reached the reward functions" not in message
