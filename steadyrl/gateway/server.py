@@ -177,6 +177,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             if not getattr(self, "request_version", None):
                 self.request_version, self.requestline, self.command = "HTTP/1.1", "", ""
+            if self.request_version == "HTTP/0.9":  # 0.9 has no status line or headers: answered as 1.1
+                self.request_version = "HTTP/1.1"
             self._fail(refused.error)
         finally:
             self.rfile.expect(None)
@@ -185,6 +187,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.rfile.raw.deadline = time.monotonic() + self.server.limits.header_timeout_s
         ok = super().parse_request()
         self.rfile.header_bytes = None
+        if ok and self.request_version == "HTTP/0.9":  # no headers to answer with (_send would raise): refused
+            self.request_version, self.close_connection = "HTTP/1.1", True
+            self._fail(RequestError("HTTP/0.9 requests are not served: send HTTP/1.1"))
+            return False
         return ok
 
     def check_key(self, given: str) -> None:

@@ -192,3 +192,26 @@ def test_only_when_every_slot_is_a_key_holders_is_a_newcomer_answered_503():
 def test_limits_out_of_range_are_refused_naming_the_field(limits, field):
     with pytest.raises(ValueError, match=field):
         ServerLimits(**limits)
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"GET /e/tok/v1/models\r\n\r\n",  # HTTP/0.9: a request line without a version
+    b"GET /e/tok/v1/models\r\nAuthorization: Bearer wrong\r\n\r\n",
+    b"GET /e/tok/v1/models\r\nAuthorization: Bearer KEY\r\n\r\n",
+])
+def test_an_http_0_9_request_is_refused_without_a_traceback(request_bytes, capsys):
+    """Review of round 4, item 4: an HTTP/0.9 request line (no version) made every answer raise
+    AttributeError (no header buffer in 0.9): any local user, no key needed, printed a traceback into
+    the run's output per connection. It is refused (400) and closed, as any other refusal."""
+    g = gateway(idle_timeout_s=WAIT_S * 3, unauthenticated_lifetime_s=WAIT_S * 3, header_timeout_s=WAIT_S * 3)
+    try:
+        s = connect(g)
+        s.sendall(request_bytes.replace(b"KEY", g.api_key.encode()))
+        head, _ = answer(s)
+        assert head.split(b" ")[1:2] in ([b"400"], [b"401"]), head[:60]
+        assert b"connection: close" in head.lower()
+        assert closed_by_server(s)  # the handler ended: whatever it printed is printed
+        s.close()
+    finally:
+        g.close()
+    assert "Traceback" not in capsys.readouterr().err
