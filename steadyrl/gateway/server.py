@@ -256,7 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
                                            "completions", status=404, kind="not_found_error"))
         limits: ServerLimits = self.server.limits
         given = self.headers.get("Content-Length") or "0"
-        length = int(given) if given.strip().isdigit() else -1
+        length = int(given) if given.strip().isascii() and given.strip().isdigit() else -1  # not "²": int() raises
         if length < 0 or length > limits.max_body_bytes:
             self.close_connection = True
             what = f"{length} bytes" if length >= 0 else f"length {given[:40]!r}"
