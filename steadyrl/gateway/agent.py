@@ -241,24 +241,34 @@ _CONNECTION_ERRORS = frozenset({"APIConnectionError", "ConnectError", "RemotePro
 """Exception classes (by name: openai's, httpx's, urllib's, requests', the builtin) of a call whose
 connection failed; their timeouts are not (a slow answer is the agent's time limit's business)."""
 _TIMEOUTS = frozenset({"APITimeoutError", "TimeoutException", "Timeout", "TimeoutError"})
+_NEVER_THE_GATEWAYS = frozenset({"ConnectionRefusedError", "gaierror"})
+"""What a call to the gateway does not raise while its rollout runs: it listens on 127.0.0.1 all
+along (full, it accepts and answers 503), and is called by address, not by a name to resolve. A
+call to another service (a tool server that is down, a web API offline) does."""
 
 
 def call_failure(err: BaseException, gateway_url: str) -> str | None:
     """How a call of the agent to the gateway failed, if that is why it raised: ``"HTTP 503"`` (any
     5xx answer) or ``"connection error (ConnectError)"``; None otherwise (a 4xx is the agent's own
-    mistake; an error about another URL is not the gateway's). Looks through ``err``'s causes (an
-    agent's framework may wrap the client's error), 16 deep at most."""
+    mistake; an error about another URL is not the gateway's, nor are the errors it was raised from,
+    nor a refused connect or a name that did not resolve: :data:`_NEVER_THE_GATEWAYS`). Looks through
+    ``err``'s causes (an agent's framework may wrap the client's error), 16 deep at most."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen and len(seen) < 16:
         seen.add(id(err))
         url = _url(err)
-        if url is None or url.startswith(gateway_url):
-            names = {c.__name__ for c in type(err).__mro__}
-            status = _status(err)
-            if status is not None and 500 <= status <= 599:
-                return f"HTTP {status}"
-            if status is None and names & _CONNECTION_ERRORS and not names & _TIMEOUTS:
-                return f"connection error ({type(err).__name__})"
+        if url is not None and not url.startswith(gateway_url):
+            return None  # a call to another service; its causes (httpx's, the OS's: no URL) are that call's
+        reason = getattr(err, "reason", None)  # urllib's URLError: the OS's error
+        names = {c.__name__ for c in (*type(err).__mro__, *(type(reason).__mro__ if isinstance(reason, BaseException)
+                                                              else ()))}
+        if url is None and names & _NEVER_THE_GATEWAYS:
+            return None
+        status = _status(err)
+        if status is not None and 500 <= status <= 599:
+            return f"HTTP {status}"
+        if status is None and names & _CONNECTION_ERRORS and not names & _TIMEOUTS:
+            return f"connection error ({type(err).__name__})"
         err = err.__cause__ or err.__context__
     return None
 

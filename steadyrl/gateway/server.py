@@ -16,14 +16,16 @@ Any local user can connect, so a connection costs little and not for long (:clas
 at most ``max_connections`` are open at once, ``reserved_connections`` of them only for connections
 that showed the key; a connection that has not shown it lives ``unauthenticated_lifetime_s`` in all,
 and a newcomer pushes the oldest such one out rather than being turned away (:mod:`.slots`: a pile
-of keyless sockets cannot lock the agent out); when every slot is held by authenticated
-connections one more is answered 503 and closed, without a thread. A connection waiting for a
-request is closed after ``idle_timeout_s``; once a request line is in, all its headers must arrive
-within ``header_timeout_s`` and its body within ``body_timeout_s`` (deadlines, not per-read
-timeouts: a client sending a byte at a time is cut); the key is checked the moment the
-``Authorization`` header arrives; headers are capped at ``max_header_bytes`` (431) and bodies at
-``max_body_bytes`` (413). Every refused request (any 4xx or 5xx answer) is answered with
-``Connection: close`` and its connection closed: a refusal never leaves a socket behind.
+of keyless sockets cannot lock the agent out; on Linux a connection is accepted only once its
+first bytes are in, so the agent's shows its key at once, see :meth:`_Server.server_bind`); when
+every slot is held by authenticated connections one more is answered 503 and closed, without a
+thread. A connection waiting for a request is closed after ``idle_timeout_s``; once a request line
+is in, all its headers must arrive within ``header_timeout_s`` and its body within
+``body_timeout_s`` (deadlines, not per-read timeouts: a client sending a byte at a time is cut);
+the key is checked the moment the ``Authorization`` header arrives; headers are capped at
+``max_header_bytes`` (431) and bodies at ``max_body_bytes`` (413). Every refused request (any 4xx
+or 5xx answer) is answered with ``Connection: close`` and its connection closed: a refusal never
+leaves a socket behind.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import hmac
 import io
 import json
 import secrets
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -177,6 +180,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             if not getattr(self, "request_version", None):
                 self.request_version, self.requestline, self.command = "HTTP/1.1", "", ""
+            if self.request_version == "HTTP/0.9":  # 0.9 has no status line or headers: answered as 1.1
+                self.request_version = "HTTP/1.1"
             self._fail(refused.error)
         finally:
             self.rfile.expect(None)
@@ -185,6 +190,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.rfile.raw.deadline = time.monotonic() + self.server.limits.header_timeout_s
         ok = super().parse_request()
         self.rfile.header_bytes = None
+        if ok and self.request_version == "HTTP/0.9":  # no headers to answer with (_send would raise): refused
+            self.request_version, self.close_connection = "HTTP/1.1", True
+            self._fail(RequestError("HTTP/0.9 requests are not served: send HTTP/1.1"))
+            return False
         return ok
 
     def check_key(self, given: str) -> None:
@@ -250,7 +259,7 @@ class _Handler(BaseHTTPRequestHandler):
                                            "completions", status=404, kind="not_found_error"))
         limits: ServerLimits = self.server.limits
         given = self.headers.get("Content-Length") or "0"
-        length = int(given) if given.strip().isdigit() else -1
+        length = int(given) if given.strip().isascii() and given.strip().isdigit() else -1  # not "²": int() raises
         if length < 0 or length > limits.max_body_bytes:
             self.close_connection = True
             what = f"{length} bytes" if length >= 0 else f"length {given[:40]!r}"
@@ -286,6 +295,15 @@ class _Server(ThreadingHTTPServer):
         self.limits = limits
         self.slots = Slots(limits.max_connections, limits.reserved_connections)
         super().__init__(address, handler)
+
+    def server_bind(self) -> None:
+        """Linux: a connection is accepted once its first bytes are in (``TCP_DEFER_ACCEPT``; a silent
+        one after about a second), so a client's connection shows its key the moment its thread starts
+        and a keyless flood pushing out the oldest connections cannot catch it in between (the agent's
+        event loop opens its connections first and writes to them later)."""
+        if hasattr(socket, "TCP_DEFER_ACCEPT"):
+            self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 1)
+        super().server_bind()
 
     @property
     def open_connections(self) -> int:

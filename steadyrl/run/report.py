@@ -101,11 +101,14 @@ def gateway_cause(episodes) -> str | None:
 
 def count_empty(run: Run, extras: dict) -> None:
     """Steps in a row where no sample of any rank had a valid reward (every one failed a reward
-    function, or its agent's calls to the gateway failed: ``empty_cause``): such a step trains on
-    nothing, and a run of them would do so forever."""
+    function, or its agent's calls to the gateway failed: ``empty_cause``, set only when every
+    episode's did; when some reached the reward functions and failed there, those are to blame too):
+    such a step trains on nothing, and a run of them would do so forever."""
     empty = not bool(extras["result"].valid.any())
     run.state.consecutive_empty = run.state.consecutive_empty + 1 if empty else 0
-    run.state.empty_cause = gateway_cause(extras.get("episodes")) if empty else None
+    episodes = extras.get("episodes") or ()
+    every = empty and bool(episodes) and all(e.call_failure for e in episodes)
+    run.state.empty_cause = gateway_cause(episodes) if every else None
 
 
 def halt_if_stuck(run: Run, step: int) -> None:

@@ -58,10 +58,11 @@ def _raised_from(cause: BaseException) -> RuntimeError:
     (lambda: _status_error(503), "HTTP 503"),
     (lambda: _status_error(500), "HTTP 500"),
     (_connection_error, "connection error (APIConnectionError)"),
-    (lambda: ConnectionRefusedError(111, "Connection refused"), "connection error (ConnectionRefusedError)"),
+    (lambda: ConnectionResetError(104, "Connection reset by peer"), "connection error (ConnectionResetError)"),
     (_disconnected, "connection error (RemoteProtocolError)"),
     (lambda: urllib.error.HTTPError(AT_GATEWAY, 503, "Service Unavailable", {}, None), "HTTP 503"),
-    (lambda: urllib.error.URLError(ConnectionRefusedError(111, "refused")), "connection error (URLError)"),
+    (lambda: urllib.error.URLError(ConnectionResetError(104, "reset")), "connection error (URLError)"),
+    (lambda: urllib.error.URLError(BrokenPipeError(32, "Broken pipe")), "connection error (URLError)"),
     (lambda: _raised_from(_status_error(503)), "HTTP 503"),  # wrapped by the agent's framework
     (lambda: _raised_from(ConnectionResetError(104, "reset")), "connection error (ConnectionResetError)"),
 ])
@@ -177,3 +178,68 @@ def test_the_step_warning_says_the_agents_calls_failed_at_the_gateway(capsys):
     out = capsys.readouterr().out
     assert "the agent (rollout.agent) failed on some episodes: 1 of 2 episodes ended because the agent's calls to " \
            "the gateway were refused or failed (HTTP 503 x1) (shown once)" in out
+
+
+def test_a_reward_function_that_fails_everywhere_is_still_blamed_when_one_call_also_got_503(monkeypatch, tmp_path):
+    """Review of round 4, item 4: 34 of 35 episodes reached the reward function and it failed on every
+    one; one agent call also got a 503. The stop blamed the gateway alone ("so those episodes never
+    reached the reward functions") and never said the reward function failed. The gateway is the
+    cause only when every episode of the step ended at it."""
+    monkeypatch.setattr(report, "save", lambda run, step: tmp_path / f"step_{step:06d}")
+    run = SimpleNamespace(state=SimpleNamespace(consecutive_empty=0, consecutive_skips=0, empty_cause=None),
+                          config=SimpleNamespace(trainer=SimpleNamespace(max_consecutive_skips=1)))
+    episodes = [SimpleNamespace(call_failure="HTTP 503")] + [SimpleNamespace(call_failure=None) for _ in range(34)]
+    report.count_empty(run, {"result": SimpleNamespace(valid=torch.zeros(35, dtype=torch.bool)), "episodes": episodes})
+    with pytest.raises(TrainingHalted) as halted:
+        report.halt_if_stuck(run, 1)
+    message = str(halted.value)
+    assert "every sample failed a reward function" in message and "Fix the reward function" in message
+    assert "never reached the reward functions" not in message
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there: a connect is refused at once (loopback)
+    return port
+
+
+def _raised_by(call):
+    try:
+        call()
+    except Exception as err:  # noqa: BLE001
+        return err
+    raise AssertionError("the call did not raise")
+
+
+def _openai_to_another_service_that_is_down():
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{_closed_port()}/v1", api_key="x", max_retries=0, timeout=20)
+    messages = [{"role": "user", "content": "x"}]
+    return _raised_by(lambda: client.chat.completions.create(model="judge", messages=messages))
+
+
+def _urllib_to(url: str):
+    import urllib.request
+
+    return _raised_by(lambda: urllib.request.urlopen(url, timeout=20))
+
+
+@pytest.mark.parametrize("make", [
+    # another model server the agent calls (a judge), down: openai's error names its URL, but the
+    # httpx error it was raised from does not, and the walk through the causes blamed the gateway
+    _openai_to_another_service_that_is_down,
+    lambda: _raised_from(_openai_to_another_service_that_is_down()),
+    # a tool server, down: urllib's URLError names no URL; the gateway never refuses a connect while
+    # its rollout runs (it listens on 127.0.0.1 all along and answers 503 when full)
+    lambda: _urllib_to(f"http://127.0.0.1:{_closed_port()}/tool"),
+    lambda: ConnectionRefusedError(111, "Connection refused"),
+    # a web API by name, offline: the gateway is called by address, never by a name to resolve
+    lambda: urllib.error.URLError(socket.gaierror(-2, "Name or service not known")),
+])
+def test_another_service_the_agent_calls_failing_to_connect_is_not_blamed_on_the_gateway(make):
+    """Review of round 4, item 4: a judge model or a tool server that is down, or a name that does
+    not resolve, was reported as "the gateway refused or failed the agent's calls" (the stop then
+    sends the user to the gateway's limits)."""
+    assert call_failure(make(), GATEWAY) is None

@@ -103,6 +103,9 @@ def test_the_key_is_checked_as_soon_as_its_header_arrives(small):
      b"413"),
     (b"POST /e/tok/v1/chat/completions HTTP/1.1\r\nAuthorization: Bearer KEY\r\nContent-Length: -5\r\n\r\n",
      b"400"),
+    # "\xb2" is latin-1 for a superscript two: str.isdigit() says yes, int() raised (no answer, a traceback)
+    (b"POST /e/tok/v1/chat/completions HTTP/1.1\r\nAuthorization: Bearer KEY\r\nContent-Length: \xb2\r\n\r\n",
+     b"400"),
 ])
 def test_header_and_body_sizes_are_capped(small, request_bytes, status):
     s = connect(small)
