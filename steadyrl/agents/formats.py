@@ -28,23 +28,23 @@ import ast
 import json
 import re
 
-from .parsers import PYTHON_TAG, ParsedTurn, ToolCall, _parsed, _short, _to_call, parse_llama3_json, register_parser
+from .parser_base import PYTHON_TAG, ParsedTurn, ToolCall, parsed_turn, clip_text, to_call, parse_llama3_json, register_parser
 from .parsing import back_ws, decode_error, find, loads, run_end, skip_ws
 
 _DECODER = json.JSONDecoder()
 
 
-def _value(text: str):
+def json_or_text(text: str):
     value, err = loads(text)
     return text if err is not None else value
 
 
-def _json_args(name: str, body: str, where: str, fmt: str, call_id: str | None = None):
+def json_args(name: str, body: str, where: str, fmt: str, call_id: str | None = None):
     args, err = loads(body) if body.strip() else ({}, None)
     if err is not None:
         return f"{where} ({name}): invalid JSON arguments ({decode_error(err, at=False)}) in " \
-               f"{_short(body)!r}; format: {fmt}"
-    result = _to_call({"name": name, "arguments": args}, where, ("arguments",), fmt)
+               f"{clip_text(body)!r}; format: {fmt}"
+    result = to_call({"name": name, "arguments": args}, where, ("arguments",), fmt)
     return ToolCall(result.name, result.arguments, call_id) if isinstance(result, ToolCall) else result
 
 
@@ -66,7 +66,7 @@ def _spans(text: str, opener: str, closer: str | None, pos: int = 0, end: int | 
         pos = end if close == -1 else close + len(closer)
 
 
-def _blocks(text: str, opener: str, closer: str | None, read) -> ParsedTurn:
+def split_blocks(text: str, opener: str, closer: str | None, read) -> ParsedTurn:
     """Content outside the ``opener ... closer`` spans; ``read(text, inner start, inner end, index)``
     -> a ToolCall, an error line, a list of them, or None (not a call: the span stays content)."""
     results, pieces, pos, index = [], [], 0, 0
@@ -79,7 +79,7 @@ def _blocks(text: str, opener: str, closer: str | None, read) -> ParsedTurn:
         results.extend(found if isinstance(found, list) else [found])
         pos = end
     pieces.append(text[pos:])
-    return _parsed("".join(pieces), results)
+    return parsed_turn("".join(pieces), results)
 
 
 _NAME_TO_GT = re.compile(r"[^>\n]*")
@@ -99,11 +99,11 @@ def _qwen3_params(text: str, lo: int, hi: int) -> dict:
             continue
         value = text[gt + 1: value_end]
         value = value[1:] if value.startswith("\n") else value
-        args[text[key_at:gt].strip()] = _value(value[:-1] if value.endswith("\n") else value)
+        args[text[key_at:gt].strip()] = json_or_text(value[:-1] if value.endswith("\n") else value)
     return args
 
 
-def _qwen3_coder_read(text: str, lo: int, hi: int, i: int):
+def read_qwen3_coder(text: str, lo: int, hi: int, i: int):
     """``<function=NAME>(<parameter=KEY>VALUE</parameter>)*</function>`` in ``text[lo:hi]``; None: not that."""
     at = skip_ws(text, lo, hi)
     if not text.startswith(_FUNCTION, at):
@@ -118,7 +118,7 @@ def _qwen3_coder_read(text: str, lo: int, hi: int, i: int):
 
 @register_parser("qwen3_coder")
 def parse_qwen3_coder(text: str) -> ParsedTurn:
-    return _unclosed(_blocks(text, "<tool_call>", "</tool_call>", _qwen3_coder_read), "<tool_call>", QWEN3_CODER_FORMAT)
+    return flag_unclosed(split_blocks(text, "<tool_call>", "</tool_call>", read_qwen3_coder), "<tool_call>", QWEN3_CODER_FORMAT)
 
 
 GLM_FORMAT = "<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>...</tool_call>"
@@ -127,7 +127,7 @@ GLM_FORMAT = "<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>.
 GLM_TAGS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
 
 
-def _glm_args(text: str, pos: int, hi: int, tags: tuple[str, str, str, str] = GLM_TAGS) -> dict:
+def glm_args(text: str, pos: int, hi: int, tags: tuple[str, str, str, str] = GLM_TAGS) -> dict:
     """``<arg_key>KEY</arg_key>\s*<arg_value>VALUE</arg_value>`` pairs in ``text[pos:hi]`` (``tags``:
     the four tags, for the formats that spell them otherwise)."""
     key_open, key_close, value_open, value_close = tags
@@ -144,7 +144,7 @@ def _glm_args(text: str, pos: int, hi: int, tags: tuple[str, str, str, str] = GL
         value_end = find(text, value_close, value_at, hi)
         if value_end == -1:
             return args
-        args[text[key_at + len(key_open):key_end].strip()] = _value(text[value_at + len(value_open):value_end])
+        args[text[key_at + len(key_open):key_end].strip()] = json_or_text(text[value_at + len(value_open):value_end])
         pos = value_end + len(value_close)
 
 
@@ -152,11 +152,11 @@ def _glm_args(text: str, pos: int, hi: int, tags: tuple[str, str, str, str] = GL
 def parse_glm45(text: str) -> ParsedTurn:
     def read(text, lo, hi, i):
         name_end = run_end(text, lo, _LINE, hi)
-        return None if name_end == lo else ToolCall(text[lo:name_end].strip(), _glm_args(text, name_end, hi))
-    return _unclosed(_blocks(text, "<tool_call>", "</tool_call>", read), "<tool_call>", GLM_FORMAT)
+        return None if name_end == lo else ToolCall(text[lo:name_end].strip(), glm_args(text, name_end, hi))
+    return flag_unclosed(split_blocks(text, "<tool_call>", "</tool_call>", read), "<tool_call>", GLM_FORMAT)
 
 
-def _unclosed(turn: ParsedTurn, opener: str, fmt: str) -> ParsedTurn:
+def flag_unclosed(turn: ParsedTurn, opener: str, fmt: str) -> ParsedTurn:
     if opener not in turn.content:
         return turn
     return ParsedTurn(turn.content, turn.calls, [*turn.errors, f"a {opener} that is never closed; format: {fmt}"])
@@ -176,7 +176,7 @@ def _kimi_section(text: str, lo: int, hi: int, i: int):
         if not cid or any(c.isspace() for c in cid):
             continue
         name = cid.split(".", 1)[-1].rsplit(":", 1)[0]
-        results.append(_json_args(name, text[args_at + len(_KIMI_ARGS):call_end], f"tool call {j}", KIMI_FORMAT, cid))
+        results.append(json_args(name, text[args_at + len(_KIMI_ARGS):call_end], f"tool call {j}", KIMI_FORMAT, cid))
         j += 1
     return results or [f"tool call {i}: no <|tool_call_begin|> in the tool calls section; format: {KIMI_FORMAT}"]
 
@@ -197,7 +197,7 @@ def parse_kimi_k2(text: str) -> ParsedTurn:
         results.extend(_kimi_section(text, start + len(opener), hi, index))
         pos = hi if close == -1 else close + len(closer)
     pieces.append(text[pos:])
-    return _parsed("".join(pieces), results)
+    return parsed_turn("".join(pieces), results)
 
 
 HARMONY_FORMAT = "<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{json}<|call|>"
@@ -251,11 +251,11 @@ def _harmony_calls(text: str) -> ParsedTurn:
         call = find(text, "<|call|>", body_at)
         start = _harmony_start(text, to, pos)
         pieces.append(text[pos:start])
-        results.append(_json_args(text[name_at:name_end], text[body_at: len(text) if call == -1 else call],
+        results.append(json_args(text[name_at:name_end], text[body_at: len(text) if call == -1 else call],
                                   f"tool call {len(results) + 1}", HARMONY_FORMAT))
         pos = search = len(text) if call == -1 else call + len("<|call|>")
     pieces.append(text[pos:])
-    return _parsed("".join(pieces), results)
+    return parsed_turn("".join(pieces), results)
 
 
 def _channel(text: str, marker: str, ends: tuple[str, ...]) -> list[tuple[int, int, int, int]]:
@@ -316,14 +316,14 @@ def _deepseek_call(text: str, lo: int, hi: int, i: int):
     name = text[lo:name_end].strip()
     if not name or not text.startswith("{", at) or not text.endswith("}", at, end):
         return None
-    return _json_args(name, text[at:end], f"tool call {i}", DEEPSEEK_FORMAT)
+    return json_args(name, text[at:end], f"tool call {i}", DEEPSEEK_FORMAT)
 
 
 @register_parser("deepseek")
 def parse_deepseek(text: str) -> ParsedTurn:
-    turn = _blocks(text, "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", _deepseek_call)
+    turn = split_blocks(text, "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", _deepseek_call)
     content = turn.content.replace("<｜tool▁calls▁begin｜>", "").replace("<｜tool▁calls▁end｜>", "")
-    return _unclosed(ParsedTurn(content.strip(), turn.calls, turn.errors), "<｜tool▁call▁begin｜>", DEEPSEEK_FORMAT)
+    return flag_unclosed(ParsedTurn(content.strip(), turn.calls, turn.errors), "<｜tool▁call▁begin｜>", DEEPSEEK_FORMAT)
 
 
 MISTRAL_FORMAT = '[TOOL_CALLS][{"name": NAME, "arguments": {...}}] or [TOOL_CALLS]NAME[ARGS]{...}'
@@ -356,14 +356,14 @@ def parse_mistral(text: str) -> ParsedTurn:
             items, _ = _DECODER.raw_decode(text, at)
         except (ValueError, RecursionError) as err:
             rest = text[at:]
-            return _parsed(text[:start], [f"tool calls: invalid JSON ({decode_error(err, at=False)}) "
-                                          f"in {_short(rest)!r}; format: {MISTRAL_FORMAT}"])
+            return parsed_turn(text[:start], [f"tool calls: invalid JSON ({decode_error(err, at=False)}) "
+                                          f"in {clip_text(rest)!r}; format: {MISTRAL_FORMAT}"])
         items = items if isinstance(items, list) else [items]
-        results = [_to_call(o, f"tool call {i}", ("arguments", "parameters"), MISTRAL_FORMAT)
+        results = [to_call(o, f"tool call {i}", ("arguments", "parameters"), MISTRAL_FORMAT)
                    for i, o in enumerate(items, 1)]
         results = [ToolCall(r.name, r.arguments, o.get("id")) if isinstance(r, ToolCall) else r
                    for r, o in zip(results, items)]
-        return _parsed(text[:start], results)
+        return parsed_turn(text[:start], results)
     results, pos, search = [], start, start
     while True:  # v11: [TOOL_CALLS]NAME([CALL_ID]ID)?[ARGS]{json}, one after the other
         opener = find(text, "[TOOL_CALLS]", search)
@@ -381,12 +381,12 @@ def parse_mistral(text: str) -> ParsedTurn:
             results.append(f"tool call {i} ({name}): invalid JSON arguments "
                            f"({decode_error(err, at=False)}); format: {MISTRAL_FORMAT}")
             break
-        result = _to_call({"name": name, "arguments": args}, f"tool call {i}", ("arguments",), MISTRAL_FORMAT)
+        result = to_call({"name": name, "arguments": args}, f"tool call {i}", ("arguments",), MISTRAL_FORMAT)
         results.append(ToolCall(result.name, result.arguments, call_id) if isinstance(result, ToolCall) else result)
         pos = search = end
     if not results:
         results.append(f"a [TOOL_CALLS] without a call after it; format: {MISTRAL_FORMAT}")
-    return _parsed(text[:start] + text[pos:] if pos > start else text[:start], results)
+    return parsed_turn(text[:start] + text[pos:] if pos > start else text[:start], results)
 
 
 PYTHONIC_FORMAT = "[tool_name(arg=value, ...), ...]"
@@ -420,8 +420,8 @@ def parse_pythonic(text: str) -> ParsedTurn:
             results.append(ToolCall(ast.unparse(node.func), {k.arg: ast.literal_eval(k.value) for k in node.keywords}))
     except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError) as err:
         reason = str(err) or type(err).__name__  # MemoryError / RecursionError: nested too deeply for the parser
-        return _parsed("", [f"tool calls: {reason} in {_short(body)!r}; format: {PYTHONIC_FORMAT}"])
-    return _parsed("", results)
+        return parsed_turn("", [f"tool calls: {reason} in {clip_text(body)!r}; format: {PYTHONIC_FORMAT}"])
+    return parsed_turn("", results)
 
 
 COMMAND_R_FORMAT = '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": NAME, "parameters": {...}}]<|END_ACTION|>'
@@ -442,15 +442,15 @@ def parse_command_r(text: str) -> ParsedTurn:
         items, err = loads(text[lo:hi])
         if err is not None:
             results.append(f"tool calls: invalid JSON ({decode_error(err, at=False)}) in "
-                           f"{_short(text[lo:hi])!r}; format: {COMMAND_R_FORMAT}")
+                           f"{clip_text(text[lo:hi])!r}; format: {COMMAND_R_FORMAT}")
         else:
             items = items if isinstance(items, list) else [items]
-            results += [_to_call({"name": o.get("tool_name"), "arguments": o.get("parameters", {})}
+            results += [to_call({"name": o.get("tool_name"), "arguments": o.get("parameters", {})}
                                  if isinstance(o, dict) else o, f"tool call {j}", ("arguments",), COMMAND_R_FORMAT)
                         for j, o in enumerate(items, len(results) + 1)]
         pos = hi if close == -1 else close + len("<|END_ACTION|>")
     pieces.append(text[pos:])
-    turn = _parsed("".join(pieces), results)
+    turn = parsed_turn("".join(pieces), results)
     content = turn.content
     for tag in _COMMAND_R_TAGS:
         content = content.replace(tag, "")
@@ -492,7 +492,7 @@ def parse_auto(text: str) -> ParsedTurn:
     """Whichever format the turn is written in (by its markers); a turn with none of them is read
     as ``llama3_json`` (a bare JSON call, or after ``<|python_tag|>``), ``xlam`` (a JSON list of
     calls), then ``pythonic``, then (when ``pythonic`` cannot read it) ``gemma3_pythonic``."""
-    from .parsers import TOOL_PARSERS
+    from .parser_base import TOOL_PARSERS
 
     name = detect(text)
     turn = TOOL_PARSERS[name](text) if name is not None else None

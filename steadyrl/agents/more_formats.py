@@ -38,8 +38,8 @@ from __future__ import annotations
 import json
 import re
 
-from .formats import _blocks, _glm_args, _json_args, _qwen3_coder_read, _unclosed, _value, add_markers
-from .parsers import ParsedTurn, ToolCall, _parsed, _short, _to_call, register_parser
+from .formats import split_blocks, glm_args, json_args, read_qwen3_coder, flag_unclosed, json_or_text, add_markers
+from .parser_base import ParsedTurn, ToolCall, parsed_turn, clip_text, to_call, register_parser
 from .parsing import decode_error, find, loads, run_end, skip_ws
 
 _QUOTED = re.compile(r'[^"]*')
@@ -55,7 +55,7 @@ def _attr(text: str, lo: int, hi: int, name: str) -> str | None:
     return text[at:end] if end < hi else None
 
 
-def _invoke_calls(text: str, invoke: str, invoke_end: str, param: str, param_end: str, fmt: str):
+def invoke_calls(text: str, invoke: str, invoke_end: str, param: str, param_end: str, fmt: str):
     """``INVOKE name="N"> (PARAM name="K" ...>V PARAM_END)* INVOKE_END`` blocks, where ``invoke`` /
     ``param`` are the tags' openings (``<invoke``); a ``string="true"`` value is text, others JSON-or-text."""
     def read(text, lo, hi, i):
@@ -69,17 +69,17 @@ def _invoke_calls(text: str, invoke: str, invoke_end: str, param: str, param_end
             close = find(text, param_end, at, hi) if at != -1 else -1
             tag_end = find(text, ">", at, close) if close != -1 else -1
             if tag_end == -1:
-                return _to_call({"name": name.strip(), "arguments": args}, f"tool call {i}", ("arguments",), fmt)
+                return to_call({"name": name.strip(), "arguments": args}, f"tool call {i}", ("arguments",), fmt)
             key = _attr(text, at, tag_end, "name")
             value = text[tag_end + 1:close]
             if key is not None:
                 as_text = _attr(text, at, tag_end, "string") == "true"
-                args[key] = value if as_text else _value(value.strip("\n"))
+                args[key] = value if as_text else json_or_text(value.strip("\n"))
             pos = close + len(param_end)
-    return _blocks(text, invoke, invoke_end, read)
+    return split_blocks(text, invoke, invoke_end, read)
 
 
-def _strip(turn: ParsedTurn, *wrappers: str) -> ParsedTurn:
+def strip_wrappers(turn: ParsedTurn, *wrappers: str) -> ParsedTurn:
     content = turn.content
     for tag in wrappers:
         content = content.replace(tag, "")
@@ -92,11 +92,11 @@ DSML_FORMAT = f'{DSML}invoke name="NAME">{DSML}parameter name="KEY" string="true
 
 @register_parser("dsml")
 def parse_dsml(text: str) -> ParsedTurn:
-    turn = _invoke_calls(text, DSML + "invoke", "</｜DSML｜invoke>", DSML + "parameter", "</｜DSML｜parameter>",
+    turn = invoke_calls(text, DSML + "invoke", "</｜DSML｜invoke>", DSML + "parameter", "</｜DSML｜parameter>",
                          DSML_FORMAT)
-    turn = _strip(turn, DSML + "function_calls>", "</｜DSML｜function_calls>", DSML + "tool_calls>",
+    turn = strip_wrappers(turn, DSML + "function_calls>", "</｜DSML｜function_calls>", DSML + "tool_calls>",
                   "</｜DSML｜tool_calls>")
-    return _unclosed(turn, DSML + "invoke", DSML_FORMAT)
+    return flag_unclosed(turn, DSML + "invoke", DSML_FORMAT)
 
 
 MINIMAX_FORMAT = '<minimax:tool_call><invoke name="NAME"><parameter name="KEY">VALUE</parameter></invoke></minimax:tool_call>'
@@ -104,8 +104,8 @@ MINIMAX_FORMAT = '<minimax:tool_call><invoke name="NAME"><parameter name="KEY">V
 
 @register_parser("minimax")
 def parse_minimax(text: str) -> ParsedTurn:
-    turn = _invoke_calls(text, "<invoke", "</invoke>", "<parameter", "</parameter>", MINIMAX_FORMAT)
-    return _unclosed(_strip(turn, "<minimax:tool_call>", "</minimax:tool_call>"), "<invoke", MINIMAX_FORMAT)
+    turn = invoke_calls(text, "<invoke", "</invoke>", "<parameter", "</parameter>", MINIMAX_FORMAT)
+    return flag_unclosed(strip_wrappers(turn, "<minimax:tool_call>", "</minimax:tool_call>"), "<invoke", MINIMAX_FORMAT)
 
 
 MINICPM5_FORMAT = '<function name="NAME"><param name="KEY">VALUE</param></function>'
@@ -113,8 +113,8 @@ MINICPM5_FORMAT = '<function name="NAME"><param name="KEY">VALUE</param></functi
 
 @register_parser("minicpm5")
 def parse_minicpm5(text: str) -> ParsedTurn:
-    turn = _invoke_calls(text, '<function name="', "</function>", "<param", "</param>", MINICPM5_FORMAT)
-    return _unclosed(turn, '<function name="', MINICPM5_FORMAT)
+    turn = invoke_calls(text, '<function name="', "</function>", "<param", "</param>", MINICPM5_FORMAT)
+    return flag_unclosed(turn, '<function name="', MINICPM5_FORMAT)
 
 
 M3 = "]<]minimax[>["
@@ -134,10 +134,10 @@ def parse_minimax_m3(text: str) -> ParsedTurn:
             if piece.startswith("<") and not piece.startswith(("</", "<invoke")) and ">" in piece:
                 key, value = piece[1:].split(">", 1)
                 if j + 1 < len(pieces) and pieces[j + 1].strip() == f"</{key}>":
-                    args[key] = _value(value)
-        return _to_call({"name": name, "arguments": args}, f"tool call {i}", ("arguments",), M3_FORMAT)
-    turn = _blocks(text, M3 + "<tool_call>", M3 + "</tool_call>", read)
-    return _unclosed(_strip(turn, M3), "<tool_call>", M3_FORMAT)
+                    args[key] = json_or_text(value)
+        return to_call({"name": name, "arguments": args}, f"tool call {i}", ("arguments",), M3_FORMAT)
+    turn = split_blocks(text, M3 + "<tool_call>", M3 + "</tool_call>", read)
+    return flag_unclosed(strip_wrappers(turn, M3), "<tool_call>", M3_FORMAT)
 
 
 SEED_FORMAT = "<seed:tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></seed:tool_call>"
@@ -145,8 +145,8 @@ SEED_FORMAT = "<seed:tool_call><function=NAME><parameter=KEY>VALUE</parameter></
 
 @register_parser("seed_oss")
 def parse_seed_oss(text: str) -> ParsedTurn:
-    turn = _blocks(text, "<seed:tool_call>", "</seed:tool_call>", _qwen3_coder_read)
-    return _unclosed(turn, "<seed:tool_call>", SEED_FORMAT)
+    turn = split_blocks(text, "<seed:tool_call>", "</seed:tool_call>", read_qwen3_coder)
+    return flag_unclosed(turn, "<seed:tool_call>", SEED_FORMAT)
 
 
 HY3_FORMAT = ("<tool_call:opensource>NAME<tool_sep:opensource><arg_key:opensource>KEY</arg_key:opensource>"
@@ -161,10 +161,10 @@ def parse_hy3(text: str) -> ParsedTurn:
         name = text[lo:sep].strip() if sep != -1 else ""
         if not name:
             return f"tool call {i}: no NAME<tool_sep:opensource>; format: {HY3_FORMAT}"
-        return ToolCall(name, _glm_args(text, sep, hi, _HY3_TAGS))
-    turn = _blocks(text, "<tool_call:opensource>", "</tool_call:opensource>", read)
-    turn = _strip(turn, "<tool_calls:opensource>", "</tool_calls:opensource>")
-    return _unclosed(turn, "<tool_call:opensource>", HY3_FORMAT)
+        return ToolCall(name, glm_args(text, sep, hi, _HY3_TAGS))
+    turn = split_blocks(text, "<tool_call:opensource>", "</tool_call:opensource>", read)
+    turn = strip_wrappers(turn, "<tool_calls:opensource>", "</tool_calls:opensource>")
+    return flag_unclosed(turn, "<tool_call:opensource>", HY3_FORMAT)
 
 
 KIMI3_FORMAT = ('<|open|>call tool="NAME" index="1"<|sep|><|open|>argument key="KEY" type="string"<|sep|>VALUE'
@@ -184,7 +184,7 @@ def parse_kimi_k3(text: str) -> ParsedTurn:
             body_end = find(text, "<|close|>json", body_at, hi) if body_at != -1 else -1
             if body_end == -1:
                 return f"tool call {i} ({name}): a <|open|>json never closed; format: {KIMI3_FORMAT}"
-            return _json_args(name, text[body_at + len("<|sep|>"):body_end], f"tool call {i}", KIMI3_FORMAT)
+            return json_args(name, text[body_at + len("<|sep|>"):body_end], f"tool call {i}", KIMI3_FORMAT)
         args, pos = {}, sep
         while True:
             at = find(text, "<|open|>argument", pos, hi)
@@ -195,10 +195,10 @@ def parse_kimi_k3(text: str) -> ParsedTurn:
             key, kind = _attr(text, at, head_end, "key"), _attr(text, at, head_end, "type")
             value = text[head_end + len("<|sep|>"):close]
             if key is not None:
-                args[key] = value if kind == "string" else _value(value)
+                args[key] = value if kind == "string" else json_or_text(value)
             pos = close + len("<|close|>argument")
-    turn = _blocks(text, "<|open|>call", "<|close|>call<|sep|>", read)
-    return _unclosed(_strip(turn, "<|open|>tools<|sep|>", "<|close|>tools<|sep|>"), "<|open|>call", KIMI3_FORMAT)
+    turn = split_blocks(text, "<|open|>call", "<|close|>call<|sep|>", read)
+    return flag_unclosed(strip_wrappers(turn, "<|open|>tools<|sep|>", "<|close|>tools<|sep|>"), "<|open|>call", KIMI3_FORMAT)
 
 
 SOLAR_FORMAT = "<|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{json}<|tool_call:end|>"
@@ -212,10 +212,10 @@ def parse_solar(text: str) -> ParsedTurn:
         if args_at == -1:
             return f"tool call {i}: no <|tool_call:name|> and <|tool_call:args|>; format: {SOLAR_FORMAT}"
         name, call_id = text[name_at + len("<|tool_call:name|>"):args_at].strip(), text[lo:name_at].strip()
-        return _json_args(name, text[args_at + len("<|tool_call:args|>"):hi], f"tool call {i}", SOLAR_FORMAT,
+        return json_args(name, text[args_at + len("<|tool_call:args|>"):hi], f"tool call {i}", SOLAR_FORMAT,
                           call_id or None)
-    turn = _blocks(text, "<|tool_call:begin|>", "<|tool_call:end|>", read)
-    return _unclosed(_strip(turn, "<|tool_calls|>", "<|calls|>"), "<|tool_call:begin|>", SOLAR_FORMAT)
+    turn = split_blocks(text, "<|tool_call:begin|>", "<|tool_call:end|>", read)
+    return flag_unclosed(strip_wrappers(turn, "<|tool_calls|>", "<|calls|>"), "<|tool_call:begin|>", SOLAR_FORMAT)
 
 
 _JSON_TAGS = (("<tool_calls>", "</tool_calls>"), ("<TOOLCALL>", "</TOOLCALL>"), ("<|function_call|>", None))
@@ -224,14 +224,14 @@ JSON_TAGGED_FORMAT = '<tool_calls>[{"name": NAME, "arguments": {...}}, ...]</too
 
 def _json_values(body: str, where: int):
     """The JSON values of ``body``, one after the other (a list's items spread), or an error line."""
-    from .parsers import _DECODER
+    from .parser_base import JSON_DECODER
 
     values, pos = [], skip_ws(body, 0)
     while pos < len(body):
         try:
-            value, pos = _DECODER.raw_decode(body, pos)
+            value, pos = JSON_DECODER.raw_decode(body, pos)
         except (ValueError, RecursionError) as err:
-            return f"tool calls: invalid JSON ({decode_error(err)}) in {_short(body)!r}; format: {JSON_TAGGED_FORMAT}"
+            return f"tool calls: invalid JSON ({decode_error(err)}) in {clip_text(body)!r}; format: {JSON_TAGGED_FORMAT}"
         values += value if isinstance(value, list) else [value]
         pos = skip_ws(body, pos)
     return values
@@ -247,7 +247,7 @@ def parse_json_tagged(text: str) -> ParsedTurn:
         values = _json_values(text[lo:hi], i)
         if isinstance(values, str):
             return values
-        out = [_to_call(v, f"tool call {j}", ("arguments", "parameters"), JSON_TAGGED_FORMAT)
+        out = [to_call(v, f"tool call {j}", ("arguments", "parameters"), JSON_TAGGED_FORMAT)
                for j, v in enumerate(values, i)]
         return [ToolCall(c.name, c.arguments, v.get("id") if isinstance(v.get("id"), str) else None)
                 if isinstance(c, ToolCall) else c for c, v in zip(out, values)]
@@ -255,8 +255,8 @@ def parse_json_tagged(text: str) -> ParsedTurn:
         start = text.find(opener)
         end = find(text, "<|message_sep|>", start)
         end = len(text) if end == -1 else end
-        return _parsed(text[:start], read(text, start + len(opener), end, 1))
-    return _unclosed(_blocks(text, opener, closer, read), opener, JSON_TAGGED_FORMAT)
+        return parsed_turn(text[:start], read(text, start + len(opener), end, 1))
+    return flag_unclosed(split_blocks(text, opener, closer, read), opener, JSON_TAGGED_FORMAT)
 
 
 APERTUS_FORMAT = '<|tools_prefix|>[{"NAME": {...}}, ...]<|tools_suffix|>'
@@ -267,12 +267,12 @@ def parse_apertus(text: str) -> ParsedTurn:
     def read(text, lo, hi, i):
         items, err = loads(text[lo:hi])
         if err is not None:
-            return f"tool calls: invalid JSON ({decode_error(err)}) in {_short(text[lo:hi])!r}; format: {APERTUS_FORMAT}"
+            return f"tool calls: invalid JSON ({decode_error(err)}) in {clip_text(text[lo:hi])!r}; format: {APERTUS_FORMAT}"
         items = items if isinstance(items, list) else [items]
-        return [_to_call({"name": next(iter(o)), "arguments": next(iter(o.values()))}
+        return [to_call({"name": next(iter(o)), "arguments": next(iter(o.values()))}
                          if isinstance(o, dict) and len(o) == 1 else o, f"tool call {j}", ("arguments",),
                          APERTUS_FORMAT) for j, o in enumerate(items, i)]
-    return _unclosed(_blocks(text, "<|tools_prefix|>", "<|tools_suffix|>", read), "<|tools_prefix|>", APERTUS_FORMAT)
+    return flag_unclosed(split_blocks(text, "<|tools_prefix|>", "<|tools_suffix|>", read), "<|tools_prefix|>", APERTUS_FORMAT)
 
 
 LFM2_FORMAT = "<|tool_call_start|>[NAME(KEY=VALUE, ...), ...]<|tool_call_end|>"
@@ -286,7 +286,7 @@ def parse_lfm2(text: str) -> ParsedTurn:
     def read(text, lo, hi, i):
         inner = parse_pythonic(text[lo:hi])
         return [*inner.calls, *inner.errors] or [f"tool call {i}: no [NAME(...)] list; format: {LFM2_FORMAT}"]
-    return _unclosed(_blocks(text, "<|tool_call_start|>", "<|tool_call_end|>", read), "<|tool_call_start|>",
+    return flag_unclosed(split_blocks(text, "<|tool_call_start|>", "<|tool_call_end|>", read), "<|tool_call_start|>",
                      LFM2_FORMAT)
 
 
@@ -337,13 +337,13 @@ def parse_gemma4(text: str) -> ParsedTurn:
         inner = text[brace + 1:end]
         as_json, err = loads(inner) if inner.lstrip().startswith("{") else (None, True)
         if err is None and isinstance(as_json, dict):  # arguments the template was given as a JSON string
-            return _to_call({"name": name, "arguments": as_json}, f"tool call {i}", ("arguments",), GEMMA4_FORMAT)
+            return to_call({"name": name, "arguments": as_json}, f"tool call {i}", ("arguments",), GEMMA4_FORMAT)
         body = _gemma_json(text, brace, end + 1)
         if body is None:
             return f"tool call {i} ({name}): a {_GEMMA_QUOTE} text is never closed; format: {GEMMA4_FORMAT}"
-        return _json_args(name, body, f"tool call {i}", GEMMA4_FORMAT)
-    turn = _blocks(text, "<|tool_call>call:", "<tool_call|>", read)
-    return _unclosed(turn, "<|tool_call>call:", GEMMA4_FORMAT)
+        return json_args(name, body, f"tool call {i}", GEMMA4_FORMAT)
+    turn = split_blocks(text, "<|tool_call>call:", "<tool_call|>", read)
+    return flag_unclosed(turn, "<|tool_call>call:", GEMMA4_FORMAT)
 
 
 FUNCTIONARY_V31_FORMAT = "<function=NAME>{json}</function>"
@@ -358,8 +358,8 @@ def parse_functionary_v31(text: str) -> ParsedTurn:
         name = text[lo:gt].strip() if gt != -1 else ""
         if not name:
             return f"tool call {i}: expected <function=NAME>; format: {FUNCTIONARY_V31_FORMAT}"
-        return _json_args(name, text[gt + 1:hi], f"tool call {i}", FUNCTIONARY_V31_FORMAT)
-    return _unclosed(_blocks(text, "<function=", "</function>", read), "<function=", FUNCTIONARY_V31_FORMAT)
+        return json_args(name, text[gt + 1:hi], f"tool call {i}", FUNCTIONARY_V31_FORMAT)
+    return flag_unclosed(split_blocks(text, "<function=", "</function>", read), "<function=", FUNCTIONARY_V31_FORMAT)
 
 
 @register_parser("functionary_v32")
@@ -377,10 +377,10 @@ def parse_functionary_v32(text: str) -> ParsedTurn:
         elif body[pos + 3:name_end] == "all":
             pieces.append(body[name_end + 1:end])
         else:
-            results.append(_json_args(body[pos + 3:name_end], body[name_end + 1:end], f"tool call {len(results) + 1}",
+            results.append(json_args(body[pos + 3:name_end], body[name_end + 1:end], f"tool call {len(results) + 1}",
                                       FUNCTIONARY_V32_FORMAT))
         pos = end
-    return _parsed("".join(pieces), results)
+    return parsed_turn("".join(pieces), results)
 
 
 FIREFUNCTION_FORMAT = 'functools[{"name": NAME, "arguments": {...}}, ...]'
@@ -390,7 +390,7 @@ COMMAND_R_PLUS_FORMAT = 'Action:\\n```json\\n[{"tool_name": NAME, "parameters": 
 def _json_list_after(text: str, marker: str, fence: str, keys: tuple[str, str], fmt: str) -> ParsedTurn:
     """A JSON list of calls after ``marker`` (and ``fence``, a code fence opening, when not empty):
     items ``{keys[0]: NAME, keys[1]: {...}}``; the text before the marker is the content."""
-    from .parsers import _DECODER
+    from .parser_base import JSON_DECODER
 
     start = text.find(marker)
     if start == -1:
@@ -400,12 +400,12 @@ def _json_list_after(text: str, marker: str, fence: str, keys: tuple[str, str], 
         return ParsedTurn(text.strip())  # the marker's word in plain text, not a call list
     at = skip_ws(text, at + len(fence)) if fence else at
     try:
-        items, _ = _DECODER.raw_decode(text, at)
+        items, _ = JSON_DECODER.raw_decode(text, at)
     except (ValueError, RecursionError) as err:
-        return _parsed(text[:start], [f"tool calls: invalid JSON ({decode_error(err, at=False)}) in "
-                                      f"{_short(text[at:])!r}; format: {fmt}"])
+        return parsed_turn(text[:start], [f"tool calls: invalid JSON ({decode_error(err, at=False)}) in "
+                                      f"{clip_text(text[at:])!r}; format: {fmt}"])
     items = items if isinstance(items, list) else [items]
-    return _parsed(text[:start], [_to_call({"name": o.get(keys[0]), "arguments": o.get(keys[1], {})}
+    return parsed_turn(text[:start], [to_call({"name": o.get(keys[0]), "arguments": o.get(keys[1], {})}
                                            if isinstance(o, dict) else o, f"tool call {i}", ("arguments",), fmt)
                                   for i, o in enumerate(items, 1)])
 

@@ -36,7 +36,7 @@ import ast
 import json
 import re
 
-from .parsers import ParsedTurn, ToolCall, _parsed, _short, _to_call, register_parser
+from .parser_base import ParsedTurn, ToolCall, parsed_turn, clip_text, to_call, register_parser
 from .parsing import decode_error, find, json_problem, run_end, skip_ws
 
 __all__ = ["parse_gemma3_pythonic", "parse_llama4_pythonic", "parse_llama4", "parse_xlam", "parse_internlm2",
@@ -81,20 +81,20 @@ def _call_list(text: str, read_args, fmt: str) -> ParsedTurn:
         name_end = _name_at(body, at)
         where = f"tool call {len(results) + 1}"
         if name_end == at or not body.startswith("(", name_end):
-            results.append(f"{where}: expected NAME( at {_short(body[at:])!r}; format: {fmt}")
-            return _parsed("", results)
+            results.append(f"{where}: expected NAME( at {clip_text(body[at:])!r}; format: {fmt}")
+            return parsed_turn("", results)
         read = read_args(body, name_end + 1)
         if isinstance(read, str):
             results.append(f"{where} ({body[at:name_end]}): {read}; format: {fmt}")
-            return _parsed("", results)
+            return parsed_turn("", results)
         args, after = read
-        results.append(_to_call({"name": body[at:name_end], "arguments": args}, where, ("arguments",), fmt))
+        results.append(to_call({"name": body[at:name_end], "arguments": args}, where, ("arguments",), fmt))
         at = skip_ws(body, after)
         if body.startswith("]", at):
-            return _parsed(body[at + 1:], results)
+            return parsed_turn(body[at + 1:], results)
         if not body.startswith(",", at):
-            results.append(f"after {where}: expected ',' or ']' at {_short(body[at:])!r}; format: {fmt}")
-            return _parsed("", results)
+            results.append(f"after {where}: expected ',' or ']' at {clip_text(body[at:])!r}; format: {fmt}")
+            return parsed_turn("", results)
         at = skip_ws(body, at + 1)
 
 
@@ -107,7 +107,7 @@ def _gemma3_args(text: str, pos: int):
             return args, at + 1
         key = _key_at(text, at)
         if key is None:
-            return f"expected KEY=VALUE or ')' at {_short(text[at:])!r}"
+            return f"expected KEY=VALUE or ')' at {clip_text(text[at:])!r}"
         try:
             value, end = _DECODER.raw_decode(text, key[1])
         except (ValueError, RecursionError) as err:
@@ -161,7 +161,7 @@ def _llama4_args(text: str, pos: int):
     while True:
         key = _key_at(text, at)
         if key is None or not text.startswith('"', key[1]):
-            return f'expected KEY="VALUE" at {_short(text[at:])!r}'
+            return f'expected KEY="VALUE" at {clip_text(text[at:])!r}'
         close = _closing_quote(text, key[1] + 1)
         if close == -1:
             return f"argument {key[0]!r}: its value's quote is never closed"
@@ -190,10 +190,10 @@ def _json_calls(text: str, pos: int) -> tuple[list, int]:
         try:
             obj, end = _DECODER.raw_decode(text, at)
         except (ValueError, RecursionError) as err:
-            results.append(f"{where}: invalid JSON ({decode_error(err)}) in {_short(text[at:])!r}; "
+            results.append(f"{where}: invalid JSON ({decode_error(err)}) in {clip_text(text[at:])!r}; "
                            f"format: {LLAMA4_FORMAT}")
             return results, len(text)
-        results.append(_to_call(obj, where, ("parameters", "arguments"), LLAMA4_FORMAT))
+        results.append(to_call(obj, where, ("parameters", "arguments"), LLAMA4_FORMAT))
         at = skip_ws(text, end)
         if text.startswith((";", ","), at):
             at = skip_ws(text, at + 1)
@@ -209,12 +209,12 @@ def parse_llama4(text: str) -> ParsedTurn:
         return ParsedTurn(text.strip())
     end = find(text, _PY_END, start + len(_PY_START))
     if end == -1:
-        return _parsed(text[:start] + text[start + len(_PY_START):],
+        return parsed_turn(text[:start] + text[start + len(_PY_START):],
                        [f"a {_PY_START} that is never closed with {_PY_END}; format: {LLAMA4_FORMAT}"])
     results, after = _json_calls(text, end + len(_PY_END))
     if not results:
         results = [f"no call after {_PY_END}; format: {LLAMA4_FORMAT}"]
-    return _parsed(text[:start] + text[start + len(_PY_START):end] + text[after:], results)
+    return parsed_turn(text[:start] + text[start + len(_PY_START):end] + text[after:], results)
 
 
 XLAM_FORMAT = '[{"name": NAME, "arguments": {...}}, ...] (the whole turn)'
@@ -230,8 +230,8 @@ def parse_xlam(text: str) -> ParsedTurn:
     try:
         items, end = _DECODER.raw_decode(body, 0)
     except (ValueError, RecursionError) as err:
-        return _parsed("", [f"tool calls: invalid JSON ({decode_error(err)}) in {_short(body)!r}; format: {XLAM_FORMAT}"])
-    return _parsed(body[end:], [_to_call(o, f"tool call {i}", ("arguments", "parameters"), XLAM_FORMAT)
+        return parsed_turn("", [f"tool calls: invalid JSON ({decode_error(err)}) in {clip_text(body)!r}; format: {XLAM_FORMAT}"])
+    return parsed_turn(body[end:], [to_call(o, f"tool call {i}", ("arguments", "parameters"), XLAM_FORMAT)
                                 for i, o in enumerate(items, 1)])
 
 
@@ -242,15 +242,15 @@ _ACTION = "<|action_start|><|plugin|>"
 @register_parser("internlm2")
 def parse_internlm2(text: str) -> ParsedTurn:
     """InternLM2's calls: one JSON object per ``<|action_start|><|plugin|> ... <|action_end|>`` block."""
-    from .formats import _blocks, _unclosed
+    from .formats import split_blocks, flag_unclosed
     from .parsing import loads
 
     def read(text, lo, hi, i):
         obj, err = loads(text[lo:hi])
         if err is not None:
-            return f"tool call {i}: invalid JSON ({decode_error(err)}) in {_short(text[lo:hi])!r}; format: {INTERNLM2_FORMAT}"
-        return _to_call(obj, f"tool call {i}", ("arguments", "parameters"), INTERNLM2_FORMAT)
-    return _unclosed(_blocks(text, _ACTION, "<|action_end|>", read), _ACTION, INTERNLM2_FORMAT)
+            return f"tool call {i}: invalid JSON ({decode_error(err)}) in {clip_text(text[lo:hi])!r}; format: {INTERNLM2_FORMAT}"
+        return to_call(obj, f"tool call {i}", ("arguments", "parameters"), INTERNLM2_FORMAT)
+    return flag_unclosed(split_blocks(text, _ACTION, "<|action_end|>", read), _ACTION, INTERNLM2_FORMAT)
 
 
 GRANITE_FC_FORMAT = '<function_call> {"name": NAME, "arguments": {...}} (one per call)'
@@ -271,13 +271,13 @@ def parse_granite_20b_fc(text: str) -> ParsedTurn:
         try:
             obj, end = _DECODER.raw_decode(text, at)
         except (ValueError, RecursionError) as err:
-            results.append(f"{where}: invalid JSON ({decode_error(err)}) in {_short(text[at:])!r}; "
+            results.append(f"{where}: invalid JSON ({decode_error(err)}) in {clip_text(text[at:])!r}; "
                            f"format: {GRANITE_FC_FORMAT}")
             break
-        results.append(_to_call(obj, where, ("arguments", "parameters"), GRANITE_FC_FORMAT))
+        results.append(to_call(obj, where, ("arguments", "parameters"), GRANITE_FC_FORMAT))
         pos = find(text, _FUNCTION_CALL, end)
         pieces.append(text[end:] if pos == -1 else text[end:pos])
-    return _parsed("".join(pieces), results)
+    return parsed_turn("".join(pieces), results)
 
 
 ATEM_FORMAT = ('to=NAME<|message|><atem:function_calls><atem:invoke name="NAME"><atem:parameter name="KEY">VALUE'
@@ -301,10 +301,10 @@ def parse_atem(text: str) -> ParsedTurn:
     """Muse Glimmer's ATEM calls: ``<atem:invoke name="N">`` blocks of ``<atem:parameter name="K">V``
     (values JSON when they parse as JSON, else text, as the template writes them), each in a
     message addressed ``to=N``; the content is what is left without the headers and wrappers."""
-    from .more_formats import _invoke_calls, _strip
+    from .more_formats import invoke_calls, strip_wrappers
 
-    turn = _invoke_calls(text, "<atem:invoke", "</atem:invoke>", "<atem:parameter", "</atem:parameter>", ATEM_FORMAT)
-    turn = _strip(turn, "<atem:function_calls>", "</atem:function_calls>", "<|start|>assistant")
+    turn = invoke_calls(text, "<atem:invoke", "</atem:invoke>", "<atem:parameter", "</atem:parameter>", ATEM_FORMAT)
+    turn = strip_wrappers(turn, "<atem:function_calls>", "</atem:function_calls>", "<|start|>assistant")
     content = _drop_headers(turn.content) if turn.calls or turn.errors else turn.content
     return ParsedTurn(content.strip(), turn.calls, turn.errors)
 
