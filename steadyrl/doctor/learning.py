@@ -59,6 +59,10 @@ def zero_variance(run: RunData, t: Thresholds) -> Finding | None:
 
 @register_detector("truncation")
 def truncation(run: RunData, t: Thresholds) -> Finding | None:
+    """Truncation high (late mean above ``truncation_max``) or rising (late - early above
+    ``truncation_rise``). A rate falling by more than ``truncation_rise`` is the policy learning to
+    end within the limit: still a finding while it stays above ``truncation_max``, titled and advised
+    as falling, at the lowest severity (raising the limit is not the change to make)."""
     series = run.series("response/truncated_frac")
     if len(series) < max(t.min_steps, 2):
         return None
@@ -66,12 +70,20 @@ def truncation(run: RunData, t: Thresholds) -> Finding | None:
     e, l = mean(values(early)), mean(values(late))
     if not (l > t.truncation_max or l - e > t.truncation_rise):
         return None
+    evidence = [f"`response/truncated_frac` {fmt(e)} (steps {fmt(early[0][0])}-{fmt(early[-1][0])}) -> {fmt(l)} "
+                f"(steps {fmt(late[0][0])}-{fmt(late[-1][0])}); truncation_max {fmt(t.truncation_max)}, "
+                f"truncation_rise {fmt(t.truncation_rise)}"]
+    limit = run.setting("rollout.max_new_tokens")
+    if e - l > t.truncation_rise:
+        return Finding(
+            "truncation", "Truncation rate high but falling", span(series), evidence,
+            "The policy is learning to end within the length limit: let it train on. If the rate levels off "
+            f"above truncation_max, raise `rollout.max_new_tokens`{limit} or leave cut responses out of the "
+            "loss with `algorithm.mask_truncated`.", 1.0, examples=span(late))
+    rising = l - e > t.truncation_rise
     return Finding(
-        "truncation", "Truncation rate rising", span(series),
-        [f"`response/truncated_frac` {fmt(e)} (steps {fmt(early[0][0])}-{fmt(early[-1][0])}) -> {fmt(l)} "
-         f"(steps {fmt(late[0][0])}-{fmt(late[-1][0])}); truncation_max {fmt(t.truncation_max)}, "
-         f"truncation_rise {fmt(t.truncation_rise)}"],
-        f"Responses run into the length limit: raise `rollout.max_new_tokens`{run.setting('rollout.max_new_tokens')} "
+        "truncation", "Truncation rate rising" if rising else "Truncation rate high", span(series), evidence,
+        f"Responses run into the length limit: raise `rollout.max_new_tokens`{limit} "
         "if answers need the room, or leave cut responses out of the loss with `algorithm.mask_truncated`; "
         "read the longest samples for repetition loops.",
         max(l / t.truncation_max if t.truncation_max else 1.0, (l - e) / t.truncation_rise if t.truncation_rise else 1.0),

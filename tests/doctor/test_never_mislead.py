@@ -1,0 +1,92 @@
+"""The doctor never misleads: a trend is named in the direction it goes, and a frozen policy is
+judged by the quantity that moves under the run's own precision setting, with a fix worded from
+that setting (issue "A TRL user's third week", items 1-2)."""
+
+from support_doctor import healthy_rows, write_run
+
+from steadyrl.doctor import diagnose, load_run
+
+
+def _with(tmp_path, key, fn, config=None, rows=None):
+    rows = rows or healthy_rows()
+    for r in rows:
+        if r["step"] >= 1:
+            r[key] = fn(r["step"])
+    return load_run(write_run(tmp_path / "run", rows, config=config))
+
+
+def _finding(run, name):
+    found = [f for f in diagnose(run) if f.detector == name]
+    return found[0] if found else None
+
+
+# --- item 1: truncation -------------------------------------------------------------------------
+
+
+def test_a_falling_truncation_rate_is_not_called_rising_nor_advised_a_longer_limit(tmp_path):
+    run = _with(tmp_path, "response/truncated_frac", lambda s: 0.75 - 0.016 * s)  # 0.72 -> 0.13, as reported
+    f = _finding(run, "truncation")
+    assert f is not None and "rising" not in f.title.lower() and "falling" in f.title.lower()
+    assert f.severity == 1.0  # listed after every real problem
+    assert f.advice.startswith("The policy is learning to end") and "let it train on" in f.advice
+
+
+def test_a_rising_truncation_rate_is_still_called_rising(tmp_path):
+    f = _finding(_with(tmp_path, "response/truncated_frac", lambda s: 0.01 + 0.006 * s), "truncation")
+    assert f is not None and f.title == "Truncation rate rising" and "raise `rollout.max_new_tokens`" in f.advice
+
+
+def test_a_flat_high_truncation_rate_is_called_high(tmp_path):
+    f = _finding(_with(tmp_path, "response/truncated_frac", lambda s: 0.3), "truncation")
+    assert f is not None and f.title == "Truncation rate high"
+
+
+# --- item 2: lost updates per precision setting -------------------------------------------------
+
+SR = "optim:\n  lr: 1.0e-06\nmodel:\n  dtype: bfloat16\n  bf16_update: stochastic_rounding\n"
+
+
+def _sr_run(tmp_path, rms):
+    rows = healthy_rows()
+    for r in rows:
+        if r["step"] >= 1:  # stochastic rounding at lr 1e-6: ~1% of the weights change per step
+            r["actor/params_changed_frac"], r["actor/update_ratio"], r["actor/update_rms"] = 0.012, 6.2e-4, rms
+    return load_run(write_run(tmp_path / "run", rows, config=SR))
+
+
+def test_stochastic_rounding_that_moves_the_weights_is_not_a_frozen_policy(tmp_path):
+    """The reported run: update ratio 6.2e-4 (7x float32's) with 1.2% of the weights changed per step."""
+    assert _finding(_sr_run(tmp_path, 1.3e-5), "lost_updates") is None
+
+
+def test_stochastic_rounding_that_does_not_move_is_named_with_its_own_setting(tmp_path):
+    f = _finding(_sr_run(tmp_path, 1e-9), "lost_updates")
+    assert f is not None and "actor/update_rms" in f.evidence[0] and "stochastic_rounding" in f.advice
+    assert "plain" not in f.advice and "bfloat16 and" not in f.advice
+
+
+def test_stochastic_rounding_without_the_motion_metric_is_not_judged_by_the_changed_share(tmp_path):
+    run = _with(tmp_path, "actor/params_changed_frac", lambda s: 0.012, config=SR)
+    assert _finding(run, "lost_updates") is None
+
+
+def test_plain_at_lr_1e_4_names_the_weights_it_loses_as_the_startup_warning_does(tmp_path):
+    from types import SimpleNamespace
+
+    from steadyrl.precision import precision_warnings
+
+    config = "optim:\n  lr: 1.0e-04\nmodel:\n  dtype: bfloat16\n  bf16_update: plain\n"
+    f = _finding(_with(tmp_path, "actor/params_changed_frac", lambda s: 0.3, config=config), "lost_updates")
+    assert f is not None and "above |w| = 0.051" in f.advice and "6.1e-5" not in f.advice
+    (warning,) = precision_warnings(SimpleNamespace(dtype="bfloat16", bf16_update="plain"), SimpleNamespace(lr=1e-4))
+    assert "above |w| = 0.051" in warning  # the run's start-up warning names the same weights
+
+
+def test_the_fix_never_names_a_setting_the_run_does_not_use(tmp_path):
+    float32 = "optim:\n  lr: 1.0e-06\nmodel:\n  dtype: auto\n"
+    f = _finding(_with(tmp_path, "actor/params_changed_frac", lambda s: 0.1, config=float32), "lost_updates")
+    assert f is not None and "bfloat16" not in f.advice and "bf16_update" not in f.advice
+    assert "float32" in f.advice and f.title == "Few trained weights move per step"
+    kahan = "optim:\n  lr: 1.0e-06\nmodel:\n  dtype: float16\n  bf16_update: kahan\n"
+    f = _finding(_with(tmp_path, "actor/params_changed_frac", lambda s: 0.1, config=kahan), "lost_updates")
+    assert f is not None and "(now float16)" in f.advice and "(now kahan)" in f.advice and "plain" not in f.advice
