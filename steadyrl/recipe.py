@@ -35,7 +35,7 @@ from .doctor.live import LiveDoctor
 from .errors import ConfigError
 from .gguf_model import model_source
 from .models import resolve_device
-from .progress import progress
+from .progress import progress, train_fields
 from .rollout import build_engine
 from .rollout.base import Engine
 from .rollout.hf import engine_sync_metrics
@@ -135,8 +135,7 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
                         print(f"eval at step {step}: {json.dumps(result)}", flush=True)
                 doctor.check(step, metrics)  # one line per detector that fires first; health/doctor_findings
                 tracker.log(metrics, step)
-                bar.update(1, reward=metrics.get("reward/mean"), len=metrics.get("response/length_mean"),
-                           step_s=metrics.get("time/step_s"))
+                bar.update(1, **train_fields(metrics, config.teacher), step_s=metrics.get("time/step_s"))
                 if (t.save_every and step % t.save_every == 0) or step == run.total_steps:
                     save(run, step)
                 halt_if_stuck(run, step)  # trainer.max_consecutive_skips steps with nothing learned

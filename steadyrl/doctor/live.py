@@ -32,6 +32,7 @@ from ..errors import DoctorHalted
 from ..tracking.tracker import read_metrics, read_samples
 from . import diagnose
 from .findings import Finding
+from .learning import training_reward
 from .run import RunData, fmt, mean, values
 from ..config.doctor_thresholds import Thresholds
 
@@ -44,10 +45,10 @@ CONVERGENCE_QUIETED = ("entropy_collapse", "zero_variance")
 
 
 def still_learning(run: RunData, t: Thresholds) -> bool:
-    """``reward/mean`` over the last ``window_frac`` of the steps so far is above the window before
-    it by more than ``reward_rise``: the run is still improving, so whether it will solve its prompts
-    is not known yet."""
-    series = run.series("reward/mean")
+    """The reward that trains (``reward/mean``; pure distillation: ``-distill/reverse_kl``) over the
+    last ``window_frac`` of the steps so far is above the window before it by more than
+    ``reward_rise``: the run is still improving, so whether it will solve its prompts is not known yet."""
+    series = training_reward(run)
     width = max(2, int(len(series) * t.window_frac))
     if len(series) < 2 * width:
         return False

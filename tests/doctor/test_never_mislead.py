@@ -90,3 +90,56 @@ def test_the_fix_never_names_a_setting_the_run_does_not_use(tmp_path):
     kahan = "optim:\n  lr: 1.0e-06\nmodel:\n  dtype: float16\n  bf16_update: kahan\n"
     f = _finding(_with(tmp_path, "actor/params_changed_frac", lambda s: 0.1, config=kahan), "lost_updates")
     assert f is not None and "(now float16)" in f.advice and "(now kahan)" in f.advice and "plain" not in f.advice
+
+
+# --- item 5: distillation is judged by the signal that trains -----------------------------------
+
+PURE = "optim:\n  lr: 1.0e-06\nteacher:\n  name_or_path: big-teacher\n  task_rewards: false\n"
+
+
+def _collapsed_student(tmp_path, config):
+    """The reported run: entropy 2.32 -> 0.12 while the reverse KL fell 1.37 -> 0.71; the student answers
+    every prompt the same right way (task reward solved, every group all-equal)."""
+    rows = healthy_rows()
+    for r in rows:
+        s = r["step"]
+        if s >= 1:
+            r["actor/entropy"] = 2.32 * (0.12 / 2.32) ** ((s - 1) / 39)
+            r["distill/reverse_kl"] = 1.37 - (1.37 - 0.71) * (s - 1) / 39
+            r["reward/mean"], r["reward/correct/mean"] = 0.97, 0.97
+            r["batch/zero_std_group_frac"] = 1.0
+            r["reward/format/mean"] = 0.5 + 0.01 * (s % 3)
+    return load_run(write_run(tmp_path / "run", rows, config=config))
+
+
+def test_a_pure_distillation_student_that_collapses_is_flagged(tmp_path):
+    found = {f.detector for f in diagnose(_collapsed_student(tmp_path, PURE))}
+    assert "entropy_collapse" in found  # its task reward looks solved, but the reverse KL is far from 0
+
+
+def test_pure_distillation_is_not_judged_by_task_rewards_that_do_not_train(tmp_path):
+    found = {f.detector for f in diagnose(_collapsed_student(tmp_path, PURE))}
+    assert not found & {"zero_variance", "dominance", "length_hacking", "reward_vs_heldout"}
+
+
+def test_without_a_teacher_the_same_metrics_read_as_a_solved_task(tmp_path):
+    found = {f.detector for f in diagnose(_collapsed_student(tmp_path, "optim:\n  lr: 1.0e-06\n"))}
+    assert "entropy_collapse" not in found  # solved prompts: convergence, as before
+
+
+def test_a_student_that_closed_its_gap_to_the_teacher_is_converged_not_collapsed(tmp_path):
+    run = _collapsed_student(tmp_path, PURE)
+    for r in run.rows:
+        if r["step"] >= 1:
+            r["distill/reverse_kl"] = 1.37 * 0.02 ** ((r["step"] - 1) / 39)  # 1.37 -> 0.03
+    assert "entropy_collapse" not in {f.detector for f in diagnose(run)}
+
+
+def test_the_live_doctor_reads_the_distillation_signal_for_still_learning(tmp_path):
+    from steadyrl.config.doctor_thresholds import Thresholds
+    from steadyrl.doctor.live import still_learning
+
+    run = _collapsed_student(tmp_path, PURE)  # task reward flat at 0.97, reverse KL still falling
+    assert still_learning(run, Thresholds(reward_rise=0.01))
+    run.config = {}
+    assert not still_learning(run, Thresholds(reward_rise=0.01))
