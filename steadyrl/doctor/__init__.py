@@ -19,11 +19,10 @@ import dataclasses
 from pathlib import Path
 
 from . import learning, policy, precision  # noqa: F401  (fill DETECTORS)
-from . import episodes  # noqa: F401,I001  (after them: the registry's order is the report's)
+from . import episodes, judges  # noqa: F401,I001  (after them: the registry's order is the report's)
 from ..files import atomic_write_text
-from ..printable import printable
 from .findings import DETECTORS, Finding, register_detector
-from .report import render
+from .report import render, verdict
 from .run import RunData, load_run
 from ..config.doctor_thresholds import Thresholds
 
@@ -58,9 +57,10 @@ def run_thresholds(run: RunData) -> Thresholds:
         return Thresholds()
 
 
-def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tuple[Path, list[Finding]] | None:
+def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tuple[Path, list[Finding], str] | None:
     """Write the triage of ``run_dir`` to ``out_path`` (default ``run_dir/report.md``) with the run's
-    own thresholds; ``None`` (nothing written) when the directory holds no training step yet."""
+    own thresholds: ``(path, findings, verdict)`` (the verdict's one line: healthy, too short to judge,
+    or the first problem); ``None`` (nothing written) when the directory holds no training step yet."""
     from ..errors import DataError
 
     try:
@@ -70,8 +70,9 @@ def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tup
     thresholds = run_thresholds(run)
     findings = diagnose(run, thresholds)
     path = Path(out_path) if out_path is not None else Path(run_dir) / REPORT_FILE
-    atomic_write_text(path, render(run, findings, len(DETECTORS), _changed(thresholds)))  # a link: refused
-    return path, findings
+    text = render(run, findings, len(DETECTORS), _changed(thresholds), thresholds.min_steps)
+    atomic_write_text(path, text)  # a link: refused
+    return path, findings, verdict(run, findings, thresholds.min_steps)
 
 
 def check_model_code(config_path: Path, trust_run_code: bool) -> None:
@@ -100,12 +101,10 @@ def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | No
     thresholds = Thresholds().with_overrides(settings or [])
     run = load_run(run_dir)
     findings = diagnose(run, thresholds)
-    text = render(run, findings, len(DETECTORS), _changed(thresholds))
+    text = render(run, findings, len(DETECTORS), _changed(thresholds), thresholds.min_steps)
     if output is None:
         print(text, end="")
     else:
         atomic_write_text(output, text)
-        first = findings[0].title if findings else None
-        first = printable(first, keep="") if first else None
-        print(f"{output}: " + (f"{len(findings)} problem(s), first: {first}" if first else "healthy"))
+        print(f"{output}: {verdict(run, findings, thresholds.min_steps)}")
     return 1 if findings else 0

@@ -136,9 +136,7 @@ class LiveDoctor:
         written = write_report(self.out_dir)
         if written is None:
             return None
-        path, findings = written
-        verdict = (f"{len(findings)} problem(s), first: {findings[0].title} (`{findings[0].detector}`)"
-                   if findings else "healthy")
+        path, _, verdict = written
         print(f"doctor: {path}: {verdict}", flush=True)
         return path
 

@@ -143,3 +143,53 @@ def test_the_live_doctor_reads_the_distillation_signal_for_still_learning(tmp_pa
     assert still_learning(run, Thresholds(reward_rise=0.01))
     run.config = {}
     assert not still_learning(run, Thresholds(reward_rise=0.01))
+
+
+# --- item 4: too short to judge, a judge that never answered ------------------------------------
+
+
+def test_a_run_of_three_steps_is_too_short_to_judge_not_healthy(tmp_path, capsys):
+    from steadyrl.doctor import doctor_cli, write_report
+
+    run_dir = write_run(tmp_path / "run", healthy_rows(steps=3))
+    assert doctor_cli(str(run_dir)) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"too short to judge: {run_dir}: 3 training step(s)") and "healthy" not in out
+    assert "min_steps = 6" in out
+    path, findings, verdict = write_report(run_dir)
+    assert not findings and verdict == "too short to judge (3 training step(s))"
+    assert path.read_text().startswith("too short to judge")
+    long_enough = write_run(tmp_path / "long", healthy_rows(steps=6))
+    assert write_report(long_enough)[2] == "healthy"
+
+
+def _silent_judge_run(tmp_path, share, steps=3):
+    rows = healthy_rows(steps=steps)
+    for r in rows:
+        if r["step"] >= 1:
+            r["reward/llm_judge/criterion/not_a_verdict_frac"] = share
+            r["reward/llm_judge/mean"] = 0.0
+    return load_run(write_run(tmp_path / "run", rows))
+
+
+def test_a_judge_that_never_answered_is_named_even_on_a_short_run(tmp_path):
+    from steadyrl.doctor.report import render
+
+    run = _silent_judge_run(tmp_path, 1.0)
+    (f,) = diagnose(run)
+    assert f.detector == "judge_silent" and f.severity == 10.0
+    assert "no verdict at all" in f.evidence[0] and "`reward/llm_judge/mean` is 0 at every step" in f.evidence[0]
+    text = render(run, [f], 1, {}, 6)
+    assert "Too short to judge the trends: 3 training step(s)" in text
+
+
+def test_a_judge_that_mostly_answers_is_not_named(tmp_path):
+    assert not [f for f in diagnose(_silent_judge_run(tmp_path, 0.1, steps=20)) if f.detector == "judge_silent"]
+
+
+def test_the_live_doctor_says_too_short_at_the_end_of_a_short_run(tmp_path, capsys):
+    from steadyrl.doctor.live import LiveDoctor
+
+    run_dir = write_run(tmp_path / "run", healthy_rows(steps=2))
+    LiveDoctor(run_dir, {}, every=10, halt_on=[], thresholds={}).finish()
+    assert capsys.readouterr().out.strip().endswith("report.md: too short to judge (2 training step(s))")
