@@ -10,7 +10,7 @@ bfloat16 weight plus its Kahan compensation, the master copy; :class:`steadyrl.t
   ``params_changed_min``, updates are lost. ``plain`` AdamW on bfloat16 loses the update of a
   weight when ``lr`` < half its spacing, i.e. of every weight above ``|w| = lr * 2**9``
   (float16: ``lr * 2**12``): at lr 1e-6 nearly all, at lr 1e-4 the larger weights only.
-* ``stochastic_rounding``: the stored weight moves to a neighbour with probability
+* ``stochastic_rounding`` (bfloat16; float16 weights are rounded to nearest, judged as ``plain``): the stored weight moves to a neighbour with probability
   ``|step| / spacing``, right on average, so few weights change per step by design and the
   changed share is no evidence. Its motion per weight, ``actor/update_rms = ||dtheta|| / sqrt(n)``,
   is (AdamW moves a weight by about lr a step): frozen when its median < ``update_rms_min * lr``.
@@ -103,8 +103,10 @@ def _advice(run: RunData, dtype: str, update: str, lr: float | None) -> tuple[st
 @register_detector("lost_updates")
 def lost_updates(run: RunData, t: Thresholds) -> Finding | None:
     dtype, update, lr = _settings(run)
-    if update == "stochastic_rounding":
+    if update == "stochastic_rounding" and dtype == "bfloat16":
         return _stochastic(run, t, lr)
+    if update == "stochastic_rounding":  # float16: LowPrecisionAdamW rounds to nearest, as plain does
+        update = "plain"
     series = _moving(run, "actor/params_changed_frac")
     if len(series) < 2:
         return None
