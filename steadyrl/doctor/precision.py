@@ -86,9 +86,11 @@ def _advice(run: RunData, dtype: str, update: str, lr: float | None) -> tuple[st
                 f"get no gradient (frozen or unused parameters) or `optim.lr`{run.setting('optim.lr')} is below "
                 "float32's spacing; check which parameters the optimizer holds and the lr schedule.")
     if update == "plain":
-        where = (f"at `optim.lr`{run.setting('optim.lr')} plain AdamW loses the update of every {dtype} weight "
+        how = "plain AdamW" if _config(run, "model", "bf16_update") == "plain" else \
+            "AdamW rounding to nearest (stochastic rounding is for bfloat16 only)"
+        where = (f"at `optim.lr`{run.setting('optim.lr')} {how} loses the update of every {dtype} weight "
                  f"above |w| = {lr * LOST_ABOVE[dtype]:.2g} (half its spacing exceeds lr)") if lr else \
-            "plain AdamW loses every update below half the weight's spacing"
+            f"{how} loses every update below half the weight's spacing"
         return ("Updates lost to precision (a frozen policy)",
                 f"The optimizer's steps are rounded away: with {now} and `model.bf16_update`"
                 f"{run.setting('model.bf16_update')}, {where}. Set `model.bf16_update=kahan` or `model.dtype=auto` "

@@ -193,3 +193,10 @@ def test_the_live_doctor_says_too_short_at_the_end_of_a_short_run(tmp_path, caps
     run_dir = write_run(tmp_path / "run", healthy_rows(steps=2))
     LiveDoctor(run_dir, {}, every=10, halt_on=[], thresholds={}).finish()
     assert capsys.readouterr().out.strip().endswith("report.md: too short to judge (2 training step(s))")
+
+
+def test_float16_stochastic_rounding_rounds_to_nearest_and_is_judged_so(tmp_path):
+    config = "optim:\n  lr: 1.0e-06\nmodel:\n  dtype: float16\n  bf16_update: stochastic_rounding\n"
+    f = _finding(_with(tmp_path, "actor/params_changed_frac", lambda s: 0.02, config=config), "lost_updates")
+    assert f is not None and "rounding to nearest (stochastic rounding is for bfloat16 only)" in f.advice
+    assert "above |w| = 0.0041" in f.advice and "plain AdamW" not in f.advice  # float16: lr * 2**12
