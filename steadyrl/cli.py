@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     plot = sub.add_parser("plot", help="PNG dashboard of one or more runs' metrics", **page)
     plot.add_argument("run_dirs", nargs="+")
-    plot.add_argument("--out", help="output PNG (default: RUN_DIR/dashboard.png)")
+    plot.add_argument("--out", help="output PNG (default: RUN_DIR/dashboard.png; with several runs: "
+                      "comparison.png in the current directory)")
 
     export = sub.add_parser("export", help="write a checkpoint's policy as a plain Hugging Face model directory "
                             "(train writes the last one to RUN_DIR/final)", **page)
