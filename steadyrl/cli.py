@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--output-dir", help="a run directory: its config and newest checkpoint")
     group.add_argument("--model", help="a model directory or hub name to evaluate")
     ev.add_argument("--step", type=int, help="with --output-dir: the checkpoint of this step (default: the newest)")
+    ev.add_argument("--completions", metavar="FILE",
+                    help="write each held-out prompt's greedy completion to FILE (JSONL: prompt, completion, "
+                         "reward, correct, and set with data.eval_sources), to read what the policy answers")
     ev.add_argument("--trust-run-code", action="store_true",
                     help="with --output-dir and no CONFIG: run the code the run's config.yaml names (reward "
                          "functions from files or modules, model.trust_remote_code); without it such a run "
@@ -197,8 +200,11 @@ def _run(args: argparse.Namespace) -> int:
         if args.step is not None and args.output_dir is None:
             raise ConfigError(f"--step {args.step}: give the run with --output-dir RUN_DIR (a step is a checkpoint "
                               "of a run)")
+        if args.completions is not None and not Path(args.completions).resolve().parent.is_dir():
+            raise ConfigError(f"--completions {args.completions!r}: its folder does not exist (give a file in an "
+                              "existing folder)")
         evaluate_run(path, overrides, output_dir=args.output_dir, model=args.model,
-                     trust_run_code=args.trust_run_code, step=args.step)
+                     trust_run_code=args.trust_run_code, step=args.step, completions_path=args.completions)
         return 0
     raise AssertionError(args.command)
 
