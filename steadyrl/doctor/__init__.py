@@ -5,10 +5,12 @@ Each detector (a function in :data:`DETECTORS`, see :mod:`.policy` and :mod:`.le
 for one way runs go wrong: entropy collapse or explosion, clip fraction drift, groups without
 reward variance, rising truncation, length hacking, reward rising while held-out accuracy falls,
 a growing training-inference mismatch, gradient spikes and skipped steps, one reward component or
-domain dominating, stale batches, updates lost to precision (a frozen policy). Their thresholds are :class:`Thresholds` (``--set name=value``).
+domain dominating, stale batches, updates lost to precision (a frozen policy), failed episodes, a
+judge that returns no verdict (:mod:`.judges`). Their thresholds are :class:`Thresholds` (``--set name=value``).
+A run shorter than ``min_steps`` is "too short to judge", never "healthy".
 
 The report (markdown) names each problem's steps, evidence and the change most likely to help,
-with example samples; a healthy run gets one line. It goes to stdout, or to ``--output FILE``:
+with example samples; a healthy (or too short) run gets one line. It goes to stdout, or to ``--output FILE``:
 the doctor never writes into a run directory on its own. Exit status: 0 healthy, 1 a problem
 found, 2 bad input (not a run directory, an unknown threshold). No torch is imported.
 """
