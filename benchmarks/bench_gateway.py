@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_gateway                 # warm start + 5 rounds of each (~3 min on 2 loaded cores)
     python -m benchmarks.bench_gateway --quick         # one round, smaller warm start
+    python -m benchmarks.bench_gateway --lockout       # keyless sockets vs the key holder (no model, ~10 s)
 
 The task is ``steadyrl train demo.task=tool``'s: ``What is 579*77?`` with a calculator tool, the
 demo's tiny chat model warm-started until it calls the tool (``demo.tool_skill_steps``), two turns
@@ -83,13 +84,119 @@ def train_steps(steps: int, skill_steps: int, out: Path) -> dict[str, dict[str, 
     return result
 
 
+KEYLESS = b"GET /e/tok/v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def _still_open(sockets) -> int:
+    """How many of ``sockets`` the server has not closed (nothing to read, or unread bytes; not EOF or reset)."""
+    import select
+    import socket
+
+    alive = 0
+    for s in sockets:
+        poll = select.poll()  # select() cannot take descriptors past 1,024
+        poll.register(s, select.POLLIN)
+        if not poll.poll(0):
+            alive += 1
+            continue
+        try:
+            alive += s.recv(1, socket.MSG_PEEK) != b""  # b"": closed by the server
+        except OSError:
+            pass
+    return alive
+
+
+def _key_holder_calls(g, n: int) -> tuple[list, list[float]]:
+    """``n`` calls with the key, each on a fresh connection (as a client whose pool was closed):
+    their statuses (``conn`` for a connection error) and latencies in ms."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    statuses, ms = [], []
+    for _ in range(n):
+        request = urllib.request.Request(g.base_url("tok") + "/chat/completions", method="POST",
+                                         data=b'{"messages": [{"role": "user", "content": "hi"}]}',
+                                         headers={"Authorization": f"Bearer {g.api_key}"})
+        t0 = time.perf_counter()
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                statuses.append(response.status if json.loads(response.read()) == {"ok": True} else "bad")
+        except urllib.error.HTTPError as err:
+            statuses.append(err.code)
+        except OSError:
+            statuses.append("conn")
+        ms.append(1000 * (time.perf_counter() - t0))
+    return statuses, ms
+
+
+def lockout(keyless: int, calls: int, concurrency: int) -> None:
+    """The issue's lock-out at the default cap: ``keyless`` sockets without the key (half sent a
+    request and were refused, half sent nothing), held open; then ``calls`` calls with the key, and
+    as many again while a thread keeps opening keyless sockets as fast as it can."""
+    import resource
+    import socket
+    import threading
+
+    from steadyrl.gateway.server import Gateway, ServerLimits
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 8192 if hard == resource.RLIM_INFINITY else min(hard, 8192)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))  # both ends of every socket are ours
+    g = Gateway(ServerLimits.for_concurrency(concurrency))
+    g.submit = lambda token, request: (200, {"ok": True})
+    held = []
+    for i in range(keyless):
+        s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+        if i % 2 == 0:
+            s.sendall(KEYLESS)
+            s.recv(65536)  # the 401
+        held.append(s)
+    time.sleep(0.2)
+    print(f"cap {g.limits.max_connections} connections (rollout.agent_concurrency {concurrency}); "
+          f"{keyless} keyless sockets opened, {_still_open(held)} still open")
+    quiet, quiet_ms = _key_holder_calls(g, calls)
+    stop, flood = threading.Event(), []
+
+    def attacker():
+        while not stop.is_set():
+            try:
+                flood.append(socket.create_connection(("127.0.0.1", g.port), timeout=10))
+            except OSError:
+                continue
+            if len(flood) > keyless:
+                flood.pop(0).close()
+
+    thread = threading.Thread(target=attacker, daemon=True)
+    t0, opened = time.perf_counter(), len(flood)
+    thread.start()
+    time.sleep(0.5)
+    loud, loud_ms = _key_holder_calls(g, calls)
+    stop.set()
+    thread.join(timeout=10)
+    rate = (len(flood) - opened) / (time.perf_counter() - t0)
+    for name, statuses, ms in (("quiet", quiet, quiet_ms), ("during the flood", loud, loud_ms)):
+        print(f"key holder, {name}: {statuses.count(200)}/{len(statuses)} calls answered 200 "
+              f"(others: {sorted({str(x) for x in statuses if x != 200})}), median {statistics.median(ms):.1f} ms, "
+              f"max {max(ms):.1f} ms")
+    print(f"flood: ~{rate:.0f} keyless connections/s kept open (the newest {keyless}); server pushed out "
+          f"{getattr(getattr(g._server, 'slots', None), 'evicted', 'n/a')}, refused {g._server.refused_connections}")
+    for s in held + flood:
+        s.close()
+    g.close()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=8, help="training steps of each run (0: no training runs)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/steadyrl-bench-gateway"))
+    parser.add_argument("--lockout", action="store_true", help="only the lock-out check: keyless sockets vs the key")
     args = parser.parse_args(argv)
+    if args.lockout:
+        lockout(keyless=600, calls=35, concurrency=256)
+        return 0
     torch.set_num_threads(1)
     from steadyrl.rollout.driver import rollout
     from steadyrl.rollout.episodes import episode_metrics

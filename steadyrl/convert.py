@@ -15,7 +15,9 @@ names (``eos``, ``eot``, ``eom``), since generation and the multi-turn template 
 Refused, with exit status 2 and a message naming the file: a missing path, a file that is not a
 GGUF (the first four bytes are not ``GGUF``), a GGUF without weights (a vocabulary-only file), a
 GGUF whose architecture transformers cannot load as a causal LM (an encoder such as BERT, an
-encoder-decoder such as T5), and an ``OUT_DIR`` that already holds files (unless ``--overwrite``).
+encoder-decoder such as T5), a GGUF whose model dimensions are absurd or larger than its weights
+(:func:`check_dimensions`: ``llama.embedding_length = 2^40`` would have transformers allocate
+terabytes), and an ``OUT_DIR`` that already holds files (unless ``--overwrite``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,22 @@ class GGUFInfo:
     end_token_ids: list[int] = field(default_factory=list)
     pad_token_id: int | None = None
     chat_template: str | None = None
+    dimensions: dict[str, int] = field(default_factory=dict)
+    n_elements: int = 0
+
+
+MAX_DIMENSION = 2 ** 24
+"""Largest value a GGUF's model dimension (:data:`DIMENSION_KEYS`) may state: 16,777,216, above any
+released model's (context lengths reach 10,485,760; widths 16,384; vocabularies 262,144)."""
+
+DIMENSION_KEYS = ("embedding_length", "feed_forward_length", "expert_feed_forward_length", "block_count",
+                  "context_length", "vocab_size", "attention.head_count", "attention.head_count_kv",
+                  "attention.key_length", "attention.value_length", "rope.dimension_count", "expert_count",
+                  "expert_used_count")
+"""The ``<architecture>.<key>`` values transformers builds the model from, checked before it allocates."""
+
+WEIGHT_SLACK = 4
+"""How many times the weights a GGUF's dimensions imply may exceed the elements of its tensors."""
 
 
 def _import_gguf():
@@ -113,7 +131,48 @@ def read_gguf(path: str | Path) -> GGUFInfo:
     return GGUFInfo(path=path, architecture=arch, name=_field(reader, "general.name"),
                     n_tensors=len(reader.tensors), bos_token_id=None if bos is None else int(bos),
                     end_token_ids=sorted(set(ends)), pad_token_id=None if pad is None else int(pad),
-                    chat_template=_field(reader, "tokenizer.chat_template"))
+                    chat_template=_field(reader, "tokenizer.chat_template"),
+                    dimensions=_dimensions(reader, arch), n_elements=sum(int(t.n_elements) for t in reader.tensors))
+
+
+def _dimensions(reader, arch: str) -> dict[str, int]:
+    """The model dimensions the metadata states (:data:`DIMENSION_KEYS`; a per-layer list: its
+    largest), and ``tokenizer.ggml.tokens``' length as ``vocab_size`` when it is larger."""
+    out = {}
+    for key in DIMENSION_KEYS:
+        value = _field(reader, f"{arch}.{key}")
+        values = value if isinstance(value, list) else [value]
+        if value is not None and values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            out[f"{arch}.{key}"] = max(values)
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    if tokens is not None and len(tokens.data) > out.get(f"{arch}.vocab_size", 0):
+        out[f"{arch}.vocab_size"] = len(tokens.data)
+    return out
+
+
+def check_dimensions(info: GGUFInfo) -> None:
+    """Refuse (:class:`ModelLoadError` naming the key) a GGUF whose metadata states a model larger
+    than its weights, before transformers builds (allocates) it: every dimension at most
+    :data:`MAX_DIMENSION`, and the weights the dimensions imply,
+    ``block_count * embedding * (embedding + feed_forward) + embedding * vocab``
+    (a lower bound on a transformer's: its attention and feed-forward matrices, one embedding),
+    at most :data:`WEIGHT_SLACK` times the elements its tensors hold (plus 2^20)."""
+    where = f"GGUF file {str(info.path)!r}"
+    for key, value in info.dimensions.items():
+        if not 0 <= value <= MAX_DIMENSION:
+            raise ModelLoadError(f"{where}: {key} = {value:,} is not a model dimension steadyrl builds (at most "
+                                 f"{MAX_DIMENSION:,}); refused before the model is allocated")
+    dim = {k.split(".", 1)[1]: v for k, v in info.dimensions.items()}
+    width = dim.get("embedding_length", 0)
+    implied = (dim.get("block_count", 0) * width * (width + dim.get("feed_forward_length", 0))
+               + width * dim.get("vocab_size", 0))
+    if implied > WEIGHT_SLACK * info.n_elements + 2 ** 20:
+        stated = ", ".join(f"{k} = {v:,}" for k, v in info.dimensions.items()
+                           if k.split(".", 1)[1] in ("embedding_length", "feed_forward_length", "block_count",
+                                                      "vocab_size"))
+        raise ModelLoadError(f"{where}: its metadata ({stated}) implies at least {implied:,} weights, but its "
+                             f"tensors hold {info.n_elements:,}; the dimensions do not describe this file's "
+                             "weights, refused before the model is allocated")
 
 
 @contextmanager
@@ -154,6 +213,7 @@ def check_causal_lm(info: GGUFInfo) -> None:
     where = f"GGUF file {str(info.path)!r}"
     if info.n_tensors == 0:
         raise ModelLoadError(f"{where} holds no weights (a vocabulary-only file?): it is not a causal LM")
+    check_dimensions(info)
     if _ARCH_ALIASES.get(info.architecture, info.architecture.replace("-", "_")) in causal_lm_architectures():
         return
     raise ModelLoadError(f"{where} is not a causal LM that transformers can load: general.architecture = "

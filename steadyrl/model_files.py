@@ -51,18 +51,34 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
+def shard_names(index: Path) -> list[str]:
+    """The shard files a safetensors index's ``weight_map`` names, sorted: each must be a plain
+    ``*.safetensors`` file name beside the index. A name with a path in it (``../x``, ``/etc/x``,
+    ``a/b``) would be joined to the directory and read from anywhere: ``ValueError`` naming it."""
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        names = sorted({v for v in weight_map.values()})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise ValueError(f"{str(index)!r} is not a valid safetensors index (a JSON object with a weight_map)") from None
+    for name in names:
+        if not (isinstance(name, str) and name.endswith(".safetensors") and name not in (".", "..")
+                and Path(name).name == name and "\\" not in name and "\0" not in name):
+            raise ValueError(f"{str(index)!r}: weight_map names the shard {name!r}; a shard must be a plain "
+                             "*.safetensors file name in the model's directory (no folder, no '..', not absolute)")
+    return names
+
+
 def check_weight_files(field: str, directory: Path) -> None:
     """Refuse (:class:`ModelLoadError` naming the file) a model directory whose safetensors files
-    are damaged or cut short, or whose index names a shard that is missing, before any is loaded."""
+    are damaged or cut short, or whose index names a shard that is missing or outside the
+    directory (:func:`shard_names`), before any is loaded."""
     index = directory / "model.safetensors.index.json"
     names = set()
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-            names = {str(v) for v in weight_map.values()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            raise ModelLoadError(f"{field}: {index} is not a valid safetensors index (a JSON object with a "
-                                 "weight_map); the model directory is damaged") from None
+            names = set(shard_names(index))
+        except ValueError as err:
+            raise ModelLoadError(f"{field}: {err}; the model directory is damaged") from None
     for name in sorted(names | {p.name for p in directory.glob("*.safetensors")}):
         path = directory / name
         problem = "it is missing (the index names it)" if not path.is_file() else safetensors_problem(path)
@@ -92,7 +108,7 @@ def check_model_source(field: str, name: str) -> None:
 _TRUE = {"1", "on", "yes", "true"}
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
     import huggingface_hub.constants as hub
 
     flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""))
@@ -100,7 +116,7 @@ def _offline() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _unreachable(endpoint: str, timeout_s: float = 3.0) -> str | None:
+def hub_unreachable(endpoint: str, timeout_s: float = 3.0) -> str | None:
     """Why the hub cannot be reached from here (name resolution or a TCP connect, within
     ``timeout_s``), or None. Behind a proxy nothing is tried: only the proxy knows."""
     if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
@@ -126,10 +142,10 @@ def check_hub_reachable(field: str, name: str) -> None:
     where = f"it is not a local directory and not in the Hugging Face cache ({hub.HF_HUB_CACHE})"
     fix = ("download it first on a machine with network (huggingface-cli download NAME, then copy the "
            "cache or set HF_HOME), or point to a local directory")
-    if _offline():
+    if hub_offline():
         raise ModelLoadError(f"{field} = {name!r}: {where}, and the machine is offline (HF_HUB_OFFLINE=1): "
                              f"{fix.replace('NAME', name)}")
-    why = _unreachable(hub.ENDPOINT)
+    why = hub_unreachable(hub.ENDPOINT)
     if why:
         raise ModelLoadError(f"{field} = {name!r}: {where}, and the hub cannot be reached: {why}; "
                              f"{fix.replace('NAME', name)}")

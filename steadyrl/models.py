@@ -24,8 +24,8 @@ from torch import nn
 
 from .errors import ConfigError, ModelLoadError
 from .model_files import (  # noqa: F401  (torch-free checks, re-exported where they used to live)
-    _offline,
-    _unreachable,
+    hub_offline,
+    hub_unreachable,
     check_hub_reachable,
     check_model_source,
     check_weight_files,

@@ -56,7 +56,7 @@ from .tracking import Tracker
 from .trainer.batch import batch_from_generation
 from .trainer.dynamic import step_samples
 from .trainer.global_batch import gather_samples
-from .trainer.processing import process_rewards, reward_components
+from .trainer.processing import RewardInputs, RewardSettings, process_rewards, reward_components
 from .trainer.mismatch import importance_correction, worst_tokens
 from .trainer.step import domain_ids, prepare, step_metrics
 from .trainer.turn_samples import episode_view, expand_turn_samples, needs_turn_samples
@@ -175,15 +175,15 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
 
     # 4. process rewards: clip, normalise, KL in the reward, advantages; then importance correction
     trainable = whole.result.valid if whole.selected is None else whole.result.valid & whole.selected
-    processed = process_rewards(whole.result.scores, trainable, whole.policy_mask, whole.truncated,
-                                algo, group_size, kl_coef=run.optim.kl_controller.value,
-                                old_logprobs=whole.old_logprobs, ref_logprobs=whole.ref_logprobs,
-                                values=whole.values, running=run.optim.running, turn_rewards=whole.turn_rewards,
-                                domains=domain_ids(whole.result.domains), episode_size=slots,
-                                components=reward_components(whole.result), overlong_limit=overlong_limit(cfg),
-                                episode_lengths=whole.response_mask.sum(-1),
-                                teacher_logprobs=whole.teacher_logprobs, distill_coef=cfg.teacher.distill_coef,
-                                task_rewards=cfg.teacher.task_rewards)
+    inputs = RewardInputs(whole.result.scores, trainable, whole.policy_mask, whole.truncated, group_size,
+                          old_logprobs=whole.old_logprobs, ref_logprobs=whole.ref_logprobs, values=whole.values,
+                          teacher_logprobs=whole.teacher_logprobs, turn_rewards=whole.turn_rewards,
+                          domains=domain_ids(whole.result.domains), episode_size=slots,
+                          components=reward_components(whole.result), episode_lengths=whole.response_mask.sum(-1))
+    settings = RewardSettings(kl_coef=run.optim.kl_controller.value, running=run.optim.running,
+                              overlong_limit=overlong_limit(cfg), distill_coef=cfg.teacher.distill_coef,
+                              task_rewards=cfg.teacher.task_rewards)
+    processed = process_rewards(inputs, algo, settings)
     advantages, loss_mask, tis_metrics = importance_correction(ro, whole, processed.advantages,
                                                              processed.loss_mask)
     batch = replace(batch, loss_mask=whole.mine(loss_mask), advantages=whole.mine(advantages),

@@ -136,6 +136,18 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the modules of its own room it imports (lazy and TYPE_CHECKING imports too)."""
+    known = modules()
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module, path in known.items():
+        for target, names, _ in imports_of(module, path):
+            for dest in resolve(target, names, known):
+                if dest in known and dest != module and room_of(dest) == room_of(module):
+                    graph[module].add(dest)
+    return graph
+
+
 def up_imports() -> list[tuple[str, str, int]]:
     """Imports that do not point down: to a room on a higher floor, to another room on the same
     floor, or from or to a room without a floor (a new room must be given one)."""
@@ -213,6 +225,7 @@ def main(argv: list[str]) -> int:
     ups = up_imports()
     priv = private_imports()
     probes = getattr_probes()
+    print(f"file-level cycles inside rooms: {len(cycles(module_graph()))}", *cycles(module_graph()))
     print(f"cycles between rooms: {len(knots)} " + "; ".join(", ".join(k) for k in knots))
     print(f"imports pointing up a floor: {len(ups)}")
     for src, dest, line in ups:

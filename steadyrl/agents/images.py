@@ -12,19 +12,26 @@ OpenAI's ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,...
   model's chat template renders as its image placeholder; the processor then expands that
   placeholder into the image's tokens.
 
-Image data is hostile: only ``data:image/...;base64,`` URLs are read (no network: ``http(s)``
-URLs are refused), their encoded size is checked before decoding (:data:`MAX_IMAGE_BYTES`), the
-base64 strictly, the pixel count from the header before the pixels are decoded
-(:data:`MAX_IMAGE_PIXELS`: a decompression bomb is refused), and bytes that are no image are an
-error naming the field. Every refusal is an :class:`ImageContentError` naming the field.
+Image data is hostile: an image part holds the image itself (a PIL image, its bytes, or a
+``data:image/<type>;base64,`` URL). Nothing else is read: no network (``http(s)`` URLs are
+refused) and no local path (a string or ``os.PathLike`` that is not a data URL is refused without
+being opened, so a link, a FIFO or ``/etc/shadow`` named by a tool, an environment or a gateway
+agent is never touched). The encoded size is checked before decoding (:data:`MAX_IMAGE_BYTES`), the
+base64 strictly; then :mod:`steadyrl.image_decode` decodes it under the rules every image path
+shares: only its formats are opened (EPS would run Ghostscript), a data URL's declared type must be
+the decoded format, the pixel count is read from the header before the pixels are decoded
+(:data:`MAX_IMAGE_PIXELS`: a decompression bomb is refused), and a JPEG's scans are counted before
+decoding (a progressive-JPEG bomb is refused). Every refusal is an :class:`ImageContentError`
+naming the field.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import io
 import os
+
+from ..image_decode import ImageRefused, check_pil, decode, media_type, split_data_url
 
 __all__ = ["MAX_IMAGE_BYTES", "MAX_IMAGE_PIXELS", "MAX_IMAGES_PER_EPISODE", "ImageContentError", "is_image_part",
            "has_images", "json_content", "load_image", "decode_data_url", "split_images", "image_free"]
@@ -66,7 +73,8 @@ def _is_pil(value) -> bool:
 
 
 def _data_url(data: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+    """``data`` as a data URL declaring the type its first bytes announce (the trainer checks it)."""
+    return f"data:{media_type(data)};base64," + base64.b64encode(data).decode("ascii")
 
 
 def _png(image) -> bytes:
@@ -108,77 +116,54 @@ def json_content(value):
 
 
 def decode_data_url(url, field: str, *, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS):
-    """The image of a ``data:image/...;base64,`` URL (checked as :func:`load_image` checks bytes)."""
+    """The image of a ``data:image/<type>;base64,`` URL: the type one of those read, and the image's
+    own (:mod:`steadyrl.image_decode`); checked as :func:`load_image` checks bytes."""
     if not isinstance(url, str):
         raise ImageContentError(f"{field}: an image URL must be a string, got {type(url).__name__}")
-    head = url[:16].lower()
-    if head.startswith(("http://", "https://")):
+    if url[:16].lower().startswith(("http://", "https://")):
         raise ImageContentError(f"{field}: image URLs are not fetched (no network); send the image inline as a "
                                 "data:image/...;base64, URL")
-    comma = url.find(",", 0, 256)
-    if not head.startswith("data:image/") or comma < 0 or not url[:comma].endswith(";base64"):
-        raise ImageContentError(f"{field}: expected a data:image/<format>;base64,<data> URL, got "
-                                f"{url[:40]!r}{'...' if len(url) > 40 else ''}")
-    encoded = url[comma + 1:]
-    if len(encoded) > (max_bytes + 2) // 3 * 4:  # before decoding: the size the bytes would have
-        raise ImageContentError(f"{field}: the image is larger than {max_bytes} bytes "
-                                f"({len(encoded)} characters of base64)")
     try:
-        data = base64.b64decode(encoded, validate=True)
-    except (binascii.Error, ValueError):
-        raise ImageContentError(f"{field}: the image's base64 data is not valid base64") from None
-    return _open(data, field, max_bytes, max_pixels)
+        declared, data = split_data_url(url, max_bytes, "MAX_IMAGE_BYTES")
+    except ImageRefused as err:
+        raise ImageContentError(f"{field}: {err}") from None
+    return _open(data, field, max_bytes, max_pixels, declared)
 
 
-def _open(data: bytes, field: str, max_bytes: int, max_pixels: int):
-    from PIL import Image
-
+def _open(data: bytes, field: str, max_bytes: int, max_pixels: int, declared: str | None = None):
     if len(data) > max_bytes:
         raise ImageContentError(f"{field}: the image is larger than {max_bytes} bytes ({len(data)})")
     try:
-        image = Image.open(io.BytesIO(data))  # reads the header only
-    except Image.DecompressionBombError:
-        raise ImageContentError(f"{field}: the image has more pixels than Pillow accepts (a decompression bomb); "
-                                f"at most {max_pixels} are accepted") from None
-    except Exception:  # noqa: BLE001 - hostile bytes: whatever a format plugin raises is "not an image"
-        raise ImageContentError(f"{field}: the bytes are not an image Pillow can read") from None
-    _check_pixels(image, field, max_pixels)
-    try:
-        image.load()
-        return image.convert("RGB")
-    except Exception as err:  # noqa: BLE001 - a truncated or corrupt body, whatever the plugin raises
-        raise ImageContentError(f"{field}: the image is corrupt ({type(err).__name__})") from None
-
-
-def _check_pixels(image, field: str, max_pixels: int) -> None:
-    width, height = image.size
-    if width < 1 or height < 1 or width * height > max_pixels:
-        raise ImageContentError(f"{field}: the image is {width} x {height} pixels; at most {max_pixels} are accepted")
+        return decode(data, max_pixels=max_pixels, pixels_name="MAX_IMAGE_PIXELS", declared=declared)
+    except ImageRefused as err:
+        raise ImageContentError(f"{field}: {err}") from None
 
 
 def load_image(value, field: str, *, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS):
-    """An image part's value as an RGB PIL image: a PIL image, image bytes, a ``data:`` URL or a local
-    path; refused with an :class:`ImageContentError` naming ``field`` when it is none of these, too
-    large, or not an image."""
+    """An image part's value as an RGB PIL image: a PIL image, image bytes or a ``data:`` URL;
+    refused with an :class:`ImageContentError` naming ``field`` when it is none of these (a local
+    path included: module docstring), too large, or not an image."""
     if _is_pil(value):
-        _check_pixels(value, field, max_pixels)
-        return value.convert("RGB")
+        try:
+            return check_pil(value, max_pixels=max_pixels, max_bytes=max_bytes, pixels_name="MAX_IMAGE_PIXELS")
+        except ImageRefused as err:
+            raise ImageContentError(f"{field}: {err}") from None
     if isinstance(value, (bytes, bytearray)):
         return _open(bytes(value), field, max_bytes, max_pixels)
     if isinstance(value, str) and value[:5].lower() in ("data:", "http:", "https"):
         return decode_data_url(value, field, max_bytes=max_bytes, max_pixels=max_pixels)
-    if isinstance(value, (str, os.PathLike)):
-        try:
-            size = os.path.getsize(value)
-            if size > max_bytes:
-                raise ImageContentError(f"{field}: the image file {str(value)!r} is larger than {max_bytes} bytes")
-            with open(value, "rb") as f:
-                data = f.read(max_bytes + 1)
-        except OSError as err:
-            raise ImageContentError(f"{field}: cannot read the image file {str(value)!r}: {err.strerror}") from None
-        return _open(data, field, max_bytes, max_pixels)
-    raise ImageContentError(f"{field}: an image must be a PIL image, bytes, a data URL or a path, "
+    if isinstance(value, (str, os.PathLike)):  # never opened: not even a link's lstat or a FIFO's open
+        raise ImageContentError(f"{field}: {_short(os.fspath(value))} is a local path; an observation's image is "
+                                "never read from the trainer's files (a tool, an environment or an agent would "
+                                "choose which): send the image itself, as a PIL image, its bytes or a "
+                                "data:image/<type>;base64, URL")
+    raise ImageContentError(f"{field}: an image must be a PIL image, bytes or a data:image/<type>;base64, URL, "
                             f"got {type(value).__name__}")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _part_image(part: dict, field: str):

@@ -15,7 +15,6 @@ import copy
 import math
 import random
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,8 +37,7 @@ from ..models import (
 from .agent import build_agent
 from ..trainer.packing import check_padding_free
 from ..data.prompts import prepare_prompts
-from ..rewards.scorer import Scorer
-from .sources import Part, data_folder, make_sampler, tokenize_parts
+from .sources import data_folder, make_sampler, tokenize_parts
 from .prompts import (
     Prompts,
     build_processor,
@@ -52,7 +50,8 @@ from .prompts import (
     with_images,
 )
 from ..config.compat import check_parallel
-from .task import NOTHING_TO_EVALUATE, DataTask, Task, task_inputs, task_of
+from .inputs import Inputs, Task  # noqa: F401 - re-exported
+from .task import NOTHING_TO_EVALUATE, task_inputs, task_of
 from ..trainer.parts import Run, RunModels, RunOptim, RunState, RunTask  # noqa: F401 - re-exported
 from .teacher import check_teacher_tokenizer, load_teacher, teacher_device
 
@@ -159,23 +158,6 @@ def build_optimizer(params, optim_config, lr: float, bf16_update: str = "plain")
 
         return LowPrecisionAdamW(params, variant=bf16_update, **kwargs)
     return torch.optim.AdamW(params, **kwargs)
-
-
-@dataclass
-class Inputs:
-    """What :func:`check_inputs` read and checked, before anything is written or loaded."""
-
-    device: torch.device
-    train_records: list[dict]
-    eval_records: list[dict]
-    scorer: Scorer
-    task: Task = field(default_factory=DataTask)  # the user's, or the demo's (assembly/task.py task_of)
-    train_parts: list[Part] | None = None  # data.train_sources, records
-    eval_parts: list[Part] | None = None  # data.eval_sources, records
-    # what the task's check_model returned: the model, its tokenizer, the agent, the prompts
-    # tokenized with it; None until the task's model is known (the demo's: built in the run directory)
-    prompts: Prompts | None = None
-    resources: ExitStack | None = None  # what owns the scorer's and the agent's workers
 
 
 def check_inputs(config: Config, resources: ExitStack) -> Inputs:

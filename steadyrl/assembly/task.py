@@ -25,7 +25,7 @@ typo is answered in a moment.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable
 
 from ..config.schema import Config
 from ..errors import ConfigError
@@ -37,44 +37,12 @@ from ..trainer.parts import show_nothing
 NOTHING_TO_EVALUATE = "nothing to evaluate: set data.eval_path to a file of held-out prompts"
 
 if TYPE_CHECKING:
+    from .inputs import Inputs, Task
     from ..rollout.base import Engine
+    from ..trainer.parts import Run
     from .prompts import Prompts
-    from .setup import Inputs, Run
 
-__all__ = ["Task", "DataTask", "task_of", "task_inputs", "check_task", "build_rewards", "check_reward_columns"]
-
-
-class Task(Protocol):
-    """A run's task: what it trains on, where its model comes from, what it shows."""
-
-    resume_keys: tuple[str, ...]
-    """Config keys a checkpoint of this task was built from, beyond ``run.directory.RESUME_KEYS``."""
-
-    def records(self, config: Config, for_eval: bool, quiet: bool = False
-                ) -> tuple[list, list, list | None, list | None, list[RewardSpec]]:
-        """``(train, evals, train_parts, eval_parts, default rewards)``; ``quiet``: no console notes.
-        Default rewards are built only when the config names none and has no environment."""
-
-    def check_model(self, config: Config, inputs: Inputs) -> Prompts | None:
-        """Before the run directory is touched: the model's source and the prompts against it
-        (None: the task's model is built later, by :meth:`model`)."""
-
-    def model(self, config: Config, output_dir: Path, inputs: Inputs) -> Prompts:
-        """After: the model to load and the prompts tokenized with its tokenizer (``inputs.prompts``:
-        what :meth:`check_model` returned)."""
-
-    def show(self, config: Config, run: Run) -> Callable[[Engine, str], None]:
-        """``show(engine, when)``: what the task prints before and after RL."""
-
-    def check_eval(self, config: Config, model_path: str, of_run_dir: bool) -> None:
-        """``steadyrl eval``: refuses what the task cannot be evaluated on."""
-
-    def preflight_train(self, config: Config) -> None:
-        """``steadyrl train``'s checks of the task that need no model, before torch is imported
-        (:mod:`steadyrl.preflight.inputs`)."""
-
-    def preflight_eval(self, config: Config, model_path: str | None, of_run_dir: bool) -> None:
-        """``steadyrl eval``'s, the same way (``model_path`` None: a run directory's checkpoint)."""
+__all__ = ["DataTask", "task_of", "task_inputs", "check_task", "build_rewards", "check_reward_columns"]
 
 
 class DataTask:

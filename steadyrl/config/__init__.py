@@ -1,5 +1,6 @@
 """Typed, validated run configuration: schema, presets, YAML + dotted overrides, rendering."""
 
+from . import compat  # noqa: F401 - registers the rules of what is not supported together with the schema
 from .advice import config_notes
 from .loading import config_to_dict, load_config, parse_override, save_config
 from .presets import ALGORITHM_PRESETS, DEMO_CONFIG

@@ -24,7 +24,7 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
-    from .schema import Config
+    from .schema import Config  # annotations only
 
 Stage = Literal["load", "placement"]
 RULES: list[tuple[Stage, Callable]] = []
@@ -70,7 +70,7 @@ def _critic_with_lora(config: Config) -> str | None:
 
 @rule("load")
 def _grouped_estimator_with_groups_of_one(config: Config) -> str | None:
-    from .schema import GROUPED_BY_ESTIMATOR
+    from .sections.algorithm import GROUPED_BY_ESTIMATOR
 
     estimator = config.algorithm.advantage_estimator
     if config.rollout.group_size >= 2 or not GROUPED_BY_ESTIMATOR[estimator]:
@@ -123,6 +123,20 @@ def _plain_low_precision_update_that_is_lost(config: Config) -> str | None:
                     "so most weights would never move. Use model.dtype=auto (float32 weights, bfloat16 compute "
                     "on a GPU) or model.bf16_update=kahan (docs/precision.md)")
     return None
+
+
+@rule("load")
+def _gdpo_with_a_teacher(config: Config) -> str | None:
+    """GDPO builds the advantage from the reward functions' scores alone: the teacher's per-token
+    reward (mixed distillation) would be paid for and dropped, as kl_mode = reward would be."""
+    if config.algorithm.reward_aggregation != "normalize_then_sum" or config.teacher.name_or_path is None:
+        return None
+    if not config.teacher.task_rewards:
+        return None  # pure distillation: the task's rewards do not enter, so there is nothing to aggregate
+    return ("algorithm.reward_aggregation = normalize_then_sum (GDPO) with teacher.name_or_path = "
+            f"{config.teacher.name_or_path!r} and teacher.task_rewards = true: GDPO's advantage is the reward "
+            "functions' normalised scores only, so the teacher's per-token reward would never reach it. Set "
+            "algorithm.reward_aggregation = sum, or teacher.task_rewards = false (pure distillation)")
 
 
 # --- decided with the device and the world size -------------------------------------------------
@@ -184,3 +198,15 @@ def _batches_over_ranks(config: Config, device: str, world: int) -> str | None:
         return (f"trainer.mini_batch_size = {mini} cannot be split over {world} "
                 "processes: it counts samples over all ranks and must be a multiple of the world size")
     return None
+
+
+def _register() -> None:
+    """Hand :func:`check_config` to the config's validator (:data:`steadyrl.config.schema.LOAD_RULES`):
+    the schema runs the rules without importing the module that writes them."""
+    from .schema import LOAD_RULES
+
+    if check_config not in LOAD_RULES:
+        LOAD_RULES.append(check_config)
+
+
+_register()

@@ -25,8 +25,9 @@ from ..errors import ConfigError
 from ..files import atomic_write_text
 from ..secrets import redact_secrets
 from .foreign import foreign_name
+from .inert import written_in_file, written_keys
 from .presets import DEMO_CONFIG, DEMO_CONFIGS, apply_preset
-from .renamed import apply_renames
+from .renamed import RENAMED_KEYS, apply_renames
 from .schema import Config
 from .yaml_limits import AliasBombError, NumberTooLongError, check_expansion, check_int_text
 
@@ -425,11 +426,19 @@ def load_config(
     """
     if path is not None:
         raw = read_yaml(path)
+        written = written_in_file(Path(path).read_text(encoding="utf-8"), raw)
     else:
         raw = _demo_base(overrides or []) if demo else {}
+        written = set()  # the built-in demo's keys are not the user's
+    typed: dict[str, Any] = {}
     for text in overrides or []:
         keys, value = parse_override(text)
         set_dotted(raw, keys, value)
+        set_dotted(typed, keys, value)
+    written |= written_keys(typed)
+    mine = [typed, raw] if path is not None else [typed]  # raw holds the demo's keys when there is no file
+    written |= {new for old, new in RENAMED_KEYS.items()  # an old key name written counts under its new name
+                if any(get_dotted(d, old.split(".")) is not None for d in mine)}
     renamed_notes = apply_renames(raw)
     raw, preset_keys = apply_preset(_drop_empty_sections(raw))
     problems = check_unknown_keys(raw)
@@ -442,6 +451,7 @@ def load_config(
     if problems:
         raise ConfigProblems(problems)
     config._renamed_notes = renamed_notes
+    config._written = frozenset(written)
     return (config, preset_keys) if with_sources else config
 
 

@@ -14,38 +14,36 @@ when the data has one) and from the image parts of a conversational prompt:
   part gets its column images at the start of its first user message, as TRL does; a string
   prompt becomes one user message, images first.
 
-Every image is checked at start-up, before training: its size is read from the file's header and
-refused above ``data.max_image_pixels`` *before* the pixels are decoded (a decompression bomb costs
-nothing), its bytes are capped (:func:`byte_limit`), only the :data:`FORMATS` are read (EPS,
-for one, would run Ghostscript), then it is decoded in full (a truncated or
-corrupt file fails here, not mid-run) and converted to RGB. ``http(s)://`` URLs are refused (no
-network), as is a symbolic link anywhere in a relative path (steadyrl never follows links:
-steadyrl/files.py). A bad image is a :class:`~steadyrl.errors.DataError` naming the row, the
-column and the value (``data.bad_images: error``), or the row is skipped and counted
-(``data.bad_images: skip``).
+Every image is checked at start-up, before training, by :mod:`steadyrl.image_decode` (the same
+rules as an observation's): its bytes are capped (:func:`byte_limit`), only the
+:data:`~steadyrl.image_decode.FORMATS` are opened (EPS, for one, would run Ghostscript), a data
+URL's declared ``image/<type>`` must be the decoded format, its size is read from the file's header
+and refused above ``data.max_image_pixels`` *before* the pixels are decoded (a decompression bomb
+costs nothing), a JPEG's scans are counted and refused above
+:data:`~steadyrl.image_decode.MAX_JPEG_SCANS` before decoding (a progressive-JPEG bomb), then it is
+decoded in full (a truncated or corrupt file fails here, not mid-run) and converted to RGB.
+``http(s)://`` URLs are refused (no network), as is a symbolic link anywhere in a relative path
+(steadyrl never follows links: steadyrl/files.py). A bad image is a
+:class:`~steadyrl.errors.DataError` naming the row, the column and the value
+(``data.bad_images: error``), or the row is skipped and counted (``data.bad_images: skip``).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
 import os
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
+from ..image_decode import FORMATS, ImageRefused, check_pil, decode, split_data_url
 
-__all__ = ["ImageOptions", "IMAGE_COLUMNS", "byte_limit", "image_column_of", "load_image", "load_images",
+__all__ = ["FORMATS", "ImageOptions", "IMAGE_COLUMNS", "byte_limit", "image_column_of", "load_image", "load_images",
            "looks_like_image", "prompt_with_images"]
 
 IMAGE_COLUMNS = ("images", "image")
 """The columns ``data.image_column: null`` looks for, in this order."""
 
-FORMATS = ("PNG", "JPEG", "MPO", "GIF", "BMP", "WEBP", "TIFF", "PPM")
-"""The image formats read (Pillow's names). Others are refused: some Pillow opens through outside
-programs (EPS runs Ghostscript), which a data file must never start."""
+PIXELS_NAME = "data.max_image_pixels"  # the limit a refusal names
 
 _PART_KEYS = ("image", "url", "path")  # where a {"type": "image"} part may carry its own image
 
@@ -141,46 +139,16 @@ def _read_path(text: str, folder: str | None, limit: int, where: str) -> bytes:
     raise _bad(where, text, f"the file has {size} bytes, more than {limit} (data.max_image_pixels)")
 
 
-def _data_url(text: str, limit: int, where: str) -> bytes:
-    head, _, payload = text.partition(",")
-    if not head.startswith("data:image/") or not head.endswith(";base64"):
-        raise _bad(where, text, "a data URL must be data:image/<type>;base64,<data>")
-    if len(payload) > limit * 4 // 3 + 4:
-        raise _bad(where, text, f"the data URL holds more than {limit} bytes (data.max_image_pixels)")
+def _refused(where: str, value, err) -> DataError:
+    return _bad(where, value, str(err))
+
+
+def _decode(data: bytes, value, max_pixels: int, where: str, declared: str | None = None):
+    """``data`` decoded by :func:`steadyrl.image_decode.decode` (formats, declared type, pixels, decoder work)."""
     try:
-        return base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise _bad(where, text, "the data URL is not valid base64") from None
-
-
-def _checked(image, value, max_pixels: int, where: str):
-    width, height = image.size
-    if width * height > max_pixels:
-        raise _bad(where, value, f"{width} x {height} = {width * height} pixels, more than data.max_image_pixels = "
-                                 f"{max_pixels}")
-    if width < 1 or height < 1:
-        raise _bad(where, value, f"an empty image ({width} x {height})")
-    return image
-
-
-def _decode(data: bytes, value, max_pixels: int, where: str):
-    from PIL import Image
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data), formats=FORMATS)  # reads the header only
-            _checked(image, value, max_pixels, where)  # before a single pixel is decoded
-            image.load()
-    except DataError:
-        raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
-        raise _bad(where, value, f"a decompression bomb: its header claims more pixels than data.max_image_pixels = "
-                                 f"{max_pixels} allows ({str(err).split(',')[0]})") from None
-    except Exception as err:  # noqa: BLE001 - a corrupt file raises many kinds (OSError, SyntaxError, ...)
-        raise _bad(where, value, f"not a readable image in one of the formats {list(FORMATS)} "
-                                 f"({type(err).__name__}: {str(err)[:120]})") from None
-    return image.convert("RGB")  # a copy even when already RGB: it holds no reference to the encoded bytes
+        return decode(data, max_pixels=max_pixels, pixels_name=PIXELS_NAME, declared=declared)
+    except ImageRefused as err:
+        raise _refused(where, value, err) from None
 
 
 def load_image(value, *, folder: str | None = None, max_pixels: int = 12_845_056, where: str = "image"):
@@ -190,13 +158,10 @@ def load_image(value, *, folder: str | None = None, max_pixels: int = 12_845_056
 
     limit = byte_limit(max_pixels)
     if isinstance(value, Image.Image):
-        _checked(value, value, max_pixels, where)
-        if value.format is not None and value.format not in FORMATS:  # opened, not decoded yet: it would run
-            raise _bad(where, value, f"format {value.format} is not one of {list(FORMATS)}")
         try:
-            return value.convert("RGB") if value.mode != "RGB" else value
-        except Exception as err:  # noqa: BLE001 - a lazily opened, corrupt file
-            raise _bad(where, value, f"not a readable image ({type(err).__name__})") from None
+            return check_pil(value, max_pixels=max_pixels, max_bytes=limit, pixels_name=PIXELS_NAME)
+        except ImageRefused as err:
+            raise _refused(where, value, err) from None
     if isinstance(value, dict):  # a datasets Image feature
         if value.get("bytes") is not None:
             return load_image(value["bytes"], folder=folder, max_pixels=max_pixels, where=where)
@@ -209,7 +174,11 @@ def load_image(value, *, folder: str | None = None, max_pixels: int = 12_845_056
         return _decode(bytes(value), value, max_pixels, where)
     if isinstance(value, str):
         if value.startswith("data:"):
-            return _decode(_data_url(value, limit, where), value, max_pixels, where)
+            try:
+                declared, data = split_data_url(value, limit, PIXELS_NAME)
+            except ImageRefused as err:
+                raise _refused(where, value, err) from None
+            return _decode(data, value, max_pixels, where, declared)
         if "://" in value:
             raise _bad(where, value, "a URL: steadyrl reads no images from the network; download the images and "
                                      "give their paths, or embed them as data:image/...;base64 URLs")

@@ -18,6 +18,9 @@ Token-reward estimators (from ``token_rewards``):
 * ``gae``: ``delta_t = r_t + gamma V_{t+1} - V_t``, ``A_t = delta_t + gamma lam A_{t+1}``,
   ``returns = A + V``; ``V`` after the last valid token is 0.
 * ``reinforce_plus_plus``: ``G_t = sum_{k >= t} gamma^(k-t) r_k``, whitened over valid tokens.
+* ``token_reward``: ``A_t = r_t``, each valid token's own reward: no discount (gamma 0), no
+  baseline, no whitening. With on-policy distillation's token rewards ``r_t = -(log pi_student(y_t)
+  - log pi_teacher(y_t))`` and no task score this is Thinking Machines' per-token reverse-KL advantage.
 
 A group of one, or a group whose scores are all equal, gets advantage 0 (never NaN). Grouped
 estimators take an optional ``sample_mask [B]``: invalid samples (a reward function failed)
@@ -40,7 +43,7 @@ import torch
 
 from .constants import GAE_LAMBDA, GAMMA, NORM_EPS
 from .group_stats import episode_group_mean_std, leave_episode_out_baseline
-from .rewards import _check_groups, group_mean_std
+from .rewards import check_groups, group_mean_std
 from .stats import acc_dtype, masked_whiten
 
 __all__ = [
@@ -52,6 +55,7 @@ __all__ = [
     "grpo_advantages",
     "rloo_advantages",
     "reinforce_plus_plus_advantages",
+    "token_reward_advantages",
     "reinforce_plus_plus_baseline_advantages",
     "opo_advantages",
     "grpo_passk_advantages",
@@ -119,7 +123,7 @@ def _scores(
         raise ValueError(
             f"response_mask must be [B, T] with B = {scores.shape[0]}, got {tuple(response_mask.shape)}"
         )
-    _check_groups(scores, group_size)
+    check_groups(scores, group_size)
     if sample_mask is None:
         keep = torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
     elif sample_mask.shape != scores.shape:
@@ -230,6 +234,23 @@ def reinforce_plus_plus_advantages(
         returns[:, t] = running
     counted = keep if sample_mask is None else keep & sample_mask.bool().unsqueeze(-1)
     return masked_whiten(returns, counted)
+
+
+@register_advantage("token_reward", uses="token_rewards")
+def token_reward_advantages(
+    token_rewards: torch.Tensor, response_mask: torch.Tensor, sample_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``A_t = r_t`` on valid tokens, 0 on padding and on samples with ``sample_mask [B]`` False: the
+    token's own reward, undiscounted, with no baseline and no whitening (on-policy distillation as
+    Thinking Machines run it: the per-token reverse-KL reward is the advantage, discount 0)."""
+    if token_rewards.shape != response_mask.shape:
+        raise ValueError(f"token_rewards {tuple(token_rewards.shape)} and response_mask "
+                         f"{tuple(response_mask.shape)} must have the same [B, T] shape")
+    dtype = acc_dtype(token_rewards)
+    keep = response_mask.bool() if response_mask.dtype != torch.bool else response_mask
+    if sample_mask is not None:
+        keep = keep & sample_mask.bool().unsqueeze(-1)
+    return torch.where(keep, token_rewards.to(dtype), torch.zeros((), dtype=dtype, device=token_rewards.device))
 
 
 @register_advantage("reinforce_plus_plus_baseline", uses="scores", grouped=True, options=("group_stats",),

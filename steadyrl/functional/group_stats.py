@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from .rewards import _check_groups, group_mean_std
+from .rewards import check_groups, group_mean_std
 from .stats import masked_mean, masked_var
 
 __all__ = ["GROUP_STATS", "episode_group_mean_std", "leave_episode_out_baseline"]
@@ -35,7 +35,7 @@ GROUP_STATS = ("episode", "sample")
 
 def _layout(scores: torch.Tensor, group_size: int, episode_size: int, counting: str) -> tuple[int, int]:
     """``(groups, episodes per group)``; raises ``ValueError`` naming a bad argument."""
-    groups = _check_groups(scores, group_size)
+    groups = check_groups(scores, group_size)
     if counting not in GROUP_STATS:
         raise ValueError(f"group_stats {counting!r} is not one of {list(GROUP_STATS)}")
     if not isinstance(episode_size, int) or episode_size < 1 or group_size % episode_size:

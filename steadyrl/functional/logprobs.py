@@ -77,7 +77,7 @@ def check_hidden_shapes(hidden, weight, bias, labels) -> torch.Size:
     return lead
 
 
-def _check_temperature(temperature: float) -> None:
+def check_temperature(temperature: float) -> None:
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
 
@@ -255,7 +255,7 @@ def _flatten_logits(logits: torch.Tensor, labels: torch.Tensor | None):
 
 
 def _from_logits(logits, labels, temperature, chunk_size, want_entropy):
-    _check_temperature(temperature)
+    check_temperature(temperature)
     flat, flat_labels, lead = _flatten_logits(logits, labels)
     rows, _ = _tile_shape(flat.shape[0], flat.shape[1], chunk_size, flat.device, whole_rows=True)
     logp, entropy = _FromLogits.apply(flat, flat_labels, float(temperature), rows, want_entropy)
@@ -300,7 +300,7 @@ def entropy_from_logits(
     return _from_logits(logits, None, temperature, chunk_size, True)[1]
 
 
-def _mm_into(out, a, b, first: bool) -> None:
+def mm_into(out, a, b, first: bool) -> None:
     """``out = a @ b`` (``first``) or ``out += a @ b``, ``out`` in the accumulation dtype."""
     if a.dtype == out.dtype:
         if first:
@@ -348,9 +348,9 @@ class _HiddenTiles:
         if grad.dtype != self.w.dtype:  # low-precision weights: the matmuls run in their dtype
             g = self.mm_buf[: grad.numel()].view_as(grad).copy_(grad)
         if self.gh is not None:
-            _mm_into(self.gh[r0:r1], g, self.w[v0:v1], first=v0 == 0)
+            mm_into(self.gh[r0:r1], g, self.w[v0:v1], first=v0 == 0)
         if self.gw is not None:
-            _mm_into(self.gw[v0:v1], g.t(), self.h[r0:r1], first=r0 == 0)
+            mm_into(self.gw[v0:v1], g.t(), self.h[r0:r1], first=r0 == 0)
         if self.gb is not None:
             if r0 == 0:
                 torch.sum(grad, 0, out=self.gb[v0:v1])
@@ -392,7 +392,7 @@ class _FromHidden(torch.autograd.Function):
         return (*grads, None, None, None, None, None)
 
 
-def _compute_dtype(hidden: torch.Tensor) -> torch.dtype:
+def compute_dtype(hidden: torch.Tensor) -> torch.dtype:
     """The matmul dtype: autocast's where it is on (as ``F.linear`` would), else the hidden dtype."""
     device = hidden.device.type
     if torch.is_autocast_enabled(device) and hidden.dtype != torch.float64:
@@ -420,13 +420,13 @@ def logprobs_from_hidden(
 
     Returns ``logp [...]`` float32, or ``(logp, entropy)`` with ``return_entropy=True``.
     """
-    _check_temperature(temperature)
+    check_temperature(temperature)
     lead = check_hidden_shapes(hidden, weight, bias, labels)
     flat_h = hidden.reshape(-1, hidden.shape[-1])
     flat_labels = labels.reshape(-1).long()
     tile = _tile_shape(flat_h.shape[0], weight.shape[0], chunk_size, hidden.device, whole_rows=False)
     logp, entropy = _FromHidden.apply(
-        flat_h, weight, bias, flat_labels, float(temperature), tile, return_entropy, _compute_dtype(hidden)
+        flat_h, weight, bias, flat_labels, float(temperature), tile, return_entropy, compute_dtype(hidden)
     )
     logp = logp.reshape(lead)
     return (logp, entropy.reshape(lead)) if return_entropy else logp

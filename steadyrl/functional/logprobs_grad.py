@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from .logprobs import _check_temperature, _compute_dtype, _mm_into, check_hidden_shapes
+from .logprobs import check_temperature, compute_dtype, mm_into, check_hidden_shapes
 
 __all__ = ["logprobs_from_hidden_rows", "ROW_CHUNK_ELEMENTS"]
 
@@ -155,10 +155,10 @@ def _forward_bases(bases, r0, r1, u, p, y, entropy, ch, want_entropy, mask_inf):
     ``a`` and ``b`` carry the ``1 / tau``)."""
     one = torch.ones_like(entropy)
     g1 = _logit_grad(u, p, y, one, None, entropy, mask_inf)
-    _mm_into(bases[0, r0:r1], ch.matmul_dtype(g1), ch.w, first=True)
+    mm_into(bases[0, r0:r1], ch.matmul_dtype(g1), ch.w, first=True)
     if want_entropy:
         g2 = _logit_grad(u, p, y, torch.zeros_like(one), one, entropy, mask_inf)
-        _mm_into(bases[1, r0:r1], ch.matmul_dtype(g2), ch.w, first=True)
+        mm_into(bases[1, r0:r1], ch.matmul_dtype(g2), ch.w, first=True)
 
 
 def _backward_recompute(hidden, weight, bias, labels, lse, entropy, a, b, args, need):
@@ -178,9 +178,9 @@ def _backward_recompute(hidden, weight, bias, labels, lse, entropy, a, b, args, 
                         mask_inf)
         gm = ch.matmul_dtype(g)
         if gh is not None:
-            _mm_into(gh[r0:r1], gm, ch.w, first=True)
+            mm_into(gh[r0:r1], gm, ch.w, first=True)
         if gw is not None:
-            _mm_into(gw, gm.t(), ch.h[r0:r1], first=False)
+            mm_into(gw, gm.t(), ch.h[r0:r1], first=False)
         if gb is not None:
             gb += g.sum(0)
     return gh, gw, gb
@@ -201,7 +201,7 @@ def logprobs_from_hidden_rows(
     (``None``: ``ROW_CHUNK_ELEMENTS // V`` on the CPU). Never holds more than one ``[chunk_size, V]`` chunk
     (and its float32 copies). Returns ``logp [...]`` float32, or ``(logp, entropy)``.
     """
-    _check_temperature(temperature)
+    check_temperature(temperature)
     lead = check_hidden_shapes(hidden, weight, bias, labels)
     flat_h = hidden.reshape(-1, hidden.shape[-1])
     flat_labels = labels.reshape(-1).long()
@@ -209,6 +209,6 @@ def logprobs_from_hidden_rows(
     grad_on = torch.is_grad_enabled()
     need = tuple(grad_on and x is not None and x.requires_grad for x in (hidden, weight, bias))
     logp, entropy = _FromHiddenRows.apply(flat_h, weight, bias, flat_labels, float(temperature), rows,
-                                          return_entropy, _compute_dtype(hidden), need)
+                                          return_entropy, compute_dtype(hidden), need)
     logp = logp.reshape(lead)
     return (logp, entropy.reshape(lead)) if return_entropy else logp

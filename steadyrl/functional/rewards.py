@@ -49,7 +49,7 @@ def _valid(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return mask if mask.dtype == torch.bool else mask != 0
 
 
-def _check_groups(scores: torch.Tensor, group_size: int) -> int:
+def check_groups(scores: torch.Tensor, group_size: int) -> int:
     if scores.dim() != 1:
         raise ValueError(f"scores must be [B], got shape {tuple(scores.shape)}")
     if group_size < 1:
@@ -91,7 +91,7 @@ def group_mean_std(
 
     A group with one valid sample has std 0 (not NaN); a group with none has mean 0 and std 0.
     """
-    groups = _check_groups(scores, group_size)
+    groups = check_groups(scores, group_size)
     keep = _valid(scores, mask).reshape(groups, group_size)
     s = scores.reshape(groups, group_size)
     mean = masked_mean(s, keep, dim=1)
@@ -122,7 +122,7 @@ def normalize_rewards(
     for name, value in (("mean_type", mean_type), ("std_type", std_type)):
         if value not in NORM_TYPES:
             raise ValueError(f"{name} {value!r} is not one of {NORM_TYPES}")
-    _check_groups(scores, group_size)
+    check_groups(scores, group_size)
     keep = _valid(scores, mask)
     x = scores.to(acc_dtype(scores))
     zero = torch.zeros((), dtype=x.dtype, device=x.device)
@@ -189,7 +189,7 @@ def normalize_rewards_by_domain(
                          "use 'batch', 'group' or 'none'")
     if domains.shape != scores.shape:
         raise ValueError(f"domains shape {tuple(domains.shape)} must equal scores shape {tuple(scores.shape)}")
-    _check_groups(scores, group_size)
+    check_groups(scores, group_size)
     keep = _valid(scores, mask)
     x = scores.to(acc_dtype(scores))
     out, scale = torch.zeros_like(x), torch.zeros_like(x)
@@ -241,7 +241,7 @@ def difficulty_groups(
     """
     if not low < high:
         raise ValueError(f"difficulty mask needs low < high, got low={low}, high={high}")
-    groups = _check_groups(scores, group_size)
+    groups = check_groups(scores, group_size)
     if group_size == 1:
         return torch.ones(groups, dtype=torch.bool, device=scores.device)
     x = scores.detach().to(acc_dtype(scores))
@@ -276,7 +276,7 @@ def group_scores_vary(scores: torch.Tensor, group_size: int, mask: torch.Tensor 
     (no signal). A float mean would not do: three 0.1s have mean 0.10000000000000002, so
     ``score - mean`` is not 0 although the scores are equal.
     """
-    groups = _check_groups(scores, group_size)
+    groups = check_groups(scores, group_size)
     keep = _valid(scores, mask).reshape(groups, group_size)
     s = scores.detach().reshape(groups, group_size)
     inf = torch.full((), float("inf"), dtype=s.dtype, device=s.device)

@@ -7,9 +7,14 @@ Three published selections, each a pure function of ``[B, T]`` tensors and a mas
   the batch's policy-token entropies carry the gradient, ``rho`` in (0, 1]; ``rho = 1`` keeps all.
 * **KL-Cov** (Cui et al., "The Entropy Mechanism of RL for Reasoning LMs", arXiv 2505.22617): the
   ``k = max(1, floor(ratio * N))`` tokens of largest centred covariance
-  ``cov_t = (A_t - mean A) * (logp_t - mean logp)`` get a ``|log r_t|`` penalty.
+  ``cov_t = (A_t - mean A) * (logp_t - mean logp)`` get a ``|log r_t|`` penalty: exactly ``k``, as
+  verl's ``topk`` takes them, also when covariances tie (equal advantages make every one 0).
 * **Clip-Cov** (same paper): ``k`` tokens drawn at random among those with
-  ``lb < cov_t < ub`` lose their gradient.
+  ``lb < cov_t < ub`` lose their gradient (exactly ``k``, or every candidate when fewer).
+
+Exactly ``k`` (:func:`exact_top`): every token strictly beyond the ``k``-th value, and of the tokens
+equal to it the first ``ties`` in row-major order, ``ties = k - #(beyond)``. (verl's ``topk`` picks
+among tied tokens in an order torch leaves unspecified; the count, and so the loss value, are the same.)
 
 The means, the quantile and the top-k are taken over every valid token given. To make a selection
 independent of how a batch is split into micro-batches and data-parallel ranks, the trainer takes
@@ -28,6 +33,7 @@ __all__ = [
     "masked_quantile",
     "top_count",
     "top_count_threshold",
+    "exact_top",
     "high_entropy_mask",
     "token_covariance",
     "kl_cov_select",
@@ -78,6 +84,29 @@ def top_count_threshold(x: torch.Tensor, mask: torch.Tensor, count: int) -> torc
     return torch.topk(values, min(count, values.numel())).values[-1]
 
 
+def exact_top(x: torch.Tensor, mask: torch.Tensor, count: int, threshold: torch.Tensor | float | None = None,
+              ties: int | None = None, *, largest: bool = True) -> torch.Tensor:
+    """``[B, T]`` bool: exactly ``count`` valid finite entries of ``x``, the largest (or smallest)
+    (all of them when there are fewer): those strictly beyond ``threshold`` (``x > threshold``, or
+    ``<`` for the smallest) plus the first ``ties`` entries equal to it, in row-major order.
+
+    Alone, ``threshold`` is the ``count``-th largest (smallest) value and ``ties = count - #beyond``.
+    The trainer passes both, computed over the whole batch and every rank (each rank its own share
+    of the ties), so the selection does not depend on the micro-batch split."""
+    keep = _keep(mask) & torch.isfinite(x)
+    xs = x.to(acc_dtype(x))
+    sign = 1.0 if largest else -1.0
+    if threshold is None:
+        threshold = sign * top_count_threshold(sign * xs, keep, count)
+    threshold = torch.as_tensor(threshold, dtype=xs.dtype, device=xs.device)
+    beyond = keep & ((xs > threshold) if largest else (xs < threshold))
+    tied = keep & (xs == threshold)
+    if ties is None:
+        ties = max(count - int(beyond.sum()), 0)
+    first = tied.reshape(-1).long().cumsum(0).reshape(tied.shape) <= ties
+    return beyond | (tied & first)
+
+
 def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, top_quantile: float,
                       threshold: torch.Tensor | float | None = None) -> torch.Tensor:
     """``[B, T]`` bool: valid tokens whose entropy is ``>=`` the ``1 - top_quantile`` quantile of the
@@ -111,13 +140,11 @@ def token_covariance(advantages: torch.Tensor, logprobs: torch.Tensor, mask: tor
 
 
 def kl_cov_select(cov: torch.Tensor, mask: torch.Tensor, ratio: float,
-                  threshold: torch.Tensor | float | None = None) -> torch.Tensor:
-    """``[B, T]`` bool: the ``max(1, floor(ratio * N))`` valid tokens of largest covariance
-    (``cov >= threshold`` when the global batch's threshold is given; ties may add a few)."""
+                  threshold: torch.Tensor | float | None = None, ties: int | None = None) -> torch.Tensor:
+    """``[B, T]`` bool: exactly ``k = max(1, floor(ratio * N))`` valid tokens of largest covariance
+    (:func:`exact_top`; ``threshold`` and ``ties`` when the global batch's are given)."""
     keep = _keep(mask)
-    if threshold is None:
-        threshold = top_count_threshold(cov, keep, top_count(int(keep.sum()), ratio))
-    return keep & (cov >= threshold)
+    return exact_top(cov, keep, top_count(int(keep.sum()), ratio), threshold, ties)
 
 
 def clip_cov_candidates(cov: torch.Tensor, mask: torch.Tensor, lb: float, ub: float) -> torch.Tensor:
@@ -128,12 +155,10 @@ def clip_cov_candidates(cov: torch.Tensor, mask: torch.Tensor, lb: float, ub: fl
 
 
 def random_subset(candidates: torch.Tensor, count: int, keys: torch.Tensor,
-                  threshold: torch.Tensor | float | None = None) -> torch.Tensor:
+                  threshold: torch.Tensor | float | None = None, ties: int | None = None) -> torch.Tensor:
     """``[B, T]`` bool: ``count`` of the ``candidates`` drawn uniformly without replacement, as those
-    with the smallest random ``keys`` (uniform in [0, 1), one per token), or ``keys <= threshold``
-    when the global draw's threshold is given. All candidates when there are fewer than ``count``."""
+    with the smallest random ``keys`` (uniform in [0, 1), one per token; :func:`exact_top`, with the
+    global draw's ``threshold`` and ``ties`` when given). All candidates when there are fewer."""
     if keys.shape != candidates.shape:
         raise ValueError(f"keys {tuple(keys.shape)} must have the candidates' shape {tuple(candidates.shape)}")
-    if threshold is None:
-        threshold = -top_count_threshold(-keys, candidates, count)
-    return candidates & (keys <= threshold)
+    return exact_top(keys, candidates, count, threshold, ties, largest=False)

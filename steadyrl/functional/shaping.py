@@ -59,8 +59,9 @@ def normalize_then_sum(components: torch.Tensor, group_size: int, weights: torch
                        batch_normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """GDPO: ``(A_hat [B], A_k [B, K])`` from ``components [B, K]`` (module docstring).
 
-    ``mask [B, K]`` (or ``[B]``) says where a component was scored (a reward that did not apply, or
-    failed, is left out of its group's statistics and contributes 0); ``weights [K]`` default to 1.
+    ``mask [B, K]`` (or ``[B]``) says where a component was scored (a reward that did not apply is
+    left out of its group's statistics and contributes 0; the trainer passes a sample whose reward
+    failed as invalid, every component False); ``weights [K]`` default to 1.
     A sample with no valid component gets 0. ``batch_normalize=False`` returns the weighted sum."""
     if components.dim() != 2:
         raise ValueError(f"components must be [B, K], got {tuple(components.shape)}")

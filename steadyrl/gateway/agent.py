@@ -19,8 +19,11 @@ reward's, :mod:`steadyrl.sandbox`).
 An episode that raises, returns something that is not a number or None, makes no call, or runs
 past ``rollout.agent_timeout_s`` is failed: left out of the update and counted
 (``rollout/failed_episodes``, ``rollout/agent/errors``, ``rollout/agent/timeouts``); the run goes
-on. A plain function past its time limit cannot be stopped: it is abandoned, and its further calls
-are refused (410), so a client raises there.
+on. An agent that raised because a call to the gateway was answered 5xx (503: no room) or its
+connection failed is told apart (:func:`call_failure`, ``rollout/agent/gateway_errors``): a run that
+stops for want of valid samples then blames the calls, not the reward functions. A plain function
+past its time limit cannot be stopped: it is abandoned, and its further calls are refused (410),
+so a client raises there.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from ..secrets import redact_text
 from ..userfn import SPEC_FORMS, resolve_spec
 from .assemble import assemble, check_reward
 from .record import EpisodeRecord
-from .server import Gateway, ServerLimits
+from .server import HOST, Gateway, ServerLimits
 from .waves import WAVE_WAIT_S, Waves
 
 EXAMPLE = "async def run_episode(row, client) -> float | None"
@@ -195,6 +198,7 @@ class GatewayAgent(AgentBase):
                 e.error = f"the agent ran past rollout.agent_timeout_s = {self.timeout_s:g} s"
             except Exception as err:  # noqa: BLE001 - an agent's failure fails its episode, not the run
                 e.failed, e.error = True, _raised(err)
+                e.call_failure = call_failure(err, f"http://{HOST}:{self.gateway.port}/")
             finally:
                 waves.episode_over(e)
                 if not e.timed_out:  # an abandoned agent may still hold its slot's client: that slot retires
@@ -230,3 +234,53 @@ def _raised(err: Exception) -> str:
     secret the run has read redacted (the agent's own code may quote a key it was given)."""
     trace = "".join(traceback.format_exception(type(err), err, err.__traceback__))
     return redact_text(f"the agent raised {type(err).__name__}: {str(err)[:500]}\n{trace[-MAX_TRACEBACK_CHARS:]}")
+
+
+_CONNECTION_ERRORS = frozenset({"APIConnectionError", "ConnectError", "RemoteProtocolError", "ReadError", "WriteError",
+                                "URLError", "ConnectionError"})
+"""Exception classes (by name: openai's, httpx's, urllib's, requests', the builtin) of a call whose
+connection failed; their timeouts are not (a slow answer is the agent's time limit's business)."""
+_TIMEOUTS = frozenset({"APITimeoutError", "TimeoutException", "Timeout", "TimeoutError"})
+
+
+def call_failure(err: BaseException, gateway_url: str) -> str | None:
+    """How a call of the agent to the gateway failed, if that is why it raised: ``"HTTP 503"`` (any
+    5xx answer) or ``"connection error (ConnectError)"``; None otherwise (a 4xx is the agent's own
+    mistake; an error about another URL is not the gateway's). Looks through ``err``'s causes (an
+    agent's framework may wrap the client's error), 16 deep at most."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen and len(seen) < 16:
+        seen.add(id(err))
+        url = _url(err)
+        if url is None or url.startswith(gateway_url):
+            names = {c.__name__ for c in type(err).__mro__}
+            status = _status(err)
+            if status is not None and 500 <= status <= 599:
+                return f"HTTP {status}"
+            if status is None and names & _CONNECTION_ERRORS and not names & _TIMEOUTS:
+                return f"connection error ({type(err).__name__})"
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _status(err: BaseException) -> int | None:
+    """The HTTP status an exception carries: openai's ``status_code``, urllib's ``code``, a
+    ``response.status_code`` (httpx, requests)."""
+    for value in (getattr(err, "status_code", None), getattr(err, "code", None),
+                  getattr(getattr(err, "response", None), "status_code", None)):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _url(err: BaseException) -> str | None:
+    """The URL the failed call went to, when the exception says (openai, httpx, requests: its
+    ``request.url``; urllib: ``url``)."""
+    try:
+        request = getattr(err, "request", None)  # httpx raises when an exception has no request
+    except RuntimeError:
+        request = None
+    for value in (getattr(request, "url", None), getattr(err, "url", None)):
+        if value is not None:
+            return str(value)
+    return None

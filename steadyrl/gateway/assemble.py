@@ -40,6 +40,7 @@ def _info(e: EpisodeRecord, chain, truncation: str | None) -> EpisodeInfo:
     info.agent_reward = e.reward
     info.agent_calls, info.non_append_calls = e.calls, e.non_append_calls
     info.timed_out, info.off_policy_calls = e.timed_out, e.off_policy_calls
+    info.call_failure = e.call_failure
     return info
 
 

@@ -69,6 +69,7 @@ class EpisodeRecord:
     failed: bool = False
     timed_out: bool = False
     error: str | None = None
+    call_failure: str | None = None  # the agent raised because a call to the gateway failed (agent.call_failure)
     closed: bool = False
     transcript: list[dict] = field(default_factory=list)  # after the row's prompt: the last chat call's, and its answer
 

@@ -13,12 +13,17 @@ handler threads only read and check requests (:func:`~.protocol.parse_request`);
 tokenising and generating happen in the rollout's own thread (:mod:`.waves`), which answers them.
 
 Any local user can connect, so a connection costs little and not for long (:class:`ServerLimits`):
-at most ``max_connections`` are open at once (one more is answered 503 and closed, without a
-thread); a connection waiting for a request is closed after ``idle_timeout_s``; once a request
-line is in, all its headers must arrive within ``header_timeout_s`` and its body within
-``body_timeout_s`` (deadlines, not per-read timeouts: a client sending a byte at a time is cut);
-the key is checked the moment the ``Authorization`` header arrives; headers are capped at
-``max_header_bytes`` (431) and bodies at ``max_body_bytes`` (413).
+at most ``max_connections`` are open at once, ``reserved_connections`` of them only for connections
+that showed the key; a connection that has not shown it lives ``unauthenticated_lifetime_s`` in all,
+and a newcomer pushes the oldest such one out rather than being turned away (:mod:`.slots`: a pile
+of keyless sockets cannot lock the agent out); when every slot is held by authenticated
+connections one more is answered 503 and closed, without a thread. A connection waiting for a
+request is closed after ``idle_timeout_s``; once a request line is in, all its headers must arrive
+within ``header_timeout_s`` and its body within ``body_timeout_s`` (deadlines, not per-read
+timeouts: a client sending a byte at a time is cut); the key is checked the moment the
+``Authorization`` header arrives; headers are capped at ``max_header_bytes`` (431) and bodies at
+``max_body_bytes`` (413). Every refused request (any 4xx or 5xx answer) is answered with
+``Connection: close`` and its connection closed: a refusal never leaves a socket behind.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .protocol import RequestError, error_body, parse_request
+from .slots import Slots, push_out
 
 HOST = "127.0.0.1"
 MAX_BODY_BYTES = 16 * 2**20
@@ -43,15 +49,28 @@ MODEL_NAME = "steadyrl-policy"
 
 @dataclass(frozen=True)
 class ServerLimits:
-    """What one connection may cost the trainer (module docstring): counts, seconds and bytes."""
+    """What one connection may cost the trainer (module docstring): counts, seconds and bytes.
+    ``reserved_connections`` None: half of ``max_connections``."""
 
     max_connections: int = 512
+    reserved_connections: int | None = None
+    unauthenticated_lifetime_s: float = 5.0
     idle_timeout_s: float = 15.0
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
     write_timeout_s: float = 60.0
     max_header_bytes: int = 64 * 2**10
     max_body_bytes: int = MAX_BODY_BYTES
+
+    def __post_init__(self):
+        if self.reserved_connections is None:
+            object.__setattr__(self, "reserved_connections", self.max_connections // 2)
+        if not 0 <= self.reserved_connections < self.max_connections:
+            raise ValueError(f"ServerLimits.reserved_connections = {self.reserved_connections!r}: must be >= 0 and "
+                             f"below max_connections = {self.max_connections!r}")
+        if not self.unauthenticated_lifetime_s > 0:
+            raise ValueError(f"ServerLimits.unauthenticated_lifetime_s = {self.unauthenticated_lifetime_s!r}: "
+                             "must be a number of seconds > 0")
 
     @classmethod
     def for_concurrency(cls, concurrency: int) -> "ServerLimits":
@@ -76,18 +95,20 @@ class _Refused(Exception):
 
 
 class _DeadlineRaw(io.RawIOBase):
-    """The connection's bytes, each read under what is left of ``deadline`` (None: no deadline)."""
+    """The connection's bytes, each read under what is left of ``deadline`` and of ``cutoff`` (the
+    end of a connection's life until it shows the key; None: no limit)."""
 
     def __init__(self, sock):
         super().__init__()
-        self.sock, self.raw, self.deadline = sock, sock.makefile("rb", buffering=0), None
+        self.sock, self.raw, self.deadline, self.cutoff = sock, sock.makefile("rb", buffering=0), None, None
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b) -> int | None:
-        if self.deadline is not None:
-            left = self.deadline - time.monotonic()
+        deadline = self.deadline if self.cutoff is None else min(self.cutoff, self.deadline or self.cutoff)
+        if deadline is not None:
+            left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError("the client did not send its request in time")
             self.sock.settimeout(left)
@@ -142,6 +163,10 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         self.rfile.close()  # the plain reader: replaced by one with deadlines and header checks
         self.rfile = _Reader(self)
+        # not shown the key yet: a short life in all, from its accept (None: pushed out already; it ends)
+        admitted = self.server.slots.admitted_at(self.connection)
+        start = time.monotonic() if admitted is None else admitted
+        self.rfile.raw.cutoff = start + self.server.limits.unauthenticated_lifetime_s
 
     def handle_one_request(self) -> None:
         limits: ServerLimits = self.server.limits
@@ -168,11 +193,23 @@ class _Handler(BaseHTTPRequestHandler):
         if not hmac.compare_digest(key.encode("latin-1", "replace"), self.server.gateway.api_key.encode()):
             raise _Refused(RequestError("missing or wrong API key (Authorization: Bearer <the run's key>)",
                                         status=401, kind="authentication_error"))
+        if self.rfile.raw.cutoff is not None:
+            if not self.server.slots.authenticate(self.connection):  # pushed out while it was reading
+                raise ConnectionAbortedError("the connection was pushed out before it showed the key")
+            self.rfile.raw.cutoff = None
+
+    def _write_timeout(self) -> float:
+        """A connection that has not shown the key gets no more time to be answered than it has left."""
+        cutoff, limit = self.rfile.raw.cutoff, self.server.limits.write_timeout_s
+        return limit if cutoff is None else min(limit, max(cutoff - time.monotonic(), 0.1))
 
     def _send(self, status: int, body: dict) -> None:
-        self.connection.settimeout(self.server.limits.write_timeout_s)
+        """The answer, headers and body in one write; any refusal (status >= 400) closes the connection."""
+        self.connection.settimeout(self._write_timeout())
         data = json.dumps(body).encode()
         self.send_response(status)
+        if status >= 400:
+            self.send_header("Connection", "close")  # sets close_connection: no socket is kept after a refusal
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self._headers_buffer.append(b"\r\n" + data)  # headers and body in one write
@@ -246,17 +283,27 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024  # connections waiting to be accepted: every running episode may connect at once
 
     def __init__(self, address, handler, limits: ServerLimits):
-        self.limits, self.open_connections, self.refused_connections = limits, 0, 0
-        self._count = threading.Lock()
+        self.limits = limits
+        self.slots = Slots(limits.max_connections, limits.reserved_connections)
         super().__init__(address, handler)
 
+    @property
+    def open_connections(self) -> int:
+        """Handler threads alive (a pushed-out connection's until it ends)."""
+        return self.slots.threads
+
+    @property
+    def refused_connections(self) -> int:
+        """Connections answered 503 at once (every slot held by authenticated connections)."""
+        return self.slots.refused
+
     def process_request(self, request, client_address) -> None:
-        """A thread for the connection, or (over ``max_connections``) a 503 and close, at once."""
-        with self._count:
-            full = self.open_connections >= self.limits.max_connections
-            self.open_connections += 0 if full else 1
-            self.refused_connections += 1 if full else 0
-        if full:
+        """A thread for the connection (pushing out the oldest connection that has not shown the
+        key when there is no room, :mod:`.slots`), or a 503 and close, at once."""
+        admitted, pushed_out = self.slots.admit(request)
+        if pushed_out is not None:
+            push_out(pushed_out)
+        if not admitted:
             try:
                 request.setblocking(False)
                 request.send(_BUSY)
@@ -267,18 +314,21 @@ class _Server(ThreadingHTTPServer):
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._release()
+            self.slots.release(request)
             raise
 
     def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._release()
+            self.slots.release(request)
 
-    def _release(self) -> None:
-        with self._count:
-            self.open_connections -= 1
+    def handle_error(self, request, client_address) -> None:
+        """A connection the client dropped, or that was pushed out, ends quietly; anything else is printed."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
 
 class Gateway:

@@ -13,7 +13,7 @@ import torch
 
 from ..functional.mismatch import mismatch_metrics
 from .engine_side import engine_model, weights_match
-from .gap import TOLERANCE, Cause, Preflight, _gap_sum, _Side
+from .gap import TOLERANCE, Cause, Preflight, gap_sum, GapSide
 from .roundtrip import round_trip
 
 FACTORS = ("sampling", "precision", "attention", "padding", "stale_weights")
@@ -27,7 +27,7 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _present(side: _Side) -> dict[str, tuple[str, str, str]]:
+def _present(side: GapSide) -> dict[str, tuple[str, str, str]]:
     """``name -> (title, evidence, change)`` of every factor where the engine differs from the trainer."""
     spec, cfg, out = side.spec, side.config, {}
     if spec.truncates:
@@ -60,7 +60,7 @@ def _present(side: _Side) -> dict[str, tuple[str, str, str]]:
     return out
 
 
-def _gap_with(side: _Side, kept: set[str], n: int) -> float:
+def _gap_with(side: GapSide, kept: set[str], n: int) -> float:
     """G of an engine that keeps the factors in ``kept`` and matches the trainer in the others."""
     spec, trainer = side.spec, side.trainer
     sub = spec.with_(top_k=spec.top_k if "sampling" in kept else 0, top_p=spec.top_p if "sampling" in kept else 1.0,
@@ -68,10 +68,10 @@ def _gap_with(side: _Side, kept: set[str], n: int) -> float:
                      attn=spec.attn if "attention" in kept else getattr(trainer.config, "_attn_implementation", None),
                      padding_side=spec.padding_side if "padding" in kept else "left")
     source = side.weights if "stale_weights" in kept and side.weights is not None else trainer
-    return _gap_sum(side, engine_model(source, sub), sub)[0] / max(n, 1)
+    return gap_sum(side, engine_model(source, sub), sub)[0] / max(n, 1)
 
 
-def _round_trip_cause(side: _Side) -> tuple[Cause | None, str]:
+def _round_trip_cause(side: GapSide) -> tuple[Cause | None, str]:
     from ..rollout import eos_token_ids
 
     eos = set(eos_token_ids(side.tokenizer, side.trainer))
@@ -117,7 +117,7 @@ def shapley_gaps(names: list[str], value: Callable[[frozenset], float]) -> dict[
     return out
 
 
-def _factor_causes(side: _Side, present: dict, baseline: float, n: int, tolerance: float):
+def _factor_causes(side: GapSide, present: dict, baseline: float, n: int, tolerance: float):
     """``(causes, ruled out, matched)``: each present factor's signed Shapley gap (module formula)."""
     names = list(present)
     game = {frozenset(names): baseline}
@@ -138,11 +138,11 @@ def _factor_causes(side: _Side, present: dict, baseline: float, n: int, toleranc
     return causes, [f"{c.title.lower()} ({c.gap:.2g} per token)" for c in ruled_out], matched
 
 
-def attribute(side: _Side, tolerance: float = TOLERANCE, setup: str = "") -> Preflight:
+def attribute(side: GapSide, tolerance: float = TOLERANCE, setup: str = "") -> Preflight:
     """Measure, attribute and rank (formula: :mod:`.gap`)."""
-    total, n = _gap_sum(side, side.engine, side.spec)
+    total, n = gap_sum(side, side.engine, side.spec)
     baseline = total / max(n, 1)
-    shown_total, _ = _gap_sum(side, side.engine, side.spec, reported=True)
+    shown_total, _ = gap_sum(side, side.engine, side.spec, reported=True)
     present = _present(side)
     names = set(present)
     causes, ruled_out, matched = _factor_causes(side, present, baseline, n, tolerance)
@@ -172,7 +172,7 @@ def attribute(side: _Side, tolerance: float = TOLERANCE, setup: str = "") -> Pre
                      causes=causes, ruled_out=ruled_out, tolerance=tolerance)
 
 
-def _metrics(side: _Side) -> dict[str, float]:
+def _metrics(side: GapSide) -> dict[str, float]:
     """:func:`~steadyrl.functional.mismatch_metrics` of the engine's reported log-probs against the
     trainer's over every sampled token (all batches together)."""
     from .engine_side import behaviour_logprobs

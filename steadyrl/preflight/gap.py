@@ -68,7 +68,7 @@ class Preflight:
 
 
 @dataclass
-class _Side:
+class GapSide:
     """What the pre-flight built: the trainer's model, the engine's copy and spec, the samples."""
 
     config: Config
@@ -124,7 +124,7 @@ def _prompts(config: Config, tokenizer, count: int, processor=None):
 
 
 def build_side(config: Config, *, batches: int, prompts: int, engine: dict | None = None,
-               engine_weights: torch.nn.Module | None = None) -> _Side:
+               engine_weights: torch.nn.Module | None = None) -> GapSide:
     """Load and sample as the run would; ``engine`` changes the engine's spec (tests inject causes with
     it), ``engine_weights`` gives the engine other weights than the trainer's (stale)."""
     from ..assembly.prompts import build_processor, build_tokenizer
@@ -161,10 +161,10 @@ def build_side(config: Config, *, batches: int, prompts: int, engine: dict | Non
         gens.append(gen)
         logprobs.append(lp.float().cpu())
         rows += [c for c in chats[b: b + prompts] for _ in range(ro.group_size)]
-    return _Side(config, tokenizer, trainer, copy, spec, gens, rows, logprobs, engine_weights, processor)
+    return GapSide(config, tokenizer, trainer, copy, spec, gens, rows, logprobs, engine_weights, processor)
 
 
-def _gap_sum(side: _Side, model, spec: EngineSpec, *, reported: bool = False) -> tuple[float, int]:
+def gap_sum(side: GapSide, model, spec: EngineSpec, *, reported: bool = False) -> tuple[float, int]:
     """``(sum |log-ratio|, tokens)`` of the engine (``model``, ``spec``) against the trainer."""
     from .engine_side import gap
 
@@ -177,7 +177,7 @@ def _gap_sum(side: _Side, model, spec: EngineSpec, *, reported: bool = False) ->
     return total, n
 
 
-def reward_check(side: _Side) -> tuple[list[str], list[str]]:
+def reward_check(side: GapSide) -> tuple[list[str], list[str]]:
     """The run's rewards on the pre-flight's sampled batches, scored as the run scores them (its data
     rows' columns, its reward specs, the dry call before step 1): ``(problems, lines)``, a problem
     for each reward that failed on every sample (it would fail every sample of every step) with its

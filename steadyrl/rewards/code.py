@@ -44,7 +44,7 @@ from .code_asserts import Opaque, decode
 from .code_jobs import as_json, failure, job_cases, judge_assert
 from .code_tests import TestsError, extract_program, parse_tests, stdout_matches, value_matches
 from .registry import register_reward
-from .runners import default_isolation
+from .isolation import default_isolation
 
 __all__ = ["CodeReward", "code_reward"]
 ISOLATION_LEVELS = {0: "no namespaces: the limits per process, the scrubbed environment and the kill only",

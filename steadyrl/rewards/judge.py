@@ -31,124 +31,16 @@ and the reason is counted (``reward/llm_judge/failures/<reason>``).
 
 from __future__ import annotations
 
-import re
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ConfigError
 from .cached import DEFAULT_CACHE_SIZE, CachedReward
 from .http_client import RequestFailed, api_key_from_env, check_reachable, checked_url, post_json
 from .registry import register_reward
-from .reward_model import message_text
 from .rubric import Rubric
+from .judge_base import DEFAULT_TEMPLATE, RUBRIC_TEMPLATE, JudgeBase, ScoreParser, fill_template  # noqa: F401
 
 __all__ = ["ScoreParser", "fill_template", "HttpJudge", "llm_judge", "DEFAULT_TEMPLATE", "RUBRIC_TEMPLATE"]
-DEFAULT_TEMPLATE = (
-    "Rate how well the response answers the question, from 0 (wrong or useless) to 10 (correct and "
-    "complete).\n\nQuestion:\n{prompt}\n\nReference answer:\n{answer}\n\nResponse:\n{completion}\n\n"
-    "Reply with the rating only, as a number."
-)
-RUBRIC_TEMPLATE = (
-    "Judge whether the response meets one criterion.\n\nQuestion:\n{prompt}\n\nResponse:\n{completion}\n\n"
-    "Criterion:\n{criterion}\n\nDoes the response meet the criterion? Reply with PASS or FAIL only."
-)
-_PLACEHOLDER = re.compile(r"\{(prompt|completion|answer|criterion)\}")
-_NUMBER = r"(-?\d+(?:\.\d+)?)"
-
-
-def fill_template(template: str, prompt, completion, answer, criterion: str | None = None) -> str:
-    """``template`` with ``{prompt}``, ``{completion}``, ``{answer}`` (and ``{criterion}`` when given)
-    replaced, in one pass: a value holding a placeholder is not filled again."""
-    values = {"prompt": message_text(prompt), "completion": message_text(completion), "answer": str(answer),
-              "criterion": "{criterion}" if criterion is None else criterion}
-    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
-
-
-class ScoreParser:
-    """A judge's reply -> score (module docstring); :meth:`parse` raises ``RequestFailed`` with
-    reason ``parse`` or ``out_of_range``."""
-
-    def __init__(self, pattern: str | None, min_score: float, max_score: float, scale: bool):
-        # types and max_score > min_score: steadyrl.config.reward_options.LlmJudgeOptions
-        self.min, self.max = float(min_score), float(max_score)
-        self.scale, self.last_number = bool(scale), pattern is None
-        try:
-            self.regex = re.compile(pattern or _NUMBER, re.DOTALL)
-        except re.error as err:
-            raise ConfigError(f"llm_judge reward: option pattern={pattern!r} is not a valid regular expression "
-                              f"({err})") from None
-        if self.regex.groups != 1:
-            raise ConfigError(f"llm_judge reward: option pattern={pattern!r} must have exactly one group (the "
-                              f"number), it has {self.regex.groups}")
-
-    def parse(self, reply: str) -> float:
-        found = self.regex.findall(reply)
-        if not found:
-            raise RequestFailed("parse", f"no score in the judge's reply {reply[:80]!r}")
-        text = found[-1] if self.last_number else found[0]
-        try:
-            x = float(text)
-        except ValueError:
-            raise RequestFailed("parse", f"the pattern's group {text!r} is not a number") from None
-        if not self.min <= x <= self.max:
-            raise RequestFailed("out_of_range", f"score {x:g} is outside [{self.min:g}, {self.max:g}]")
-        return (x - self.min) / (self.max - self.min) if self.scale else x
-
-
-class JudgeBase:
-    """What both backends share: the template, the parser, and the per-sample judge messages."""
-
-    def setup_judge(self, template: str, parser: ScoreParser, system_prompt: str | None, answer_key: str,
-                    rubric: Rubric | None = None, rubric_template: str = RUBRIC_TEMPLATE):
-        if rubric is not None:
-            if not isinstance(rubric_template, str) or not all(
-                    key in rubric_template for key in ("{completion}", "{criterion}")):
-                raise ConfigError("llm_judge reward: option rubric_template must be a string containing "
-                                  "{completion} and {criterion} (and usually {prompt})")
-            template = rubric_template
-        elif not isinstance(template, str) or "{completion}" not in template:
-            raise ConfigError("llm_judge reward: option template must be a string containing {completion} "
-                              "(and usually {prompt}, {answer})")
-        self.template, self.parser, self.system_prompt, self.rubric = template, parser, system_prompt, rubric
-        self.needs_answer = "{answer}" in template
-        wanted = (answer_key,) if self.needs_answer else ()
-        self.reads_columns = wanted + ((rubric.key,) if rubric is not None and rubric.key else ())
-
-    def messages(self, prompt, completion, answer, criterion: str | None = None) -> list[dict]:
-        if answer is None and self.needs_answer:
-            raise RequestFailed("no_answer", "the template asks for {answer} and the sample has none")
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        text = fill_template(self.template, prompt, completion, answer, criterion)
-        return system + [{"role": "user", "content": text}]
-
-    def score_rubric(self, prompts: list, completions: list, columns: dict, ask) -> list:
-        """Rubric mode: every (row, criterion) question asked at once through ``ask(list of messages)
-        -> list of reply texts or RequestFailed``, then each row's weighted score."""
-        answers = columns.get(self.answer_key) or [None] * len(completions)
-        scores: list = [None] * len(completions)
-        rows, questions = [], []
-        for i, (p, c, a) in enumerate(zip(prompts, completions, answers)):
-            try:
-                criteria = self.rubric.criteria_of(columns, i)
-                asked = [self.messages(p, c, a, text) for text, _ in criteria]
-            except RequestFailed as err:
-                self.count_failure(err.reason)
-                continue
-            rows.append((i, criteria, len(questions)))
-            questions.extend(asked)
-        replies = ask(questions) if questions else []
-        for i, criteria, start in rows:
-            try:
-                scores[i] = self.rubric.combine(criteria, replies[start:start + len(criteria)])
-            except RequestFailed as err:
-                self.count_failure(err.reason)
-        return scores
-
-    def metrics(self) -> dict[str, float]:
-        """The cached reward's metrics, and in rubric mode the criteria's pass rates."""
-        out = super().metrics()
-        return out if self.rubric is None else {**out, **self.rubric.metrics()}
-
-
 class HttpJudge(JudgeBase, CachedReward):
     """``llm_judge`` with ``backend: openai``: one chat-completions request per sample."""
 

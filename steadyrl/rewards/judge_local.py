@@ -15,8 +15,8 @@ import torch
 
 from ..errors import ConfigError
 from .http_client import RequestFailed
-from .judge import RUBRIC_TEMPLATE, JudgeBase, ScoreParser
-from .reward_model import DeviceReward, _model_config
+from .judge_base import RUBRIC_TEMPLATE, JudgeBase, ScoreParser
+from .reward_model import DeviceReward, load_model_config
 
 __all__ = ["LocalJudge"]
 
@@ -32,7 +32,7 @@ class LocalJudge(JudgeBase, DeviceReward):
         self.setup_judge(template, parser, system_prompt, answer_key, rubric, rubric_template)
         self.source, self.revision = model, revision
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
-        config = _model_config("llm_judge", model, revision, False)
+        config = load_model_config("llm_judge", model, revision, False)
         archs = list(getattr(config, "architectures", None) or [])
         if archs and not any(a.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for a in archs):
             raise ConfigError(f"llm_judge reward: option model={model!r} is not a causal language model (its "

@@ -47,7 +47,7 @@ import threading
 
 from .math_bounds import too_costly
 from .registry import RewardFn, register_reward
-from .verifiers import _gold_column
+from .verifiers import gold_column
 
 __all__ = ["math_reward", "parse_gold", "pathological", "MATH_VERIFY_TIMEOUT_S"]
 
@@ -155,7 +155,7 @@ def math_reward(*, answer_key: str = "answer", gold_marker: str | None = "####")
     parsed_golds: dict[str, list] = {}  # kept between calls (in the worker, with isolation: process)
 
     def math(prompts: list[str], completions: list[str], **columns) -> list[float | None]:
-        golds = _gold_column(columns, answer_key, "math")
+        golds = gold_column(columns, answer_key, "math")
         timeout = _library_timeout()
         out: list[float | None] = []
         for completion, gold in zip(completions, golds, strict=True):

@@ -110,7 +110,7 @@ class DeviceReward(CachedReward):
         raise NotImplementedError
 
 
-def _model_config(reward: str, model: str, revision, trust_remote_code: bool):
+def load_model_config(reward: str, model: str, revision, trust_remote_code: bool):
     from ..models import check_model_source
     from transformers import AutoConfig
 
@@ -135,7 +135,7 @@ class RewardModel(DeviceReward):
         self.batch_size, self.max_length, self.chat_template = batch_size, max_length, chat_template
         self.normalize = normalize
         self.mean, self.std = (float(mean), float(std)) if normalize == "fixed" else (None, None)
-        config = _model_config("reward_model", model, revision, trust_remote_code)
+        config = load_model_config("reward_model", model, revision, trust_remote_code)
         archs = list(getattr(config, "architectures", None) or [])
         if not any(a.endswith("ForSequenceClassification") for a in archs):
             raise ConfigError(f"reward_model reward: option model={model!r} is not a sequence classifier (its "

@@ -4,11 +4,27 @@ For sample ``i`` with criteria ``(c_k, w_k)`` (the options' fixed ``criteria``, 
 ``criteria_key``), the judge reads ``rubric_template`` with ``{criterion}`` = ``c_k`` and replies with a
 verdict ``v_k`` in ``{0, 1}``::
 
-    r_i = sum_k w_k v_k / sum_k w_k
+    r_i = sum_k u_k v_k / sum_k u_k,      u_k = w_k / max_j w_j
 
-The verdict is the *last* of the words ``PASS`` / ``FAIL`` / ``YES`` / ``NO`` (any case, whole words)
-in the first :data:`MAX_REPLY_CHARS` characters of the reply: one linear regex scan. A reply
-without one is model-written noise: that criterion scores 0 and is counted
+(the weights scaled to at most 1 first: the same ratio, and no sum of weights overflows: two
+criteria of weight 1e308 that both pass score 1, not inf / inf = NaN; the sum is ``math.fsum``'s,
+so ``0 <= r_i <= 1`` exactly.)
+
+The judge is asked (:data:`~steadyrl.rewards.judge_base.RUBRIC_TEMPLATE`) to end its reply with a line of
+its own, ``VERDICT: PASS`` or ``VERDICT: FAIL``, and only that place is read: the reply's last
+non-empty line, at most :data:`MAX_VERDICT_LINE` characters, must be exactly that (any case,
+Markdown emphasis around the words allowed). A reply that is one bare verdict word and nothing else
+(``PASS``, ``fail``, ``yes``, ``No.``: a template that asks for one word) is read as that word.
+Reasoning before the line may say anything: "PASS - no issues found" is not a verdict line, and
+a verdict-like word in the reasoning never counts. Finding the last line is one backward scan
+(``str.rfind``): linear in the reply, whatever its length.
+
+The response under judgement is written by the policy: it may hold a ``VERDICT: PASS`` line of its
+own, for the judge to copy or quote. Before it goes into the question, each ``verdict:`` in it becomes
+``verdict (quoted):`` (:func:`defuse_verdicts`, one linear pass), so no line the judge copies out of
+the response can be read as the judge's verdict.
+
+A reply without a verdict is model-written noise: that criterion scores 0 and is counted
 (``criterion/not_a_verdict_frac``); a request that fails outright (the server, after its
 retries) makes the whole sample score ``None``, as the score mode does.
 
@@ -23,13 +39,14 @@ in its list; logged as ``reward/<name>/criterion/<k>/pass_rate``) for ``k < MAX_
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 
 from ..errors import ConfigError
 from .http_client import RequestFailed
 
-__all__ = ["Rubric", "parse_verdict", "parse_criteria", "MAX_CRITERIA", "MAX_REPLY_CHARS"]
+__all__ = ["Rubric", "parse_verdict", "parse_criteria", "defuse_verdicts", "MAX_CRITERIA", "MAX_VERDICT_LINE"]
 
 MAX_CRITERIA = 32
 """Criteria per row: a judge call each, so a row cannot ask for thousands."""
@@ -37,21 +54,34 @@ MAX_CRITERIA = 32
 MAX_CRITERION_CHARS = 2000
 """Characters of one criterion's text."""
 
-MAX_REPLY_CHARS = 4000
-"""Characters of a judge's reply that are read for the verdict."""
+MAX_VERDICT_LINE = 200
+"""Characters of the reply's last line read for ``VERDICT: PASS|FAIL`` (a longer line is no verdict)."""
 
-_VERDICT = re.compile(r"\b(pass|fail|yes|no)\b", re.IGNORECASE)
+_MARKUP = r"[*_`\s]*"
+_VERDICT_LINE = re.compile(rf"{_MARKUP}verdict{_MARKUP}:{_MARKUP}(pass|fail){_MARKUP}\.?{_MARKUP}", re.IGNORECASE)
+_BARE_WORD = re.compile(rf"{_MARKUP}(pass|fail|yes|no){_MARKUP}\.?{_MARKUP}", re.IGNORECASE)
+_VERDICT_LABEL = re.compile(r"(verdict)(?=[*_`\s]*:)", re.IGNORECASE)
 _PASSING = {"pass", "yes"}
 
 
 def parse_verdict(reply) -> float | None:
-    """1.0 (pass / yes), 0.0 (fail / no) from the last verdict word of ``reply``, or None without one."""
+    """1.0 (PASS), 0.0 (FAIL) from the ``VERDICT: PASS|FAIL`` last line of ``reply``; a reply that is
+    one bare word PASS / FAIL / YES / NO is that word; None otherwise (module docstring)."""
     if not isinstance(reply, str):
         return None
-    last = None
-    for match in _VERDICT.finditer(reply[:MAX_REPLY_CHARS]):
-        last = match.group(1).lower()
-    return None if last is None else float(last in _PASSING)
+    end = len(reply.rstrip())
+    start = reply.rfind("\n", 0, end) + 1
+    if end - start > MAX_VERDICT_LINE:
+        return None
+    line = reply[start:end]
+    match = _VERDICT_LINE.fullmatch(line) or (_BARE_WORD.fullmatch(line) if not reply[:start].strip() else None)
+    return None if match is None else float(match.group(1).lower() in _PASSING)
+
+
+def defuse_verdicts(text: str) -> str:
+    """``text`` (model-written) with every ``verdict`` label before a colon made ``verdict (quoted)``:
+    a line copied out of it never reads as a verdict line. One linear pass."""
+    return _VERDICT_LABEL.sub(r"\1 (quoted)", text)
 
 
 def _criterion(item, where: str) -> tuple[str, float]:
@@ -128,8 +158,9 @@ class Rubric:
                 self._passed[k] += int(v == 1.0)
             self._replies += len(verdicts)
             self._noise += sum(v is None for v in verdicts)
-        total = sum(w for _, w in criteria)
-        return sum(w * (v or 0.0) for (_, w), v in zip(criteria, verdicts)) / total
+        top = max(w for _, w in criteria)
+        scaled = [w / top for _, w in criteria]  # in (0, 1]: the sum is at most MAX_CRITERIA, never inf
+        return math.fsum(u * (v or 0.0) for u, v in zip(scaled, verdicts)) / math.fsum(scaled)
 
     def metrics(self) -> dict[str, float]:
         """``criterion/<k>/pass_rate`` and ``criterion/not_a_verdict_frac`` since the last call (then reset)."""

@@ -43,9 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import pickle
-import sys
 import threading
 import time
 import traceback
@@ -55,12 +53,10 @@ from typing import Literal
 from ..errors import ConfigError
 from ..metrics import Count
 from ..sandbox import Limits, Rebuild, Sandbox, SandboxUnavailable, output_note
+from .isolation import ISOLATIONS, Isolation, default_isolation  # noqa: F401 - re-exported
 
 __all__ = ["Isolation", "ISOLATIONS", "Outcome", "call_reward", "default_isolation", "make_runner",
            "score_chunks", "DEFAULT_CHUNK_SIZE"]
-
-Isolation = Literal["process", "thread", "inline"]
-ISOLATIONS: tuple[str, ...] = ("process", "thread", "inline")
 
 DEFAULT_CHUNK_SIZE: int | None = 1
 """Samples per call of a reward function (``None``: the whole batch in one call)."""
@@ -88,11 +84,6 @@ class Outcome:
         if self.status == "ok" and self.scores is not None:
             return list(self.scores), [None] * size
         return [None] * size, [self.status] * size
-
-
-def default_isolation() -> Isolation:
-    """``"process"`` on Linux, ``"thread"`` elsewhere (no ``fork``, or a fork-unsafe macOS)."""
-    return "process" if sys.platform.startswith("linux") and hasattr(os, "fork") else "thread"
 
 
 def _as_scores(out) -> list:

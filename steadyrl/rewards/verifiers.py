@@ -37,7 +37,7 @@ TRAILING_PUNCTUATION = ".,;:!?。"
 """Characters ``normalize_answer`` strips from the end of an answer."""
 
 
-def _gold_column(columns: dict, answer_key: str, reward: str) -> list:
+def gold_column(columns: dict, answer_key: str, reward: str) -> list:
     if answer_key not in columns:
         raise KeyError(
             f"the {reward} reward reads the gold answer from column {answer_key!r}, "
@@ -91,7 +91,7 @@ def _match_reward(reward: str, answer_key: str, marker: str | None, last_line: b
     _check_extraction(reward, marker, last_line)
 
     def score(prompts: list[str], completions: list[str], **columns) -> list[float | None]:
-        golds = _gold_column(columns, answer_key, reward)
+        golds = gold_column(columns, answer_key, reward)
         out: list[float | None] = []
         for completion, gold in zip(completions, golds, strict=True):
             gold = _gold_answer(gold, marker)

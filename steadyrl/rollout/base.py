@@ -156,6 +156,7 @@ class EpisodeInfo:
     non_append_calls: int = 0  # calls that extended no earlier call's context
     off_policy_calls: int = 0  # calls sampled with a temperature / top-p other than the run's
     timed_out: bool = False
+    call_failure: str | None = None  # why the agent's call to the gateway failed ("HTTP 503", "connection error (...)")
 
 
 def response_mask_from_ids(

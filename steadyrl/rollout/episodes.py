@@ -383,6 +383,7 @@ def episode_metrics(episodes: list[EpisodeInfo] | None, tool_names: list[str] = 
             "rollout/agent/off_policy_calls": float(sum(e.off_policy_calls for e in episodes)),
             "rollout/agent/timeouts": float(sum(e.timed_out for e in episodes)),
             "rollout/agent/errors": float(sum(e.failed and not e.timed_out for e in episodes)),
+            "rollout/agent/gateway_errors": float(sum(e.call_failure is not None for e in episodes)),
         })
     return metrics
 

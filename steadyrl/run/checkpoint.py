@@ -33,7 +33,7 @@ import torch
 from ..files import first_link
 from ..files import fsync_dir as _fsync_dir
 from ..errors import ConfigError
-from ..model_files import share_like_the_config
+from ..model_files import shard_names, share_like_the_config
 from ..models import safetensors_problem
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)$")
@@ -167,7 +167,11 @@ def read_model_weights(directory: Path) -> dict[str, torch.Tensor]:
 
     state: dict[str, torch.Tensor] = {}
     index = directory / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    try:
+        files = shard_names(index) if index.is_file() else ["model.safetensors"]
+    except ValueError as err:  # a name outside the checkpoint ('..', absolute): refused, never joined
+        raise ConfigError(f"checkpoint {err}; resume from another checkpoint (delete this one) or start a new "
+                          "run") from None
     for name in files:
         problem = safetensors_problem(directory / name) if (directory / name).is_file() else "it is missing"
         if problem:  # a damaged file is named, not a traceback from the reader

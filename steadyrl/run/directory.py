@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 
 from ..config import config_to_dict
+from ..config.advice import user_written
+from ..config.inert import marker_line
 from ..config.loading import dump_config, get_dotted, read_yaml
 from ..config.schema import Config
 from ..errors import ConfigError
@@ -243,8 +245,10 @@ def with_hash_line(text: str) -> str:
 
 
 def write_run_config(config: Config, output_dir: Path) -> None:
-    """``config.yaml``: the config (secrets redacted), then the hash line, written atomically."""
-    atomic_write_text(output_dir / "config.yaml", with_hash_line(dump_config(config)))
+    """``config.yaml``: the line naming the keys the user wrote (a ``--resume`` notes only those:
+    :mod:`steadyrl.config.inert`), the config (secrets redacted), then the hash line, atomically."""
+    text = marker_line(user_written(config)) + dump_config(config)
+    atomic_write_text(output_dir / "config.yaml", with_hash_line(text))
 
 
 def check_saved_config(output_dir: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,6 +68,8 @@ def report_step(run: Run, step: int, metrics: dict, extras: dict, shown: set[str
         if text and name not in shown:
             shown.add(name)
             what = _FAILING.get(name, f"reward function {name!r} failed on some samples")
+            cause = gateway_cause(extras.get("episodes")) if name == "agent" else None
+            what += f": {cause}" if cause else ""
             notes.append(f"{what} (shown once):\n{text}")
     skipped = run.state.skipped_steps - skipped_before
     if skipped:
@@ -85,15 +88,38 @@ def report_step(run: Run, step: int, metrics: dict, extras: dict, shown: set[str
             print(f"steadyrl: {printable(redact_text(note))}", flush=True)
 
 
+def gateway_cause(episodes) -> str | None:
+    """``"35 of 35 episodes ended because ... (HTTP 503 x35)"`` when agents raised because their calls
+    to the gateway failed (:func:`steadyrl.gateway.agent.call_failure`); None when none did."""
+    failures = [e.call_failure for e in episodes or () if e.call_failure]
+    if not failures:
+        return None
+    kinds = ", ".join(f"{kind} x{n}" for kind, n in Counter(failures).most_common(3))
+    return (f"{len(failures)} of {len(episodes)} episodes ended because the agent's calls to the gateway were refused "
+            f"or failed ({kinds})")
+
+
 def count_empty(run: Run, extras: dict) -> None:
     """Steps in a row where no sample of any rank had a valid reward (every one failed a reward
-    function): such a step trains on nothing, and a run of them would do so forever."""
+    function, or its agent's calls to the gateway failed: ``empty_cause``): such a step trains on
+    nothing, and a run of them would do so forever."""
     empty = not bool(extras["result"].valid.any())
     run.state.consecutive_empty = run.state.consecutive_empty + 1 if empty else 0
+    run.state.empty_cause = gateway_cause(extras.get("episodes")) if empty else None
 
 
 def halt_if_stuck(run: Run, step: int) -> None:
     limit = run.config.trainer.max_consecutive_skips
+    if run.state.consecutive_empty >= limit and run.state.empty_cause:
+        path = save(run, step)
+        raise TrainingHalted(
+            f"{limit} steps in a row had no sample with a valid reward (last at step {step}): the gateway refused "
+            f"or failed the agent's calls ({run.state.empty_cause}), so those episodes never reached the reward "
+            "functions. HTTP 503 means the gateway had no free connection (another local process holding its "
+            "connections, or an agent opening more than rollout.agent_concurrency needs); connection errors mean "
+            "it closed or dropped them. The first agent traceback is printed above; rollout/agent/gateway_errors "
+            f"counts them. The state is saved in {path}. See the gateway's limits in docs/environments.md, then "
+            "--resume.")
     if run.state.consecutive_empty >= limit:
         path = save(run, step)
         raise TrainingHalted(

@@ -12,34 +12,59 @@ for a text row; :mod:`steadyrl.vlm_inputs`): every row selection takes them with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
 from ..rollout import Generation
 
 
+SEQUENCE, RESPONSE, ROW, ITEMS = "sequence", "response", "row", "items"
+"""How a :class:`TrainBatch` field is laid out: ``[B, P + R]`` over prompt and response, ``[B, R]``
+per response token, ``[B]`` per row, or a list with one item per row. Every field declares one
+(:func:`batch_field`); row selection, moving and trimming (:func:`~.packing.trim`) go over the
+fields by their layout, so a new per-token field is narrowed with the others, never forgotten."""
+
+LAYOUTS = (SEQUENCE, RESPONSE, ROW, ITEMS)
+
+
+def batch_field(layout: str, *, optional: bool = True):
+    """A :class:`TrainBatch` field of ``layout`` (None by default when ``optional``)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r} is not one of {LAYOUTS}")
+    meta = {"layout": layout}
+    return field(default=None, metadata=meta) if optional else field(metadata=meta)
+
+
+def layout_of(f) -> str:
+    """The declared layout of a :class:`TrainBatch` field (a field without one is a bug, refused)."""
+    layout = f.metadata.get("layout")
+    if layout not in LAYOUTS:
+        raise TypeError(f"TrainBatch field {f.name!r} declares no layout (batch_field(...) with one of {LAYOUTS})")
+    return layout
+
+
 @dataclass
 class TrainBatch:
-    input_ids: torch.Tensor  # [B, P+R]
-    attention_mask: torch.Tensor  # [B, P+R]
-    position_ids: torch.Tensor  # [B, P+R]
-    response_ids: torch.Tensor  # [B, R]
-    response_mask: torch.Tensor  # [B, R] attended to: turns and observations
-    policy_mask: torch.Tensor | None = None  # [B, R] sampled by the policy (None = response_mask)
-    loss_mask: torch.Tensor | None = None  # [B, R]: policy_mask with excluded samples zeroed
-    old_logprobs: torch.Tensor | None = None
-    ref_logprobs: torch.Tensor | None = None
-    teacher_logprobs: torch.Tensor | None = None  # [B, R] on-policy distillation's teacher (teacher.*)
-    rollout_logprobs: torch.Tensor | None = None
-    values: torch.Tensor | None = None
-    advantages: torch.Tensor | None = None
-    returns: torch.Tensor | None = None
-    sample_weights: torch.Tensor | None = None  # [B]
-    old_entropy: torch.Tensor | None = None  # [B, R] the old pass's entropies (top_entropy_quantile)
-    token_weights: torch.Tensor | None = None  # [B, R] the entropy selection of the mini-batch (1 / 0)
-    selected: torch.Tensor | None = None  # [B, R] bool: the covariance selection (kl_cov / clip_cov)
-    image_inputs: list[dict | None] | None = None  # a VLM's image inputs per row (None: no row has images)
+    input_ids: torch.Tensor = batch_field(SEQUENCE, optional=False)  # [B, P+R]
+    attention_mask: torch.Tensor = batch_field(SEQUENCE, optional=False)  # [B, P+R]
+    position_ids: torch.Tensor = batch_field(SEQUENCE, optional=False)  # [B, P+R]
+    response_ids: torch.Tensor = batch_field(RESPONSE, optional=False)  # [B, R]
+    response_mask: torch.Tensor = batch_field(RESPONSE, optional=False)  # [B, R] attended to: turns and observations
+    policy_mask: torch.Tensor | None = batch_field(RESPONSE)  # [B, R] sampled by the policy (None = response_mask)
+    loss_mask: torch.Tensor | None = batch_field(RESPONSE)  # [B, R]: policy_mask with excluded samples zeroed
+    old_logprobs: torch.Tensor | None = batch_field(RESPONSE)
+    ref_logprobs: torch.Tensor | None = batch_field(RESPONSE)
+    teacher_logprobs: torch.Tensor | None = batch_field(RESPONSE)  # [B, R] on-policy distillation's teacher
+    rollout_logprobs: torch.Tensor | None = batch_field(RESPONSE)
+    values: torch.Tensor | None = batch_field(RESPONSE)
+    advantages: torch.Tensor | None = batch_field(RESPONSE)
+    returns: torch.Tensor | None = batch_field(RESPONSE)
+    sample_weights: torch.Tensor | None = batch_field(ROW)  # [B]
+    old_entropy: torch.Tensor | None = batch_field(RESPONSE)  # [B, R] the old pass's entropies (top_entropy_quantile)
+    token_weights: torch.Tensor | None = batch_field(RESPONSE)  # [B, R] the entropy selection (1 / 0)
+    selected: torch.Tensor | None = batch_field(RESPONSE)  # [B, R] bool: the covariance selection (kl_cov / clip_cov)
+    image_inputs: list[dict | None] | None = batch_field(ITEMS)  # a VLM's image inputs per row (None: no images)
 
     def __post_init__(self) -> None:
         if self.policy_mask is None:  # a single turn: every response token is the policy's

@@ -36,14 +36,14 @@ sequences. With ``max_tokens_per_micro_batch`` the budget then counts real token
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import torch
 
 from .. import distributed as dist
 from ..errors import ConfigError
 from ..models import lm_backbone_and_head
-from .batch import TrainBatch, micro_batches
+from .batch import RESPONSE, SEQUENCE, TrainBatch, layout_of, micro_batches
 
 
 def row_extents(batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,7 +82,9 @@ def token_budget_batches(prompt: torch.Tensor, response: torch.Tensor, budget: i
 
 
 def trim(batch: TrainBatch) -> TrainBatch:
-    """``batch`` without the padding columns none of its rows uses (at least one column each side)."""
+    """``batch`` without the padding columns none of its rows uses (at least one column each side):
+    every ``SEQUENCE`` field loses the prompt's unused left columns and the response's unused right
+    ones, every ``RESPONSE`` field the same right ones (the layouts :class:`TrainBatch` declares)."""
     prompt, response = row_extents(batch)
     p, full_r = batch.prompt_len, batch.response_len
     keep_p = max(int(prompt.max()), 1) if len(batch) else p
@@ -90,15 +92,12 @@ def trim(batch: TrainBatch) -> TrainBatch:
     keep_p, keep_r = min(keep_p, p), min(keep_r, full_r)
     if (keep_p, keep_r) == (p, full_r):
         return batch
-    seq = slice(p - keep_p, p + keep_r)
-    per_token = slice(0, keep_r)
+    columns = {SEQUENCE: slice(p - keep_p, p + keep_r), RESPONSE: slice(0, keep_r)}
     changes = {}
-    for name in ("input_ids", "attention_mask", "position_ids"):
-        changes[name] = getattr(batch, name)[:, seq]
-    for name in ("response_ids", "response_mask", "policy_mask", "loss_mask", "old_logprobs", "ref_logprobs",
-                 "teacher_logprobs", "rollout_logprobs", "values", "advantages", "returns"):
-        value = getattr(batch, name)
-        changes[name] = None if value is None else value[:, per_token]
+    for f in fields(batch):  # by declared layout: a new per-token field is narrowed with the others
+        cut, value = columns.get(layout_of(f)), getattr(batch, f.name)
+        if cut is not None and value is not None:
+            changes[f.name] = value[:, cut]
     return replace(batch, **changes)
 
 

@@ -47,6 +47,7 @@ class RunState:
     skipped_steps: int = 0
     consecutive_skips: int = 0
     consecutive_empty: int = 0  # steps in a row where no sample had a valid reward
+    empty_cause: str | None = None  # the last such step's: the agent's calls to the gateway failed (run.report)
     warnings: int = 0
     warned: list = field(default_factory=list)  # "Category: text" of each Python warning counted in warnings
     wall_time_s: float = 0.0

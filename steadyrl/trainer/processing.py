@@ -144,6 +144,52 @@ def _gdpo(components: RewardComponents, valid, mask, group_size: int, metrics: d
     return torch.where(mask & valid.unsqueeze(-1), adv.unsqueeze(-1).expand(mask.shape), zero)
 
 
+@dataclass(frozen=True)
+class RewardInputs:
+    """What the step knows about its samples when it processes their rewards, built once per step
+    (:func:`steadyrl.recipe.train_step`); every tensor is the whole batch's (all ranks).
+
+    ``scores [B]`` and ``valid [B]`` the scorer's; ``response_mask [B, R]`` the tokens that can be
+    trained on (in an episode, the policy's own tokens: observations are never rewarded, counted or
+    trained on); ``truncated [B]``; ``group_size`` rows per prompt; ``old_logprobs`` / ``ref_logprobs``
+    / ``values`` / ``teacher_logprobs [B, R]`` where the step computed them (the teacher's are on-policy
+    distillation's, of the sampled tokens); ``turn_rewards [B, R]`` the earlier turns' rewards at their
+    last tokens (zeros elsewhere); ``domains [B]`` an integer domain id per sample (None: one domain);
+    ``episode_size`` the rows per episode inside a group (step-wise turn samples, for the estimators
+    that count episodes); ``components`` each reward function's scores (GDPO); ``episode_lengths [B]``
+    each episode's tokens after the prompt, observations included (default: ``response_mask``'s)."""
+
+    scores: torch.Tensor
+    valid: torch.Tensor
+    response_mask: torch.Tensor
+    truncated: torch.Tensor
+    group_size: int
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    teacher_logprobs: torch.Tensor | None = None
+    turn_rewards: torch.Tensor | None = None
+    domains: torch.Tensor | None = None
+    episode_size: int = 1
+    components: RewardComponents | None = None
+    episode_lengths: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """The run's state and settings the pipeline reads beside ``algorithm.*``: the KL controller's
+    current ``kl_coef``, the ``running`` reward statistics (``reward_norm_*: running``), the length the
+    overlong buffer ends at (``rollout.max_new_tokens`` or the episode's limit; None: no buffer),
+    ``distill_coef`` and ``task_rewards`` (``teacher.*``; ``task_rewards=False``: pure distillation, the
+    scores enter as 0 and are still reported by the scorer's own metrics)."""
+
+    kl_coef: float = 0.0
+    running: RunningMoments | None = None
+    overlong_limit: int | None = None
+    distill_coef: float = 1.0
+    task_rewards: bool = True
+
+
 @dataclass
 class Processed:
     advantages: torch.Tensor  # [B, R]
@@ -153,10 +199,12 @@ class Processed:
     metrics: dict[str, float]
 
 
-def _token_rewards(raw, valid, mask, algo: AlgorithmConfig, group_size: int, *, kl_coef, old_logprobs,
-                   ref_logprobs, running, turn_rewards, domains, metrics: dict, teacher_logprobs=None,
-                   distill_coef: float = 0.0):
+def _token_rewards(raw, valid, mask, algo: AlgorithmConfig, inputs: RewardInputs, settings: RewardSettings,
+                   metrics: dict):
     """Steps 1-4: ``(token_rewards [B, R], row sums [B])``, both float64."""
+    group_size, domains, running = inputs.group_size, inputs.domains, settings.running
+    old_logprobs, ref_logprobs, turn_rewards = inputs.old_logprobs, inputs.ref_logprobs, inputs.turn_rewards
+    teacher_logprobs, kl_coef = inputs.teacher_logprobs, settings.kl_coef
     clip = algo.reward_clip
     metrics["critic/reward_clip_frac"] = float(clip_fraction(raw, -clip, clip, valid)) if clip else 0.0
     clipped = clip_rewards(raw, clip)
@@ -178,7 +226,7 @@ def _token_rewards(raw, valid, mask, algo: AlgorithmConfig, group_size: int, *, 
     if teacher_logprobs is not None:  # on-policy distillation: a reward, so minus it is a penalty
         metrics.update(distillation_metrics(old_logprobs, teacher_logprobs, mask))
         penalty = penalty - distillation_token_rewards(old_logprobs.double(), teacher_logprobs.double(), mask,
-                                                       distill_coef)
+                                                       settings.distill_coef)
     if clip:
         counted = mask & valid.unsqueeze(-1)  # the valid samples' tokens, as critic/reward_clip_frac
         last = last_token_rewards(torch.ones_like(p), mask).bool() & (s.abs() > clip).unsqueeze(-1)
@@ -237,87 +285,28 @@ def _whiten_and_clip(advantages, loss_mask, algo: AlgorithmConfig, metrics: dict
     return advantages.clamp(-c, c)
 
 
-def process_rewards(
-    scores: torch.Tensor,
-    valid: torch.Tensor,
-    response_mask: torch.Tensor,
-    truncated: torch.Tensor,
-    algo: AlgorithmConfig,
-    group_size: int,
-    *,
-    kl_coef: float = 0.0,
-    old_logprobs: torch.Tensor | None = None,
-    ref_logprobs: torch.Tensor | None = None,
-    values: torch.Tensor | None = None,
-    running: RunningMoments | None = None,
-    turn_rewards: torch.Tensor | None = None,
-    domains: torch.Tensor | None = None,
-    episode_size: int = 1,
-    components: RewardComponents | None = None,
-    overlong_limit: int | None = None,
-    episode_lengths: torch.Tensor | None = None,
-    teacher_logprobs: torch.Tensor | None = None,
-    distill_coef: float = 1.0,
-    task_rewards: bool = True,
-) -> Processed:
-    """Run steps 1-8 (module docstring) on one step's samples. Inputs are not modified.
+def process_rewards(inputs: RewardInputs, algo: AlgorithmConfig,
+                    settings: RewardSettings = RewardSettings()) -> Processed:
+    """Run steps 0-8 (module docstring) on one step's samples, stage by stage. Inputs are not modified.
 
     The pipeline runs in float64 (the tensors are ``[B]`` and ``[B, R]``: the cost is nil): a
     float32 variance overflows for rewards of ~2e19, turning a normalised advantage into 0 (no
     signal) or NaN. The advantages and returns come back float32. A score that is not finite
-    counts as invalid even if ``valid`` says otherwise. ``response_mask`` is the mask of the
-    tokens that can be trained on (in an episode, the policy's own tokens: observations are never
-    rewarded, counted or trained on); ``turn_rewards [B, R]`` the earlier turns' rewards at
-    their last tokens (zeros elsewhere), or None. ``domains [B]``: an integer domain id per sample,
-    used with ``algo.reward_norm_by_domain`` (None: one domain). ``episode_size``: the rows per
-    episode inside a group (step-wise turn samples, :mod:`.turn_samples`), for the estimators that
-    count episodes (``algorithm.group_stats``). ``components``: each reward
-    function's scores, for ``reward_aggregation: normalize_then_sum``; ``overlong_limit``: the length
-    the overlong buffer ends at (``rollout.max_new_tokens`` or the episode's limit); ``episode_lengths
-    [B]``: each episode's tokens after the prompt, observations included (default: ``response_mask``'s).
-    ``teacher_logprobs [B, R]``: on-policy distillation's teacher log-probs of the sampled tokens (needs
-    ``old_logprobs``), weighted by ``distill_coef``; ``task_rewards=False``: pure distillation, the scores
-    enter as 0 (they are still reported by the scorer's own metrics).
+    counts as invalid even if ``inputs.valid`` says otherwise.
     """
-    mask = response_mask.bool()
-    valid = valid.bool() & mask.any(-1) & torch.isfinite(scores)
-    if not task_rewards:  # pure distillation: every sample trains on the teacher's signal alone
-        valid = valid.bool() & mask.any(-1)  # a failed reward still drops its sample, as dynamic sampling does
-        scores = torch.zeros_like(scores, dtype=torch.float64)
-        components = None
-    raw = torch.where(valid, scores.double(), torch.zeros((), dtype=torch.float64))
     metrics: dict[str, float] = {}
-
-    # 0. reward shaping: the soft overlong punishment
-    penalty = _overlong(valid, mask, algo, overlong_limit, episode_lengths, metrics)
-    if penalty is not None:
-        raw = raw + penalty
-        components = None if components is None else _with_penalty(components, penalty)
-
-    # 1-4. clip, normalise, the processed score on the tokens, KL in the reward
-    token_rewards, seq_scores = _token_rewards(
-        raw, valid, mask, algo, group_size, kl_coef=kl_coef, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs,
-        running=running, turn_rewards=turn_rewards, domains=domains, metrics=metrics,
-        teacher_logprobs=teacher_logprobs, distill_coef=distill_coef)
-
+    mask, valid, raw, components = _raw_scores(inputs, algo, settings, metrics)  # and 0. shaping
+    # 1-4. clip, normalise, the processed score on the tokens, KL in the reward, distillation
+    token_rewards, seq_scores = _token_rewards(raw, valid, mask, algo, inputs, settings, metrics)
     # 5. sample masks and weights
-    keep, weights = _sample_masks(raw, valid, truncated, algo, group_size, metrics)
-
-    # 6. advantages (GDPO: each reward normalised in its group, then the weighted sum over the batch)
-    if algo.reward_aggregation == "normalize_then_sum" and components is not None:
-        advantages = _gdpo(components, valid, mask, group_size, metrics)
-        returns = advantages.clone()
-    else:
-        advantages, returns = compute_advantages(
-            algo.advantage_estimator, response_mask, scores=seq_scores, token_rewards=token_rewards,
-            values=None if values is None else values.double(), group_size=group_size,
-            **_estimator_options(algo, valid, episode_size))
-
+    keep, weights = _sample_masks(raw, valid, inputs.truncated, algo, inputs.group_size, metrics)
+    # 6. advantages
+    advantages, returns = _advantages(inputs, algo, components, valid, mask, token_rewards, seq_scores, metrics)
     # 7-8. whitening, advantage clip
     loss_mask = mask & keep.unsqueeze(-1)
     advantages = _whiten_and_clip(advantages, loss_mask, algo, metrics)
 
-    metrics.update(_batch_metrics(advantages, returns, loss_mask, raw, valid, keep, group_size))
+    metrics.update(_batch_metrics(advantages, returns, loss_mask, raw, valid, keep, inputs.group_size))
     zero = torch.zeros((), dtype=torch.float64)
     return Processed(
         advantages=torch.where(loss_mask, advantages, zero).float(),
@@ -326,3 +315,34 @@ def process_rewards(
         sample_weights=None if weights is None else weights.float(),
         metrics=metrics,
     )
+
+
+def _raw_scores(inputs: RewardInputs, algo: AlgorithmConfig, settings: RewardSettings, metrics: dict):
+    """The valid samples and their raw scores ``[B]`` (float64, 0 where invalid), with step 0's soft
+    overlong punishment added: ``(mask, valid, raw, components)``."""
+    mask = inputs.response_mask.bool()
+    valid = inputs.valid.bool() & mask.any(-1) & torch.isfinite(inputs.scores)
+    scores, components = inputs.scores, inputs.components
+    if not settings.task_rewards:  # pure distillation: every sample trains on the teacher's signal alone
+        valid = inputs.valid.bool() & mask.any(-1)  # a failed reward still drops its sample, as dynamic sampling does
+        scores = torch.zeros_like(scores, dtype=torch.float64)
+        components = None
+    raw = torch.where(valid, scores.double(), torch.zeros((), dtype=torch.float64))
+    penalty = _overlong(valid, mask, algo, settings.overlong_limit, inputs.episode_lengths, metrics)
+    if penalty is not None:
+        raw = raw + penalty
+        components = None if components is None else _with_penalty(components, penalty)
+    return mask, valid, raw, components
+
+
+def _advantages(inputs: RewardInputs, algo: AlgorithmConfig, components, valid, mask, token_rewards, seq_scores,
+                metrics: dict):
+    """Step 6: ``(advantages, returns)`` ``[B, R]`` float64 — the estimator's, or GDPO's (each reward
+    normalised in its group, then the weighted sum over the batch)."""
+    if algo.reward_aggregation == "normalize_then_sum" and components is not None:
+        advantages = _gdpo(components, valid, mask, inputs.group_size, metrics)
+        return advantages, advantages.clone()
+    values = None if inputs.values is None else inputs.values.double()
+    return compute_advantages(algo.advantage_estimator, inputs.response_mask, scores=seq_scores,
+                              token_rewards=token_rewards, values=values, group_size=inputs.group_size,
+                              **_estimator_options(algo, valid, inputs.episode_size))

@@ -11,8 +11,10 @@ Two switches of ``algorithm`` select tokens (:mod:`steadyrl.functional.selection
 The quantile, the means, the top-k and the random draw's threshold are taken over the mini-batch's
 valid tokens on every data-parallel rank (each rank sends only its candidates for the threshold), so
 the selection does not depend on how the mini-batch is cut into micro-batches, and for the entropy
-and KL-Cov selections not on the ranks either. Clip-Cov's draw uses each rank's own random keys:
-the same in distribution for any layout, not token for token.
+and KL-Cov selections not on the ranks either (except which of several tokens tied at KL-Cov's
+``k``-th covariance are taken: exactly ``k`` always, the first ones in rank then row order).
+Clip-Cov's draw uses each rank's own random keys: the same in distribution for any layout, not
+token for token.
 
 The old log-probs stand in for the current ones of the papers' formulas: in the default on-policy
 step (one epoch, one mini-batch) they are equal; over several mini-batches the selection stays
@@ -58,14 +60,21 @@ def _global_quantile(x: torch.Tensor, mask: torch.Tensor, q: float) -> float:
     return float(masked_quantile(values, torch.ones_like(values, dtype=torch.bool), q))
 
 
-def _global_kth(x: torch.Tensor, mask: torch.Tensor, k: int, largest: bool) -> float:
-    """The ``k``-th largest (smallest) valid value over all ranks; each rank sends its own top ``k``."""
-    mine = _valid_values(x, mask)
-    mine = torch.topk(mine, min(k, mine.numel()), largest=largest).values
-    values = torch.cat(dist.gather_objects(mine))
-    if k <= 0 or values.numel() == 0:
-        return float("inf") if largest else float("-inf")
-    return float(torch.topk(values, min(k, values.numel()), largest=largest).values[-1])
+def _global_kth(x: torch.Tensor, mask: torch.Tensor, k: int, largest: bool) -> tuple[float, int]:
+    """``(threshold, ties)`` for :func:`~steadyrl.functional.selection.exact_top`: the ``k``-th
+    largest (smallest) valid value over all ranks (each rank sends its own top ``k``), and how many
+    of this rank's values equal to it to take so that exactly ``k`` are taken over all ranks (the
+    ties go to the ranks in rank order, within a rank in row-major order)."""
+    values = _valid_values(x, mask)
+    mine = torch.topk(values, min(k, values.numel()), largest=largest).values
+    pooled = torch.cat(dist.gather_objects(mine))
+    if k <= 0 or pooled.numel() == 0:
+        return (float("inf") if largest else float("-inf")), 0
+    threshold = float(torch.topk(pooled, min(k, pooled.numel()), largest=largest).values[-1])
+    beyond = int(dist.all_reduce_sum(((values > threshold) if largest else (values < threshold)).sum()))
+    tied = dist.gather_objects(int((values == threshold).sum()))
+    before = sum(tied[: dist.rank()])
+    return threshold, min(max(k - beyond - before, 0), tied[dist.rank()])
 
 
 def _covariance(mini: TrainBatch, mask: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -97,12 +106,12 @@ def select_tokens(mini: TrainBatch, algo: AlgorithmConfig, generator: torch.Gene
         cov, n = _covariance(mini, mask)
         if kind == "kl_cov":
             k = top_count(n, algo.kl_cov_ratio)
-            selected = kl_cov_select(cov, mask, algo.kl_cov_ratio, _global_kth(cov, mask, k, largest=True))
+            selected = kl_cov_select(cov, mask, algo.kl_cov_ratio, *_global_kth(cov, mask, k, largest=True))
         else:
             candidates = clip_cov_candidates(cov, mask, algo.clip_cov_lb, algo.clip_cov_ub)
             keys = torch.rand(mask.shape, generator=generator, dtype=torch.float64)
             k = top_count(n, algo.clip_cov_ratio)
-            selected = random_subset(candidates, k, keys, _global_kth(keys, candidates, k, largest=False))
+            selected = random_subset(candidates, k, keys, *_global_kth(keys, candidates, k, largest=False))
     return replace(mini, token_weights=weights, selected=selected)
 
 

@@ -202,7 +202,7 @@ def _argv(case: Case, tiny_run, out) -> list[str]:
     return argv
 
 
-def _offline(monkeypatch) -> None:
+def hub_offline(monkeypatch) -> None:
     import huggingface_hub.constants
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -228,7 +228,7 @@ def _params():
 
 @pytest.mark.parametrize("case", _params())
 def test_bad_input_exits_2_with_one_line_naming_it(case, tiny_run, tmp_path, capsys, monkeypatch, model_loads):
-    _offline(monkeypatch)
+    hub_offline(monkeypatch)
     monkeypatch.chdir(tmp_path)
     model_loads.forbid = case.before_model
     out = tmp_path / "run"
@@ -288,7 +288,7 @@ def _damaged_model(tiny_run, tmp_path, how: str):
                                        ("truncated", "cut short")])
 def test_a_model_with_a_damaged_weight_file_exits_2_naming_the_file(tiny_run, tmp_path, capsys, monkeypatch,
                                                                      model_loads, how, says):
-    _offline(monkeypatch)
+    hub_offline(monkeypatch)
     model, weights = _damaged_model(tiny_run, tmp_path, how)
     model_loads.forbid = True
     code = cli.main(["train", str(tiny_run.config), "--output-dir", str(tmp_path / "run"),
@@ -300,7 +300,7 @@ def test_a_model_with_a_damaged_weight_file_exits_2_naming_the_file(tiny_run, tm
 def test_a_shard_the_index_names_but_that_is_missing_exits_2(tiny_run, tmp_path, capsys, monkeypatch, model_loads):
     import json
 
-    _offline(monkeypatch)
+    hub_offline(monkeypatch)
     model, weights = _damaged_model(tiny_run, tmp_path, "none")
     weights.unlink()
     (model / "model.safetensors.index.json").write_text(json.dumps(

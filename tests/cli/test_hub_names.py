@@ -31,9 +31,9 @@ def online(monkeypatch):
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    models._unreachable.cache_clear()
+    models.hub_unreachable.cache_clear()
     yield
-    models._unreachable.cache_clear()
+    models.hub_unreachable.cache_clear()
 
 
 def test_offline_and_not_cached_is_exit_2_before_transformers_is_asked(tiny_run, tmp_path, monkeypatch, capsys,

@@ -19,7 +19,8 @@ from steadyrl.config import config_notes, load_config
     ([], []),
 ])
 def test_notes_name_the_keys_and_values_that_look_unintended(overrides, expected):
-    notes = config_notes(load_config(None, overrides))
+    # two epochs: the ratio leaves 1, so these losses can act (tests/config/test_inert.py: when they cannot)
+    notes = config_notes(load_config(None, [*overrides, "trainer.ppo_epochs=2"]))
     assert len(notes) == len(expected), notes
     for note, text in zip(notes, expected):
         assert text in note and ("algorithm.policy_loss" in note or "algorithm.preset" in note)
@@ -53,7 +54,9 @@ def test_config_show_prints_the_notes_as_yaml_comments(capsys):
      ["algorithm.kl_horizon=500 has no effect: algorithm.kl_target is null",
       "algorithm.dual_clip_c=4.0 has no effect: algorithm.dual_clip is false",
       "algorithm.dynamic_sampling_max_draws=5 has no effect: algorithm.dynamic_sampling is false"]),
-    (["algorithm.kl_coef=0.001"], []),  # the preset's own value, set again: it applies
+    (["algorithm.kl_mode=loss", "algorithm.kl_coef=0.001"], []),  # the preset's own value, set again: it applies
+    # the built-in demo's kl_mode is none: a kl_coef written, even the preset's value, cannot act
+    (["algorithm.kl_coef=0.001"], ["algorithm.kl_coef=0.001 has no effect: algorithm.kl_mode is none"]),
 ])
 def test_a_key_you_set_that_the_resolved_config_ignores_gets_a_note(overrides, expected):
     notes = config_notes(load_config(None, overrides))

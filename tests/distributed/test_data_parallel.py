@@ -19,7 +19,7 @@ from dp_common import (FSDP_MODES, HERE, LOSS_MODES, critic_update, launch, scor
 
 from steadyrl.functional import RunningMoments
 from steadyrl.models import load_policy
-from steadyrl.trainer.processing import process_rewards
+from steadyrl.trainer.processing import RewardInputs, RewardSettings, process_rewards
 from steadyrl.trainer.update import ppo_update
 
 CPU = torch.device("cpu")
@@ -70,8 +70,9 @@ def test_batch_statistics_of_reward_processing_are_global(two_process_result):
     batch = tiny_batch()
     whole = score_result(slice(None))
     running = RunningMoments()
-    processed = process_rewards(whole.scores, whole.valid, batch.response_mask, torch.zeros(16, dtype=torch.bool),
-                                 step_config("token-mean").algorithm, 4, running=running)
+    processed = process_rewards(RewardInputs(whole.scores, whole.valid, batch.response_mask,
+                                             torch.zeros(16, dtype=torch.bool), 4),
+                                step_config("token-mean").algorithm, RewardSettings(running=running))
     got = two_process_result["processing"]
     assert got["rows"] == 16
     torch.testing.assert_close(got["advantages"], processed.advantages[:8], rtol=0, atol=1e-6)  # rank 0's rows

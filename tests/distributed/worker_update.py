@@ -21,7 +21,7 @@ from steadyrl.models import load_policy  # noqa: E402
 from steadyrl.rollout import Generation  # noqa: E402
 from steadyrl.trainer.forward import PolicyLogprobs  # noqa: E402
 from steadyrl.trainer.global_batch import gather_samples  # noqa: E402
-from steadyrl.trainer.processing import process_rewards  # noqa: E402
+from steadyrl.trainer.processing import RewardInputs, RewardSettings, process_rewards  # noqa: E402
 from steadyrl.trainer.update import ppo_update  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -119,8 +119,9 @@ def _processing(mine: slice) -> dict:
                      truncated=torch.zeros(len(batch), dtype=torch.bool), completions=[""] * len(batch))
     whole = gather_samples(score_result(mine), gen, batch, [4] * (len(batch) // 4))
     running = RunningMoments()
-    processed = process_rewards(whole.result.scores, whole.result.valid, whole.response_mask, whole.truncated,
-                                step_config("token-mean").algorithm, 4, running=running)
+    processed = process_rewards(RewardInputs(whole.result.scores, whole.result.valid, whole.response_mask,
+                                             whole.truncated, 4),
+                                step_config("token-mean").algorithm, RewardSettings(running=running))
     return {"advantages": whole.mine(processed.advantages), "metrics": processed.metrics,
             "running": running.state_dict(), "rows": len(whole.result.scores)}
 

@@ -61,7 +61,7 @@ def offsetting(monkeypatch):
     present = {"sampling": ("Sampling parameters (top-k / top-p)", "top-k", "rollout.top_k=0"),
                "precision": ("Precision (engine dtype)", "bfloat16", "rollout.dtype=null")}
     monkeypatch.setattr(attribution, "_present", lambda side: present)
-    monkeypatch.setattr(attribution, "_gap_sum", lambda side, engine, spec, reported=False: (0.004 * 1000, 1000))
+    monkeypatch.setattr(attribution, "gap_sum", lambda side, engine, spec, reported=False: (0.004 * 1000, 1000))
     monkeypatch.setattr(attribution, "_gap_with", lambda side, kept, n: GAME[frozenset(kept)])
     monkeypatch.setattr(attribution, "_round_trip_cause", lambda side: (None, "template round trip (ok)"))
     monkeypatch.setattr(attribution, "_metrics", lambda side: {"k3": 1e-5})
@@ -100,7 +100,7 @@ def test_a_negative_factor_without_a_positive_cause_leaves_a_small_gap_healthy(m
     game = {frozenset(): 0.0009, frozenset({"sampling"}): 0.0024, frozenset({"precision"}): 0.0005,
             frozenset({"sampling", "precision"}): 0.0}
     monkeypatch.setattr(attribution, "_gap_with", lambda side, kept, n: game[frozenset(kept)])
-    monkeypatch.setattr(attribution, "_gap_sum", lambda side, engine, spec, reported=False: (0.0, 1000))
+    monkeypatch.setattr(attribution, "gap_sum", lambda side, engine, spec, reported=False: (0.0, 1000))
     result = attribute(offsetting, tolerance=1e-3)
     assert result.healthy, [(c.name, c.gap) for c in result.causes]
     assert any("precision" in r and "-0.0014" in r for r in result.ruled_out), result.ruled_out

@@ -28,7 +28,7 @@ from steadyrl.functional import ADVANTAGE_ESTIMATORS, NORM_TYPES, RunningMoments
 from steadyrl.models import load_policy
 from steadyrl.recipe import train
 from steadyrl.trainer.batch import TrainBatch
-from steadyrl.trainer.processing import process_rewards
+from steadyrl.trainer.processing import RewardInputs, RewardSettings, process_rewards
 from steadyrl.trainer.update import ppo_update
 
 BAD_SCORES = (float("nan"), float("inf"), float("-inf"), 3e38)
@@ -103,11 +103,12 @@ def batches(draw) -> dict:
 
 def _process(algo: AlgorithmConfig, x: dict, running: RunningMoments):
     inputs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in x.items()}
-    out = process_rewards(
-        inputs["scores"], inputs["valid"], inputs["response_mask"], inputs["truncated"], algo, x["group_size"],
-        kl_coef=x["kl_coef"], old_logprobs=inputs["old_logprobs"], ref_logprobs=inputs["ref_logprobs"],
-        values=inputs["values"] if algo.advantage_estimator == "gae" else None, running=running,
-        turn_rewards=inputs.get("turn_rewards"))
+    out = process_rewards(RewardInputs(inputs["scores"], inputs["valid"], inputs["response_mask"],
+                                       inputs["truncated"], x["group_size"], old_logprobs=inputs["old_logprobs"],
+                                       ref_logprobs=inputs["ref_logprobs"],
+                                       values=inputs["values"] if algo.advantage_estimator == "gae" else None,
+                                       turn_rewards=inputs.get("turn_rewards")),
+                          algo, RewardSettings(kl_coef=x["kl_coef"], running=running))
     for key, value in x.items():  # no input is mutated
         if isinstance(value, torch.Tensor):
             assert torch.equal(value, inputs[key]) or (value.isnan() == inputs[key].isnan()).all(), key
@@ -154,8 +155,9 @@ def test_scores_that_are_not_finite_never_count_even_if_marked_valid():
     'valid', the pipeline treats it as invalid rather than training on it."""
     algo = AlgorithmConfig(advantage_estimator="grpo", reward_norm_mean="batch", reward_norm_std="batch")
     mask = torch.ones(4, 3, dtype=torch.long)
-    out = process_rewards(torch.tensor([1.0, float("nan"), float("inf"), 0.0]), torch.ones(4, dtype=torch.bool),
-                          mask, torch.zeros(4, dtype=torch.bool), algo, 4)
+    out = process_rewards(RewardInputs(torch.tensor([1.0, float("nan"), float("inf"), 0.0]),
+                                       torch.ones(4, dtype=torch.bool), mask, torch.zeros(4, dtype=torch.bool), 4),
+                          algo)
     assert torch.isfinite(out.advantages).all()
     assert out.loss_mask.sum(-1).tolist() == [3, 0, 0, 3]
     assert all(math.isfinite(v) for v in out.metrics.values()), out.metrics
@@ -178,8 +180,8 @@ def test_an_invalid_sample_moves_no_other_samples_advantage(estimator, norm, whi
         mask[3, 2:] = 0
         mask[1, invalid_length:] = 0
         scores = torch.tensor([1.0, placeholder, 0.0, 1.0, 0.5, 0.0, 0.0, 1.0])
-        outs.append(process_rewards(scores, valid, mask, torch.zeros(8, dtype=torch.bool), algo, 4,
-                                    values=values).advantages)
+        outs.append(process_rewards(RewardInputs(scores, valid, mask, torch.zeros(8, dtype=torch.bool), 4,
+                                                 values=values), algo).advantages)
         assert outs[-1][1].abs().sum() == 0  # out of the loss
     for other in outs[1:]:
         torch.testing.assert_close(other, outs[0], rtol=0, atol=1e-6)
@@ -268,8 +270,8 @@ def test_normalised_advantages_do_not_depend_on_the_reward_scale(estimator, opti
     algo = AlgorithmConfig(advantage_estimator=estimator, **options)
 
     def advantages(s):
-        return process_rewards(s, torch.ones(8, dtype=torch.bool), mask, torch.zeros(8, dtype=torch.bool),
-                               algo, 4).advantages
+        return process_rewards(RewardInputs(s, torch.ones(8, dtype=torch.bool), mask,
+                                            torch.zeros(8, dtype=torch.bool), 4), algo).advantages
 
     reference = advantages(scores)
     assert reference.abs().max() > 0.1

@@ -11,7 +11,7 @@ from steadyrl.agents.environment import EnvironmentAgent
 from steadyrl.config.schema import AlgorithmConfig
 from steadyrl.rollout.episodes import TurnLimits, run_episodes
 from steadyrl.rollout.stepwise import TurnSample, samples_generation, split_episodes, stepwise_drift
-from steadyrl.trainer.processing import process_rewards
+from steadyrl.trainer.processing import RewardInputs, RewardSettings, process_rewards
 from agents.templates import qwen3
 from rollout.test_episodes import ScriptedEngine, prompts_for
 
@@ -103,7 +103,7 @@ def test_split_episodes_lays_out_slots_per_episode_that_share_its_reward():
     # GRPO over the group's samples: every sample of an episode gets the episode's advantage
     scores = torch.tensor([1.0] * 4 + [0.0] * 4)
     valid = out.response_mask.any(-1)
-    done = process_rewards(scores, valid, out.policy_mask, out.truncated, AlgorithmConfig(), 8)
+    done = process_rewards(RewardInputs(scores, valid, out.policy_mask, out.truncated, 8), AlgorithmConfig())
     per_row = [float(done.advantages[i][out.policy_mask[i].bool()].mean()) if valid[i] else None for i in range(8)]
     assert per_row[0] == per_row[1] == per_row[2] > 0 > per_row[4] == per_row[5] == per_row[6]
     assert per_row[3] is None and done.loss_mask[3].sum() == 0 and done.loss_mask[7].sum() == 0

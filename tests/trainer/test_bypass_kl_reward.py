@@ -17,7 +17,7 @@ from steadyrl import recipe as recipe_module
 from steadyrl.trainer.batch import batch_from_generation
 from steadyrl.trainer.forward import response_logprobs
 from steadyrl.trainer.mismatch import bypass_old_logprobs
-from steadyrl.trainer.processing import process_rewards
+from steadyrl.trainer.processing import RewardInputs, RewardSettings, process_rewards
 
 torch.set_num_threads(1)
 
@@ -67,8 +67,9 @@ def test_the_return_of_a_row_with_a_nan_engine_logprob_matches_the_float64_oracl
     ref = torch.tensor([[-1.02, -0.5, -0.54]])
     old = bypass_old_logprobs(rollout, ref)
     mask = torch.ones(1, 3, dtype=torch.long)
-    got = process_rewards(torch.tensor([1.0]), torch.tensor([True]), mask, torch.tensor([False]), algo, 1,
-                          kl_coef=0.5, old_logprobs=old, ref_logprobs=ref, values=torch.zeros(1, 3))
+    got = process_rewards(RewardInputs(torch.tensor([1.0]), torch.tensor([True]), mask, torch.tensor([False]), 1,
+                                       old_logprobs=old, ref_logprobs=ref, values=torch.zeros(1, 3)),
+                          algo, RewardSettings(kl_coef=0.5))
     want = 1.0 - 0.5 * ((-1.0 - -1.02) + (-0.5 - -0.54))
     assert want == pytest.approx(0.97)
     assert not math.isclose(want, 1.0 - 0.5 * ((-1.0 - -1.02) + (0.0 - -0.5) + (-0.5 - -0.54)))

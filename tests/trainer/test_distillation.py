@@ -15,7 +15,7 @@ from steadyrl.errors import ConfigError
 from steadyrl.functional import distillation_token_rewards, masked_whiten
 from steadyrl.models import load_policy
 from steadyrl.tracking import read_metrics
-from steadyrl.trainer.processing import process_rewards
+from steadyrl.trainer.processing import RewardInputs, RewardSettings, process_rewards
 from steadyrl.trainer.step import prepare
 
 CPU = torch.device("cpu")
@@ -69,9 +69,10 @@ def test_the_distillation_reward_enters_as_token_rewards_on_policy_tokens_only()
     teacher = -torch.rand(4, 6, generator=g) * 3
     teacher[0, 2:4] = float("nan")  # the teacher's view of the observation must not matter
     algo = load_config(None, ["algorithm.advantage_estimator=reinforce_plus_plus", "algorithm.kl_mode=none"]).algorithm
-    out = process_rewards(torch.tensor([1.0, 0.0, 5.0, 2.0]), torch.ones(4, dtype=torch.bool), policy_mask,
-                          torch.zeros(4, dtype=torch.bool), algo, 2, old_logprobs=old, teacher_logprobs=teacher,
-                          distill_coef=0.5, task_rewards=False)
+    out = process_rewards(RewardInputs(torch.tensor([1.0, 0.0, 5.0, 2.0]), torch.ones(4, dtype=torch.bool),
+                                       policy_mask, torch.zeros(4, dtype=torch.bool), 2, old_logprobs=old,
+                                       teacher_logprobs=teacher),
+                          algo, RewardSettings(distill_coef=0.5, task_rewards=False))
     rewards = distillation_token_rewards(old.double(), teacher.double(), policy_mask, 0.5)
     keep = policy_mask.bool()
     returns = torch.zeros_like(rewards)
@@ -92,9 +93,11 @@ def test_mixed_distillation_adds_the_teachers_row_sum_to_an_outcome_estimators_s
     old = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]])
     teacher = torch.tensor([[-1.0, -1.0, -1.0], [-2.0, -2.0, -2.0]])  # the teacher dislikes row 1
     scores = torch.tensor([1.0, 1.0])
-    base = process_rewards(scores, torch.ones(2, dtype=torch.bool), mask, torch.zeros(2, dtype=torch.bool), algo, 2)
-    mixed = process_rewards(scores, torch.ones(2, dtype=torch.bool), mask, torch.zeros(2, dtype=torch.bool), algo, 2,
-                            old_logprobs=old, teacher_logprobs=teacher, distill_coef=1.0)
+    base = process_rewards(RewardInputs(scores, torch.ones(2, dtype=torch.bool), mask,
+                                        torch.zeros(2, dtype=torch.bool), 2), algo)
+    mixed = process_rewards(RewardInputs(scores, torch.ones(2, dtype=torch.bool), mask,
+                                         torch.zeros(2, dtype=torch.bool), 2, old_logprobs=old,
+                                         teacher_logprobs=teacher), algo, RewardSettings(distill_coef=1.0))
     assert base.advantages.abs().sum() == 0  # equal scores: no signal without the teacher
     assert (mixed.advantages[0] > 0).all() and (mixed.advantages[1] < 0).all()
 

@@ -5,7 +5,7 @@ import torch
 from steadyrl.config.schema import AlgorithmConfig
 from steadyrl.functional import normalize_rewards_by_domain
 from steadyrl.trainer.step import domain_ids
-from steadyrl.trainer.processing import process_rewards
+from steadyrl.trainer.processing import RewardInputs, RewardSettings, process_rewards
 
 
 def _run(by_domain: bool, domains):
@@ -14,8 +14,8 @@ def _run(by_domain: bool, domains):
     algo = AlgorithmConfig(preset="dr_grpo", advantage_estimator="grpo", norm_by_std=False, reward_norm_mean="batch",
                            reward_norm_std="batch", reward_norm_by_domain=by_domain, kl_mode="none")
     mask = torch.ones(8, 3, dtype=torch.long)
-    out = process_rewards(scores, torch.ones(8, dtype=torch.bool), mask, torch.zeros(8, dtype=torch.bool), algo, 2,
-                          domains=domains)
+    out = process_rewards(RewardInputs(scores, torch.ones(8, dtype=torch.bool), mask,
+                                       torch.zeros(8, dtype=torch.bool), 2, domains=domains), algo)
     return scores, out
 
 

@@ -19,7 +19,7 @@ from steadyrl.functional import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
 from steadyrl.functional.constants import MASK_EPS
 from steadyrl.trainer import update as update_module
 from steadyrl.trainer.batch import TrainBatch
-from steadyrl.trainer.processing import process_rewards
+from steadyrl.trainer.processing import RewardInputs, RewardSettings, process_rewards
 
 PROMPT = [1, 5, 6, 7]
 TURN1, OBS, TURN2 = [8, 9, 2], [10, 11, 4, 5], [9, 8, 2]
@@ -92,8 +92,9 @@ def test_processing_never_rewards_or_trains_observation_tokens():
     batch = two_turn_batch(rows=4)
     scores = torch.tensor([1.0, 0.0, 0.5, 0.25])
     algo = AlgorithmConfig(advantage_estimator="grpo", kl_mode="reward", kl_coef=0.1)
-    out = process_rewards(scores, torch.ones(4, dtype=torch.bool), batch.policy_mask, torch.zeros(4, dtype=torch.bool),
-                          algo, 4, kl_coef=0.1, old_logprobs=batch.old_logprobs, ref_logprobs=batch.ref_logprobs)
+    out = process_rewards(RewardInputs(scores, torch.ones(4, dtype=torch.bool), batch.policy_mask,
+                                       torch.zeros(4, dtype=torch.bool), 4, old_logprobs=batch.old_logprobs,
+                                       ref_logprobs=batch.ref_logprobs), algo, RewardSettings(kl_coef=0.1))
     obs = torch.tensor(POLICY) == 0
     assert torch.equal(out.loss_mask[:, obs], torch.zeros_like(out.loss_mask[:, obs]))
     assert torch.equal(out.advantages[:, obs], torch.zeros_like(out.advantages[:, obs]))
@@ -107,8 +108,9 @@ def test_earlier_turn_rewards_sit_on_their_turn_for_gae():
     algo = AlgorithmConfig(preset="ppo", advantage_estimator="gae", kl_mode="none", gamma=1.0, lam=1.0)
     values = torch.zeros(batch.response_ids.shape)
     scores = torch.tensor([1.0, -1.0])
-    out = process_rewards(scores, torch.ones(2, dtype=torch.bool), batch.policy_mask, torch.zeros(2, dtype=torch.bool),
-                          algo, 1, values=values, turn_rewards=turn_rewards)
+    out = process_rewards(RewardInputs(scores, torch.ones(2, dtype=torch.bool), batch.policy_mask,
+                                       torch.zeros(2, dtype=torch.bool), 1, values=values, turn_rewards=turn_rewards),
+                          algo)
     # gamma = lam = 1, V = 0: the return of a token is the sum of the rewards from it on, the
     # observation tokens skipped. Turn 2's tokens see only what the last token holds: s - 0.25.
     t2 = len(TURN1) + len(OBS)
@@ -127,8 +129,9 @@ def test_every_estimator_works_on_episodes(estimator):
     turn_rewards[:, len(TURN1) - 1] = torch.tensor([0.5, 0.0, -0.5, 1.0], dtype=torch.float64)
     algo = AlgorithmConfig(advantage_estimator=estimator, kl_mode="none", whiten_advantages=True)
     values = torch.zeros(batch.response_ids.shape) if estimator == "gae" else None
-    out = process_rewards(torch.tensor([1.0, 0.0, 0.5, 2.0]), torch.ones(4, dtype=torch.bool), batch.policy_mask,
-                          torch.zeros(4, dtype=torch.bool), algo, 4, values=values, turn_rewards=turn_rewards)
+    out = process_rewards(RewardInputs(torch.tensor([1.0, 0.0, 0.5, 2.0]), torch.ones(4, dtype=torch.bool),
+                                       batch.policy_mask, torch.zeros(4, dtype=torch.bool), 4, values=values,
+                                       turn_rewards=turn_rewards), algo)
     obs = torch.tensor(POLICY) == 0
     assert torch.isfinite(out.advantages).all() and torch.isfinite(out.returns).all()
     assert torch.equal(out.advantages[:, obs], torch.zeros_like(out.advantages[:, obs]))
@@ -172,7 +175,7 @@ def test_reward_clip_keeps_every_episode_row_summing_to_its_processed_score(norm
 
     gae = AlgorithmConfig(advantage_estimator="gae", gamma=1.0, lam=1.0, **kwargs)
     values = torch.zeros(batch.response_ids.shape)
-    out = process_rewards(scores, *args, gae, 4, values=values, turn_rewards=turn_rewards)
+    out = process_rewards(RewardInputs(scores, *args, 4, values=values, turn_rewards=turn_rewards), gae)
     oracle = _oracle_rows(scores.tolist(), earlier, 1.0, norm)
     # gamma = lam = 1, V = 0: a token's return is the sum of the token rewards from it on
     returns = out.returns.double()
@@ -183,7 +186,7 @@ def test_reward_clip_keeps_every_episode_row_summing_to_its_processed_score(norm
         assert returns[0, 0].item() == pytest.approx(1.0, abs=1e-6)
 
     grpo = AlgorithmConfig(advantage_estimator="grpo", **kwargs)
-    adv = process_rewards(scores, *args, grpo, 4, turn_rewards=turn_rewards).advantages
+    adv = process_rewards(RewardInputs(scores, *args, 4, turn_rewards=turn_rewards), grpo).advantages
     c = [1.0, 0.0, 0.5, 0.2]
     if norm == "group":
         c = [a + b for a, b in oracle]
@@ -205,8 +208,9 @@ def test_normalisation_scales_earlier_turn_rewards_with_the_episode_score():
     scores = torch.tensor([3.0, 0.0, 0.5, 0.2], dtype=torch.float64)
     algo = AlgorithmConfig(advantage_estimator="gae", gamma=1.0, lam=1.0, kl_mode="none",
                            reward_norm_mean="group", reward_norm_std="group")
-    out = process_rewards(scores, torch.ones(4, dtype=torch.bool), batch.policy_mask, torch.zeros(4, dtype=torch.bool),
-                          algo, 4, values=torch.zeros(batch.response_ids.shape), turn_rewards=turn_rewards)
+    out = process_rewards(RewardInputs(scores, torch.ones(4, dtype=torch.bool), batch.policy_mask,
+                                       torch.zeros(4, dtype=torch.bool), 4,
+                                       values=torch.zeros(batch.response_ids.shape), turn_rewards=turn_rewards), algo)
     mean = 0.925
     std = (sum((v - mean) ** 2 for v in [3.0, 0.0, 0.5, 0.2]) / 3) ** 0.5
     t2 = len(TURN1) + len(OBS)
@@ -226,9 +230,9 @@ def test_kl_in_the_reward_is_clipped_per_token_beside_the_clipped_score():
     algo = AlgorithmConfig(advantage_estimator="gae", gamma=1.0, lam=1.0, kl_mode="reward", kl_estimator="k1",
                            reward_clip=1.0)
     scores = torch.tensor([4.0, 0.25], dtype=torch.float64)
-    out = process_rewards(scores, torch.ones(2, dtype=torch.bool), batch.policy_mask, torch.zeros(2, dtype=torch.bool),
-                          algo, 1, kl_coef=1.0, old_logprobs=old, ref_logprobs=ref,
-                          values=torch.zeros(batch.response_ids.shape))
+    out = process_rewards(RewardInputs(scores, torch.ones(2, dtype=torch.bool), batch.policy_mask,
+                                       torch.zeros(2, dtype=torch.bool), 1, old_logprobs=old, ref_logprobs=ref,
+                                       values=torch.zeros(batch.response_ids.shape)), algo, RewardSettings(kl_coef=1.0))
     penalty = [min(max(k, -1.0), 1.0) for k in (3.0, -0.5)]
     assert out.returns[0, 0].item() == pytest.approx(1.0 - sum(penalty), abs=1e-6)  # clip(4) = 1, minus 1 - 0.5
     assert out.returns[1, 0].item() == pytest.approx(0.25, abs=1e-6)

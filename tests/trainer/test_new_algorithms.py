@@ -17,7 +17,7 @@ from steadyrl.functional import normalize_then_sum, overlong_penalty
 from steadyrl.models import load_policy
 from steadyrl.rewards.scoring import ScoreResult
 from steadyrl.tracking import read_metrics
-from steadyrl.trainer.processing import process_rewards, reward_components
+from steadyrl.trainer.processing import RewardInputs, RewardSettings, process_rewards, reward_components
 from steadyrl.trainer.selection import select_tokens
 from steadyrl.trainer.update import ppo_update
 
@@ -44,19 +44,21 @@ SWITCHES = [
                                                                       x.split("=")[1] for x in s))
 def test_each_switch_gives_the_same_update_for_any_micro_batch_split(switch, tiny_model_dir):
     """The selections are made once per mini-batch over all its tokens, so cutting it into
-    micro-batches of 8, 3 or 1 rows changes nothing (float64, SGD)."""
+    micro-batches of 8, 3 or 1 rows, or by a token budget (trimmed micro-batches), changes nothing
+    (float64, SGD)."""
     batch = _batch()
     results = []
-    for micro in (8, 3, 1):
+    for split in ("trainer.micro_batch_size=8", "trainer.micro_batch_size=3", "trainer.micro_batch_size=1",
+                  "trainer.max_tokens_per_micro_batch=20"):
         policy = load_policy(str(tiny_model_dir), dtype=torch.float64, device=CPU)
-        config = load_config(None, ["trainer.device=cpu", "algorithm.kl_mode=none",
-                                    f"trainer.micro_batch_size={micro}", *switch])
+        config = load_config(None, ["trainer.device=cpu", "algorithm.kl_mode=none", split, *switch])
         torch.manual_seed(0)  # clip_cov's draw
         metrics, _, _ = ppo_update(policy, torch.optim.SGD(policy.parameters(), lr=0.05), batch, config,
                                    kl_coef=0.0, device=CPU)
         results.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
     torch.testing.assert_close(results[0], results[1], rtol=0, atol=1e-12)
     torch.testing.assert_close(results[0], results[2], rtol=0, atol=1e-12)
+    torch.testing.assert_close(results[0], results[3], rtol=0, atol=1e-9)  # trimmed widths: float32 log-probs
     if "top_entropy_quantile" in switch[0]:
         q = float(switch[0].split("=")[1])
         assert metrics["actor/entropy_selected_frac"] == pytest.approx(q, abs=0.1)
@@ -94,10 +96,10 @@ def test_overlong_punishment_is_added_to_the_score_before_the_advantage():
     scores, valid, mask, truncated, lengths = _processing_inputs()
     algo = load_config(None, ["algorithm.overlong_buffer=4", "algorithm.overlong_penalty_factor=0.5",
                               "rollout.max_new_tokens=10"]).algorithm
-    out = process_rewards(scores, valid, mask, truncated, algo, 4, overlong_limit=10)
+    out = process_rewards(RewardInputs(scores, valid, mask, truncated, 4), algo, RewardSettings(overlong_limit=10))
     shaped = scores + overlong_penalty(lengths.double(), 10, 4, 0.5).double()
     expected = load_config(None, []).algorithm
-    ref = process_rewards(shaped, valid, mask, truncated, expected, 4)
+    ref = process_rewards(RewardInputs(shaped, valid, mask, truncated, 4), expected)
     torch.testing.assert_close(out.advantages, ref.advantages)
     assert out.metrics["critic/overlong_frac"] == pytest.approx(4 / 8)  # lengths 8, 9, 10, 10 are in the buffer
     assert out.metrics["critic/overlong_penalty_mean"] == pytest.approx(float((shaped - scores).mean()))
@@ -107,8 +109,8 @@ def test_overlong_by_turn_sums_each_policy_turns_penalty():
     mask = torch.tensor([[1, 1, 1, 1, 0, 0, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0, 0, 0, 0, 0]])  # an observation gap
     algo = load_config(None, ["algorithm.overlong_buffer=2", "algorithm.overlong_scope=turn",
                               "rollout.max_new_tokens=4"]).algorithm
-    out = process_rewards(torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.bool), mask,
-                          torch.zeros(2, dtype=torch.bool), algo, 1, overlong_limit=4)
+    out = process_rewards(RewardInputs(torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.bool), mask,
+                                       torch.zeros(2, dtype=torch.bool), 1), algo, RewardSettings(overlong_limit=4))
     assert out.metrics["critic/overlong_penalty_mean"] == pytest.approx((-2.0 + 0.0) / 2)  # two full turns: -1 each
 
 
@@ -128,7 +130,7 @@ def test_gdpo_advantage_is_each_reward_normalised_in_its_group_then_summed_and_n
     components = reward_components(result)
     assert components.names == ["correct", "format"] and not components.valid[3, 1]
     algo = load_config(None, ["algorithm.reward_aggregation=normalize_then_sum"]).algorithm
-    out = process_rewards(result.scores, valid, mask, truncated, algo, 4, components=components)
+    out = process_rewards(RewardInputs(result.scores, valid, mask, truncated, 4, components=components), algo)
     expected, _ = normalize_then_sum(components.scores, 4, components.weights, components.valid)
     for row in range(8):
         got = out.advantages[row][mask[row].bool()]
@@ -154,6 +156,18 @@ def test_bad_values_of_the_new_keys_are_refused_naming_the_key(override, needle)
 def test_gdpo_with_an_estimator_it_replaces_is_refused_naming_both():
     with pytest.raises(ConfigError, match="normalize_then_sum.*advantage_estimator"):
         load_config(None, ["algorithm.reward_aggregation=normalize_then_sum", "algorithm.advantage_estimator=rloo"])
+
+
+def test_gdpo_with_a_teacher_mixed_with_the_task_rewards_is_refused_at_load():
+    """Before, it loaded and GDPO's advantage ignored the teacher (two teachers, the same advantages)
+    while its forward pass was still paid."""
+    gdpo = ["algorithm.reward_aggregation=normalize_then_sum", "teacher.name_or_path=some/teacher"]
+    with pytest.raises(ConfigError, match="normalize_then_sum.*teacher.task_rewards = true"):
+        load_config(None, gdpo)
+    pure = load_config(None, [*gdpo, "teacher.task_rewards=false"])  # only the teacher's signal: nothing to aggregate
+    assert pure.teacher.name_or_path == "some/teacher"
+    mixed = load_config(None, ["teacher.name_or_path=some/teacher"])  # sum: the teacher's reward enters
+    assert mixed.algorithm.reward_aggregation == "sum"
 
 
 def test_a_tiny_run_with_every_new_switch_trains_and_logs_their_metrics(write_config, task_dir, tmp_path):

@@ -12,7 +12,7 @@ import torch
 
 from steadyrl.config import load_config
 from steadyrl.errors import ConfigError
-from steadyrl.trainer.processing import process_rewards
+from steadyrl.trainer.processing import RewardInputs, RewardSettings, process_rewards
 
 torch.set_num_threads(1)
 
@@ -24,8 +24,8 @@ MASK = VALID.unsqueeze(-1).expand(-1, 4).long()
 
 def _process(*overrides, episode_size=3):
     algo = load_config(None, list(overrides)).algorithm
-    return process_rewards(SCORES, VALID, MASK, torch.zeros(6, dtype=torch.bool), algo, 6,
-                           episode_size=episode_size)
+    return process_rewards(RewardInputs(SCORES, VALID, MASK, torch.zeros(6, dtype=torch.bool), 6,
+                                        episode_size=episode_size), algo)
 
 
 @pytest.mark.parametrize("counting", ["episode", "sample"])

@@ -2,14 +2,15 @@
 budget and takes every row once, and the update (parameters, metrics) and the no-grad log-prob
 passes equal the fixed micro_batch_size split's, single- and multi-turn."""
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 import torch
 
 from steadyrl.config import load_config
+from steadyrl.functional import POLICY_LOSSES
 from steadyrl.models import load_policy
-from steadyrl.trainer.batch import TrainBatch
+from steadyrl.trainer.batch import ITEMS, LAYOUTS, RESPONSE, ROW, SEQUENCE, TrainBatch, layout_of
 from steadyrl.trainer.forward import response_logprobs
 from steadyrl.trainer.packing import (micro_batch_plan, padding_stats, row_extents, split_to, token_budget_batches,
                                       trim)
@@ -90,6 +91,48 @@ def test_trim_drops_only_padding_and_keeps_positions():
     assert torch.equal(cut.sample_weights, part.sample_weights)
 
 
+def _every_field(batch: TrainBatch) -> TrainBatch:
+    """``batch`` with every optional field filled (distinct values per column, so a wrong cut shows)."""
+    g = torch.Generator().manual_seed(9)
+    rows, width = batch.response_ids.shape
+    filled = {}
+    for f in fields(TrainBatch):
+        if getattr(batch, f.name) is None and layout_of(f) == RESPONSE:
+            filled[f.name] = torch.randn(rows, width, generator=g, dtype=torch.float64)
+    filled["selected"] = torch.rand(rows, width, generator=g) < 0.5
+    return replace(batch, **filled)
+
+
+def test_every_batch_field_declares_its_layout():
+    """Row selection, moving and trim go over the fields by layout: none may lack one."""
+    assert {f.name: layout_of(f) for f in fields(TrainBatch)}  # layout_of refuses a field without one
+    assert all(layout_of(f) in LAYOUTS for f in fields(TrainBatch))
+    for name in ("old_entropy", "token_weights", "selected", "teacher_logprobs", "advantages"):
+        assert layout_of(next(f for f in fields(TrainBatch) if f.name == name)) == RESPONSE
+
+
+def test_trim_narrows_every_per_token_field_by_its_layout():
+    """Before: old_entropy, token_weights and selected kept their full width, and the first update
+    with a token budget and a selection (top_entropy_quantile, kl_cov, clip_cov) failed on a size
+    mismatch."""
+    batch = _every_field(mixed_batch(multi_turn=True))
+    part = batch.select(torch.tensor([1, 5, 9]))
+    cut = trim(part)
+    p, r = cut.prompt_len, cut.response_len
+    assert r < part.response_len
+    for f in fields(TrainBatch):
+        full, kept = getattr(part, f.name), getattr(cut, f.name)
+        if full is None:
+            continue
+        layout = layout_of(f)
+        if layout == SEQUENCE:
+            assert torch.equal(kept, full[:, part.prompt_len - p : part.prompt_len + r]), f.name
+        elif layout == RESPONSE:
+            assert torch.equal(kept, full[:, :r]), f.name
+        else:
+            assert layout in (ROW, ITEMS) and kept is full, f.name
+
+
 def test_padding_stats_show_less_padding_with_a_budget():
     batch = mixed_batch(groups=4)
     real, fixed = padding_stats(batch, micro_batch_plan(batch, 4, None))
@@ -131,6 +174,37 @@ def test_token_budget_update_equals_the_fixed_split(mode, multi_turn, tiny_model
     assert packed_metrics.keys() == fixed_metrics.keys()
     for key, value in fixed_metrics.items():
         assert packed_metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+
+
+SELECTIONS = {"none": [], "entropy": ["algorithm.top_entropy_quantile=0.3"]}
+LOSS_OPTIONS = {"kl_cov": ["algorithm.kl_cov_ratio=0.1"],
+                "clip_cov": ["algorithm.clip_cov_ratio=0.2", "algorithm.clip_cov_lb=-10"]}
+
+
+@pytest.mark.parametrize("selection", sorted(SELECTIONS))
+@pytest.mark.parametrize("loss", sorted(POLICY_LOSSES))
+def test_token_budget_update_equals_the_fixed_split_for_every_loss_and_selection(loss, selection, tiny_model_dir):
+    """Every policy loss, with and without the entropy selection (kl_cov / clip_cov select by
+    covariance themselves): the budget's trimmed micro-batches give the fixed split's update."""
+    g = torch.Generator().manual_seed(4)
+    batch = mixed_batch(multi_turn=loss == "kl_cov")
+    batch = replace(batch, old_entropy=torch.rand(batch.response_ids.shape, generator=g, dtype=torch.float64) * 3)
+    common = [f"algorithm.policy_loss={loss}", *LOSS_OPTIONS.get(loss, []), *SELECTIONS[selection],
+              "trainer.mini_batch_size=6", "trainer.ppo_epochs=2", "trainer.seed=0"]
+    torch.manual_seed(0)  # the same mini-batch shuffles and clip_cov draws
+    fixed, fixed_metrics, fixed_steps = _update(tiny_model_dir, batch, "trainer.micro_batch_size=4", *common)
+    torch.manual_seed(0)
+    packed, packed_metrics, packed_steps = _update(tiny_model_dir, batch, "trainer.max_tokens_per_micro_batch=40",
+                                                   *common)
+    assert fixed_steps == packed_steps == (4, 0)
+    torch.testing.assert_close(packed, fixed, rtol=1e-6, atol=1e-9)
+    assert packed_metrics.keys() == fixed_metrics.keys()
+    for key, value in fixed_metrics.items():
+        assert packed_metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    if selection == "entropy":
+        assert 0.0 < fixed_metrics["actor/entropy_selected_frac"] < 1.0
+    if loss in LOSS_OPTIONS:
+        assert fixed_metrics["actor/cov_selected_frac"] > 0
 
 
 def test_the_budget_changes_how_the_mini_batch_is_split(tiny_model_dir):

@@ -40,7 +40,7 @@ def chat(url) -> dict:
 @pytest.mark.parametrize("url, message", [
     ("data:image/png;base64," + "A" * (10 * 2**20), "larger than"),
     ("data:image/png;base64,@@not base64@@", "not valid base64"),
-    ("data:image/png;base64," + base64.b64encode(b"GIF89a but not really").decode(), "not an image"),
+    ("data:image/png;base64," + base64.b64encode(b"GIF89a but not really").decode(), "not a readable image"),
     ("http://example.com/cat.png", "not fetched"),
     ("https://example.com/cat.png", "not fetched"),
     ("file:///etc/passwd", "expected a data:image"),
@@ -176,7 +176,7 @@ def test_a_truncated_image_is_a_400_naming_the_field():
     with pytest.raises(RequestError) as err:
         parse_request(chat("data:image/png;base64," + base64.b64encode(cut).decode()), chat=True)
     assert "messages[0].content[1].image_url.url" in str(err.value)
-    assert "corrupt" in str(err.value) or "not an image" in str(err.value)
+    assert "corrupt" in str(err.value)
 
 
 def test_more_images_than_a_request_may_hold_is_a_400():
