@@ -200,9 +200,6 @@ def _run(args: argparse.Namespace) -> int:
         if args.step is not None and args.output_dir is None:
             raise ConfigError(f"--step {args.step}: give the run with --output-dir RUN_DIR (a step is a checkpoint "
                               "of a run)")
-        if args.completions is not None and not Path(args.completions).resolve().parent.is_dir():
-            raise ConfigError(f"--completions {args.completions!r}: its folder does not exist (give a file in an "
-                              "existing folder)")
         evaluate_run(path, overrides, output_dir=args.output_dir, model=args.model,
                      trust_run_code=args.trust_run_code, step=args.step, completions_path=args.completions)
         return 0
