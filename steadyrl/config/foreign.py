@@ -112,7 +112,8 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
                      "use_transformers_paged", "cache_implementation"),
                     (_TRL, "rollout.engine (hf: generate with the model's own KV cache; vllm for throughput)")),
     **dict.fromkeys(("vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
-                     "vllm_group_port"), (_TRL, "nothing: there is no vLLM server mode (rollout.engine=vllm colocates)")),
+                     "vllm_group_port"),
+                    (_TRL, "nothing: there is no vLLM server mode (rollout.engine=vllm colocates)")),
     **dict.fromkeys(("vllm_model_impl", "vllm_structured_outputs_regex", "vllm_max_model_length",
                      "vllm_tensor_parallel_size"),
                     (_TRL, "nothing: the engine's settings are rollout.vllm.gpu_memory_utilization and "

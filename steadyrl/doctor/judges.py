@@ -25,7 +25,8 @@ def judge_silent(run: RunData, t: Thresholds) -> Finding | None:
             continue
         name = key[len("reward/"):-len(SUFFIX)]
         scores = values(run.series(f"reward/{name}/mean"))
-        constant = f"; `reward/{name}/mean` is {fmt(scores[0])} at every step" if scores and len(set(scores)) == 1 else ""
+        flat = scores and len(set(scores)) == 1
+        constant = f"; `reward/{name}/mean` is {fmt(scores[0])} at every step" if flat else ""
         never = share >= 1.0
         evidence.append(f"`{key}` averages {fmt(share)} over {len(series)} step(s): the judge's replies held "
                         f"{'no verdict at all' if never else 'no verdict that often'} (each scored 0), above "

@@ -10,11 +10,11 @@ bfloat16 weight plus its Kahan compensation, the master copy; :class:`steadyrl.t
   ``params_changed_min``, updates are lost. ``plain`` AdamW on bfloat16 loses the update of a
   weight when ``lr`` < half its spacing, i.e. of every weight above ``|w| = lr * 2**9``
   (float16: ``lr * 2**12``): at lr 1e-6 nearly all, at lr 1e-4 the larger weights only.
-* ``stochastic_rounding`` (bfloat16; float16 weights are rounded to nearest, judged as ``plain``): the stored weight moves to a neighbour with probability
-  ``|step| / spacing``, right on average, so few weights change per step by design and the
-  changed share is no evidence. Its motion per weight, ``actor/update_rms = ||dtheta|| / sqrt(n)``,
-  is (AdamW moves a weight by about lr a step): frozen when its median < ``update_rms_min * lr``.
-  A run that does not log it is not judged.
+* ``stochastic_rounding`` (bfloat16; float16 weights are rounded to nearest, judged as ``plain``):
+  the stored weight moves to a neighbour with probability ``|step| / spacing``, right on average,
+  so few weights change per step by design and the changed share is no evidence. Its motion per
+  weight, ``actor/update_rms = ||dtheta|| / sqrt(n)``, is (AdamW moves a weight by about lr a
+  step): frozen when its median < ``update_rms_min * lr``. A run that does not log it is not judged.
 
 Steps without a gradient (``actor/grad_norm`` 0: every advantage 0, nothing to apply) are not counted.
 """
