@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--output-dir", help="a run directory: its config and newest checkpoint")
     group.add_argument("--model", help="a model directory or hub name to evaluate")
     ev.add_argument("--step", type=int, help="with --output-dir: the checkpoint of this step (default: the newest)")
+    ev.add_argument("--completions", metavar="FILE",
+                    help="write each held-out prompt's greedy completion to FILE (JSONL: prompt, completion, "
+                         "reward, correct, and set with data.eval_sources), to read what the policy answers")
     ev.add_argument("--trust-run-code", action="store_true",
                     help="with --output-dir and no CONFIG: run the code the run's config.yaml names (reward "
                          "functions from files or modules, model.trust_remote_code); without it such a run "
@@ -82,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     plot = sub.add_parser("plot", help="PNG dashboard of one or more runs' metrics", **page)
     plot.add_argument("run_dirs", nargs="+")
-    plot.add_argument("--out", help="output PNG (default: RUN_DIR/dashboard.png)")
+    plot.add_argument("--out", help="output PNG (default: RUN_DIR/dashboard.png; with several runs: "
+                      "comparison.png in the current directory)")
 
     export = sub.add_parser("export", help="write a checkpoint's policy as a plain Hugging Face model directory "
                             "(train writes the last one to RUN_DIR/final)", **page)
@@ -203,7 +207,7 @@ def _run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--step {args.step}: give the run with --output-dir RUN_DIR (a step is a checkpoint "
                               "of a run)")
         evaluate_run(path, overrides, output_dir=args.output_dir, model=args.model,
-                     trust_run_code=args.trust_run_code, step=args.step)
+                     trust_run_code=args.trust_run_code, step=args.step, completions_path=args.completions)
         return 0
     raise AssertionError(args.command)
 

@@ -81,6 +81,15 @@ def _import_gguf():
     return gguf
 
 
+def _check_accelerate() -> None:
+    """transformers loads a GGUF's weights only with accelerate installed: say so before the slow part."""
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        raise ModelLoadError("loading a GGUF file's weights needs the accelerate package (transformers' GGUF "
+                             "loader): pip install 'steadyrl[gguf]' (or pip install accelerate)")
+
+
 def _check_file(path: Path) -> None:
     if not path.exists():
         raise ModelLoadError(f"GGUF file {str(path)!r}: no such file")
@@ -251,6 +260,7 @@ def load_gguf(info: GGUFInfo, dtype: str = "float32"):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _import_gguf()
+    _check_accelerate()
     torch_dtype = getattr(torch, dtype)
     folder, name = str(info.path.parent), info.path.name
     try:

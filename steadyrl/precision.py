@@ -62,9 +62,12 @@ class PrecisionPlan:
 
     def describe(self) -> str:
         """One line: what is stored, computed, updated and sampled in."""
+        rounding = ("AdamW with stochastic rounding into bfloat16" if self.stored == "bfloat16" else
+                    f"AdamW rounding to nearest into {self.stored} (stochastic rounding is for bfloat16 only: "
+                    "updates below half the spacing are lost, as with plain)")
         update = {"adamw": "AdamW (float32 state)",
-                  "kahan": "Kahan-compensated AdamW (bfloat16 compensation buffer, float32 second moment)",
-                  "stochastic_rounding": "AdamW with stochastic rounding into the stored dtype",
+                  "kahan": f"Kahan-compensated AdamW ({self.stored} compensation buffer, float32 second moment)",
+                  "stochastic_rounding": rounding,
                   "master": "AdamW on a float32 master copy kept by the optimizer",
                   "plain": "plain AdamW (updates below half the stored dtype's spacing are lost)"}[self.update]
         how = " (autocast)" if self.autocast else ""

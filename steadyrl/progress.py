@@ -24,9 +24,22 @@ import sys
 import time
 from typing import IO, Any
 
-__all__ = ["Progress", "format_duration", "progress", "progress_bar_wanted"]
+__all__ = ["Progress", "format_duration", "progress", "progress_bar_wanted", "train_fields"]
 
 _FALSE = {"", "0", "false", "no", "off"}
+
+
+def train_fields(metrics: dict, teacher=None) -> dict[str, Any]:
+    """What a training step's line shows: the reward that trains. Without a teacher ``reward`` (the
+    task's ``reward/mean``); with one (``teacher.name_or_path``) also ``rkl`` (``distill/reverse_kl``,
+    falling as the student learns); in pure distillation (``teacher.task_rewards: false``) the task's
+    reward enters the advantage as 0, so it shows as ``task`` after ``rkl``, not as ``reward``."""
+    task, rkl = metrics.get("reward/mean"), metrics.get("distill/reverse_kl")
+    if teacher is None or not getattr(teacher, "name_or_path", None):
+        return {"reward": task, "len": metrics.get("response/length_mean")}
+    if getattr(teacher, "task_rewards", True):
+        return {"reward": task, "rkl": rkl, "len": metrics.get("response/length_mean")}
+    return {"rkl": rkl, "task": task, "len": metrics.get("response/length_mean")}
 
 
 def _env_on(name: str) -> bool:

@@ -33,9 +33,10 @@ from .config import config_to_dict, load_config
 from .config.schema import overlong_limit
 from .doctor.live import LiveDoctor
 from .errors import ConfigError
+from .files import atomic_write_text
 from .gguf_model import model_source
 from .models import resolve_device
-from .progress import progress
+from .progress import progress, train_fields
 from .rollout import build_engine
 from .rollout.base import Engine
 from .rollout.hf import engine_sync_metrics
@@ -136,8 +137,7 @@ def train(path: str | None, overrides: list[str], *, output_dir: str | None = No
                         print(f"eval at step {step}: {json.dumps(result)}", flush=True)
                 doctor.check(step, metrics)  # one line per detector that fires first; health/doctor_findings
                 tracker.log(metrics, step)
-                bar.update(1, reward=metrics.get("reward/mean"), len=metrics.get("response/length_mean"),
-                           step_s=metrics.get("time/step_s"))
+                bar.update(1, **train_fields(metrics, config.teacher), step_s=metrics.get("time/step_s"))
                 if (t.save_every and step % t.save_every == 0) or step == run.total_steps:
                     save(run, step)
                 halt_if_stuck(run, step)  # trainer.max_consecutive_skips steps with nothing learned
@@ -231,9 +231,14 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
 
 
 def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | None = None,
-                 model: str | None = None, trust_run_code: bool = False, step: int | None = None) -> dict:
+                 model: str | None = None, trust_run_code: bool = False, step: int | None = None,
+                 completions_path: str | None = None) -> dict:
     """Run ``steadyrl eval``: a run directory's newest checkpoint, or a model, on held-out prompts.
-    The code a run directory's own config names is run only with ``trust_run_code`` (:mod:`steadyrl.run.trust`)."""
+    The code a run directory's own config names is run only with ``trust_run_code`` (:mod:`steadyrl.run.trust`).
+    ``completions_path``: a JSONL file that receives each held-out prompt's greedy completion."""
+    if completions_path is not None and not Path(completions_path).resolve().parent.is_dir():
+        raise ConfigError(f"--completions {completions_path!r}: its folder does not exist (give a file in an "
+                          "existing folder)")
     if output_dir is not None:
         run_dir = Path(output_dir)
         saved = run_dir / "config.yaml"
@@ -261,6 +266,10 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
         resources.enter_context(warnings_once())
         engine, scorer, prompts, device, driver = build_eval(config, model_path, resources,
                                                              of_run_dir=output_dir is not None)
-        results = run_eval(config, engine, scorer, prompts, device, driver=driver)
-    print(json.dumps({"model": model_path, **results}, indent=2))
+        rows: list | None = [] if completions_path is not None else None
+        results = run_eval(config, engine, scorer, prompts, device, driver=driver, completions=rows)
+    if completions_path is not None:  # the model's text stays in the file (JSON-escaped), not on the console
+        atomic_write_text(completions_path, "".join(json.dumps(r) + "\n" for r in rows))
+    print(json.dumps({"model": model_path, **results, **({"completions": completions_path} if rows is not None
+                                                         else {})}, indent=2))
     return results

@@ -105,6 +105,7 @@ INJECTIONS = {
     "staleness": lambda rows, samples: _set(rows, "rollout/staleness_mean", lambda s: 3.0),
     "lost_updates": lambda rows, samples: _set(rows, "actor/params_changed_frac", lambda s: 0.012),
     "failed_episodes": lambda rows, samples: _set(rows, "rollout/failed_episode_frac", lambda s: 0.19 + 0.25 * (s % 2)),
+    "judge_silent": lambda rows, samples: _set(rows, "reward/judge/criterion/not_a_verdict_frac", lambda s: 0.97),
 }
 """Detector name -> ``fn(rows, samples)`` that injects the problem it must name first."""
 

@@ -5,10 +5,12 @@ Each detector (a function in :data:`DETECTORS`, see :mod:`.policy` and :mod:`.le
 for one way runs go wrong: entropy collapse or explosion, clip fraction drift, groups without
 reward variance, rising truncation, length hacking, reward rising while held-out accuracy falls,
 a growing training-inference mismatch, gradient spikes and skipped steps, one reward component or
-domain dominating, stale batches, updates lost to precision (a frozen policy). Their thresholds are :class:`Thresholds` (``--set name=value``).
+domain dominating, stale batches, updates lost to precision (a frozen policy), failed episodes, a
+judge that returns no verdict (:mod:`.judges`). Their thresholds are :class:`Thresholds` (``--set name=value``).
+A run shorter than ``min_steps`` is "too short to judge", never "healthy".
 
 The report (markdown) names each problem's steps, evidence and the change most likely to help,
-with example samples; a healthy run gets one line. It goes to stdout, or to ``--output FILE``:
+with example samples; a healthy (or too short) run gets one line. It goes to stdout, or to ``--output FILE``:
 the doctor never writes into a run directory on its own. Exit status: 0 healthy, 1 a problem
 found, 2 bad input (not a run directory, an unknown threshold). No torch is imported.
 """
@@ -19,11 +21,10 @@ import dataclasses
 from pathlib import Path
 
 from . import learning, policy, precision  # noqa: F401  (fill DETECTORS)
-from . import episodes  # noqa: F401,I001  (after them: the registry's order is the report's)
+from . import episodes, judges  # noqa: F401,I001  (after them: the registry's order is the report's)
 from ..files import atomic_write_text
-from ..printable import printable
 from .findings import DETECTORS, Finding, register_detector
-from .report import render
+from .report import render, verdict
 from .run import RunData, load_run
 from ..config.doctor_thresholds import Thresholds
 
@@ -58,9 +59,10 @@ def run_thresholds(run: RunData) -> Thresholds:
         return Thresholds()
 
 
-def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tuple[Path, list[Finding]] | None:
+def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tuple[Path, list[Finding], str] | None:
     """Write the triage of ``run_dir`` to ``out_path`` (default ``run_dir/report.md``) with the run's
-    own thresholds; ``None`` (nothing written) when the directory holds no training step yet."""
+    own thresholds: ``(path, findings, verdict)`` (the verdict's one line: healthy, too short to judge,
+    or the first problem); ``None`` (nothing written) when the directory holds no training step yet."""
     from ..errors import DataError
 
     try:
@@ -70,8 +72,9 @@ def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tup
     thresholds = run_thresholds(run)
     findings = diagnose(run, thresholds)
     path = Path(out_path) if out_path is not None else Path(run_dir) / REPORT_FILE
-    atomic_write_text(path, render(run, findings, len(DETECTORS), _changed(thresholds)))  # a link: refused
-    return path, findings
+    text = render(run, findings, len(DETECTORS), _changed(thresholds), thresholds.min_steps)
+    atomic_write_text(path, text)  # a link: refused
+    return path, findings, verdict(run, findings, thresholds.min_steps)
 
 
 def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | None = None) -> int:
@@ -80,12 +83,10 @@ def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | No
     thresholds = Thresholds().with_overrides(settings or [])
     run = load_run(run_dir)
     findings = diagnose(run, thresholds)
-    text = render(run, findings, len(DETECTORS), _changed(thresholds))
+    text = render(run, findings, len(DETECTORS), _changed(thresholds), thresholds.min_steps)
     if output is None:
         print(text, end="")
     else:
         atomic_write_text(output, text)
-        first = findings[0].title if findings else None
-        first = printable(first, keep="") if first else None
-        print(f"{output}: " + (f"{len(findings)} problem(s), first: {first}" if first else "healthy"))
+        print(f"{output}: {verdict(run, findings, thresholds.min_steps)}")
     return 1 if findings else 0

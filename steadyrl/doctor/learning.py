@@ -24,16 +24,45 @@ def reward_position(run: RunData, t: Thresholds) -> float:
     return (reward - bottom) / (top - bottom)
 
 
+def distill_position(run: RunData, t: Thresholds) -> float:
+    """The share of the student's starting gap to the teacher it has closed: ``1 - late / early``
+    of ``distill/reverse_kl`` (1: it matches the teacher); NaN when not logged or the early mean is <= 0."""
+    series = run.series("distill/reverse_kl")
+    if len(series) < 2:
+        return math.nan
+    early, late = (mean(values(w)) for w in windows(series, t.window_frac))
+    return 1.0 - late / early if early > 0 else math.nan
+
+
+def training_reward(run: RunData) -> list[tuple[float, float]]:
+    """The series of the reward that trains: ``-distill/reverse_kl`` in pure distillation (the task's
+    rewards are scored and logged but enter the advantage as 0), else ``reward/mean``."""
+    if run.distillation == "pure":
+        return [(s, -v) for s, v in run.series("distill/reverse_kl")]
+    return run.series("reward/mean")
+
+
 def solved(run: RunData, t: Thresholds) -> bool:
-    """The run has learned its training prompts (``solved_frac``): convergence, not a problem."""
-    return reward_position(run, t) >= t.solved_frac
+    """The run has learned what it trains on (``solved_frac``): convergence, not a problem. The task's
+    prompts (:func:`reward_position`); with a teacher also (pure distillation: only) the teacher's
+    signal, the student having closed ``solved_frac`` of its gap (:func:`distill_position`)."""
+    if run.distillation is None:
+        return reward_position(run, t) >= t.solved_frac
+    distilled = distill_position(run, t) >= t.solved_frac
+    return distilled if run.distillation == "pure" else distilled and reward_position(run, t) >= t.solved_frac
+
+
+def _task_reward_trains(run: RunData) -> bool:
+    """False in pure distillation: a finding that reads the task's rewards would read a signal that
+    does not enter the advantage."""
+    return run.distillation != "pure"
 
 
 @register_detector("zero_variance")
 def zero_variance(run: RunData, t: Thresholds) -> Finding | None:
     series = run.series("batch/zero_std_group_frac")
-    if len(series) < max(t.min_steps, 2):
-        return None
+    if len(series) < max(t.min_steps, 2) or run.distillation is not None:  # equal task scores: the teacher's
+        return None  # per-token signal still trains (and pure distillation's scores enter as 0)
     late = windows(series, t.window_frac)[1]
     share = mean(values(late))
     if share <= t.zero_var_max or solved(run, t):  # all-solved groups at the end of a solved run: done
@@ -59,6 +88,10 @@ def zero_variance(run: RunData, t: Thresholds) -> Finding | None:
 
 @register_detector("truncation")
 def truncation(run: RunData, t: Thresholds) -> Finding | None:
+    """Truncation high (late mean above ``truncation_max``) or rising (late - early above
+    ``truncation_rise``). A rate falling by more than ``truncation_rise`` is the policy learning to
+    end within the limit: still a finding while it stays above ``truncation_max``, titled and advised
+    as falling, at the lowest severity (raising the limit is not the change to make)."""
     series = run.series("response/truncated_frac")
     if len(series) < max(t.min_steps, 2):
         return None
@@ -66,12 +99,20 @@ def truncation(run: RunData, t: Thresholds) -> Finding | None:
     e, l = mean(values(early)), mean(values(late))
     if not (l > t.truncation_max or l - e > t.truncation_rise):
         return None
+    evidence = [f"`response/truncated_frac` {fmt(e)} (steps {fmt(early[0][0])}-{fmt(early[-1][0])}) -> {fmt(l)} "
+                f"(steps {fmt(late[0][0])}-{fmt(late[-1][0])}); truncation_max {fmt(t.truncation_max)}, "
+                f"truncation_rise {fmt(t.truncation_rise)}"]
+    limit = run.setting("rollout.max_new_tokens")
+    if e - l > t.truncation_rise:
+        return Finding(
+            "truncation", "Truncation rate high but falling", span(series), evidence,
+            "The policy is learning to end within the length limit: let it train on. If the rate levels off "
+            f"above truncation_max, raise `rollout.max_new_tokens`{limit} or leave cut responses out of the "
+            "loss with `algorithm.mask_truncated`.", 1.0, examples=span(late))
+    rising = l - e > t.truncation_rise
     return Finding(
-        "truncation", "Truncation rate rising", span(series),
-        [f"`response/truncated_frac` {fmt(e)} (steps {fmt(early[0][0])}-{fmt(early[-1][0])}) -> {fmt(l)} "
-         f"(steps {fmt(late[0][0])}-{fmt(late[-1][0])}); truncation_max {fmt(t.truncation_max)}, "
-         f"truncation_rise {fmt(t.truncation_rise)}"],
-        f"Responses run into the length limit: raise `rollout.max_new_tokens`{run.setting('rollout.max_new_tokens')} "
+        "truncation", "Truncation rate rising" if rising else "Truncation rate high", span(series), evidence,
+        f"Responses run into the length limit: raise `rollout.max_new_tokens`{limit} "
         "if answers need the room, or leave cut responses out of the loss with `algorithm.mask_truncated`; "
         "read the longest samples for repetition loops.",
         max(l / t.truncation_max if t.truncation_max else 1.0, (l - e) / t.truncation_rise if t.truncation_rise else 1.0),
@@ -81,6 +122,8 @@ def truncation(run: RunData, t: Thresholds) -> Finding | None:
 @register_detector("length_hacking")
 def length_hacking(run: RunData, t: Thresholds) -> Finding | None:
     length, reward = run.series("response/length_mean"), run.series("reward/mean")
+    if not _task_reward_trains(run):
+        return None
     if len(length) < max(t.min_steps, 3) or len(reward) < max(t.min_steps, 3):
         return None
     early, late = windows(length, t.window_frac)
@@ -109,6 +152,8 @@ def reward_vs_heldout(run: RunData, t: Thresholds) -> Finding | None:
     reward = run.series("reward/mean")
     key = "eval/accuracy" if run.series("eval/accuracy", train_only=False) else "eval/reward_mean"
     evals = run.series(key, train_only=False)
+    if not _task_reward_trains(run):
+        return None
     if len(reward) < max(t.min_steps, 2) or len(evals) < 2:
         return None
     r_early, r_late = (mean(values(w)) for w in windows(reward, t.window_frac))
@@ -162,7 +207,7 @@ def _component_shares(run: RunData, t: Thresholds) -> tuple[dict[str, float], st
 
 @register_detector("dominance")
 def dominance(run: RunData, t: Thresholds) -> Finding | None:
-    if len(run.series("reward/mean")) < max(t.min_steps, 2):
+    if len(run.series("reward/mean")) < max(t.min_steps, 2) or not _task_reward_trains(run):
         return None
     evidence, worst = [], 0.0
     shares, basis = _component_shares(run, t)

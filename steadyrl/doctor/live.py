@@ -10,7 +10,10 @@ The recipe makes one :class:`LiveDoctor` per run and calls it twice a step:
 * :meth:`LiveDoctor.halt_if_asked` after the step is saved: when a detector named in
   ``trainer.halt_on`` fired, the state is checkpointed, ``report.md`` written, and the run stops
   with :class:`~steadyrl.errors.DoctorHalted` (exit status 1, the message says how to continue);
-* :meth:`LiveDoctor.finish` at the end of the run: ``report.md`` in the run directory.
+* :meth:`LiveDoctor.finish` at the end of the run: ``report.md`` in the run directory, and one
+  ``doctor: withdrawn: ...`` line for each finding printed mid-run that the final report does not
+  make. A live line reads the steps so far and says so ("so far", "provisional"): the end of the
+  run may bear it out or not, and the user is told which.
 
 The detectors that the final report quiets on a run that solved its prompts (``solved_frac``:
 entropy falling and groups all solved are convergence, :data:`CONVERGENCE_QUIETED`) wait mid-run
@@ -32,6 +35,7 @@ from ..errors import DoctorHalted
 from ..tracking.tracker import read_metrics, read_samples
 from . import diagnose
 from .findings import Finding
+from .learning import training_reward
 from .run import RunData, fmt, mean, values
 from ..config.doctor_thresholds import Thresholds
 
@@ -44,10 +48,10 @@ CONVERGENCE_QUIETED = ("entropy_collapse", "zero_variance")
 
 
 def still_learning(run: RunData, t: Thresholds) -> bool:
-    """``reward/mean`` over the last ``window_frac`` of the steps so far is above the window before
-    it by more than ``reward_rise``: the run is still improving, so whether it will solve its prompts
-    is not known yet."""
-    series = run.series("reward/mean")
+    """The reward that trains (``reward/mean``; pure distillation: ``-distill/reverse_kl``) over the
+    last ``window_frac`` of the steps so far is above the window before it by more than
+    ``reward_rise``: the run is still improving, so whether it will solve its prompts is not known yet."""
+    series = training_reward(run)
     width = max(2, int(len(series) * t.window_frac))
     if len(series) < 2 * width:
         return False
@@ -61,10 +65,18 @@ def thresholds_from(settings: dict[str, float]) -> Thresholds:
 
 
 def one_line(step: int, f: Finding) -> str:
-    """The line printed when ``f`` fires for the first time."""
+    """The line printed when ``f`` fires for the first time: provisional (the steps so far), as the
+    final report judges the whole run and may not stand by it (:meth:`LiveDoctor.finish` says so)."""
     evidence = f.evidence[0] if f.evidence else ""
-    return (f"doctor: step {step}: {f.title} (`{f.detector}`, steps {fmt(f.steps[0])}-{fmt(f.steps[1])}): "
-            f"{evidence}; steadyrl doctor RUN_DIR for the change to make")
+    return (f"doctor: step {step}, so far: {f.title} (`{f.detector}`, steps {fmt(f.steps[0])}-{fmt(f.steps[1])}): "
+            f"{evidence}; provisional: report.md judges the whole run at the end (steadyrl doctor RUN_DIR "
+            "for the change to make)")
+
+
+def withdrawn_line(detector: str, step: int, title: str) -> str:
+    """The line :meth:`LiveDoctor.finish` prints for a live finding the final report does not make."""
+    return (f"doctor: withdrawn: {title} (`{detector}`, printed at step {step}) does not hold over the whole run "
+            "(the final report does not list it)")
 
 
 class LiveDoctor:
@@ -77,6 +89,7 @@ class LiveDoctor:
         self.thresholds = thresholds_from(thresholds)
         self.rows: list[dict] = []
         self.fired: set[str] = set()
+        self.printed: dict[str, tuple[int, str]] = {}  # detector -> (step, title) printed in this process
         self.halting: Finding | None = None
         if every and dist.is_main() and upto_step:  # a resumed run: what fired before counts, silently
             self.rows = [r for r in read_metrics(self.out_dir) if r.get("step", 0) <= upto_step]
@@ -101,6 +114,7 @@ class LiveDoctor:
                 new = [f for f in self._diagnose(mid_run=True) if f.detector not in self.fired]
                 for f in new:
                     self.fired.add(f.detector)
+                    self.printed[f.detector] = (step, f.title)
                     print(one_line(step, f), flush=True)
                     if f.detector in self.halt_on and self.halting is None:
                         self.halting = f
@@ -135,9 +149,12 @@ class LiveDoctor:
         written = write_report(self.out_dir)
         if written is None:
             return None
-        path, findings = written
-        verdict = (f"{len(findings)} problem(s), first: {findings[0].title} (`{findings[0].detector}`)"
-                   if findings else "healthy")
+        path, findings, verdict = written
+        final = {f.detector for f in findings}
+        for detector, (step, title) in self.printed.items():
+            if detector not in final:  # a live line the whole run does not bear out: say so, once
+                print(withdrawn_line(detector, step, title), flush=True)
+        self.printed = {d: v for d, v in self.printed.items() if d in final}
         print(f"doctor: {path}: {verdict}", flush=True)
         return path
 

@@ -73,16 +73,38 @@ def _finding(i: int, f: Finding, run: RunData) -> list[str]:
     return lines
 
 
-def render(run: RunData, findings: list[Finding], detectors: int, changed: dict[str, float]) -> str:
-    """The report's markdown text."""
+def too_short(run: RunData, min_steps: float) -> str | None:
+    """The line saying ``run`` has fewer training steps than the trend detectors need, or None."""
+    n = len(run.steps)
+    if n >= min_steps:
+        return None
+    return (f"{n} training step(s); the trend detectors need at least min_steps = {fmt(min_steps)}, so only "
+            "the detectors of single steps (skipped steps, failed episodes, a silent judge) could judge it")
+
+
+def verdict(run: RunData, findings: list[Finding], min_steps: float) -> str:
+    """One line for the console: ``healthy``, ``too short to judge (...)`` or the problems, first named."""
+    if findings:
+        return f"{len(findings)} problem(s), first: {printable(findings[0].title, keep='')} (`{findings[0].detector}`)"
+    return "healthy" if too_short(run, min_steps) is None else f"too short to judge ({len(run.steps)} training step(s))"
+
+
+def render(run: RunData, findings: list[Finding], detectors: int, changed: dict[str, float],
+           min_steps: float = 6) -> str:
+    """The report's markdown text (``min_steps``: the threshold below which a run is too short to judge)."""
     steps = run.steps
     where = f"steps {fmt(steps[0])}-{fmt(steps[-1])}"
     tuned = ("; thresholds changed: " + ", ".join(f"{k}={fmt(v)}" for k, v in changed.items())) if changed else ""
+    short = too_short(run, min_steps)
     if not findings:
+        if short is not None:
+            return f"too short to judge: {_line(run.path)}: {short} ({where}, {detectors} detectors{tuned}).\n"
         return f"healthy: {_line(run.path)}: no problem found over {where} ({detectors} detectors{tuned}).\n"
     head = [f"# steadyrl doctor: {_line(run.path)}", "",
             f"{len(findings)} problem(s) found over {where} ({len(steps)} training steps, {len(run.samples)} "
             f"logged samples, {detectors} detectors{tuned}), most severe first:", ""]
+    if short is not None:
+        head[2:2] = [f"Too short to judge the trends: {short}.", ""]
     head += [f"{i}. {_line(f.title)} (`{f.detector}`, steps {fmt(f.steps[0])}-{fmt(f.steps[1])})"
              for i, f in enumerate(findings, 1)]
     body = [line for i, f in enumerate(findings, 1) for line in _finding(i, f, run)]

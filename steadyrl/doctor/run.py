@@ -56,6 +56,15 @@ class RunData:
             node = node[part]
         return f" (now {printable(node, keep='')})" if not isinstance(node, (dict, list)) else ""
 
+    @property
+    def distillation(self) -> str | None:
+        """``"pure"`` (a teacher, ``teacher.task_rewards: false``: only the teacher's signal enters the
+        advantage), ``"mixed"`` (a teacher and the task's rewards) or None (no teacher), from config.yaml."""
+        teacher = self.config.get("teacher") if isinstance(self.config, dict) else None
+        if not isinstance(teacher, dict) or not teacher.get("name_or_path"):
+            return None
+        return "pure" if teacher.get("task_rewards") is False else "mixed"
+
     def keys(self, prefix: str = "", suffix: str = "") -> list[str]:
         """Every logged key with that prefix and suffix, sorted."""
         found = {k for row in self.rows for k in row if k.startswith(prefix) and k.endswith(suffix)}

@@ -66,6 +66,14 @@ def _correct(result, name: str, threshold: float) -> list[bool | None]:
             for s, ok in zip(scores, applies)]
 
 
+def _rows(chunk: list, texts: list[str], result, name: str, threshold: float) -> list[dict]:
+    """One row per greedy completion: its prompt's text, the completion, the combined reward (None:
+    not scored) and whether the accuracy reward counts it correct (None: does not apply)."""
+    correct = _correct(result, name, threshold)
+    return [{"prompt": p.text, "completion": text, "reward": float(result.scores[i]) if bool(result.valid[i]) else None,
+             "correct": correct[i]} for i, (p, text) in enumerate(zip(chunk, texts))]
+
+
 def _scored(result, name: str) -> int:
     """How many of the batch's completions reward ``name`` gave a finite score."""
     return sum(result.function_valid(name))
@@ -100,33 +108,39 @@ def _summary(tally: dict, n: int) -> dict:
 
 @torch.no_grad()
 def run_eval(config, engine, scorer, prompts: list | dict, device: torch.device, agent=None, *,
-             driver=None) -> dict:
+             driver=None, completions: list | None = None) -> dict:
     """Evaluate on held-out ``prompts`` with an RNG of its own (training's RNG is untouched, so a
     resumed run reproduces an uninterrupted one); a dict of named sets (``data.eval_sources``) is
     evaluated set by set and overall. ``driver``: the run's episode driver (``RunTask.driver``);
-    without it, the one ``agent`` declares (:func:`~steadyrl.rollout.driver.episode_driver`)."""
+    without it, the one ``agent`` declares (:func:`~steadyrl.rollout.driver.episode_driver`).
+    ``completions``: a list that receives one row per held-out prompt's greedy completion
+    (``{"set", "prompt", "completion", "reward", "correct"}``; ``steadyrl eval --completions FILE``)."""
     if not prompts:
         return {}
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(config.trainer.seed + 1)
         if isinstance(prompts, dict):
-            return evaluate_sets(engine, scorer, prompts, config.eval, config.rollout, agent, driver=driver)
-        return evaluate(engine, scorer, prompts, config.eval, config.rollout, agent, driver=driver)
+            return evaluate_sets(engine, scorer, prompts, config.eval, config.rollout, agent, driver=driver,
+                                 completions=completions)
+        return evaluate(engine, scorer, prompts, config.eval, config.rollout, agent, driver=driver,
+                        completions=completions)
 
 
-def evaluate(engine, scorer, prompts: list, eval_config, rollout_config, agent=None, *, driver=None) -> dict:
+def evaluate(engine, scorer, prompts: list, eval_config, rollout_config, agent=None, *, driver=None,
+             completions: list | None = None) -> dict:
     """Evaluate the engine's model on ``prompts`` (:class:`~steadyrl.data.prompts.PromptItem`):
     whole episodes when there is an ``agent`` (tools or an environment), greedy and sampled."""
     if not prompts:
         return {}
     driver = driver or episode_driver(agent)
-    return _summary(_tally(engine, scorer, prompts, eval_config, rollout_config, driver), eval_config.num_samples)
+    tally = _tally(engine, scorer, prompts, eval_config, rollout_config, driver, completions)
+    return _summary(tally, eval_config.num_samples)
 
 
 @torch.no_grad()
 def evaluate_sets(engine, scorer, sets: dict[str, list], eval_config, rollout_config, agent=None, *,
-                  driver=None) -> dict:
+                  driver=None, completions: list | None = None) -> dict:
     """Each named held-out set evaluated on its own (``<set>/<metric>``), and all of them together
     (the plain metric names: counted over every prompt of every set, not averaged over sets)."""
     out, tallies = {}, []
@@ -134,7 +148,10 @@ def evaluate_sets(engine, scorer, sets: dict[str, list], eval_config, rollout_co
     for name, prompts in sets.items():
         if not prompts:
             continue
-        tally = _tally(engine, scorer, prompts, eval_config, rollout_config, driver)
+        rows: list | None = [] if completions is not None else None
+        tally = _tally(engine, scorer, prompts, eval_config, rollout_config, driver, rows)
+        if completions is not None:
+            completions.extend({**row, "set": name} for row in rows)
         tallies.append(tally)
         out.update({f"{name}/{k}": v for k, v in _summary(tally, eval_config.num_samples).items()})
     if not tallies:
@@ -144,7 +161,7 @@ def evaluate_sets(engine, scorer, sets: dict[str, list], eval_config, rollout_co
     return {**_summary(whole, eval_config.num_samples), **out}
 
 
-def _tally(engine, scorer, prompts: list, eval_config, rollout_config, driver) -> dict:
+def _tally(engine, scorer, prompts: list, eval_config, rollout_config, driver, completions: list | None = None) -> dict:
     """Per prompt: greedy correctness (None: not applicable) and correct samples of ``num_samples``."""
     max_new = eval_config.max_new_tokens or rollout_config.max_new_tokens
     environment = rollout_config.environment is not None
@@ -157,7 +174,10 @@ def _tally(engine, scorer, prompts: list, eval_config, rollout_config, driver) -
     def episodes(chunk, first: int, n: int, **sampling):
         gen = rollout(engine, engine.tokenizer, driver, chunk, n, rollout_config, max_new_tokens=max_new,
                       seeds=episode_seeds(0, -1, first * n, len(chunk) * n), **sampling)
-        return score_episodes(scorer, [p for p in chunk for _ in range(n)], gen, environment=environment)
+        result = score_episodes(scorer, [p for p in chunk for _ in range(n)], gen, environment=environment)
+        if completions is not None and sampling.get("do_sample") is False:  # the greedy pass: kept as it was
+            completions.extend(_rows(chunk, gen.completions, result, name, eval_config.correct_threshold))
+        return result
 
     n = eval_config.num_samples
     # greedy completions of every prompt, then (pass@k) n samples of every prompt

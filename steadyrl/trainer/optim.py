@@ -146,8 +146,10 @@ def _local(p: torch.Tensor) -> torch.Tensor:
 class UpdateProbe:
     """A fixed sample of at most ``per_tensor`` entries of each trained tensor (every
     ``numel // per_tensor``-th entry, float32), read before and after the update:
-    ``actor/update_ratio`` = ||dtheta|| / ||theta|| and ``actor/params_changed_frac`` = the sampled
-    entries whose trained value changed. Cost: one strided copy of the sample, twice a step."""
+    ``actor/update_ratio`` = ||dtheta|| / ||theta||, ``actor/update_rms`` = ||dtheta|| / sqrt(n) (the
+    trained value's motion per weight, comparable with ``optim.lr``: AdamW moves a weight by about lr)
+    and ``actor/params_changed_frac`` = the sampled entries whose trained value changed. Cost: one
+    strided copy of the sample, twice a step."""
 
     def __init__(self, params, optimizer, per_tensor: int = 1024):
         self.params, self.optimizer, self.per_tensor = list(params), optimizer, per_tensor
@@ -163,11 +165,12 @@ class UpdateProbe:
         return torch.cat(out) if out else torch.zeros(0)
 
     def metrics(self) -> dict[str, float]:
-        """``actor/update_ratio`` and ``actor/params_changed_frac`` (one device sync)."""
+        """``actor/update_ratio``, ``actor/update_rms`` and ``actor/params_changed_frac`` (one device sync)."""
         if self.before.numel() == 0:
-            return {"actor/update_ratio": 0.0, "actor/params_changed_frac": 0.0}
+            return {"actor/update_ratio": 0.0, "actor/update_rms": 0.0, "actor/params_changed_frac": 0.0}
         d = self._sample() - self.before
         diff_sq, norm_sq, changed = torch.stack([d.square().sum(), self.before.square().sum(),
                                                  (d != 0).sum().float()]).tolist()
         return {"actor/update_ratio": math.sqrt(diff_sq) / max(math.sqrt(norm_sq), 1e-30),
+                "actor/update_rms": math.sqrt(diff_sq / d.numel()),
                 "actor/params_changed_frac": changed / d.numel()}

@@ -136,3 +136,19 @@ def test_config_show_refuses_a_bad_tool_spec_with_the_error_train_gives(tmp_path
     assert cli.main(["config", "show", str(tiny_run.config), f"rollout.tools=[{tools}:add]",
                      "rollout.tool_parser=no_such_parser"]) == 2
     assert "no_such_parser" in capsys.readouterr().err
+
+
+def test_config_show_names_the_float16_compensation_buffer_float16(capsys):
+    """The buffer has the stored weights' dtype: float16 weights keep a float16 buffer, not a bfloat16 one."""
+    out = _show(capsys, "model.dtype=float16", "model.bf16_update=kahan")
+    line = next(x for x in out.splitlines() if x.startswith("#   on cuda:"))
+    assert "float16 compensation buffer" in line and "bfloat16" not in line
+    out = _show(capsys, "model.dtype=bfloat16", "model.bf16_update=kahan")
+    assert "bfloat16 compensation buffer" in next(x for x in out.splitlines() if x.startswith("#   on cuda:"))
+
+
+def test_config_show_says_float16_stochastic_rounding_rounds_to_nearest(capsys):
+    """LowPrecisionAdamW rounds stochastically into bfloat16 only; float16 weights round to nearest."""
+    out = _show(capsys, "model.dtype=float16", "model.bf16_update=stochastic_rounding")
+    line = next(x for x in out.splitlines() if x.startswith("#   on cuda:"))
+    assert "rounding to nearest into float16" in line and "stochastic rounding is for bfloat16 only" in line

@@ -160,3 +160,14 @@ def test_convert_refuses_a_non_empty_out_dir_before_converting_and_replaces_it_w
 def test_convert_refuses_a_directory_given_as_the_gguf(tmp_path, capsys):
     assert cli.main(["convert", str(tmp_path), str(tmp_path / "out")]) == 2
     assert "is a directory" in _error(capsys)
+
+
+def test_convert_without_accelerate_names_the_extra_before_loading(tmp_path, capsys, monkeypatch):
+    """A fresh `pip install -e ".[gguf]"` lacked accelerate and convert failed after 28 s inside transformers."""
+    path = tmp_path / "tiny.gguf"
+    write_tiny_llama(path)
+    monkeypatch.setitem(__import__("sys").modules, "accelerate", None)  # not installed
+    assert cli.main(["convert", str(path), str(tmp_path / "out")]) == 2
+    error = _error(capsys)
+    assert "accelerate" in error and "steadyrl[gguf]" in error
+    assert not (tmp_path / "out").exists()

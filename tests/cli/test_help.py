@@ -25,3 +25,20 @@ def test_every_help_page_points_to_config_show_and_the_docs(command, capsys):
     out = capsys.readouterr().out
     assert "steadyrl config show" in out
     assert f"documentation: {cli.DOCS_DIR}" in out and (cli.DOCS_DIR / "configuration.md").is_file()
+
+
+def test_plot_help_says_where_a_comparison_of_several_runs_goes_and_it_goes_there(tmp_path, capsys, monkeypatch):
+    """`steadyrl plot A B` wrote comparison.png into the current directory while --help said RUN_DIR/dashboard.png."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from support_doctor import healthy_rows, write_run
+
+    with pytest.raises(SystemExit):
+        cli.main(["plot", "--help"])
+    assert "with several runs: comparison.png in the current directory" in " ".join(capsys.readouterr().out.split())
+    a, b = write_run(tmp_path / "a", healthy_rows()), write_run(tmp_path / "b", healthy_rows(1))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", str(a), str(b)]) == 0
+    assert (tmp_path / "comparison.png").is_file() and not (a / "dashboard.png").exists()

@@ -125,3 +125,18 @@ def test_a_resumed_run_bar_starts_at_its_step():
     with progress(210, "train", file=out, initial=189) as bar:
         bar.update()
     assert "190/210" in out.getvalue()
+
+
+def test_the_training_line_shows_the_reward_that_trains():
+    """Pure distillation trains on the teacher's signal: the task's reward is not shown as `reward`."""
+    from types import SimpleNamespace
+
+    from steadyrl.progress import train_fields
+
+    m = {"reward/mean": 0.9, "distill/reverse_kl": 0.71, "response/length_mean": 12.0}
+    assert train_fields(m) == {"reward": 0.9, "len": 12.0}
+    assert train_fields(m, SimpleNamespace(name_or_path=None, task_rewards=True)) == {"reward": 0.9, "len": 12.0}
+    mixed = train_fields(m, SimpleNamespace(name_or_path="t", task_rewards=True))
+    assert mixed == {"reward": 0.9, "rkl": 0.71, "len": 12.0}
+    pure = train_fields(m, SimpleNamespace(name_or_path="t", task_rewards=False))
+    assert "reward" not in pure and list(pure)[:2] == ["rkl", "task"] and pure["rkl"] == 0.71

@@ -157,6 +157,13 @@ def test_the_update_probe_reports_the_step_and_zero_for_no_step(qwen_dir):
     opt = build_optimizer(policy.parameters(), cfg.optim, 0.0)  # lr 0: a step that moves nothing
     metrics, _, _ = ppo_update(policy, opt, batch(), cfg, kl_coef=0.0, device=CPU)
     assert metrics["actor/update_ratio"] == 0.0 and metrics["actor/params_changed_frac"] == 0.0
+    assert metrics["actor/update_rms"] == 0.0
+    probe = UpdateProbe([p for p in policy.parameters()], opt, per_tensor=8)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(1e-3)  # every weight moves by 1e-3: the motion per weight is 1e-3
+    got = probe.metrics()
+    assert got["actor/params_changed_frac"] > 0.5 and got["actor/update_rms"] == pytest.approx(1e-3, rel=1e-2)
     probe = UpdateProbe([p for p in policy.parameters()], opt, per_tensor=8)
     with torch.no_grad():
         for p in policy.parameters():
