@@ -191,6 +191,33 @@ def test_llama4_pythonic_only_the_text_a_value_renders_as_reads_as_that_value(wo
     assert calls("llama4_pythonic", f'[f(a="{word}")]')[0] == [("f", {"a": word})]
 
 
+def test_auto_a_json_list_that_is_not_calls_stays_text():
+    # an answer that is a JSON list of records (extraction, structured output) is no xLAM call list:
+    # each item must be {"name": ..., "arguments": ...} as the template writes it (vLLM's xlam rule)
+    for answer in ['[{"x": 1}, {"x": 2}]', '[{"name": "Alice", "age": 3}]', '[{"name": "a", "arguments": {}}, {"b": 1}]']:
+        turn = parse_auto(answer)
+        assert (turn.calls, turn.errors, turn.content) == ([], [], answer), answer
+    turn = parse_auto('[{"name": "add", "arguments": [1]}]')  # a call list written wrong is still an error
+    assert not turn.calls and "must be a JSON object" in turn.errors[0]
+
+
+@pytest.mark.parametrize("text, call", [
+    ('<tool_call>{"name": "w", "arguments": {"s": "use <function_call> tags"}}</tool_call>',
+     ("w", {"s": "use <function_call> tags"})),
+    ('<tool_call>{"name": "w", "arguments": {"s": "<|python_start|>x"}}</tool_call>', ("w", {"s": "<|python_start|>x"})),
+    ('{"name": "w", "parameters": {"s": "<|python_start|>x"}}', ("w", {"s": "<|python_start|>x"})),
+    ('[f(s="<function_call>")]', ("f", {"s": "<function_call>"})),
+    ('[f(s="<|action_start|><|plugin|>"b=1)]', ("f", {"s": "<|action_start|><|plugin|>", "b": 1})),
+    ('<tool_call>\n<function=w>\n<parameter=s>\n<atem:invoke name="x">\n</parameter>\n</function>\n</tool_call>',
+     ("w", {"s": '<atem:invoke name="x">'})),
+])
+def test_auto_a_marker_inside_another_formats_argument_does_not_hide_the_call(text, call):
+    # the newer formats' markers are looked for first: one written inside a string argument of a
+    # hermes, llama3_json, pythonic or qwen3_coder call made that call an error, or (atem) plain text
+    turn = parse_auto(text)
+    assert ([(c.name, c.arguments) for c in turn.calls], turn.errors) == ([call], [])
+
+
 def test_llama4_pythonic_reads_the_calls_after_the_turns_text():
     # the template writes the message's content, then the call list, then <|eot|>: a turn with
     # text before its calls was read as text, its calls dropped (the episode ended on them)
@@ -208,3 +235,9 @@ def test_atem_several_calls_leave_no_headers_in_the_content():
             '</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|><|start|>assistant to=mul<|message|>'
             '<atem:function_calls>\n<atem:invoke name="mul">\n</atem:invoke>\n</atem:function_calls>')
     assert calls("atem", text) == ([("add", {"a": 1}), ("mul", {})], [], "")
+
+
+def test_auto_another_reading_wins_only_when_the_marker_was_inside_its_calls():
+    # a call list read loosely (gemma-3) must not turn a broken hermes call into content
+    turn = parse_auto('[f(a=1)] <tool_call>{"name": "g", "arguments": {</tool_call>')
+    assert not turn.calls and "invalid JSON" in turn.errors[0]
