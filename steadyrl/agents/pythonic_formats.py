@@ -29,8 +29,9 @@ is read as the JSON value (not text) whose ``"%s"`` text it is when there is one
 call the template rendered from ``{"a": 1}`` reads back as ``{"a": 1}``, and a text argument that
 reads as a number (``"1"``) reads back as the number; ``"0x10"``, ``"1_000"``, ``" 7"`` or
 ``"(1, 2)"`` are the ``"%s"`` of no JSON value (16 renders as ``16``) and stay text. A value's
-closing quote is the first ``"`` followed by ``,`` and the next ``key=``, or by ``)``: a value
-holding ``", b="`` is read short.
+closing quote is the first ``"`` followed by what the template writes next: ``, KEY="``, or ``)``
+then ``]``, ``, NAME(`` or the end; so code such as ``print("hi")`` or ``f("x", y=2)`` is one value,
+and a value holding ``", b="``, ``")]`` or ``"), g(`` is read short.
 """
 
 from __future__ import annotations
@@ -162,19 +163,30 @@ def parse_gemma3_pythonic(text: str) -> ParsedTurn:
 
 
 def _closing_quote(text: str, pos: int) -> int:
-    """The ``"`` that closes a value opened before ``pos``: the first followed by ``\s*)`` or by
-    ``\s*,\s*KEY\s*=`` (-1: none). Each look-ahead stops at the next ``"`` at the latest, so
-    every character is looked at a bounded number of times."""
+    """The ``"`` that closes a value opened before ``pos``: the first followed by what the template
+    writes next, ``\s*)`` then the end, ``]`` or ``, NAME(`` (the call's end), or ``\s*,\s*KEY\s*="``
+    (the next argument), so code in a value (``print("hi")``, ``f("x", y=2)``) does not end it
+    (-1: none). Each look-ahead stops at the next ``"`` at the latest, so every character is looked
+    at a bounded number of times."""
     while True:
         quote = find(text, '"', pos)
         if quote == -1:
             return -1
         after = skip_ws(text, quote + 1)
-        if text.startswith(")", after):
+        if text.startswith(")", after) and _call_ends(text, skip_ws(text, after + 1)):
             return quote
-        if text.startswith(",", after) and _key_at(text, skip_ws(text, after + 1)) is not None:
+        key = _key_at(text, skip_ws(text, after + 1)) if text.startswith(",", after) else None
+        if key is not None and text.startswith('"', key[1]):
             return quote
         pos = quote + 1
+
+
+def _call_ends(text: str, at: int) -> bool:
+    """What follows a call's ``)`` at ``at``: the end, the list's ``]`` or ``, NAME(``."""
+    if at == len(text) or text.startswith("]", at):
+        return True
+    name = skip_ws(text, at + 1) if text.startswith(",", at) else -1
+    return name != -1 and _name_at(text, name) > name and text.startswith("(", _name_at(text, name))
 
 
 def _python_value(word: str):

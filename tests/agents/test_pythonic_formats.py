@@ -241,3 +241,14 @@ def test_auto_another_reading_wins_only_when_the_marker_was_inside_its_calls():
     # a call list read loosely (gemma-3) must not turn a broken hermes call into content
     turn = parse_auto('[f(a=1)] <tool_call>{"name": "g", "arguments": {</tool_call>')
     assert not turn.calls and "invalid JSON" in turn.errors[0]
+
+
+@pytest.mark.parametrize("text, found", [
+    ('[run(code="print("hi")")]', [("run", {"code": 'print("hi")'})]),  # was run(code='print("hi') and an error
+    ('[run(code="print(f("x", y=2))", timeout="5")]', [("run", {"code": 'print(f("x", y=2))', "timeout": 5})]),
+    ('[run(code="x = g("a")\nprint(x)"), h(a="1")]', [("run", {"code": 'x = g("a")\nprint(x)'}), ("h", {"a": 1})]),
+])
+def test_llama4_pythonic_a_value_may_hold_code_with_quotes_and_parentheses(text, found):
+    # "%s" writes text unescaped: a value's quote closes where the template's next piece follows
+    # (`)` then `]`, `, NAME(` or the end; `, KEY="`), not at the first `")` or `", KEY=` of code
+    assert calls("llama4_pythonic", text)[:2] == (found, [])
