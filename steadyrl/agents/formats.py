@@ -491,25 +491,56 @@ def detect(text: str) -> str | None:
 def parse_auto(text: str) -> ParsedTurn:
     """Whichever format the turn is written in (by its markers); a turn with none of them is read
     as ``llama3_json`` (a bare JSON call, or after ``<|python_tag|>``), ``xlam`` (a JSON list of
-    calls), then ``pythonic``, then (when ``pythonic`` cannot read it) ``gemma3_pythonic``."""
+    ``{"name", "arguments"}`` objects), then ``pythonic``, then (when ``pythonic`` cannot read it)
+    ``gemma3_pythonic``. A marker can be text inside another format's argument (a hermes call that
+    writes ``<function_call>``): when the first marker's format reads no call, the first other
+    reading (another marker's format, then the reading as if there were no marker) with calls, no
+    errors and that marker inside its calls (not in its content) is the turn's."""
     from .parser_base import TOOL_PARSERS
 
-    name = detect(text)
-    turn = TOOL_PARSERS[name](text) if name is not None else None
-    if turn is not None and not (turn.calls or turn.errors) and name in _FALLBACKS:
+    present = [(marker, name) for marker, name in _MARKERS if marker in text]
+    if not present:
+        return _unmarked(text)
+    marker, name = present[0]
+    turn = TOOL_PARSERS[name](text)
+    if not (turn.calls or turn.errors) and name in _FALLBACKS:
         turn = TOOL_PARSERS[_FALLBACKS[name]](text)
-    if turn is not None:
+    if turn.calls:
         return turn
+    others = dict.fromkeys(other for _, other in present[1:] if other != name)
+    for read in [*(TOOL_PARSERS[other] for other in others), _unmarked]:
+        found = read(text)
+        if found.calls and not found.errors and marker not in found.content:  # the marker was in its calls
+            return found
+    return turn
+
+
+def _unmarked(text: str) -> ParsedTurn:
+    """``auto``'s reading of a turn with no marker (see :func:`parse_auto`)."""
+    from .parser_base import TOOL_PARSERS
+
     turn = parse_llama3_json(text)
     if turn.calls or turn.errors:
         return turn
-    if text.strip().startswith("[") and text.strip().startswith("{", skip_ws(text.strip(), 1)):
-        return TOOL_PARSERS["xlam"](text)  # a JSON list of calls
+    if _xlam_calls(text.strip()):
+        return TOOL_PARSERS["xlam"](text)
     turn = parse_pythonic(text)
     if turn.errors:  # gemma-3's pythonic template writes no comma between arguments
         loose = TOOL_PARSERS["gemma3_pythonic"](text)
         return loose if loose.calls and not loose.errors else turn
     return turn
+
+
+def _xlam_calls(body: str) -> bool:
+    """``body`` is a JSON list of objects each with a ``"name"`` and its ``"arguments"``, as xLAM's
+    template writes calls (vLLM's rule): a JSON list of records a model answers with is text."""
+    if not (body.startswith("[") and body.startswith("{", skip_ws(body, 1))):
+        return False
+    try:
+        items, _ = _DECODER.raw_decode(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(items, list) and all(isinstance(o, dict) and "name" in o and "arguments" in o for o in items)
 
 
 def parser_for_template(template: str | None) -> str:

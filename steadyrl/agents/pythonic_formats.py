@@ -8,8 +8,9 @@ name                a call as the template renders it (and so as the model train
                     ``[add(a=1b=2), mul(x="y")]``: each value is JSON (the template's ``tojson``), and
                     the template writes no comma between arguments (its ``first`` flag is reset inside
                     the loop, where Jinja does not keep it), so commas are optional
-``llama4_pythonic`` Llama-4's pythonic template: ``[add(a="1", b="2")]``: every value is the text
-                    Python's ``"%s"`` makes of it, between double quotes, unescaped
+``llama4_pythonic`` Llama-4's pythonic template: ``TEXT[add(a="1", b="2")]``: every value is the text
+                    Python's ``"%s"`` makes of it, between double quotes, unescaped; the list ends
+                    the turn, after its text (only the first ``[NAME(`` after the text is tried)
 ``llama4``          Llama-4's own template (Meta's, as trainers ship it):
                     ``<|python_start|>TEXT<|python_end|>{"name": "add", "parameters": {...}}{...}``,
                     the turn's text inside the python block, the calls JSON objects after it
@@ -23,11 +24,14 @@ name                a call as the template renders it (and so as the model train
 Llama-3.2's pythonic template (and ToolACE's) renders ``[add(a=1, b=2)]``: ``pythonic`` reads it.
 
 ``llama4_pythonic``'s values carry no type: the template renders ``1`` and ``"1"`` alike. A value
-is read as the Python literal its text is when it is one that is not text (a number, ``True`` /
-``False`` / ``None``, a list or dict in Python's spelling), else as the text: so the call the
-template rendered from ``{"a": 1}`` reads back as ``{"a": 1}``, and a text argument that reads
-as a number (``"1"``) reads back as the number. A value's closing quote is the first ``"``
-followed by ``,`` and the next ``key=``, or by ``)``: a value holding ``", b="`` is read short.
+is read as the JSON value (not text) whose ``"%s"`` text it is when there is one (a number,
+``True`` / ``False`` / ``None``, a list or dict in Python's spelling), else as the text: so the
+call the template rendered from ``{"a": 1}`` reads back as ``{"a": 1}``, and a text argument that
+reads as a number (``"1"``) reads back as the number; ``"0x10"``, ``"1_000"``, ``" 7"`` or
+``"(1, 2)"`` are the ``"%s"`` of no JSON value (16 renders as ``16``) and stay text. A value's
+closing quote is the first ``"`` followed by what the template writes next: ``, KEY="``, or ``)``
+then ``]``, ``, NAME(`` or the end; so code such as ``print("hi")`` or ``f("x", y=2)`` is one value,
+and a value holding ``", b="``, ``")]`` or ``"), g(`` is read short.
 """
 
 from __future__ import annotations
@@ -37,13 +41,14 @@ import json
 import re
 
 from .parser_base import ParsedTurn, ToolCall, parsed_turn, clip_text, to_call, register_parser
-from .parsing import decode_error, find, json_problem, run_end, skip_ws
+from .parsing import decode_error, find, run_end, skip_ws
 
 __all__ = ["parse_gemma3_pythonic", "parse_llama4_pythonic", "parse_llama4", "parse_xlam", "parse_internlm2",
            "parse_granite_20b_fc", "parse_atem"]
 
 _DECODER = json.JSONDecoder()
 _IDENT_HEAD = re.compile(r"[A-Za-z_]")
+_KEY_HEAD = re.compile(r"[^\W\d]")  # a Python identifier's first character: a key may be 城市
 _DOTTED = re.compile(r"[\w.]*")
 _WORD = re.compile(r"\w*")
 
@@ -60,22 +65,42 @@ def _name_at(text: str, at: int) -> int:
 
 
 def _key_at(text: str, at: int) -> tuple[str, int] | None:
-    """``(key, index after "=")`` of ``KEY \\s* = \\s*`` at ``at``, or None."""
-    if not _IDENT_HEAD.match(text, at):
+    """``(key, index after "=")`` of ``KEY \\s* = \\s*`` at ``at`` (KEY a Python identifier), or None."""
+    if not _KEY_HEAD.match(text, at):
         return None
     end = run_end(text, at + 1, _WORD)
     eq = skip_ws(text, end)
     return (text[at:end], skip_ws(text, eq + 1)) if text.startswith("=", eq) else None
 
 
-def _call_list(text: str, read_args, fmt: str) -> ParsedTurn:
+def _list_at(body: str, pos: int) -> bool:
+    """``[ NAME(`` starts at ``pos``."""
+    at = skip_ws(body, pos + 1) if body.startswith("[", pos) else -1
+    return at != -1 and _name_at(body, at) > at and body.startswith("(", _name_at(body, at))
+
+
+def _list_after_text(body: str) -> int:
+    """Where the first ``[ NAME(`` after the start of ``body`` is (-1: none); linear: each ``[`` once."""
+    at = find(body, "[", 1)
+    while at != -1 and not _list_at(body, at):
+        at = find(body, "[", at + 1)
+    return at
+
+
+def _call_list(text: str, read_args, fmt: str, after_text: bool = False) -> ParsedTurn:
     """``[NAME(ARGS), NAME(ARGS), ...]`` at the start of the turn; ``read_args(text, pos)`` reads one
     call's arguments from just after its ``(`` -> ``(dict, index after ")")`` or an error line. A
-    turn that does not start as ``[NAME(`` is text (content, no call); text after the list is content."""
+    turn that does not start as ``[NAME(`` is text (content, no call); text after the list is content.
+    ``after_text`` (Llama-4, whose template writes the content, then the list): else, the first
+    ``[NAME(`` after the text is the list when it reads without error and ends the turn."""
     body = text.strip()
-    at = skip_ws(body, 1) if body.startswith("[") else -1
-    if at == -1 or _name_at(body, at) == at or not body.startswith("(", _name_at(body, at)):
-        return ParsedTurn(content=text.strip())
+    if not _list_at(body, 0):
+        start = _list_after_text(body) if after_text else -1
+        turn = _call_list(body[start:], read_args, fmt) if start != -1 else None
+        if turn is None or turn.errors or turn.content:
+            return ParsedTurn(content=body)
+        return ParsedTurn(body[:start].strip(), turn.calls)
+    at = skip_ws(body, 1)
     results = []
     while True:
         name_end = _name_at(body, at)
@@ -98,6 +123,18 @@ def _call_list(text: str, read_args, fmt: str) -> ParsedTurn:
         at = skip_ws(body, at + 1)
 
 
+def _exponent_as_key(text: str, start: int, end: int, value):
+    """``(value, end)`` of the number ``text[start:end]`` whose exponent is the next key's start:
+    with no comma between arguments ``a=1e2e_x=5`` reads as ``a=1, e2e_x=5``, not ``a=100.0, e_x=5``
+    (tojson writes no unsigned exponent: 100.0 is ``100.0``, 1e100 ``1e+100``)."""
+    if not isinstance(value, float) or text[start] not in "-0123456789":
+        return value, end
+    cut = max(text.rfind("e", start, end), text.rfind("E", start, end))
+    if cut == -1 or _key_at(text, cut) is None:
+        return value, end
+    return json.loads(text[start:cut]), cut
+
+
 def _gemma3_args(text: str, pos: int):
     """``(KEY=JSON ,?)* )`` from ``pos``: ``(arguments, index after ")")`` or an error line."""
     args = {}
@@ -110,6 +147,7 @@ def _gemma3_args(text: str, pos: int):
             return f"expected KEY=VALUE or ')' at {clip_text(text[at:])!r}"
         try:
             value, end = _DECODER.raw_decode(text, key[1])
+            value, end = _exponent_as_key(text, key[1], end, value)
         except (ValueError, RecursionError) as err:
             return f"argument {key[0]!r}: invalid JSON value ({decode_error(err, at=False)})"
         args[key[0]] = value
@@ -125,31 +163,42 @@ def parse_gemma3_pythonic(text: str) -> ParsedTurn:
 
 
 def _closing_quote(text: str, pos: int) -> int:
-    """The ``"`` that closes a value opened before ``pos``: the first followed by ``\s*)`` or by
-    ``\s*,\s*KEY\s*=`` (-1: none). Each look-ahead stops at the next ``"`` at the latest, so
-    every character is looked at a bounded number of times."""
+    """The ``"`` that closes a value opened before ``pos``: the first followed by what the template
+    writes next, ``\s*)`` then the end, ``]`` or ``, NAME(`` (the call's end), or ``\s*,\s*KEY\s*="``
+    (the next argument), so code in a value (``print("hi")``, ``f("x", y=2)``) does not end it
+    (-1: none). Each look-ahead stops at the next ``"`` at the latest, so every character is looked
+    at a bounded number of times."""
     while True:
         quote = find(text, '"', pos)
         if quote == -1:
             return -1
         after = skip_ws(text, quote + 1)
-        if text.startswith(")", after):
+        if text.startswith(")", after) and _call_ends(text, skip_ws(text, after + 1)):
             return quote
-        if text.startswith(",", after) and _key_at(text, skip_ws(text, after + 1)) is not None:
+        key = _key_at(text, skip_ws(text, after + 1)) if text.startswith(",", after) else None
+        if key is not None and text.startswith('"', key[1]):
             return quote
         pos = quote + 1
 
 
+def _call_ends(text: str, at: int) -> bool:
+    """What follows a call's ``)`` at ``at``: the end, the list's ``]`` or ``, NAME(``."""
+    if at == len(text) or text.startswith("]", at):
+        return True
+    name = skip_ws(text, at + 1) if text.startswith(",", at) else -1
+    return name != -1 and _name_at(text, name) > name and text.startswith("(", _name_at(text, name))
+
+
 def _python_value(word: str):
-    """The value whose ``"%s"`` text ``word`` is: the Python literal when it is one and not text
-    (``1``, ``2.5``, ``True``, ``None``, ``[1, 2]``, ``{'k': 'v'}``) and has a JSON form, else ``word``."""
+    """The JSON value whose ``"%s"`` text ``word`` is (``1``, ``2.5``, ``True``, ``None``, ``[1, 2]``,
+    ``{'k': 'v'}``), else ``word``: a Python literal that ``"%s"`` spells otherwise (``0x10``, ``1_000``,
+    `` 7``) or that JSON cannot hold (a tuple, a set, ``{1: 2}``, bytes) is text."""
     try:
-        value = ast.literal_eval(word.strip())
+        value = ast.literal_eval(word)
+        same = not isinstance(value, str) and str(value) == word and json.loads(json.dumps(value)) == value
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return word
-    if isinstance(value, (str, bytes, complex)) or json_problem(value) is not None:
-        return word
-    return list(value) if isinstance(value, tuple) else value
+    return value if same else word
 
 
 def _llama4_args(text: str, pos: int):
@@ -175,7 +224,7 @@ def _llama4_args(text: str, pos: int):
 @register_parser("llama4_pythonic")
 def parse_llama4_pythonic(text: str) -> ParsedTurn:
     """Llama-4's pythonic calls: every value quoted as its ``"%s"`` text (module docstring)."""
-    return _call_list(text, _llama4_args, LLAMA4_PYTHONIC_FORMAT)
+    return _call_list(text, _llama4_args, LLAMA4_PYTHONIC_FORMAT, after_text=True)
 
 
 _PY_START, _PY_END = "<|python_start|>", "<|python_end|>"
@@ -304,9 +353,11 @@ def parse_atem(text: str) -> ParsedTurn:
     from .more_formats import invoke_calls, strip_wrappers
 
     turn = invoke_calls(text, "<atem:invoke", "</atem:invoke>", "<atem:parameter", "</atem:parameter>", ATEM_FORMAT)
-    turn = strip_wrappers(turn, "<atem:function_calls>", "</atem:function_calls>", "<|start|>assistant")
-    content = _drop_headers(turn.content) if turn.calls or turn.errors else turn.content
-    return ParsedTurn(content.strip(), turn.calls, turn.errors)
+    turn = strip_wrappers(turn, "<atem:function_calls>", "</atem:function_calls>", "<|eom|>")
+    messages = turn.content.split("<|start|>assistant")  # several calls: one message each
+    if turn.calls or turn.errors:
+        messages = [_drop_headers(m) for m in messages]
+    return ParsedTurn("".join(messages).strip(), turn.calls, turn.errors)
 
 
 MARKERS = (("<|python_start|>", "llama4"), (_ACTION, "internlm2"), (_FUNCTION_CALL, "granite_20b_fc"),

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support_conformance import MODES, PROMPT, TURN_MODES, add_tool, evaluate
 from support_pypi import classify, pypi_families, pypi_templates
 from support_realtemplates import TemplatesUnavailable, family_tokenizer
@@ -128,16 +130,57 @@ def test_calls_the_real_template_renders_parse_back_equal(corpus, template):
     family = next(f for f in families if f.template == template)
     tok = family_tokenizer(family, folder)
     parser = parser_for_template(tok.chat_template)
-    message = {"role": "assistant", "content": "", "tool_calls": [
-        {"id": f"call{i}", "type": "function", "function": c} for i, c in enumerate(CALLS)]}
+    turn = TOOL_PARSERS[parser](_turn_text(family, tok, "", CALLS))
+    assert not turn.errors, turn.errors
+    assert [(c.name, c.arguments) for c in turn.calls] == [(c["name"], c["arguments"]) for c in CALLS]
+    assert turn.content == ""  # muse_glimmer's second call left '<|eom|> to=note<|message|>'
+
+
+def _turn_text(family, tok, content, calls):
+    """The text of the assistant turn with ``content`` and ``calls`` as ``tok``'s template renders it."""
+    message = {"role": "assistant", "content": content, "tool_calls": [
+        {"id": f"call{i}", "type": "function", "function": c} for i, c in enumerate(calls)]}
     before = tok.apply_chat_template(PROMPT, tools=[add_tool().schema], tokenize=False, add_generation_prompt=True)
     whole = tok.apply_chat_template([*PROMPT, message], tools=[add_tool().schema], tokenize=False)
     turn_text = whole[len(os.path.commonprefix([before, whole])):]  # granite's prompt ends "ASSISTANT: \n", its turn not
     for stop in family.stops:  # the turn the model writes ends before its stop token
         turn_text = turn_text.split(stop, 1)[0]
-    turn = TOOL_PARSERS[parser](turn_text)
-    assert not turn.errors, turn.errors
-    assert [(c.name, c.arguments) for c in turn.calls] == [(c["name"], c["arguments"]) for c in CALLS]
+    return turn_text
+
+
+_WORDS = st.text("abcxyz ", min_size=1, max_size=8).filter(str.strip)
+_LEAF = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False)
+_JSON = st.recursive(_LEAF | st.text(max_size=12), lambda c: st.lists(c, max_size=3) | st.dictionaries(
+    st.text(max_size=5), c, max_size=3), max_leaves=6)
+# Llama-4's "%s" values carry no type: text is read back as text only when it spells no other value
+_UNTYPED = _WORDS | st.recursive(_LEAF, lambda c: st.lists(c, max_size=3) | st.dictionaries(_WORDS, c, max_size=3),
+                                 max_leaves=6)
+_CALL = st.fixed_dictionaries({"name": st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)})
+
+
+@pytest.mark.parametrize("template, values", [("vllm-tool_chat_template_gemma3_pythonic.jinja", _JSON),
+                                              ("vllm-tool_chat_template_llama4_pythonic.jinja", _UNTYPED)])
+def test_random_calls_and_text_the_pythonic_templates_render_parse_back_equal(corpus, template, values):
+    # any Python identifier as a key (a=1e2e_x=5 once read as a=100.0, e_x=5; 城市 was refused), and
+    # the turn's text (Llama-4 writes it before the list: the calls were read as text)
+    folder, families, _, _ = corpus
+    family = next(f for f in families if f.template == template)
+    tok = family_tokenizer(family, folder)
+    parser = parser_for_template(tok.chat_template)
+    arguments = st.dictionaries(st.from_regex(r"[^\W\d]\w{0,6}", fullmatch=True) | st.sampled_from(["e2e", "E1x"]),
+                                values, max_size=4)
+
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(calls=st.lists(_CALL.flatmap(lambda c: arguments.map(lambda a: {**c, "arguments": a})), min_size=1,
+                          max_size=3),
+           content=st.sampled_from(["", "Sure.", "Let me check [this] (ok)."]), number=st.integers(0, 10**6))
+    def round_trip(calls, content, number):
+        calls = [{"name": "n", "arguments": {"a": number, "e2e": 1}}, *calls]  # a number before an e-key
+        turn = TOOL_PARSERS[parser](_turn_text(family, tok, content, calls))
+        assert ([(c.name, c.arguments) for c in turn.calls], turn.errors, turn.content) == (
+            [(c["name"], c["arguments"]) for c in calls], [], content)
+
+    round_trip()
 
 
 def test_the_table_in_docs_is_current(corpus, cases):

@@ -162,3 +162,93 @@ def test_auto_reads_each_format():
 ])
 def test_the_template_names_its_parser(source, parser):
     assert parser_for_template(source) == parser
+
+
+# --- hostile and ambiguous text (outside review) -------------------------------------------------
+
+@pytest.mark.parametrize("text, args", [
+    ("[f(a=1e2e_test=5)]", {"a": 1, "e2e_test": 5}),  # was {"a": 100.0, "e_test": 5}
+    ("[f(a=1e2=3)]", {"a": 1, "e2": 3}),  # was an error
+    ("[f(a=-2.5E10x=1)]", {"a": -2.5, "E10x": 1}),
+    ("[f(a=1e2 b=3)]", {"a": 100.0, "b": 3}), ("[f(a=1e+2b=3)]", {"a": 100.0, "b": 3}), ("[f(a=1e2)]", {"a": 100.0}),
+])
+def test_gemma3_an_exponent_that_reads_as_the_next_key_is_the_key(text, args):
+    # with no comma between arguments, `a=1e2e_test=5` is a=1, e2e_test=5 or a=100.0, e_test=5: the
+    # template's tojson never writes an exponent without its sign (1e2 is 100.0), so it is the key
+    assert calls("gemma3_pythonic", text)[:2] == ([("f", args)], [])
+
+
+@pytest.mark.parametrize("name", ["gemma3_pythonic", "llama4_pythonic"])
+def test_a_key_may_be_any_python_identifier(name):
+    # both templates write the parameter's name as it is: a tool written in Python may have 城市
+    text = '[f(城市="北京", _x1="y")]'
+    assert calls(name, text)[:2] == ([("f", {"城市": "北京", "_x1": "y"})], [])
+
+
+@pytest.mark.parametrize("word", ["0x10", "0o17", "0b11", "1_000", "+5", " 7", "7 ", "1e3", "1E+3", "(1, 2)", "{1: 2}"])
+def test_llama4_pythonic_only_the_text_a_value_renders_as_reads_as_that_value(word):
+    # "%s" writes 16 as "16", never "0x10": a value that is not the "%s" of a JSON value is the text
+    assert calls("llama4_pythonic", f'[f(a="{word}")]')[0] == [("f", {"a": word})]
+
+
+def test_auto_a_json_list_that_is_not_calls_stays_text():
+    # an answer that is a JSON list of records (extraction, structured output) is no xLAM call list:
+    # each item must be {"name": ..., "arguments": ...} as the template writes it (vLLM's xlam rule)
+    for answer in ['[{"x": 1}, {"x": 2}]', '[{"name": "Alice", "age": 3}]', '[{"name": "a", "arguments": {}}, {"b": 1}]']:
+        turn = parse_auto(answer)
+        assert (turn.calls, turn.errors, turn.content) == ([], [], answer), answer
+    turn = parse_auto('[{"name": "add", "arguments": [1]}]')  # a call list written wrong is still an error
+    assert not turn.calls and "must be a JSON object" in turn.errors[0]
+
+
+@pytest.mark.parametrize("text, call", [
+    ('<tool_call>{"name": "w", "arguments": {"s": "use <function_call> tags"}}</tool_call>',
+     ("w", {"s": "use <function_call> tags"})),
+    ('<tool_call>{"name": "w", "arguments": {"s": "<|python_start|>x"}}</tool_call>', ("w", {"s": "<|python_start|>x"})),
+    ('{"name": "w", "parameters": {"s": "<|python_start|>x"}}', ("w", {"s": "<|python_start|>x"})),
+    ('[f(s="<function_call>")]', ("f", {"s": "<function_call>"})),
+    ('[f(s="<|action_start|><|plugin|>"b=1)]', ("f", {"s": "<|action_start|><|plugin|>", "b": 1})),
+    ('<tool_call>\n<function=w>\n<parameter=s>\n<atem:invoke name="x">\n</parameter>\n</function>\n</tool_call>',
+     ("w", {"s": '<atem:invoke name="x">'})),
+])
+def test_auto_a_marker_inside_another_formats_argument_does_not_hide_the_call(text, call):
+    # the newer formats' markers are looked for first: one written inside a string argument of a
+    # hermes, llama3_json, pythonic or qwen3_coder call made that call an error, or (atem) plain text
+    turn = parse_auto(text)
+    assert ([(c.name, c.arguments) for c in turn.calls], turn.errors) == ([call], [])
+
+
+def test_llama4_pythonic_reads_the_calls_after_the_turns_text():
+    # the template writes the message's content, then the call list, then <|eot|>: a turn with
+    # text before its calls was read as text, its calls dropped (the episode ended on them)
+    assert calls("llama4_pythonic", 'Let me look (in [the] docs).\n[f(a="1"), g()]') == (
+        [("f", {"a": 1}), ("g", {})], [], "Let me look (in [the] docs).")
+    for prose in ['I called [f(a="1")] yesterday.', "So [f(a=1)]", 'Call [f(a="1")']:  # no list that reads and ends the turn
+        assert calls("llama4_pythonic", prose) == ([], [], prose)
+    assert calls("gemma3_pythonic", "Sure.[f(a=1)]") == ([], [], "Sure.[f(a=1)]")  # gemma-3 writes its text after
+
+
+def test_atem_several_calls_leave_no_headers_in_the_content():
+    # the template writes each call as its own message: `<|eom|><|start|>assistant to=NAME<|message|>`
+    # between them (<|eom|> is no stop token); the content was '<|eom|> to=mul<|message|>'
+    text = (' to=add<|message|><atem:function_calls>\n<atem:invoke name="add">\n<atem:parameter name="a">1'
+            '</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|><|start|>assistant to=mul<|message|>'
+            '<atem:function_calls>\n<atem:invoke name="mul">\n</atem:invoke>\n</atem:function_calls>')
+    assert calls("atem", text) == ([("add", {"a": 1}), ("mul", {})], [], "")
+
+
+def test_auto_another_reading_wins_only_when_the_marker_was_inside_its_calls():
+    # a call list read loosely (gemma-3) must not turn a broken hermes call into content
+    turn = parse_auto('[f(a=1)] <tool_call>{"name": "g", "arguments": {</tool_call>')
+    assert not turn.calls and "invalid JSON" in turn.errors[0]
+
+
+@pytest.mark.parametrize("text, found", [
+    ('[run(code="print("hi")")]', [("run", {"code": 'print("hi")'})]),  # was run(code='print("hi') and an error
+    ('[run(code="print(f("x", y=2))", timeout="5")]', [("run", {"code": 'print(f("x", y=2))', "timeout": 5})]),
+    ('[run(code="x = g("a")\nprint(x)"), h(a="1")]', [("run", {"code": 'x = g("a")\nprint(x)'}), ("h", {"a": 1})]),
+])
+def test_llama4_pythonic_a_value_may_hold_code_with_quotes_and_parentheses(text, found):
+    # "%s" writes text unescaped: a value's quote closes where the template's next piece follows
+    # (`)` then `]`, `, NAME(` or the end; `, KEY="`), not at the first `")` or `", KEY=` of code
+    assert calls("llama4_pythonic", text)[:2] == (found, [])
