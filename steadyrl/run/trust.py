@@ -24,7 +24,9 @@ wrote, owned by the user and writable by no one else. Those bytes name only code
 to run, so a copy or a move of one's own run stays one's own (reward files are kept by absolute path;
 a tool, parser, environment or agent given by a relative path is found from the current directory,
 as it always is); a config.yaml
-changed since, or any other, has no record, and nothing in a run directory can make one.
+changed since, or any other, has no record, and nothing in a run directory can make one. The bytes
+judged are those the config was loaded from (one read, kept on the config): a config.yaml swapped
+between its load and its check is judged by what was loaded.
 ``config show`` and ``plot`` run nothing a config names (without the flag), so they need none.
 """
 
@@ -36,7 +38,7 @@ import stat
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..config.loading import get_dotted, read_yaml
+from ..config.loading import get_dotted, read_yaml_source
 from ..config.schema import Config
 from ..errors import ConfigError
 from ..rewards import BUILTIN_REWARDS
@@ -167,6 +169,27 @@ def _record_path(config_path: Path) -> Path:
     return _store() / hashlib.sha256(Path(config_path).read_bytes()).hexdigest()
 
 
+def _is_recorded(digest: str) -> bool:
+    """Whether this user recorded bytes of SHA-256 ``digest`` as their own: the record a regular
+    file of theirs that no one else can write."""
+    try:
+        info = (_store() / digest).lstat()
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022
+
+
+def _as_loaded(config: Config, config_path: Path) -> tuple[str, dict]:
+    """``(SHA-256, mapping)`` of the bytes ``config`` was built from when it was loaded from
+    ``config_path`` (one read, kept by :func:`~steadyrl.config.loading.load_config`), else of one
+    read of ``config_path`` now: hashed and read as one, never a file swapped between the two."""
+    source = getattr(config, "_source", None)
+    if source is not None and os.path.abspath(source[0]) == os.path.abspath(config_path):
+        return source[1], source[2]
+    saved, _, digest = read_yaml_source(config_path)
+    return digest, saved
+
+
 def record_own_config(config_path: Path) -> None:
     """Remember the bytes of ``config_path`` as this user's own (``steadyrl train`` wrote them); a
     store that cannot be written is skipped (the run then needs ``--trust-run-code`` to resume)."""
@@ -185,10 +208,9 @@ def is_own_config(config_path: Path) -> bool:
     """Whether this user recorded the very bytes of ``config_path`` as their own (:func:`record_own_config`):
     the record a regular file of theirs that no one else can write."""
     try:
-        info = _record_path(config_path).lstat()
+        return _is_recorded(hashlib.sha256(Path(config_path).read_bytes()).hexdigest())
     except (OSError, ValueError):
         return False
-    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022
 
 
 def check_config_code(config: Config, config_path: Path, trust: bool, *, who: str, instead: str,
@@ -197,9 +219,12 @@ def check_config_code(config: Config, config_path: Path, trust: bool, *, who: st
     :func:`run_code` finds, or only the model's own files with ``model_only`` - unless ``trust``
     (``--trust-run-code``) or the config is this user's own (:func:`is_own_config`). ``who``
     starts the message (the flag or argument that named the file); ``instead`` ends it."""
-    if trust or is_own_config(config_path):
+    if trust:
         return
-    code = run_code(config, read_yaml(config_path))
+    digest, saved = _as_loaded(config, Path(config_path))  # the bytes loaded, judged: not the path's later ones
+    if _is_recorded(digest):
+        return
+    code = run_code(config, saved)
     if model_only:
         code = [c for c in code if c == MODEL_CODE]
     if code:

@@ -187,3 +187,23 @@ def test_the_rule_names_what_it_refuses(tiny_run, tmp_path):
     message = str(err.value)
     assert message.startswith("doctor 'x': ") and f"environment '{code}:Game'" in message
     assert "reward" in message  # the tiny run's own reward file counts too
+
+
+def test_the_config_checked_is_the_config_loaded(tiny_run, tmp_path):
+    """A config.yaml swapped between its load and its check (the attacker's bytes loaded, the user's
+    own recorded bytes then in place when they are hashed and read again) is judged by the bytes it
+    was loaded from, not by whatever the path holds later."""
+    code, trace = _plant(tmp_path, "reward")
+    mine = _run_dir(tiny_run, tmp_path, "reward", code, name="mine")
+    record_own_config(mine / "config.yaml")
+    their_code, _ = _plant(tmp_path, "tools")
+    theirs = _run_dir(tiny_run, tmp_path, "tools", their_code, name="theirs")
+    config = load_config(str(theirs / "config.yaml"), [])  # the attacker's bytes, loaded
+    shutil.copyfile(mine / "config.yaml", theirs / "config.yaml")  # then the user's own recorded bytes
+    assert is_own_config(theirs / "config.yaml")
+    with pytest.raises(ConfigError, match="--trust-run-code"):
+        check_config_code(config, theirs / "config.yaml", False, who="eval", instead="or not")
+    # the swap the other way: loaded from the user's own bytes, then the path holds others'
+    config = load_config(str(mine / "config.yaml"), [])
+    shutil.copyfile(theirs / "config.yaml", tmp_path / "keep.yaml")
+    check_config_code(config, mine / "config.yaml", False, who="eval", instead="or not")
