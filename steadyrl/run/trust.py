@@ -3,7 +3,8 @@
 A run directory is not only data: its saved config names reward functions by file or module
 (``rewards/my.py:score`` is executed when loaded), tools, a tool-call parser or an environment
 the same way (``rollout.tools``, ``rollout.tool_parser``, ``rollout.environment``, ``rollout.agent``), and may set
-``model.trust_remote_code`` (the model's own Python files are executed when it loads). The
+``model.trust_remote_code`` or ``teacher.trust_remote_code`` (the model's or the teacher's own Python
+files are executed when it loads). The
 built-in rewards' options can do as much (:func:`option_findings`): ``trust_remote_code`` at any
 depth (``reward_model`` imports the reward model's files), ``python`` (the ``code`` reward runs
 that interpreter when it is built), a sandbox loosened (``no_network: false``,
@@ -50,6 +51,7 @@ __all__ = ["BUILTIN_TOOLS", "CODE_OPTIONS", "ENDPOINT_OPTIONS", "SECRET_OPTIONS"
 TRUST_DIR_VAR = "STEADYRL_TRUST_DIR"
 """Where this user's records of their own run configs are kept (module docstring)."""
 MODEL_CODE = "the model's own Python files (model.trust_remote_code = true)"
+TEACHER_CODE = "the teacher's own Python files (teacher.trust_remote_code = true)"
 
 BUILTIN_TOOLS = frozenset({"steadyrl.demo.calculator:calculate"})
 """Tools that are steadyrl's own code (the tool demo's calculator): naming them runs nothing new."""
@@ -139,7 +141,7 @@ def run_code(config: Config, saved: dict) -> list[str]:
     """The code ``config`` loads, and the secrets and servers it reaches, that came from the saved
     config ``saved`` (a key the command line set is the user's own choice): user reward specs and
     built-in reward options (:func:`option_findings`), tools, a tool parser or an environment, and
-    ``model.trust_remote_code``."""
+    ``model.trust_remote_code`` / ``teacher.trust_remote_code``."""
     code = _reward_code(config, saved)
     ro = config.rollout
     saved_tools = get_dotted(saved, ["rollout", "tools"]) or []
@@ -155,6 +157,9 @@ def run_code(config: Config, saved: dict) -> list[str]:
         code.append(f"tool parser {ro.tool_parser!r}")
     if config.model.trust_remote_code and get_dotted(saved, ["model", "trust_remote_code"]) not in (None, False):
         code.append(MODEL_CODE)
+    if config.teacher.name_or_path is not None and config.teacher.trust_remote_code and \
+            get_dotted(saved, ["teacher", "trust_remote_code"]) not in (None, False):
+        code.append(TEACHER_CODE)  # the teacher is loaded as the policy is, its own files with it
     return code
 
 

@@ -189,6 +189,28 @@ def test_the_rule_names_what_it_refuses(tiny_run, tmp_path):
     assert "reward" in message  # the tiny run's own reward file counts too
 
 
+def test_the_teachers_own_files_count_as_code_too(tiny_run, tmp_path, capsys):
+    """``teacher.trust_remote_code`` imports the teacher's own Python files (a hub repo or directory
+    the config names) as ``model.trust_remote_code`` does the policy's: refused without the flag."""
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    saved = yaml.safe_load(tiny_run.config.read_text())
+    saved["rewards"] = [{"name": "exact_match"}]  # the teacher's files the only code it names
+    (folder / "plain.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    saved["teacher"] = {"name_or_path": str(tmp_path / "their-teacher"), "trust_remote_code": True}
+    (folder / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    path = folder / "config.yaml"
+    with pytest.raises(ConfigError, match="teacher.trust_remote_code"):
+        check_config_code(load_config(str(path), []), path, False, who="doctor 'x'", instead="or not")
+    assert cli.main(["doctor", str(path)]) == 2
+    assert "teacher.trust_remote_code" in capsys.readouterr().err
+    check_config_code(load_config(str(path), []), path, True, who="doctor 'x'", instead="or not")
+    # set on the command line: the user's own choice
+    check_config_code(load_config(str(folder / "plain.yaml"), [f"teacher.name_or_path={tmp_path / 't'}",
+                                                               "teacher.trust_remote_code=true"]),
+                      folder / "plain.yaml", False, who="doctor 'x'", instead="or not")
+
+
 def test_the_config_checked_is_the_config_loaded(tiny_run, tmp_path):
     """A config.yaml swapped between its load and its check (the attacker's bytes loaded, the user's
     own recorded bytes then in place when they are hashed and read again) is judged by the bytes it
