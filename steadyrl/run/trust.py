@@ -27,7 +27,10 @@ a tool, parser, environment or agent given by a relative path is found from the 
 as it always is); a config.yaml
 changed since, or any other, has no record, and nothing in a run directory can make one. The bytes
 judged are those the config was loaded from (one read, kept on the config): a config.yaml swapped
-between its load and its check is judged by what was loaded.
+between its load and its check is judged by what was loaded. ``model.trust_remote_code`` names no
+file: it imports the model's files from the run's checkpoints, so for it the record holds only in a
+directory of this user's that no one else can write (a copy of one's config beside someone else's
+checkpoint is not one's run).
 ``config show`` and ``plot`` run nothing a config names (without the flag), so they need none.
 """
 
@@ -184,6 +187,15 @@ def _is_recorded(digest: str) -> bool:
     return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022
 
 
+def _only_mine(folder: Path) -> bool:
+    """Whether ``folder`` (followed, as a command reads it) is this user's and no one else can write it."""
+    try:
+        info = folder.stat()
+    except OSError:
+        return False
+    return info.st_uid == os.getuid() and not info.st_mode & 0o022
+
+
 def _as_loaded(config: Config, config_path: Path) -> tuple[str, dict]:
     """``(SHA-256, mapping)`` of the bytes ``config`` was built from when it was loaded from
     ``config_path`` (one read, kept by :func:`~steadyrl.config.loading.load_config`), else of one
@@ -227,9 +239,17 @@ def check_config_code(config: Config, config_path: Path, trust: bool, *, who: st
     if trust:
         return
     digest, saved = _as_loaded(config, Path(config_path))  # the bytes loaded, judged: not the path's later ones
-    if _is_recorded(digest):
-        return
     code = run_code(config, saved)
+    if _is_recorded(digest):
+        # the record vouches for these bytes, not for the model the command loads from beside them:
+        # model.trust_remote_code imports the checkpoint's own files, so the directory must be mine alone
+        if MODEL_CODE not in code or _only_mine(Path(config_path).parent):
+            return
+        raise ConfigError(
+            f"{who}: {str(config_path)!r} is recorded as yours, but it sets model.trust_remote_code and its "
+            f"directory {str(Path(config_path).parent)!r} is not yours alone (another user's, or writable by "
+            "others): the model's own Python files loaded from there may be someone else's. Pass "
+            f"--trust-run-code to load them, {instead}")
     if model_only:
         code = [c for c in code if c == MODEL_CODE]
     if code:

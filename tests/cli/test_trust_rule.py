@@ -7,6 +7,7 @@ train wrote that very config.yaml here. Each test plants a file that leaves a tr
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -17,7 +18,7 @@ from steadyrl.config import load_config
 from steadyrl.errors import ConfigError
 from steadyrl.run.directory import MARKER, write_run_config
 from steadyrl.run.start import load_run_config
-from steadyrl.run.trust import TRUST_DIR_VAR, check_config_code, is_own_config, record_own_config
+from steadyrl.run.trust import TRUST_DIR_VAR, check_config_code, check_run_code, is_own_config, record_own_config
 
 PAYLOAD = "import pathlib\npathlib.Path({trace!r}).write_text('ran')\n"
 BODIES = {
@@ -229,3 +230,37 @@ def test_the_config_checked_is_the_config_loaded(tiny_run, tmp_path):
     config = load_config(str(mine / "config.yaml"), [])
     shutil.copyfile(theirs / "config.yaml", tmp_path / "keep.yaml")
     check_config_code(config, mine / "config.yaml", False, who="eval", instead="or not")
+
+
+def test_a_copy_of_my_config_in_a_directory_others_write_does_not_vouch_for_the_models_files(
+        tiny_run, tmp_path, capsys):
+    """``model.trust_remote_code`` names no file: it imports the Python files of the model loaded,
+    and ``eval --output-dir`` / ``train --resume`` load it from the run directory's checkpoints. The
+    record vouches for the config's bytes, so a copy of the user's own config (trust_remote_code:
+    true) put in a directory someone else can write, next to their checkpoint and its modelling
+    code, would run that code without the flag. The record holds for the model's files only where
+    the directory is this user's and no one else can write it."""
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    saved = yaml.safe_load(tiny_run.config.read_text())
+    saved["rewards"] = [{"name": "exact_match"}]
+    saved["model"]["trust_remote_code"] = True
+    (mine / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    record_own_config(mine / "config.yaml")
+    mine.chmod(0o755)
+    check_run_code(load_config(str(mine / "config.yaml"), []), mine, False)  # my own run: as before
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    shutil.copyfile(mine / "config.yaml", theirs / "config.yaml")  # the same bytes: recorded as mine
+    theirs.chmod(0o777)  # a directory others write (their checkpoints, their modelling files)
+    assert is_own_config(theirs / "config.yaml")
+    with pytest.raises(ConfigError, match="model.trust_remote_code"):
+        check_run_code(load_config(str(theirs / "config.yaml"), []), theirs, False)
+    with pytest.raises(ConfigError, match="model.trust_remote_code"):
+        load_run_config(None, [], output_dir=str(theirs), resume=True)
+    check_run_code(load_config(str(theirs / "config.yaml"), []), theirs, True)  # the flag: the user's word
+    if os.getuid() == 0:  # a directory of another user's, not writable by others
+        theirs.chmod(0o755)
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(ConfigError, match="model.trust_remote_code"):
+            check_run_code(load_config(str(theirs / "config.yaml"), []), theirs, False)
