@@ -119,7 +119,8 @@ class Config(Section):
     read: :func:`steadyrl.run.trust.check_config_code` judges those, not what the path holds later)."""
 
     def __eq__(self, other: object) -> bool:
-        """Equal settings: who wrote them (``_written``) and from what file (``_source``) is provenance, not a setting."""
+        """Equal settings: who wrote them (``_written``) and from what file (``_source``) is
+        provenance, not a setting."""
         if not isinstance(other, Config):
             return NotImplemented
         mine, theirs = ({k: v for k, v in (c.__pydantic_private__ or {}).items() if k not in ("_written", "_source")}

@@ -21,11 +21,10 @@ config is this user's own on this machine (:func:`is_own_config`). A config is r
 when ``steadyrl train`` writes it into its run directory (:func:`record_own_config`): a record in
 the user's state directory (``$STEADYRL_TRUST_DIR``, else ``$XDG_STATE_HOME/steadyrl/trusted-configs``,
 else ``~/.local/state/steadyrl/trusted-configs``), a file named by the SHA-256 of the bytes train
-wrote, owned by the user and writable by no one else. Those bytes name only code the user already chose
-to run, so a copy or a move of one's own run stays one's own (reward files are kept by absolute path;
-a tool, parser, environment or agent given by a relative path is found from the current directory,
-as it always is); a config.yaml
-changed since, or any other, has no record, and nothing in a run directory can make one. The bytes
+wrote, owned by the user and writable by no one else, in a store no one else can write. Those
+bytes name only code the user already chose to run, so a copy or a move of one's own run stays
+one's own (reward files are kept by absolute path; a tool, parser, environment or agent given by a
+relative path is found from the current directory, as it always is); a config.yaml changed since, or any other, has no record, and nothing in a run directory can make one. The bytes
 judged are those the config was loaded from (one read, kept on the config): a config.yaml swapped
 between its load and its check is judged by what was loaded. ``model.trust_remote_code`` names no
 file: it imports the model's files from the run's checkpoints, so for it the record holds only in a
@@ -179,12 +178,15 @@ def _record_path(config_path: Path) -> Path:
 
 def _is_recorded(digest: str) -> bool:
     """Whether this user recorded bytes of SHA-256 ``digest`` as their own: the record a regular
-    file of theirs that no one else can write."""
+    file of theirs that no one else can write, in a store no one else can write (a record's name
+    says which bytes it vouches for: in a store others write, they rename the user's records)."""
     try:
         info = (_store() / digest).lstat()
+        store = _store().stat()
     except (OSError, ValueError):
         return False
-    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022 and \
+        store.st_uid == os.getuid() and not store.st_mode & 0o022
 
 
 def _only_mine(folder: Path) -> bool:

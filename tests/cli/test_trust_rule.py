@@ -7,6 +7,7 @@ train wrote that very config.yaml here. Each test plants a file that leaves a tr
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 
@@ -264,3 +265,23 @@ def test_a_copy_of_my_config_in_a_directory_others_write_does_not_vouch_for_the_
         os.chown(theirs, 65534, 65534)
         with pytest.raises(ConfigError, match="model.trust_remote_code"):
             check_run_code(load_config(str(theirs / "config.yaml"), []), theirs, False)
+
+
+def test_records_in_a_store_others_can_write_grant_nothing(tiny_run, tmp_path, own_store):
+    """A record is the user's own file, but its name is what says which bytes it vouches for: in a
+    store directory others can write (``$STEADYRL_TRUST_DIR`` / ``$XDG_STATE_HOME`` on a shared
+    path) another user renames the user's record of one config to the hash of their own."""
+    code, _ = _plant(tmp_path, "reward")
+    mine = _run_dir(tiny_run, tmp_path, "reward", code, name="mine")
+    record_own_config(mine / "config.yaml")
+    their_code, trace = _plant(tmp_path, "tools")
+    theirs = _run_dir(tiny_run, tmp_path, "tools", their_code, name="theirs")
+    record = next(own_store.iterdir())
+    record.rename(own_store / hashlib.sha256((theirs / "config.yaml").read_bytes()).hexdigest())
+    own_store.chmod(0o700)
+    assert is_own_config(theirs / "config.yaml")  # a store of the user's alone: only the user renames
+    own_store.chmod(0o777)
+    assert not is_own_config(theirs / "config.yaml")
+    with pytest.raises(ConfigError, match="--trust-run-code"):
+        load_run_config(None, [], output_dir=str(theirs), resume=True)
+    assert not trace.exists()

@@ -95,7 +95,8 @@ def test_a_bare_eval_sees_the_builtins_alone_and_no_frame_of_the_caller():
     """``eval(text)`` in the fork gets the builtins as its globals and runs on a thread of its own:
     neither a name of the caller's module nor a frame walk (a generator's ``gi_frame.f_back``) reaches
     what the scorer holds (the entry it scores against)."""
-    secret = "the oracle"  # noqa: F841 - a local of the caller's frame, as score_answer's entry is
+    secret = "the oracle"  # a local of the caller's frame, as score_answer's entry is
+    assert secret
     assert cv.contained_eval("len([1, 2])") == 2
     with pytest.raises(ValueError, match="NameError"):
         cv.contained_eval("VERDICT_FD")  # a global of the module that called eval
