@@ -148,3 +148,24 @@ def test_an_answer_cannot_read_the_oracle_from_the_scorers_memory(task):
     fn = load_reward("reasoning_gym")
     scores = fn([""] * len(answers), [f"<answer>{a}</answer>" for a in answers], reasoning_gym=[entry] * len(answers))
     assert {a: s for a, s in zip(answers, scores) if s} == {}
+
+
+def test_answers_the_packages_own_scorers_reward_wrongly_score_zero():
+    """Two of reasoning-gym's scorers reward any answer: game_of_life_halting compares
+    ``bool(answer) == bool(entry["answer"])`` of texts (every non-empty answer is 1.0, ``"False"``
+    rows too), complex_arithmetic scores ``min(1.0, exp(-distance))`` and a ``nan`` distance makes
+    that 1.0. A policy finds both at once: the reward scores them as the tasks mean (right 1.0)."""
+    fn = load_reward("reasoning_gym")
+    halting = [r["reasoning_gym"] for r in load_records("reasoning_gym:game_of_life_halting?size=8&test_size=1")]
+    assert {e["answer"] for e in halting} == {"True", "False"}
+    wrong = [{"True": "False", "False": "True"}[e["answer"]] for e in halting]
+    for answers in (["banana"] * len(halting), wrong):
+        assert fn([""] * len(halting), [f"<answer>{a}</answer>" for a in answers], reasoning_gym=halting) == \
+            [0.0] * len(halting)
+    right = [e["answer"] for e in halting] + [e["answer"].lower() for e in halting]
+    assert fn([""] * len(right), [f"<answer>{a}</answer>" for a in right], reasoning_gym=halting * 2) == \
+        [1.0] * len(right)
+    complex_ = _entry("complex_arithmetic")
+    answers = ["nan", "NaN", "-nan", "nan+nanj", "(nan) + nan i", "nanj", complex_["answer"]]
+    scores = fn([""] * len(answers), [f"<answer>{a}</answer>" for a in answers], reasoning_gym=[complex_] * len(answers))
+    assert scores == [0.0] * (len(answers) - 1) + [1.0]
