@@ -24,9 +24,11 @@ else ``~/.local/state/steadyrl/trusted-configs``), a file named by the SHA-256 o
 wrote, owned by the user and writable by no one else, in a store no one else can write. Those
 bytes name only code the user already chose to run, so a copy or a move of one's own run stays
 one's own (reward files are kept by absolute path; a tool, parser, environment or agent given by a
-relative path is found from the current directory, as it always is); a config.yaml changed since, or any other, has no record, and nothing in a run directory can make one. The bytes
-judged are those the config was loaded from (one read, kept on the config): a config.yaml swapped
-between its load and its check is judged by what was loaded. ``model.trust_remote_code`` names no
+relative path is found from the current directory, as it always is); a config.yaml changed since,
+or any other, has no record, and nothing in a run directory can make one (train records the bytes
+it wrote, never what the path holds after). The bytes judged are those the config was loaded
+from (one read, kept on the config): a config.yaml swapped between its load and its check is
+judged by what was loaded. ``model.trust_remote_code`` names no
 file: it imports the model's files from the run's checkpoints, so for it the record holds only in a
 directory of this user's that no one else can write (a copy of one's config beside someone else's
 checkpoint is not one's run).
@@ -209,11 +211,12 @@ def _as_loaded(config: Config, config_path: Path) -> tuple[str, dict]:
     return digest, saved
 
 
-def record_own_config(config_path: Path) -> None:
-    """Remember the bytes of ``config_path`` as this user's own (``steadyrl train`` wrote them); a
-    store that cannot be written is skipped (the run then needs ``--trust-run-code`` to resume)."""
+def record_own_config(config_path: Path, written: bytes | None = None) -> None:
+    """Remember ``written`` (the bytes ``steadyrl train`` wrote to ``config_path``; without it, the
+    file's bytes now) as this user's own; a store that cannot be written is skipped (the run then
+    needs ``--trust-run-code`` to resume)."""
     try:
-        record = _record_path(config_path)
+        record = _record_path(config_path) if written is None else _store() / hashlib.sha256(written).hexdigest()
         record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         scratch = record.with_name(f".{record.name}.{os.getpid()}")
         scratch.write_text(str(Path(config_path).resolve()) + "\n", encoding="utf-8")  # for a reader: where

@@ -285,3 +285,26 @@ def test_records_in_a_store_others_can_write_grant_nothing(tiny_run, tmp_path, o
     with pytest.raises(ConfigError, match="--trust-run-code"):
         load_run_config(None, [], output_dir=str(theirs), resume=True)
     assert not trace.exists()
+
+
+def test_train_records_the_bytes_it_wrote_not_what_the_path_holds_next(tiny_run, tmp_path, monkeypatch):
+    """train hashed its config.yaml by reading it back: one swapped in right after the write (a run
+    directory someone else can write) was recorded as the user's own, and its code then ran
+    anywhere without the flag. The record is of the bytes train wrote."""
+    from steadyrl.run import start
+
+    their_code, trace = _plant(tmp_path, "reward")
+    theirs = _run_dir(tiny_run, tmp_path, "reward", their_code, name="theirs")
+    real = start.write_run_config
+
+    def write_then_swapped(config, out):
+        written = real(config, out)
+        shutil.copyfile(theirs / "config.yaml", out / "config.yaml")  # the race, won
+        return written
+
+    monkeypatch.setattr(start, "write_run_config", write_then_swapped)
+    run = tmp_path / "run"
+    cli.main(["train", str(tiny_run.config), "--output-dir", str(run), "trainer.max_steps=1"])
+    assert (run / "config.yaml").read_bytes() == (theirs / "config.yaml").read_bytes()
+    assert not is_own_config(theirs / "config.yaml")
+    assert not trace.exists()
