@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import hashlib
 import difflib
 import re
 import typing
@@ -103,12 +104,19 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
+    return read_yaml_source(path)[0]
+
+
+def read_yaml_source(path: str | Path) -> tuple[dict[str, Any], str, str]:
+    """``(mapping, text, SHA-256 of the bytes)`` of the YAML file ``path``, all from one read."""
     path = Path(path)
     if not path.is_file():
         what = "is a directory, not a YAML file" if path.is_dir() else "does not exist"
         raise ConfigError(f"config file {str(path)!r} {what}")
     try:
-        data = yaml_load(path.read_text(encoding="utf-8"))
+        source = path.read_bytes()
+        text = source.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text reads it
+        data = yaml_load(text)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except DuplicateKeyError as exc:
@@ -125,11 +133,12 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML{_yaml_problem(exc)}") from None
     except RecursionError:
         raise ConfigError(f"config file {str(path)!r} is nested too deeply to be a config") from None
+    digest = hashlib.sha256(source).hexdigest()
     if data is None:
-        return {}
+        return {}, text, digest
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections, got {type(data).__name__}")
-    return data
+    return data, text, digest
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -425,10 +434,12 @@ def load_config(
     naming the keys a preset filled.
     """
     if path is not None:
-        raw = read_yaml(path)
-        written = written_in_file(Path(path).read_text(encoding="utf-8"), raw)
+        raw, text, digest = read_yaml_source(path)  # one read: what is loaded is what the trust rule judges
+        source = (str(path), digest, copy.deepcopy(raw))
+        written = written_in_file(text, raw)
     else:
         raw = _demo_base(overrides or []) if demo else {}
+        source = None
         written = set()  # the built-in demo's keys are not the user's
     typed: dict[str, Any] = {}
     for text in overrides or []:
@@ -452,6 +463,7 @@ def load_config(
         raise ConfigProblems(problems)
     config._renamed_notes = renamed_notes
     config._written = frozenset(written)
+    config._source = source
     return (config, preset_keys) if with_sources else config
 
 

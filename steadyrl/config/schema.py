@@ -114,11 +114,16 @@ class Config(Section):
     """The dotted keys the user wrote (file and command line; :mod:`.inert`); None = not loaded by
     :func:`~steadyrl.config.loading.load_config`: the keys set on the models count."""
 
+    _source: tuple[str, str, dict] | None = PrivateAttr(default=None)
+    """``(path, SHA-256, mapping)`` of the very bytes of the config file it was loaded from (one
+    read: :func:`steadyrl.run.trust.check_config_code` judges those, not what the path holds later)."""
+
     def __eq__(self, other: object) -> bool:
-        """Equal settings: who wrote them (``_written``) is provenance, not a setting."""
+        """Equal settings: who wrote them (``_written``) and from what file (``_source``) is
+        provenance, not a setting."""
         if not isinstance(other, Config):
             return NotImplemented
-        mine, theirs = ({k: v for k, v in (c.__pydantic_private__ or {}).items() if k != "_written"}
+        mine, theirs = ({k: v for k, v in (c.__pydantic_private__ or {}).items() if k not in ("_written", "_source")}
                         for c in (self, other))
         return type(self) is type(other) and self.__dict__ == other.__dict__ and mine == theirs
 

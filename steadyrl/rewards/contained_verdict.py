@@ -10,7 +10,7 @@ that holds that descriptor: once :func:`contain_eval` is called, every ``eval`` 
 ``sympify`` end in) runs in a fork that closes :data:`VERDICT_FD` before anything else, and sends
 back only the *value* it computed, as plain data::
 
-    fork:    close(VERDICT_FD); value = eval(...); write(len + tagged JSON of value); _exit
+    fork:    close(VERDICT_FD); value = eval(...) on a fresh thread; write(len + tagged JSON of value); _exit
     parent:  value = decode(what arrived)  ->  the package's scorer goes on  ->  verdict(score)
 
 A value is tagged JSON of exact built-in types (``None``, ``bool``, ``int``, ``float``, ``complex``,
@@ -22,7 +22,12 @@ fails the ``eval`` in the parent (``ValueError``), as do a fork that ends withou
 ``sys.__stdout__``, close stdout, raise ``SystemExit``, patch the scorer or ``json``, start a thread
 - stays in the fork: the score is computed in the parent from the value alone, and the parent is
 made non-dumpable (no ``ptrace`` / ``process_vm_writev`` by the fork; ``/proc`` is hidden by the
-harness). A value the fork forges is only an answer: the same value written as a literal.
+harness). A value the fork forges is only an answer: the same value written as a literal. So the
+fork must not reach the answer it is scored against: the ``eval`` runs on a thread of its own
+(its frames end there, not in ``score_answer``'s, whose ``entry`` holds it) and a bare
+``eval(text)`` gets the builtins alone as its globals (not the scorer's ``job`` / ``entry``).
+Code past the reward's guard can still find the entry in the fork's memory (``gc``): the
+channel keeps the score out of an answer's hands, the guard keeps the answer from code.
 """
 
 import builtins
@@ -144,6 +149,32 @@ def decode(data, depth=0):
     return _decode_sympy(tag, data, depth)
 
 
+_RUNNER: dict = {"__builtins__": builtins}
+exec("def run(evaluate, args, kwargs, out):\n"  # globals of its own: no frame of the answer's reaches the scorer's
+     "    try:\n        out.append((True, evaluate(*args, **kwargs)))\n"
+     "    except BaseException as err:\n        out.append((False, err))\n", _RUNNER)
+
+
+def _evaluate(args, kwargs):
+    """The ``eval`` itself, on a thread of its own, a bare ``eval(text)`` given the builtins alone as
+    its globals: the answer's frames (a generator's ``gi_frame.f_back``, read by ``str.format``) end
+    in the thread's start, never in the scorer's frames or globals, whose ``entry`` holds the answer
+    it is scored against (``score_answer``'s own ``eval`` would have given it ``entry``)."""
+    import threading
+
+    if len(args) == 1 and "globals" not in kwargs:
+        args = (args[0], {"__builtins__": builtins})
+    out = []
+    thread = threading.Thread(target=_RUNNER["run"], args=(_ORIGINAL_EVAL, args, kwargs, out), daemon=True)
+    thread.start()
+    thread.join()
+    if not out:
+        raise ValueError("the evaluated answer gave no value")
+    if not out[0][0]:
+        raise out[0][1]  # SystemExit too: the fork then ends without a value
+    return out[0][1]
+
+
 def _in_fork(write_fd, args, kwargs):
     """The fork's body (never returns): no verdict descriptor, then the ``eval``, then its value."""
     try:
@@ -155,7 +186,7 @@ def _in_fork(write_fd, args, kwargs):
         os.setpgid(0, 0)
         builtins.eval = _ORIGINAL_EVAL
         try:
-            data = json.dumps(["ok", encode(_ORIGINAL_EVAL(*args, **kwargs))]).encode()
+            data = json.dumps(["ok", encode(_evaluate(args, kwargs))]).encode()
         except Exception as err:  # noqa: BLE001 - the eval's error is raised again in the parent
             data = json.dumps(["error", type(err).__name__, str(err)[:200]]).encode()
         data = struct.pack(">Q", len(data)) + data

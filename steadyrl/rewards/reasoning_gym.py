@@ -7,7 +7,8 @@ reasoning-gym's ``extract_answer`` (the last ``<answer>...</answer>``; option ``
 ``"The answer is"``: the rest of the line after its last occurrence, without the trailing
 full stop, for a model that answers in a sentence instead of tags) and returns
 ``score_answer(answer, entry)`` of a dataset built with the row's task and config, so the score is
-exactly the package's: 1.0 right, 0.0 wrong or no answer, partial credit where the task gives it.
+exactly the package's: 1.0 right, 0.0 wrong or no answer, partial credit where the task gives it
+(but for :data:`UNSOUND`: two scorers that give 1.0 to any answer or to ``nan``, scored as meant).
 Rows of several tasks can be mixed: each row names its own.
 
 **Contained.** Some tasks' ``score_answer`` runs the answer (:data:`RUNS_ANSWER`: ``eval`` or
@@ -39,6 +40,23 @@ CODE_NAMES = ("exec", "eval", "compile", "open", "print", "input", "getattr", "s
               "preview", "lambdify", "var", "system", "subprocess")
 _CODE = re.compile(r"(?<=\w)_|_(?=\w)|\b(?:" + "|".join(CODE_NAMES) + r")\b")
 """An underscore inside or next to a word (``__import__``, ``a_b``; n_queens' boards are ``_ Q _``), or a name of :data:`CODE_NAMES`."""
+UNSOUND = frozenset({"game_of_life_halting", "complex_arithmetic"})
+"""Tasks whose ``score_answer`` (reasoning-gym 0.1) gives full marks to answers that are not answers:
+game_of_life_halting compares ``bool(answer) == bool(entry["answer"])`` of texts (any non-empty
+answer is 1.0, on ``"False"`` rows too); complex_arithmetic returns ``min(1.0, exp(-distance))``,
+1.0 for a ``nan`` answer. :func:`sound_score` scores those answers as the tasks mean."""
+
+
+def sound_score(task: str, answer: str | None, entry: dict) -> float | None:
+    """The score of ``answer`` where the package's scorer would reward it wrongly (:data:`UNSOUND`);
+    ``None``: the package's own score stands."""
+    if task == "game_of_life_halting":  # the answer is True or False, as the entry's (a text)
+        return float(answer is not None and answer.strip().lower() == str(entry.get("answer")).strip().lower())
+    if task == "complex_arithmetic" and answer is not None and "nan" in answer.lower():
+        return 0.0  # not a number: the package's distance is nan, and min(1.0, exp(-nan)) is 1.0
+    return None
+
+
 SCORER = """
 import reasoning_gym
 job = json.loads(sys.stdin.readline())
@@ -109,6 +127,10 @@ def reasoning_gym_reward(*, answer_tag: str | None = "answer", column: str = "re
             answer = answer_of(completion)
             out.append(0.0)
             if looks_like_code(entry["task"], answer):
+                continue
+            sound = sound_score(entry["task"], answer, entry)
+            if sound is not None:
+                out[i] = sound
                 continue
             if here:
                 out[i] = in_process(answer, entry)

@@ -244,11 +244,13 @@ def with_hash_line(text: str) -> str:
     return f"{text}# steadyrl-sha256: {digest}  (of the text above; --resume refuses this file if it no longer matches)\n"
 
 
-def write_run_config(config: Config, output_dir: Path) -> None:
+def write_run_config(config: Config, output_dir: Path) -> bytes:
     """``config.yaml``: the line naming the keys the user wrote (a ``--resume`` notes only those:
-    :mod:`steadyrl.config.inert`), the config (secrets redacted), then the hash line, atomically."""
-    text = marker_line(user_written(config)) + dump_config(config)
-    atomic_write_text(output_dir / "config.yaml", with_hash_line(text))
+    :mod:`steadyrl.config.inert`), the config (secrets redacted), then the hash line, atomically.
+    Returns the bytes written (what train records as the user's own: never read back)."""
+    text = with_hash_line(marker_line(user_written(config)) + dump_config(config))
+    atomic_write_text(output_dir / "config.yaml", text)
+    return text.encode("utf-8")
 
 
 def check_saved_config(output_dir: Path) -> None:

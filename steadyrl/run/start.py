@@ -76,8 +76,10 @@ def prepare_run_dir(config: Config, out: Path, resume: bool, overwrite: bool, lo
     if dist.is_main():
         if resume and latest is None:
             print(f"--resume: no checkpoint in {out / 'checkpoints'}; starting at step 0", flush=True)
-        write_run_config(_portable(config), out)
-        record_own_config(out / "config.yaml")  # this user started it here: a --resume needs no flag
+        written = write_run_config(_portable(config), out)
+        # this user started it here: a --resume needs no flag. The bytes written, not read back
+        # (a config.yaml swapped in meanwhile by someone who can write the directory is not recorded)
+        record_own_config(out / "config.yaml", written)
         for note in config_notes(config):
             print(f"steadyrl: note: {note}", flush=True)
     return out, latest

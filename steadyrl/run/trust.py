@@ -3,7 +3,8 @@
 A run directory is not only data: its saved config names reward functions by file or module
 (``rewards/my.py:score`` is executed when loaded), tools, a tool-call parser or an environment
 the same way (``rollout.tools``, ``rollout.tool_parser``, ``rollout.environment``, ``rollout.agent``), and may set
-``model.trust_remote_code`` (the model's own Python files are executed when it loads). The
+``model.trust_remote_code`` or ``teacher.trust_remote_code`` (the model's or the teacher's own Python
+files are executed when it loads). The
 built-in rewards' options can do as much (:func:`option_findings`): ``trust_remote_code`` at any
 depth (``reward_model`` imports the reward model's files), ``python`` (the ``code`` reward runs
 that interpreter when it is built), a sandbox loosened (``no_network: false``,
@@ -20,11 +21,17 @@ config is this user's own on this machine (:func:`is_own_config`). A config is r
 when ``steadyrl train`` writes it into its run directory (:func:`record_own_config`): a record in
 the user's state directory (``$STEADYRL_TRUST_DIR``, else ``$XDG_STATE_HOME/steadyrl/trusted-configs``,
 else ``~/.local/state/steadyrl/trusted-configs``), a file named by the SHA-256 of the bytes train
-wrote, owned by the user and writable by no one else. Those bytes name only code the user already chose
-to run, so a copy or a move of one's own run stays one's own (reward files are kept by absolute path;
-a tool, parser, environment or agent given by a relative path is found from the current directory,
-as it always is); a config.yaml
-changed since, or any other, has no record, and nothing in a run directory can make one.
+wrote, owned by the user and writable by no one else, in a store no one else can write. Those
+bytes name only code the user already chose to run, so a copy or a move of one's own run stays
+one's own (reward files are kept by absolute path; a tool, parser, environment or agent given by a
+relative path is found from the current directory, as it always is); a config.yaml changed since,
+or any other, has no record, and nothing in a run directory can make one (train records the bytes
+it wrote, never what the path holds after). The bytes judged are those the config was loaded
+from (one read, kept on the config): a config.yaml swapped between its load and its check is
+judged by what was loaded. ``model.trust_remote_code`` names no
+file: it imports the model's files from the run's checkpoints, so for it the record holds only in a
+directory of this user's that no one else can write (a copy of one's config beside someone else's
+checkpoint is not one's run).
 ``config show`` and ``plot`` run nothing a config names (without the flag), so they need none.
 """
 
@@ -36,7 +43,7 @@ import stat
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..config.loading import get_dotted, read_yaml
+from ..config.loading import get_dotted, read_yaml_source
 from ..config.schema import Config
 from ..errors import ConfigError
 from ..rewards import BUILTIN_REWARDS
@@ -48,6 +55,7 @@ __all__ = ["BUILTIN_TOOLS", "CODE_OPTIONS", "ENDPOINT_OPTIONS", "SECRET_OPTIONS"
 TRUST_DIR_VAR = "STEADYRL_TRUST_DIR"
 """Where this user's records of their own run configs are kept (module docstring)."""
 MODEL_CODE = "the model's own Python files (model.trust_remote_code = true)"
+TEACHER_CODE = "the teacher's own Python files (teacher.trust_remote_code = true)"
 
 BUILTIN_TOOLS = frozenset({"steadyrl.demo.calculator:calculate"})
 """Tools that are steadyrl's own code (the tool demo's calculator): naming them runs nothing new."""
@@ -137,7 +145,7 @@ def run_code(config: Config, saved: dict) -> list[str]:
     """The code ``config`` loads, and the secrets and servers it reaches, that came from the saved
     config ``saved`` (a key the command line set is the user's own choice): user reward specs and
     built-in reward options (:func:`option_findings`), tools, a tool parser or an environment, and
-    ``model.trust_remote_code``."""
+    ``model.trust_remote_code`` / ``teacher.trust_remote_code``."""
     code = _reward_code(config, saved)
     ro = config.rollout
     saved_tools = get_dotted(saved, ["rollout", "tools"]) or []
@@ -153,6 +161,9 @@ def run_code(config: Config, saved: dict) -> list[str]:
         code.append(f"tool parser {ro.tool_parser!r}")
     if config.model.trust_remote_code and get_dotted(saved, ["model", "trust_remote_code"]) not in (None, False):
         code.append(MODEL_CODE)
+    if config.teacher.name_or_path is not None and config.teacher.trust_remote_code and \
+            get_dotted(saved, ["teacher", "trust_remote_code"]) not in (None, False):
+        code.append(TEACHER_CODE)  # the teacher is loaded as the policy is, its own files with it
     return code
 
 
@@ -167,11 +178,45 @@ def _record_path(config_path: Path) -> Path:
     return _store() / hashlib.sha256(Path(config_path).read_bytes()).hexdigest()
 
 
-def record_own_config(config_path: Path) -> None:
-    """Remember the bytes of ``config_path`` as this user's own (``steadyrl train`` wrote them); a
-    store that cannot be written is skipped (the run then needs ``--trust-run-code`` to resume)."""
+def _is_recorded(digest: str) -> bool:
+    """Whether this user recorded bytes of SHA-256 ``digest`` as their own: the record a regular
+    file of theirs that no one else can write, in a store no one else can write (a record's name
+    says which bytes it vouches for: in a store others write, they rename the user's records)."""
     try:
-        record = _record_path(config_path)
+        info = (_store() / digest).lstat()
+        store = _store().stat()
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022 and \
+        store.st_uid == os.getuid() and not store.st_mode & 0o022
+
+
+def _only_mine(folder: Path) -> bool:
+    """Whether ``folder`` (followed, as a command reads it) is this user's and no one else can write it."""
+    try:
+        info = folder.stat()
+    except OSError:
+        return False
+    return info.st_uid == os.getuid() and not info.st_mode & 0o022
+
+
+def _as_loaded(config: Config, config_path: Path) -> tuple[str, dict]:
+    """``(SHA-256, mapping)`` of the bytes ``config`` was built from when it was loaded from
+    ``config_path`` (one read, kept by :func:`~steadyrl.config.loading.load_config`), else of one
+    read of ``config_path`` now: hashed and read as one, never a file swapped between the two."""
+    source = getattr(config, "_source", None)
+    if source is not None and os.path.abspath(source[0]) == os.path.abspath(config_path):
+        return source[1], source[2]
+    saved, _, digest = read_yaml_source(config_path)
+    return digest, saved
+
+
+def record_own_config(config_path: Path, written: bytes | None = None) -> None:
+    """Remember ``written`` (the bytes ``steadyrl train`` wrote to ``config_path``; without it, the
+    file's bytes now) as this user's own; a store that cannot be written is skipped (the run then
+    needs ``--trust-run-code`` to resume)."""
+    try:
+        record = _record_path(config_path) if written is None else _store() / hashlib.sha256(written).hexdigest()
         record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         scratch = record.with_name(f".{record.name}.{os.getpid()}")
         scratch.write_text(str(Path(config_path).resolve()) + "\n", encoding="utf-8")  # for a reader: where
@@ -185,10 +230,9 @@ def is_own_config(config_path: Path) -> bool:
     """Whether this user recorded the very bytes of ``config_path`` as their own (:func:`record_own_config`):
     the record a regular file of theirs that no one else can write."""
     try:
-        info = _record_path(config_path).lstat()
+        return _is_recorded(hashlib.sha256(Path(config_path).read_bytes()).hexdigest())
     except (OSError, ValueError):
         return False
-    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022
 
 
 def check_config_code(config: Config, config_path: Path, trust: bool, *, who: str, instead: str,
@@ -197,9 +241,20 @@ def check_config_code(config: Config, config_path: Path, trust: bool, *, who: st
     :func:`run_code` finds, or only the model's own files with ``model_only`` - unless ``trust``
     (``--trust-run-code``) or the config is this user's own (:func:`is_own_config`). ``who``
     starts the message (the flag or argument that named the file); ``instead`` ends it."""
-    if trust or is_own_config(config_path):
+    if trust:
         return
-    code = run_code(config, read_yaml(config_path))
+    digest, saved = _as_loaded(config, Path(config_path))  # the bytes loaded, judged: not the path's later ones
+    code = run_code(config, saved)
+    if _is_recorded(digest):
+        # the record vouches for these bytes, not for the model the command loads from beside them:
+        # model.trust_remote_code imports the checkpoint's own files, so the directory must be mine alone
+        if MODEL_CODE not in code or _only_mine(Path(config_path).parent):
+            return
+        raise ConfigError(
+            f"{who}: {str(config_path)!r} is recorded as yours, but it sets model.trust_remote_code and its "
+            f"directory {str(Path(config_path).parent)!r} is not yours alone (another user's, or writable by "
+            "others): the model's own Python files loaded from there may be someone else's. Pass "
+            f"--trust-run-code to load them, {instead}")
     if model_only:
         code = [c for c in code if c == MODEL_CODE]
     if code:

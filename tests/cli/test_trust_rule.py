@@ -7,6 +7,8 @@ train wrote that very config.yaml here. Each test plants a file that leaves a tr
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 
 import pytest
@@ -17,7 +19,7 @@ from steadyrl.config import load_config
 from steadyrl.errors import ConfigError
 from steadyrl.run.directory import MARKER, write_run_config
 from steadyrl.run.start import load_run_config
-from steadyrl.run.trust import TRUST_DIR_VAR, check_config_code, is_own_config, record_own_config
+from steadyrl.run.trust import TRUST_DIR_VAR, check_config_code, check_run_code, is_own_config, record_own_config
 
 PAYLOAD = "import pathlib\npathlib.Path({trace!r}).write_text('ran')\n"
 BODIES = {
@@ -187,3 +189,122 @@ def test_the_rule_names_what_it_refuses(tiny_run, tmp_path):
     message = str(err.value)
     assert message.startswith("doctor 'x': ") and f"environment '{code}:Game'" in message
     assert "reward" in message  # the tiny run's own reward file counts too
+
+
+def test_the_teachers_own_files_count_as_code_too(tiny_run, tmp_path, capsys):
+    """``teacher.trust_remote_code`` imports the teacher's own Python files (a hub repo or directory
+    the config names) as ``model.trust_remote_code`` does the policy's: refused without the flag."""
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    saved = yaml.safe_load(tiny_run.config.read_text())
+    saved["rewards"] = [{"name": "exact_match"}]  # the teacher's files the only code it names
+    (folder / "plain.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    saved["teacher"] = {"name_or_path": str(tmp_path / "their-teacher"), "trust_remote_code": True}
+    (folder / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    path = folder / "config.yaml"
+    with pytest.raises(ConfigError, match="teacher.trust_remote_code"):
+        check_config_code(load_config(str(path), []), path, False, who="doctor 'x'", instead="or not")
+    assert cli.main(["doctor", str(path)]) == 2
+    assert "teacher.trust_remote_code" in capsys.readouterr().err
+    check_config_code(load_config(str(path), []), path, True, who="doctor 'x'", instead="or not")
+    # set on the command line: the user's own choice
+    check_config_code(load_config(str(folder / "plain.yaml"), [f"teacher.name_or_path={tmp_path / 't'}",
+                                                               "teacher.trust_remote_code=true"]),
+                      folder / "plain.yaml", False, who="doctor 'x'", instead="or not")
+
+
+def test_the_config_checked_is_the_config_loaded(tiny_run, tmp_path):
+    """A config.yaml swapped between its load and its check (the attacker's bytes loaded, the user's
+    own recorded bytes then in place when they are hashed and read again) is judged by the bytes it
+    was loaded from, not by whatever the path holds later."""
+    code, trace = _plant(tmp_path, "reward")
+    mine = _run_dir(tiny_run, tmp_path, "reward", code, name="mine")
+    record_own_config(mine / "config.yaml")
+    their_code, _ = _plant(tmp_path, "tools")
+    theirs = _run_dir(tiny_run, tmp_path, "tools", their_code, name="theirs")
+    config = load_config(str(theirs / "config.yaml"), [])  # the attacker's bytes, loaded
+    shutil.copyfile(mine / "config.yaml", theirs / "config.yaml")  # then the user's own recorded bytes
+    assert is_own_config(theirs / "config.yaml")
+    with pytest.raises(ConfigError, match="--trust-run-code"):
+        check_config_code(config, theirs / "config.yaml", False, who="eval", instead="or not")
+    # the swap the other way: loaded from the user's own bytes, then the path holds others'
+    config = load_config(str(mine / "config.yaml"), [])
+    shutil.copyfile(theirs / "config.yaml", tmp_path / "keep.yaml")
+    check_config_code(config, mine / "config.yaml", False, who="eval", instead="or not")
+
+
+def test_a_copy_of_my_config_in_a_directory_others_write_does_not_vouch_for_the_models_files(
+        tiny_run, tmp_path, capsys):
+    """``model.trust_remote_code`` names no file: it imports the Python files of the model loaded,
+    and ``eval --output-dir`` / ``train --resume`` load it from the run directory's checkpoints. The
+    record vouches for the config's bytes, so a copy of the user's own config (trust_remote_code:
+    true) put in a directory someone else can write, next to their checkpoint and its modelling
+    code, would run that code without the flag. The record holds for the model's files only where
+    the directory is this user's and no one else can write it."""
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    saved = yaml.safe_load(tiny_run.config.read_text())
+    saved["rewards"] = [{"name": "exact_match"}]
+    saved["model"]["trust_remote_code"] = True
+    (mine / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    record_own_config(mine / "config.yaml")
+    mine.chmod(0o755)
+    check_run_code(load_config(str(mine / "config.yaml"), []), mine, False)  # my own run: as before
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    shutil.copyfile(mine / "config.yaml", theirs / "config.yaml")  # the same bytes: recorded as mine
+    theirs.chmod(0o777)  # a directory others write (their checkpoints, their modelling files)
+    assert is_own_config(theirs / "config.yaml")
+    with pytest.raises(ConfigError, match="model.trust_remote_code"):
+        check_run_code(load_config(str(theirs / "config.yaml"), []), theirs, False)
+    with pytest.raises(ConfigError, match="model.trust_remote_code"):
+        load_run_config(None, [], output_dir=str(theirs), resume=True)
+    check_run_code(load_config(str(theirs / "config.yaml"), []), theirs, True)  # the flag: the user's word
+    if os.getuid() == 0:  # a directory of another user's, not writable by others
+        theirs.chmod(0o755)
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(ConfigError, match="model.trust_remote_code"):
+            check_run_code(load_config(str(theirs / "config.yaml"), []), theirs, False)
+
+
+def test_records_in_a_store_others_can_write_grant_nothing(tiny_run, tmp_path, own_store):
+    """A record is the user's own file, but its name is what says which bytes it vouches for: in a
+    store directory others can write (``$STEADYRL_TRUST_DIR`` / ``$XDG_STATE_HOME`` on a shared
+    path) another user renames the user's record of one config to the hash of their own."""
+    code, _ = _plant(tmp_path, "reward")
+    mine = _run_dir(tiny_run, tmp_path, "reward", code, name="mine")
+    record_own_config(mine / "config.yaml")
+    their_code, trace = _plant(tmp_path, "tools")
+    theirs = _run_dir(tiny_run, tmp_path, "tools", their_code, name="theirs")
+    record = next(own_store.iterdir())
+    record.rename(own_store / hashlib.sha256((theirs / "config.yaml").read_bytes()).hexdigest())
+    own_store.chmod(0o700)
+    assert is_own_config(theirs / "config.yaml")  # a store of the user's alone: only the user renames
+    own_store.chmod(0o777)
+    assert not is_own_config(theirs / "config.yaml")
+    with pytest.raises(ConfigError, match="--trust-run-code"):
+        load_run_config(None, [], output_dir=str(theirs), resume=True)
+    assert not trace.exists()
+
+
+def test_train_records_the_bytes_it_wrote_not_what_the_path_holds_next(tiny_run, tmp_path, monkeypatch):
+    """train hashed its config.yaml by reading it back: one swapped in right after the write (a run
+    directory someone else can write) was recorded as the user's own, and its code then ran
+    anywhere without the flag. The record is of the bytes train wrote."""
+    from steadyrl.run import start
+
+    their_code, trace = _plant(tmp_path, "reward")
+    theirs = _run_dir(tiny_run, tmp_path, "reward", their_code, name="theirs")
+    real = start.write_run_config
+
+    def write_then_swapped(config, out):
+        written = real(config, out)
+        shutil.copyfile(theirs / "config.yaml", out / "config.yaml")  # the race, won
+        return written
+
+    monkeypatch.setattr(start, "write_run_config", write_then_swapped)
+    run = tmp_path / "run"
+    cli.main(["train", str(tiny_run.config), "--output-dir", str(run), "trainer.max_steps=1"])
+    assert (run / "config.yaml").read_bytes() == (theirs / "config.yaml").read_bytes()
+    assert not is_own_config(theirs / "config.yaml")
+    assert not trace.exists()

@@ -115,3 +115,57 @@ def test_every_task_scores_its_own_answer_contained_as_the_package_does_in_proce
             for e in plain]
     assert failed == 0
     assert {e["task"]: s for e, s, h in zip(entries, scores, here) if s != h} == {}
+
+
+_ORACLE = {
+    # the scorer's globals, by name: the fork evaluated a bare ``eval(answer)`` in the scorer's frame
+    "string_insertion": ["entry['answer']", "job['entry']['answer']"],
+    "spiral_matrix": ["entry['answer'].split()"],
+    "binary_matrix": ["[r.split() for r in entry['answer'].splitlines()]"],
+    "n_queens": ["[r.split() for r in entry['metadata']['valid\\x5fanswers'][0].splitlines()]"],
+}
+_WALK = ("[h.append(('{0[0].gi\\x5fframe.%s}'.format(h) for x in [1])) or next(h[0]) for h in [[]]][0]")
+"""A generator that formats its own frame's attributes (no underscore touching a word: the guard
+passes it): the frames below the answer's, as far as they go."""
+
+
+@pytest.mark.parametrize("task", sorted(_ORACLE))
+def test_an_answer_cannot_read_the_oracle_from_the_scorers_memory(task):
+    """Through the real reward and its guard: an answer that evaluates to the entry's own answer
+    (by a name of the scorer's, or by walking up from its frame to the scorer's globals or to
+    ``score_answer``'s locals) copied the oracle, it did not answer: 0, not the task's partial credit."""
+    entry = _entry(task)
+    key = "[metadata][valid\\x5fanswers][0]" if task == "n_queens" else "[answer]"
+    walks = [_WALK % ("f\\x5fback" + ".f\\x5fback" * up + ".f\\x5f" + where + key)
+             for up in range(6) for where in ("globals[entry]", "globals[job][entry]", "locals[entry]")]
+    if task == "string_insertion":
+        answers = _ORACLE[task] + walks
+    elif task == "spiral_matrix":
+        answers = _ORACLE[task] + [w + ".split()" for w in walks]
+    else:
+        answers = _ORACLE[task] + [f"[r.split() for r in {w}.splitlines()]" for w in walks]
+    assert not any(looks_like_code(task, a) for a in answers)
+    fn = load_reward("reasoning_gym")
+    scores = fn([""] * len(answers), [f"<answer>{a}</answer>" for a in answers], reasoning_gym=[entry] * len(answers))
+    assert {a: s for a, s in zip(answers, scores) if s} == {}
+
+
+def test_answers_the_packages_own_scorers_reward_wrongly_score_zero():
+    """Two of reasoning-gym's scorers reward any answer: game_of_life_halting compares
+    ``bool(answer) == bool(entry["answer"])`` of texts (every non-empty answer is 1.0, ``"False"``
+    rows too), complex_arithmetic scores ``min(1.0, exp(-distance))`` and a ``nan`` distance makes
+    that 1.0. A policy finds both at once: the reward scores them as the tasks mean (right 1.0)."""
+    fn = load_reward("reasoning_gym")
+    halting = [r["reasoning_gym"] for r in load_records("reasoning_gym:game_of_life_halting?size=8&test_size=1")]
+    assert {e["answer"] for e in halting} == {"True", "False"}
+    wrong = [{"True": "False", "False": "True"}[e["answer"]] for e in halting]
+    for answers in (["banana"] * len(halting), wrong):
+        assert fn([""] * len(halting), [f"<answer>{a}</answer>" for a in answers], reasoning_gym=halting) == \
+            [0.0] * len(halting)
+    right = [e["answer"] for e in halting] + [e["answer"].lower() for e in halting]
+    assert fn([""] * len(right), [f"<answer>{a}</answer>" for a in right], reasoning_gym=halting * 2) == \
+        [1.0] * len(right)
+    complex_ = _entry("complex_arithmetic")
+    answers = ["nan", "NaN", "-nan", "nan+nanj", "(nan) + nan i", "nanj", complex_["answer"]]
+    scores = fn([""] * len(answers), [f"<answer>{a}</answer>" for a in answers], reasoning_gym=[complex_] * len(answers))
+    assert scores == [0.0] * (len(answers) - 1) + [1.0]

@@ -88,3 +88,27 @@ def _is_open(fd: int) -> bool:
         return True
     except OSError:
         return False
+
+
+@linux
+def test_a_bare_eval_sees_the_builtins_alone_and_no_frame_of_the_caller():
+    """``eval(text)`` in the fork gets the builtins as its globals and runs on a thread of its own:
+    neither a name of the caller's module nor a frame walk (a generator's ``gi_frame.f_back``) reaches
+    what the scorer holds (the entry it scores against)."""
+    secret = "the oracle"  # a local of the caller's frame, as score_answer's entry is
+    assert secret
+    assert cv.contained_eval("len([1, 2])") == 2
+    with pytest.raises(ValueError, match="NameError"):
+        cv.contained_eval("VERDICT_FD")  # a global of the module that called eval
+    walk = "[h.append(('{0[0].gi_frame%s}'.format(h) for x in [1])) or next(h[0]) for h in [[]]][0]"
+    seen = [_value(walk % (".f_back" * up + where)) for up in range(1, 8)
+            for where in (".f_locals", ".f_globals[__name__]", ".f_globals")]
+    assert any(seen), "the walk reaches no frame at all"
+    assert not any("the oracle" in s or cv.__name__ in s or "VERDICT_FD" in s for s in seen), seen
+
+
+def _value(text):
+    try:
+        return cv.contained_eval(text)
+    except ValueError:  # the walk went past the last frame
+        return ""
