@@ -16,6 +16,7 @@ name                a call as the template renders it (and so as the model train
 ``xlam``            xLAM: the turn is ``[{"name": "add", "arguments": {...}}, ...]``
 ``internlm2``       InternLM2: ``<|action_start|><|plugin|>\n{"name": "add", "arguments": {...}}<|action_end|>``
 ``granite_20b_fc``  granite-20b-functioncalling: ``<function_call> {"name": "add", "arguments": {...}}`` per call
+``granite``         Granite-3 (vLLM's granite tool template): ``<|tool_call|>[{"name": "add", "arguments": {...}}, ...]``
 ``atem``            Muse Glimmer: `` to=add<|message|><atem:function_calls><atem:invoke name="add"><atem:parameter
                     name="a">1</atem:parameter></atem:invoke></atem:function_calls>``
 ==================  =====================================================================
@@ -40,7 +41,7 @@ from .parsers import ParsedTurn, ToolCall, _parsed, _short, _to_call, register_p
 from .parsing import decode_error, find, json_problem, run_end, skip_ws
 
 __all__ = ["parse_gemma3_pythonic", "parse_llama4_pythonic", "parse_llama4", "parse_xlam", "parse_internlm2",
-           "parse_granite_20b_fc", "parse_atem"]
+           "parse_granite_20b_fc", "parse_granite", "parse_atem"]
 
 _DECODER = json.JSONDecoder()
 _IDENT_HEAD = re.compile(r"[A-Za-z_]")
@@ -280,6 +281,29 @@ def parse_granite_20b_fc(text: str) -> ParsedTurn:
     return _parsed("".join(pieces), results)
 
 
+GRANITE_FORMAT = '<|tool_call|>[{"name": NAME, "arguments": {...}}, ...]'
+_GRANITE_CALL = "<|tool_call|>"
+
+
+@register_parser("granite")
+def parse_granite(text: str) -> ParsedTurn:
+    """Granite-3's calls (vLLM's ``granite`` parser): ``<|tool_call|>`` then one JSON list of
+    ``{"name", "arguments"}`` objects; the text before the marker and after the list is the content.
+    One ``raw_decode`` from the marker: linear in the turn's length."""
+    start = find(text, _GRANITE_CALL)
+    if start == -1:
+        return ParsedTurn(text.strip())
+    at = skip_ws(text, start + len(_GRANITE_CALL))
+    try:
+        items, end = _DECODER.raw_decode(text, at)
+    except (ValueError, RecursionError) as err:
+        return _parsed(text[:start], [f"tool calls: invalid JSON ({decode_error(err)}) in {_short(text[at:])!r}; "
+                                      f"format: {GRANITE_FORMAT}"])
+    items = items if isinstance(items, list) else [items]
+    return _parsed(text[:start] + text[end:], [_to_call(o, f"tool call {i}", ("arguments",), GRANITE_FORMAT)
+                                               for i, o in enumerate(items, 1)])
+
+
 ATEM_FORMAT = ('to=NAME<|message|><atem:function_calls><atem:invoke name="NAME"><atem:parameter name="KEY">VALUE'
                "</atem:parameter></atem:invoke></atem:function_calls>")
 _MESSAGE = "<|message|>"
@@ -310,6 +334,7 @@ def parse_atem(text: str) -> ParsedTurn:
 
 
 MARKERS = (("<|python_start|>", "llama4"), (_ACTION, "internlm2"), (_FUNCTION_CALL, "granite_20b_fc"),
+           (_GRANITE_CALL, "granite"),
            ("<atem:invoke", "atem"))
 TEMPLATE_MARKERS = (  # the template source's spelling of the call format (the turn has no marker of its own)
     ("{{ key }}={{ val | tojson }}", "gemma3_pythonic"), ("param + '=\"'", "llama4_pythonic"),

@@ -104,6 +104,7 @@ def test_every_refusal_says_what_the_template_does(cases):
     ("vllm-tool_chat_template_xlam_llama.jinja", "xlam"),
     ("vllm-tool_chat_template_internlm2_tool.jinja", "internlm2"),
     ("vllm-tool_chat_template_muse_glimmer.jinja", "atem"),
+    ("vllm-tool_chat_template_granite.jinja", "granite"),  # <|tool_call|>[...] read as [] by hermes
 ])
 def test_the_formats_no_parser_read_are_exact_with_tools_in_every_mode(cases, template, parser):
     # issue 41 item 5: each was refused ("the tool parser does not read back the call") in every mode
@@ -122,6 +123,7 @@ CALLS = [  # several calls, arguments of every JSON kind, text with the characte
                                       "vllm-tool_chat_template_xlam_llama.jinja",
                                       "vllm-tool_chat_template_internlm2_tool.jinja",
                                       "vllm-tool_chat_template_granite_20b_fc.jinja",
+                                      "vllm-tool_chat_template_granite.jinja",
                                       "vllm-tool_chat_template_muse_glimmer.jinja"])
 def test_calls_the_real_template_renders_parse_back_equal(corpus, template):
     folder, families, _, _ = corpus
