@@ -17,6 +17,8 @@ name                a call as the template renders it (and so as the model train
 ``internlm2``       InternLM2: ``<|action_start|><|plugin|>\n{"name": "add", "arguments": {...}}<|action_end|>``
 ``granite_20b_fc``  granite-20b-functioncalling: ``<function_call> {"name": "add", "arguments": {...}}`` per call
 ``granite``         Granite-3 (vLLM's granite tool template): ``<|tool_call|>[{"name": "add", "arguments": {...}}, ...]``
+``phi4_mini``       Phi-4-mini (vLLM's template): ``functools[{...}, ...]`` as it asks, or ``{"name": "add", "arguments": {...}},
+                    {...}`` as it renders earlier calls
 ``atem``            Muse Glimmer: `` to=add<|message|><atem:function_calls><atem:invoke name="add"><atem:parameter
                     name="a">1</atem:parameter></atem:invoke></atem:function_calls>``
 ==================  =====================================================================
@@ -41,7 +43,7 @@ from .parsers import ParsedTurn, ToolCall, _parsed, _short, _to_call, register_p
 from .parsing import decode_error, find, json_problem, run_end, skip_ws
 
 __all__ = ["parse_gemma3_pythonic", "parse_llama4_pythonic", "parse_llama4", "parse_xlam", "parse_internlm2",
-           "parse_granite_20b_fc", "parse_granite", "parse_atem"]
+           "parse_granite_20b_fc", "parse_granite", "parse_phi4_mini", "parse_atem"]
 
 _DECODER = json.JSONDecoder()
 _IDENT_HEAD = re.compile(r"[A-Za-z_]")
@@ -304,6 +306,56 @@ def parse_granite(text: str) -> ParsedTurn:
                                                for i, o in enumerate(items, 1)])
 
 
+PHI4_MINI_FORMAT = 'functools[{"name": NAME, "arguments": {...}}, ...] or {"name": NAME, "arguments": {...}}, ...'
+_PHI4_MINI = "prefix function calls with functools marker"  # its template's instructions
+
+
+@register_parser("phi4_mini")
+def parse_phi4_mini(text: str) -> ParsedTurn:
+    """Phi-4-mini's calls: ``functools[...]`` as its system prompt asks (``firefunction``), or the
+    form its template renders earlier calls in, so the form the model learns: the turn is JSON
+    ``{"name", "arguments"}`` objects separated by commas. Text after the last one is content.
+    Each ``raw_decode`` starts where the last ended: linear in the turn's length."""
+    if "functools[" in text:
+        from .parsers import TOOL_PARSERS
+
+        return TOOL_PARSERS["firefunction"](text)
+    body = text.strip()
+    if not (body.startswith("{") and body.startswith('"', skip_ws(body, 1))):
+        return ParsedTurn(body)
+    results, pos = [], 0
+    while True:
+        where = f"tool call {len(results) + 1}"
+        try:
+            obj, end = _DECODER.raw_decode(body, pos)
+        except (ValueError, RecursionError) as err:
+            literal = _python_calls(body[pos:])  # arguments held as a dict: the template writes Python's repr
+            if literal is None:
+                results.append(f"{where}: invalid JSON ({decode_error(err)}) in {_short(body[pos:])!r}; "
+                               f"format: {PHI4_MINI_FORMAT}")
+                return _parsed("", results)
+            return _parsed("", results + [_to_call(o, f"tool call {i}", ("arguments",), PHI4_MINI_FORMAT)
+                                          for i, o in enumerate(literal, len(results) + 1)])
+        results.append(_to_call(obj, where, ("arguments",), PHI4_MINI_FORMAT))
+        comma = skip_ws(body, end)
+        nxt = skip_ws(body, comma + 1) if body.startswith(",", comma) else -1
+        if nxt == -1 or not body.startswith("{", nxt):
+            return _parsed(body[end:], results)
+        pos = nxt
+
+
+def _python_calls(text: str) -> list | None:
+    """The call objects of ``text`` when all of it is Python literals separated by commas (the
+    template renders a dict's ``arguments`` as ``{'a': 1}``): ``ast.literal_eval``, which builds
+    literals only and runs nothing; None when it is not."""
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    items = list(value) if isinstance(value, tuple) else [value]
+    return items if all(isinstance(o, dict) for o in items) else None
+
+
 ATEM_FORMAT = ('to=NAME<|message|><atem:function_calls><atem:invoke name="NAME"><atem:parameter name="KEY">VALUE'
                "</atem:parameter></atem:invoke></atem:function_calls>")
 _MESSAGE = "<|message|>"
@@ -339,7 +391,7 @@ MARKERS = (("<|python_start|>", "llama4"), (_ACTION, "internlm2"), (_FUNCTION_CA
 TEMPLATE_MARKERS = (  # the template source's spelling of the call format (the turn has no marker of its own)
     ("{{ key }}={{ val | tojson }}", "gemma3_pythonic"), ("param + '=\"'", "llama4_pythonic"),
     ("<|python_start|>", "llama4"), ("param + '=' -}}", "pythonic"),
-    ('[{"name": "tool_call_name", "arguments"', "xlam"),
+    ('[{"name": "tool_call_name", "arguments"', "xlam"), (_PHI4_MINI, "phi4_mini"),
 )
 
 

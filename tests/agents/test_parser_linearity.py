@@ -133,6 +133,8 @@ ADVERSARIAL.update({  # gemma-3 / Llama-4 call formats (agents/pythonic_formats.
                        lambda n: "<function_call>" + " " * n + "{"],
     "granite": [times("<|tool_call|>"), lambda n: "<|tool_call|>" + " " * n + "[", lambda n: "<|tool_call|>" + "[" * n,
                 times('<|tool_call|>[{"name": "a"}] x')],
+    "phi4_mini": [times('{"name": "a"}, '), lambda n: '{"' + "[" * n, lambda n: '{"name": "a", "arguments": {' + "'a': 1, " * (n // 8) + "}",
+                  lambda n: '{"name": "a", "arguments": ' + "(" * 150 + ")" * 150 + "}" + " " * n, times("functools[")],
     "atem": [times("<atem:invoke"), times('<atem:invoke name="a"><atem:parameter name="'),
              lambda n: "to=" * n + "<|message|>", times('to=a<|message|><atem:invoke name="a"></atem:invoke> ')],
 })

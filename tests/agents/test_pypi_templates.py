@@ -37,11 +37,6 @@ KNOWN_FALSE_REFUSALS = {  # (template, observations, mode): why it is refused to
     ("axolotl-falcon_h1.jinja", "tools", "as_sampled"): _OUTSIDE,
     ("trl-lfm2.jinja", "tools", "as_sampled"): _OUTSIDE,
     ("trl-lfm2_training.jinja", "tools", "as_sampled"): _OUTSIDE,
-    ("vllm-tool_chat_template_phi4_mini.jinja", "tools", "single"): (
-        "the template writes the arguments as a Python dict inside JSON ({\"arguments\": {'a': 1}}): no "
-        "parser reads that, so no call would run"),
-    ("vllm-tool_chat_template_phi4_mini.jinja", "tools", "as_sampled"): (
-        "the template writes the arguments as a Python dict inside JSON: no parser reads that"),
 }
 
 
@@ -105,6 +100,7 @@ def test_every_refusal_says_what_the_template_does(cases):
     ("vllm-tool_chat_template_internlm2_tool.jinja", "internlm2"),
     ("vllm-tool_chat_template_muse_glimmer.jinja", "atem"),
     ("vllm-tool_chat_template_granite.jinja", "granite"),  # <|tool_call|>[...] read as [] by hermes
+    ("vllm-tool_chat_template_phi4_mini.jinja", "phi4_mini"),  # bare JSON calls, read as [] by firefunction
 ])
 def test_the_formats_no_parser_read_are_exact_with_tools_in_every_mode(cases, template, parser):
     # issue 41 item 5: each was refused ("the tool parser does not read back the call") in every mode
@@ -124,6 +120,7 @@ CALLS = [  # several calls, arguments of every JSON kind, text with the characte
                                       "vllm-tool_chat_template_internlm2_tool.jinja",
                                       "vllm-tool_chat_template_granite_20b_fc.jinja",
                                       "vllm-tool_chat_template_granite.jinja",
+                                      "vllm-tool_chat_template_phi4_mini.jinja",
                                       "vllm-tool_chat_template_muse_glimmer.jinja"])
 def test_calls_the_real_template_renders_parse_back_equal(corpus, template):
     folder, families, _, _ = corpus
