@@ -31,13 +31,7 @@ KNOWN_WRONG: dict = {}  # (template, observations, mode): the cause (issue 41: n
 # <|call|> (tests/support_sdist.py, _HARMONY_STOPS), and every mode is then what the sdist's gpt-oss is.
 
 
-_OUTSIDE = ("issue 41 item 3: as_sampled is refused ('writes calls outside the sampled turn') although its "
-            "scripted episode is exact")
-KNOWN_FALSE_REFUSALS = {  # (template, observations, mode): why it is refused today
-    ("axolotl-falcon_h1.jinja", "tools", "as_sampled"): _OUTSIDE,
-    ("trl-lfm2.jinja", "tools", "as_sampled"): _OUTSIDE,
-    ("trl-lfm2_training.jinja", "tools", "as_sampled"): _OUTSIDE,
-}
+KNOWN_FALSE_REFUSALS: dict = {}  # (template, observations, mode): why it is refused today (none left)
 
 
 @pytest.fixture(scope="module")
