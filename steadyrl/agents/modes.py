@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from .messages import id_style, renders_tool_calls
 from .probe import MODE_WORDS, check_template, sampled_turn
-from .templating import (CONTEXT_CHARS, TemplateDriftError, TemplateError, check_renders, find_closer, first_difference,
-                         kept_message, render, rendered_tail, require_template, role_closer, scripted_turns,
+from .templating import (CONTEXT_CHARS, TemplateDriftError, TemplateError, check_renders, check_stops, find_closer,
+                         first_difference, kept_message, render, rendered_tail, require_template, role_closer, scripted_turns,
                          template_name, thinks)
 from .turns import call_form, served, shape_turn, turn_renders
 
@@ -163,6 +163,7 @@ def check_mode(tokenizer, mode: str, *, tools: list[dict] | None, observation_ro
                 raise
             mode = "stepwise"
     require_template(tokenizer)
+    check_stops(tokenizer, end_texts)
     if parser is None:
         from .formats import parser_for_template
         from .parsers import TOOL_PARSERS

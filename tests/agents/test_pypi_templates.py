@@ -140,3 +140,18 @@ def test_the_table_in_docs_is_current(corpus, cases):
     text = (REPO / "docs" / "agents.md").read_text()
     assert module.pypi_page(cases, text, corpus[2], corpus[3]) == text, \
         "docs/agents.md's template tables are stale: run python tools/template_table.py"
+
+
+@pytest.mark.parametrize("mode", ["single", "auto", "stepwise", "as_sampled"])
+def test_a_harmony_template_is_refused_with_the_analysis_channels_end_as_a_stop(corpus, mode):
+    # a gpt-oss model stopped at <|end|> ends its turn after the analysis channel, before its answer
+    from steadyrl.agents.modes import check_mode
+    from steadyrl.agents.templating import TemplateError
+
+    folder, families, _, _ = corpus
+    family = next(f for f in families if f.template == "trl-gptoss_training.jinja")
+    tok = family_tokenizer(family, folder)
+    if mode != "single":  # single is refused for what the template does (it re-renders earlier turns)
+        assert check_mode(tok, mode, tools=None, observation_role="user", end_texts=list(family.stops)) in TURN_MODES
+    with pytest.raises(TemplateError, match=r"'<\|end\|>', which ends the analysis channel"):
+        check_mode(tok, mode, tools=None, observation_role="user", end_texts=["<|end|>", "</s>"])
