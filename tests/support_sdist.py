@@ -9,7 +9,7 @@ one read off the template itself:
   ``[UPPER_CASE]``, ``[|lower|]``, ``<tag>``, MiniMax's ``]~b]`` / ``[e~[``), single tokens of the byte-level tokenizer;
 * its stop token: the first end-like special token the template writes after an assistant turn's
   content, before the next message (what the model's generation config names as eos for these
-  families);
+  families); a Harmony template's are ``<|return|>`` and ``<|call|>`` (``_HARMONY_STOPS``), as gpt-oss's;
 * ``bos``/``eos`` tokens ``<s>`` / ``</s>`` where the template reads ``bos_token`` / ``eos_token``.
 
 A template that cannot render a plain conversation with transformers' renderer, or writes no
@@ -36,6 +36,11 @@ not the end of a part inside the turn (Cohere's ``<|END_TEXT|>``, ``</think>``, 
 ``<|end_of_role|>``); else a separator (Reka's ``<sep>``)."""
 _CALL_STOPS = ("<|tool_response>",)
 """Stop tokens a model's generation config names for ending a call turn inside its own turn (gemma-4)."""
+_HARMONY_STOPS = ("<|return|>", "<|call|>")
+"""Harmony's stop tokens (openai_harmony's ``stop_tokens_for_assistant_actions``; gpt-oss's generation
+config): a final answer ends with ``<|return|>``, a call with ``<|call|>``. Its ``<|end|>`` closes a
+message *inside* the turn (the analysis channel before the final one; every message once it is
+history): a model stopped there never writes its answer."""
 _HTML = {"<br>", "<p>", "</p>", "<b>", "</b>", "<i>", "</i>", "<code>", "</code>", "<s>", "</s>"}
 _MARK, _NEXT = "steadyrl-sdist-content", "steadyrl-sdist-next"
 
@@ -63,6 +68,8 @@ def infer_family(path: Path) -> Family | str:
     ends = [t for _, _, t in found if _ENDS.search(t) and not _CONTENT.search(t)]
     seps = [t for _, _, t in found if "sep" in t.lower()]
     stop = (ends or seps or [found[0][2]])[0]
+    if "<|channel|>" in specials and all(t in specials for t in _HARMONY_STOPS):  # gpt-oss's training variants
+        return Family(path.stem, path.name, _HARMONY_STOPS[0], (*_HARMONY_STOPS, "</s>"), bos="<s>", specials=specials)
     # a template with no closer ends a turn with the next role token (GLM): tool results come after its own
     roles = ("<|observation|>",) if stop == "<|user|>" and "<|observation|>" in specials else ()
     # gemma-4 writes a call's result inside the model's turn, after <|tool_response>: its generation

@@ -77,9 +77,10 @@ def renders_tool_calls(tokenizer, tools: list[dict] | None, template_kwargs: dic
 
     name = (tools[0].get("function", tools[0]).get("name") if tools else None) or "steadyrl_probe_tool"
     call = {"id": call_id("alnum9", name, 0), "type": "function", "function": {"name": name, "arguments": {}}}
-    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    asked = "steadyrl-renders-calls-probe"  # not "hi": a template's tool instructions hold it ("within")
+    messages = [{"role": "user", "content": asked}, {"role": "assistant", "content": "", "tool_calls": [call]}]
     try:
         text = render(tokenizer, messages, tools=tools, add_generation_prompt=False, template_kwargs=template_kwargs)
     except TemplateError:
         return True  # it raises on the shape: the probe reports that; keep the shape it asked for
-    return name in text.split("hi", 1)[-1]
+    return name in text.split(asked, 1)[-1]

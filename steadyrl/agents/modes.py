@@ -13,10 +13,10 @@ is append-only, else ``stepwise``.
 
 from __future__ import annotations
 
-from .messages import id_style
+from .messages import id_style, renders_tool_calls
 from .probe import MODE_WORDS, check_template, sampled_turn
-from .templating import (CONTEXT_CHARS, TemplateDriftError, TemplateError, check_renders, find_closer, first_difference,
-                         kept_message, render, rendered_tail, require_template, role_closer, scripted_turns,
+from .templating import (CONTEXT_CHARS, TemplateDriftError, TemplateError, check_renders, check_stops, find_closer,
+                         first_difference, kept_message, render, rendered_tail, require_template, role_closer, scripted_turns,
                          template_name, thinks)
 from .turns import call_form, served, shape_turn, turn_renders
 
@@ -95,6 +95,11 @@ def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: 
     head = render(tokenizer, history, tools=tools, add_generation_prompt=True, template_kwargs=kwargs)
     think, style = thinks(tokenizer, head[-CONTEXT_CHARS:]), id_style(tokenizer.chat_template)
     contexts, text, calls = [head], head, 0
+    # as sampled, a template that renders no call at all (only content: LFM2's, Falcon-H1's) keeps the
+    # call the model writes as its content (messages.renders_tool_calls) and never renders the turn
+    # again: no call can be written where the model did not write it, so there is none to look for
+    shows_calls = mode != "as_sampled" or not (observation_role == "tool" and tools) or renders_tool_calls(
+        tokenizer, tools, kwargs)
     for i, (message, new) in enumerate(scripted_turns(tokenizer, tools, observation_role, style)):
         message = call_form(tokenizer, history, message, tools=tools, template_kwargs=kwargs)
         sampled, end = model_turn(tokenizer, history, message, new, tools=tools, end_texts=end_texts, kwargs=kwargs,
@@ -102,7 +107,7 @@ def play_mode(tokenizer, mode: str, *, tools, observation_role: str, end_texts: 
         assistant = shape_turn(tokenizer, history, sampled, kept_message(
             message, sampled, parser if observation_role == "tool" and tools else None, style, calls, strict,
             tokenizer.chat_template), tools=tools, template_kwargs=kwargs, end=end)
-        names = [c["function"]["name"] for c in message.get("tool_calls") or []]
+        names = [c["function"]["name"] for c in message.get("tool_calls") or []] if shows_calls else []
         if names and not all(n in sampled for n in names) and (not sampled.split("</think>")[-1].strip() or all(n in render(
                 tokenizer, history + [message], tools=tools, add_generation_prompt=False, template_kwargs=kwargs
         ).split(history[-1].get("content") or "\0")[-1] for n in names)):
@@ -158,6 +163,7 @@ def check_mode(tokenizer, mode: str, *, tools: list[dict] | None, observation_ro
                 raise
             mode = "stepwise"
     require_template(tokenizer)
+    check_stops(tokenizer, end_texts)
     if parser is None:
         from .formats import parser_for_template
         from .parsers import TOOL_PARSERS

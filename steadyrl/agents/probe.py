@@ -22,9 +22,9 @@ from __future__ import annotations
 import re
 
 from .messages import id_style
-from .templating import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, TemplateError, check_renders, find_closer,
-                         first_difference, is_harmony, kept_message, render, rendered_suffix, require_template,
-                         role_closer, scripted_turns, template_name, thinks)
+from .templating import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, TemplateError, check_renders, check_stops,
+                         find_closer, first_difference, is_harmony, kept_message, render, rendered_suffix,
+                         require_template, role_closer, scripted_turns, template_name, thinks)
 from .turns import call_form, shape_turn
 
 MODES = ("single", "stepwise", "as_sampled")
@@ -181,6 +181,7 @@ def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str
     docstring). Raises ``TemplateError``, or ``TemplateDriftError`` naming what the template does
     and the settings that would handle it."""
     require_template(tokenizer)
+    check_stops(tokenizer, end_texts)
     kwargs = template_kwargs
     strict = parser is not None
     if parser is None:  # the parser of the template's own format (what tool_parser: auto reads)

@@ -17,6 +17,9 @@ name                a call as the template renders it (and so as the model train
 ``xlam``            xLAM: the turn is ``[{"name": "add", "arguments": {...}}, ...]``
 ``internlm2``       InternLM2: ``<|action_start|><|plugin|>\n{"name": "add", "arguments": {...}}<|action_end|>``
 ``granite_20b_fc``  granite-20b-functioncalling: ``<function_call> {"name": "add", "arguments": {...}}`` per call
+``granite``         Granite-3 (vLLM's granite tool template): ``<|tool_call|>[{"name": "add", "arguments": {...}}, ...]``
+``phi4_mini``       Phi-4-mini (vLLM's template): ``functools[{...}, ...]`` as it asks, or ``{"name": "add", "arguments": {...}},
+                    {...}`` as it renders earlier calls
 ``atem``            Muse Glimmer: `` to=add<|message|><atem:function_calls><atem:invoke name="add"><atem:parameter
                     name="a">1</atem:parameter></atem:invoke></atem:function_calls>``
 ==================  =====================================================================
@@ -44,7 +47,7 @@ from .parser_base import ParsedTurn, ToolCall, parsed_turn, clip_text, to_call, 
 from .parsing import decode_error, find, run_end, skip_ws
 
 __all__ = ["parse_gemma3_pythonic", "parse_llama4_pythonic", "parse_llama4", "parse_xlam", "parse_internlm2",
-           "parse_granite_20b_fc", "parse_atem"]
+           "parse_granite_20b_fc", "parse_granite", "parse_phi4_mini", "parse_atem"]
 
 _DECODER = json.JSONDecoder()
 _IDENT_HEAD = re.compile(r"[A-Za-z_]")
@@ -329,6 +332,79 @@ def parse_granite_20b_fc(text: str) -> ParsedTurn:
     return parsed_turn("".join(pieces), results)
 
 
+GRANITE_FORMAT = '<|tool_call|>[{"name": NAME, "arguments": {...}}, ...]'
+_GRANITE_CALL = "<|tool_call|>"
+
+
+@register_parser("granite")
+def parse_granite(text: str) -> ParsedTurn:
+    """Granite-3's calls (vLLM's ``granite`` parser): ``<|tool_call|>`` then one JSON list of
+    ``{"name", "arguments"}`` objects; the text before the marker and after the list is the content.
+    One ``raw_decode`` from the marker: linear in the turn's length."""
+    start = find(text, _GRANITE_CALL)
+    if start == -1:
+        return ParsedTurn(text.strip())
+    at = skip_ws(text, start + len(_GRANITE_CALL))
+    try:
+        items, end = _DECODER.raw_decode(text, at)
+    except (ValueError, RecursionError) as err:
+        return _parsed(text[:start], [f"tool calls: invalid JSON ({decode_error(err)}) in {_short(text[at:])!r}; "
+                                      f"format: {GRANITE_FORMAT}"])
+    items = items if isinstance(items, list) else [items]
+    return _parsed(text[:start] + text[end:], [_to_call(o, f"tool call {i}", ("arguments",), GRANITE_FORMAT)
+                                               for i, o in enumerate(items, 1)])
+
+
+PHI4_MINI_FORMAT = 'functools[{"name": NAME, "arguments": {...}}, ...] or {"name": NAME, "arguments": {...}}, ...'
+_PHI4_MINI = "prefix function calls with functools marker"  # its template's instructions
+
+
+@register_parser("phi4_mini")
+def parse_phi4_mini(text: str) -> ParsedTurn:
+    """Phi-4-mini's calls: ``functools[...]`` as its system prompt asks (``firefunction``), or the
+    form its template renders earlier calls in, so the form the model learns: the turn is JSON
+    ``{"name", "arguments"}`` objects separated by commas. Text after the last one is content.
+    Each ``raw_decode`` starts where the last ended: linear in the turn's length."""
+    if "functools[" in text:
+        from .parsers import TOOL_PARSERS
+
+        return TOOL_PARSERS["firefunction"](text)
+    body = text.strip()
+    if not (body.startswith("{") and body.startswith('"', skip_ws(body, 1))):
+        return ParsedTurn(body)
+    results, pos = [], 0
+    while True:
+        where = f"tool call {len(results) + 1}"
+        try:
+            obj, end = _DECODER.raw_decode(body, pos)
+        except (ValueError, RecursionError) as err:
+            literal = _python_calls(body[pos:])  # arguments held as a dict: the template writes Python's repr
+            if literal is None:
+                results.append(f"{where}: invalid JSON ({decode_error(err)}) in {_short(body[pos:])!r}; "
+                               f"format: {PHI4_MINI_FORMAT}")
+                return _parsed("", results)
+            return _parsed("", results + [_to_call(o, f"tool call {i}", ("arguments",), PHI4_MINI_FORMAT)
+                                          for i, o in enumerate(literal, len(results) + 1)])
+        results.append(_to_call(obj, where, ("arguments",), PHI4_MINI_FORMAT))
+        comma = skip_ws(body, end)
+        nxt = skip_ws(body, comma + 1) if body.startswith(",", comma) else -1
+        if nxt == -1 or not body.startswith("{", nxt):
+            return _parsed(body[end:], results)
+        pos = nxt
+
+
+def _python_calls(text: str) -> list | None:
+    """The call objects of ``text`` when all of it is Python literals separated by commas (the
+    template renders a dict's ``arguments`` as ``{'a': 1}``): ``ast.literal_eval``, which builds
+    literals only and runs nothing; None when it is not."""
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    items = list(value) if isinstance(value, tuple) else [value]
+    return items if all(isinstance(o, dict) for o in items) else None
+
+
 ATEM_FORMAT = ('to=NAME<|message|><atem:function_calls><atem:invoke name="NAME"><atem:parameter name="KEY">VALUE'
                "</atem:parameter></atem:invoke></atem:function_calls>")
 _MESSAGE = "<|message|>"
@@ -361,11 +437,12 @@ def parse_atem(text: str) -> ParsedTurn:
 
 
 MARKERS = (("<|python_start|>", "llama4"), (_ACTION, "internlm2"), (_FUNCTION_CALL, "granite_20b_fc"),
+           (_GRANITE_CALL, "granite"),
            ("<atem:invoke", "atem"))
 TEMPLATE_MARKERS = (  # the template source's spelling of the call format (the turn has no marker of its own)
     ("{{ key }}={{ val | tojson }}", "gemma3_pythonic"), ("param + '=\"'", "llama4_pythonic"),
     ("<|python_start|>", "llama4"), ("param + '=' -}}", "pythonic"),
-    ('[{"name": "tool_call_name", "arguments"', "xlam"),
+    ('[{"name": "tool_call_name", "arguments"', "xlam"), (_PHI4_MINI, "phi4_mini"),
 )
 
 

@@ -28,7 +28,7 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_STARTS = ("<tool_call>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<|tool_calls_section_begin|>",
                "[TOOL_CALLS]", "<|START_ACTION|>", "<|python_tag|>", "<function=", "<tool_calls>", "<TOOLCALL>",
                "<|tool_call_start|>", "<|tool_call>", "<minimax:tool_call>", "<seed:tool_call>", "functools[",
-               "<|function_call|>", "<|tool_call:begin|>", "<|tools_prefix|>")
+               "<|function_call|>", "<|tool_call:begin|>", "<|tools_prefix|>", "<|tool_call|>")
 """Where a call block starts in the formats the tool parsers read (the first found cuts the content)."""
 
 

@@ -17,7 +17,7 @@ __all__ = ["CONTEXT_CHARS", "PROBE_MARKER", "HISTORY_CLOSERS", "TemplateError", 
            "template_name", "require_template", "render", "first_difference", "drift_error", "find_closer",
            "next_role_token", "as_message", "rendered_suffix", "rendered_tail", "tool_names",
            "example_arguments", "is_harmony", "thinks", "scripted_turns", "role_closer", "loaded_arguments",
-           "kept_message", "check_renders"]
+           "kept_message", "check_renders", "check_stops", "HARMONY_STOPS"]
 
 
 CONTEXT_CHARS = 40
@@ -200,6 +200,20 @@ def example_arguments(tool: dict) -> dict:
 
 def is_harmony(tokenizer) -> bool:
     return "<|channel|>analysis" in (tokenizer.chat_template or "")
+
+
+HARMONY_STOPS = ("<|return|>", "<|call|>")
+"""What ends a Harmony (gpt-oss) turn: its final answer's ``<|return|>``, a call's ``<|call|>``."""
+
+
+def check_stops(tokenizer, end_texts: list[str]) -> None:
+    """A Harmony template's turn cannot end at ``<|end|>``: it closes the analysis channel *inside*
+    the turn, so a model stopped there never writes its final answer or its call."""
+    if is_harmony(tokenizer) and "<|end|>" in end_texts:
+        raise TemplateError(
+            f"the chat template of {template_name(tokenizer)!r} is Harmony's (gpt-oss), whose turns end with "
+            f"{' or '.join(HARMONY_STOPS)}; the tokens that stop generation {end_texts} include '<|end|>', which "
+            f"ends the analysis channel before the answer: take it out of eos_token_id in generation_config.json")
 
 
 def thinks(tokenizer, prompt_tail: str) -> bool:

@@ -56,3 +56,21 @@ def test_the_tool_agent_answers_each_call_with_its_id_and_numbers_calls_per_epis
     assert [m["tool_call_id"] for m in first[0].messages] == ["call00000", "call00001"]
     assert first[1].assistant["tool_calls"][0]["id"] == "call00000"  # another episode counts from 0
     assert second[0].messages[0] == {"role": "tool", "name": "add", "content": "3", "tool_call_id": "call00002"}
+
+
+CONTENT_ONLY = ("{% if tools %}{{ 'Return each call within <tool_call> tags. Tools: ' }}"
+                "{% for t in tools %}{{ t.function.name + ' ' }}{% endfor %}{{ '\\n' }}{% endif %}"
+                "{% for m in messages %}{{ m.role + ': ' + m.content + '\\n' }}{% endfor %}")
+"""Falcon-H1's and LFM2's shape: the tools in the system text (whose instructions hold "hi", in
+"within"), every message as its content only: a structured call renders as nothing."""
+
+
+def test_a_template_that_shows_only_content_is_seen_as_one_whatever_its_tool_instructions_say(char_tokenizer):
+    import copy
+
+    from steadyrl.agents.messages import renders_tool_calls
+
+    tok = copy.deepcopy(char_tokenizer)
+    tok.chat_template = CONTENT_ONLY
+    schema = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
+    assert renders_tool_calls(tok, [schema]) is False  # it was True: "add" follows the "hi" of "within"

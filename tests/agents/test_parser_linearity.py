@@ -134,6 +134,10 @@ ADVERSARIAL.update({  # gemma-3 / Llama-4 call formats (agents/pythonic_formats.
     "internlm2": [times("<|action_start|><|plugin|>"), times("<|action_start|><|plugin|>{}<|action_end|> ")],
     "granite_20b_fc": [times("<function_call>"), times('<function_call> {"name": "a"} x'),
                        lambda n: "<function_call>" + " " * n + "{"],
+    "granite": [times("<|tool_call|>"), lambda n: "<|tool_call|>" + " " * n + "[", lambda n: "<|tool_call|>" + "[" * n,
+                times('<|tool_call|>[{"name": "a"}] x')],
+    "phi4_mini": [times('{"name": "a"}, '), lambda n: '{"' + "[" * n, lambda n: '{"name": "a", "arguments": {' + "'a': 1, " * (n // 8) + "}",
+                  lambda n: '{"name": "a", "arguments": ' + "(" * 150 + ")" * 150 + "}" + " " * n, times("functools[")],
     "atem": [times("<atem:invoke"), times('<atem:invoke name="a"><atem:parameter name="'),
              lambda n: "to=" * n + "<|message|>", times('to=a<|message|><atem:invoke name="a"></atem:invoke> ')],
 })
@@ -166,7 +170,7 @@ MARKERS = ["<tool_call>", "</tool_call>", "<function=", "</function>", "<paramet
            "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>", "<|tool_call:end|>", "<tool_calls>",
            "</tool_calls>", "<TOOLCALL>", "<|function_call|>", "<|tools_prefix|>", "<|tools_suffix|>",
            "<|tool_call>call:", "<tool_call|>", '<|"|>', "<|tool_call_start|>", "<|tool_call_end|>", ">>>", ">>>all\n", "functools", "Action:", "Action:\n```json",
-           "<|python_start|>", "<|python_end|>", "b=", '="', '", ', "k=1 ", "<|action_start|><|plugin|>", "<|action_end|>", "<function_call>",
+           "<|python_start|>", "<|python_end|>", "b=", '="', '", ', "k=1 ", "<|action_start|><|plugin|>", "<|action_end|>", "<function_call>", "<|tool_call|>",
            "<atem:invoke", "</atem:invoke>", "<atem:parameter", "</atem:parameter>", "to=", "<|message|>"]
 
 

@@ -27,24 +27,13 @@ pytestmark = [pytest.mark.realdata, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 
-KNOWN_WRONG = {  # (template, observations, mode): the cause (issue 41, items 1-4 and 6, fixed on another branch)
-    ("trl-gptoss_training.jinja", "user", "stepwise"): (
-        "issue 41 item 1: the step-wise context of turn 1 holds an empty final channel where the model "
-        "answered '8' (the earlier answer is not shaped as the server holds it)"),
-}
+KNOWN_WRONG: dict = {}  # (template, observations, mode): the cause (issue 41: none left)
+# trl-gptoss_training (user, stepwise) was here: the corpus ended its turns at <|end|>, where a gpt-oss
+# model's analysis channel ends, so the "model" never wrote its final answer; it stops on <|return|> /
+# <|call|> (tests/support_sdist.py, _HARMONY_STOPS), and every mode is then what the sdist's gpt-oss is.
 
-_OUTSIDE = ("issue 41 item 3: as_sampled is refused ('writes calls outside the sampled turn') although its "
-            "scripted episode is exact")
-KNOWN_FALSE_REFUSALS = {  # (template, observations, mode): why it is refused today
-    ("axolotl-falcon_h1.jinja", "tools", "as_sampled"): _OUTSIDE,
-    ("trl-lfm2.jinja", "tools", "as_sampled"): _OUTSIDE,
-    ("trl-lfm2_training.jinja", "tools", "as_sampled"): _OUTSIDE,
-    ("vllm-tool_chat_template_phi4_mini.jinja", "tools", "single"): (
-        "the template writes the arguments as a Python dict inside JSON ({\"arguments\": {'a': 1}}): no "
-        "parser reads that, so no call would run"),
-    ("vllm-tool_chat_template_phi4_mini.jinja", "tools", "as_sampled"): (
-        "the template writes the arguments as a Python dict inside JSON: no parser reads that"),
-}
+
+KNOWN_FALSE_REFUSALS: dict = {}  # (template, observations, mode): why it is refused today (none left)
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +95,8 @@ def test_every_refusal_says_what_the_template_does(cases):
     ("vllm-tool_chat_template_xlam_llama.jinja", "xlam"),
     ("vllm-tool_chat_template_internlm2_tool.jinja", "internlm2"),
     ("vllm-tool_chat_template_muse_glimmer.jinja", "atem"),
+    ("vllm-tool_chat_template_granite.jinja", "granite"),  # <|tool_call|>[...] read as [] by hermes
+    ("vllm-tool_chat_template_phi4_mini.jinja", "phi4_mini"),  # bare JSON calls, read as [] by firefunction
 ])
 def test_the_formats_no_parser_read_are_exact_with_tools_in_every_mode(cases, template, parser):
     # issue 41 item 5: each was refused ("the tool parser does not read back the call") in every mode
@@ -124,6 +115,8 @@ CALLS = [  # several calls, arguments of every JSON kind, text with the characte
                                       "vllm-tool_chat_template_xlam_llama.jinja",
                                       "vllm-tool_chat_template_internlm2_tool.jinja",
                                       "vllm-tool_chat_template_granite_20b_fc.jinja",
+                                      "vllm-tool_chat_template_granite.jinja",
+                                      "vllm-tool_chat_template_phi4_mini.jinja",
                                       "vllm-tool_chat_template_muse_glimmer.jinja"])
 def test_calls_the_real_template_renders_parse_back_equal(corpus, template):
     folder, families, _, _ = corpus
@@ -190,3 +183,18 @@ def test_the_table_in_docs_is_current(corpus, cases):
     text = (REPO / "docs" / "agents.md").read_text()
     assert module.pypi_page(cases, text, corpus[2], corpus[3]) == text, \
         "docs/agents.md's template tables are stale: run python tools/template_table.py"
+
+
+@pytest.mark.parametrize("mode", ["single", "auto", "stepwise", "as_sampled"])
+def test_a_harmony_template_is_refused_with_the_analysis_channels_end_as_a_stop(corpus, mode):
+    # a gpt-oss model stopped at <|end|> ends its turn after the analysis channel, before its answer
+    from steadyrl.agents.modes import check_mode
+    from steadyrl.agents.templating import TemplateError
+
+    folder, families, _, _ = corpus
+    family = next(f for f in families if f.template == "trl-gptoss_training.jinja")
+    tok = family_tokenizer(family, folder)
+    if mode != "single":  # single is refused for what the template does (it re-renders earlier turns)
+        assert check_mode(tok, mode, tools=None, observation_role="user", end_texts=list(family.stops)) in TURN_MODES
+    with pytest.raises(TemplateError, match=r"'<\|end\|>', which ends the analysis channel"):
+        check_mode(tok, mode, tools=None, observation_role="user", end_texts=["<|end|>", "</s>"])

@@ -132,6 +132,27 @@ def test_granite_20b_fc_reads_each_function_call():
     assert "invalid JSON" in calls("granite_20b_fc", "<function_call> {nope")[1][0]
 
 
+def test_granite_reads_the_json_list_after_its_tool_call_token():
+    # vLLM's granite parser: <|tool_call|> then a JSON list of {"name", "arguments"}
+    text = 'Sure.<|tool_call|>[\n    {\n        "name": "add",\n        "arguments": {"a": 1}\n    },\n    {"name": "ping"}\n]'
+    assert calls("granite", text) == ([("add", {"a": 1}), ("ping", {})], [], "Sure.")
+    assert calls("granite", "The answer is 7.") == ([], [], "The answer is 7.")
+    assert "invalid JSON" in calls("granite", "<|tool_call|>[{nope")[1][0]
+    assert parse_auto('<|tool_call|>[{"name": "add", "arguments": {"a": 1}}]').calls == [ToolCall("add", {"a": 1})]
+
+
+def test_phi4_mini_reads_the_calls_its_template_renders_and_the_ones_it_asks_for():
+    # its template asks for functools[...] but renders earlier calls as JSON objects, one per line
+    text = '{"name": "add", "arguments": {"a": 1}},\n{"name": "ping", "arguments": {}}'
+    assert calls("phi4_mini", text) == ([("add", {"a": 1}), ("ping", {})], [], "")
+    assert calls("phi4_mini", 'functools[{"name": "add", "arguments": {"a": 1}}]')[:2] == ([("add", {"a": 1})], [])
+    assert calls("phi4_mini", "The answer is 7.") == ([], [], "The answer is 7.")
+    # arguments held as a dict render as Python's repr: read as a literal (ast.literal_eval), never run
+    assert calls("phi4_mini", '{"name": "add", "arguments": {\'a\': 1, \'ok\': True, \'n\': None}}')[:2] == (
+        [("add", {"a": 1, "ok": True, "n": None})], [])
+    assert "invalid JSON" in calls("phi4_mini", '{"name": "add", "arguments": __import__("os")}')[1][0]
+
+
 def test_atem_reads_invoke_blocks_and_drops_the_call_headers():
     text = (' to=add<|message|><atem:function_calls>\n<atem:invoke name="add">\n<atem:parameter name="a">1'
             '</atem:parameter>\n<atem:parameter name="s">two words</atem:parameter>\n</atem:invoke>\n</atem:function_calls>')
@@ -159,6 +180,8 @@ def test_auto_reads_each_format():
     ('Respond as [{"name": "tool_call_name", "arguments": {"arg1": "value1"}}]', "xlam"),
     ('{{- "<|action_start|><|plugin|>\\n" }}', "internlm2"),
     ("{{- '<function_call> ' + {'name': n}|tojson }}", "granite_20b_fc"),
+    ("{{- '<|start_of_role|>assistant<|end_of_role|><|tool_call|>' + calls|tojson(indent=4) }}", "granite"),
+    ("  * prefix function calls with functools marker (no closing marker required)", "phi4_mini"),
 ])
 def test_the_template_names_its_parser(source, parser):
     assert parser_for_template(source) == parser
