@@ -348,10 +348,10 @@ def parse_granite(text: str) -> ParsedTurn:
     try:
         items, end = _DECODER.raw_decode(text, at)
     except (ValueError, RecursionError) as err:
-        return _parsed(text[:start], [f"tool calls: invalid JSON ({decode_error(err)}) in {_short(text[at:])!r}; "
+        return parsed_turn(text[:start], [f"tool calls: invalid JSON ({decode_error(err)}) in {clip_text(text[at:])!r}; "
                                       f"format: {GRANITE_FORMAT}"])
     items = items if isinstance(items, list) else [items]
-    return _parsed(text[:start] + text[end:], [_to_call(o, f"tool call {i}", ("arguments",), GRANITE_FORMAT)
+    return parsed_turn(text[:start] + text[end:], [to_call(o, f"tool call {i}", ("arguments",), GRANITE_FORMAT)
                                                for i, o in enumerate(items, 1)])
 
 
@@ -366,7 +366,7 @@ def parse_phi4_mini(text: str) -> ParsedTurn:
     ``{"name", "arguments"}`` objects separated by commas. Text after the last one is content.
     Each ``raw_decode`` starts where the last ended: linear in the turn's length."""
     if "functools[" in text:
-        from .parsers import TOOL_PARSERS
+        from .parser_base import TOOL_PARSERS
 
         return TOOL_PARSERS["firefunction"](text)
     body = text.strip()
@@ -380,16 +380,16 @@ def parse_phi4_mini(text: str) -> ParsedTurn:
         except (ValueError, RecursionError) as err:
             literal = _python_calls(body[pos:])  # arguments held as a dict: the template writes Python's repr
             if literal is None:
-                results.append(f"{where}: invalid JSON ({decode_error(err)}) in {_short(body[pos:])!r}; "
+                results.append(f"{where}: invalid JSON ({decode_error(err)}) in {clip_text(body[pos:])!r}; "
                                f"format: {PHI4_MINI_FORMAT}")
-                return _parsed("", results)
-            return _parsed("", results + [_to_call(o, f"tool call {i}", ("arguments",), PHI4_MINI_FORMAT)
+                return parsed_turn("", results)
+            return parsed_turn("", results + [to_call(o, f"tool call {i}", ("arguments",), PHI4_MINI_FORMAT)
                                           for i, o in enumerate(literal, len(results) + 1)])
-        results.append(_to_call(obj, where, ("arguments",), PHI4_MINI_FORMAT))
+        results.append(to_call(obj, where, ("arguments",), PHI4_MINI_FORMAT))
         comma = skip_ws(body, end)
         nxt = skip_ws(body, comma + 1) if body.startswith(",", comma) else -1
         if nxt == -1 or not body.startswith("{", nxt):
-            return _parsed(body[end:], results)
+            return parsed_turn(body[end:], results)
         pos = nxt
 
 
