@@ -140,7 +140,7 @@ def test_environment_episodes_train_with_exact_tokens(agent_run, steadyrl_cli, t
 
 
 @pytest.mark.slow
-def test_tool_episodes_train(agent_run, steadyrl_cli, tmp_path):
+def test_tool_episodes_train(agent_run, steadyrl_cli, tmp_path, monkeypatch):
     root, base = agent_run
     # the template wraps a tool result in 53 tokens: the observation limit leaves room for content
     cfg = _write(root, base, "tools.yaml",
@@ -152,7 +152,13 @@ def test_tool_episodes_train(agent_run, steadyrl_cli, tmp_path):
     steps = [m for m in _metrics(out) if "rollout/turns_mean" in m]
     assert len(steps) == 2 and all(m["rollout/retokenize_drift"] == 0.0 for m in steps)
     assert all("rollout/tool_errors/add" in m for m in steps)
-    # the run directory names a tool file: evaluating it runs that code only when asked to
+    # the run directory names a tool file: the user's own run (recorded by train) evaluates as it is ...
+    own = steadyrl_cli("eval", "--output-dir", str(out))
+    assert own.returncode == 0, own.stderr[-2000:]
+    # ... and on a machine without that record (a run from elsewhere) it runs that code only when asked to
+    elsewhere = tmp_path / "other-trust"
+    elsewhere.mkdir(mode=0o700)
+    monkeypatch.setenv("STEADYRL_TRUST_DIR", str(elsewhere))
     refused = steadyrl_cli("eval", "--output-dir", str(out))
     assert refused.returncode == 2 and "tool" in refused.stderr and "--trust-run-code" in refused.stderr
     trusted = steadyrl_cli("eval", "--output-dir", str(out), "--trust-run-code")
