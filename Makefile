@@ -12,6 +12,10 @@ HAVE_CUDA  := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
 TORCH_SPEC ?= $(if $(HAVE_CUDA),torch>=2.4,torch==2.13.0)
 
 PYTEST_ARGS ?=
+# Test files are spread over the cores (pytest-xdist), a file's tests kept on one worker so its module
+# fixtures are built once; at most 4 workers (the end-to-end tests take ~1 GiB each). TEST_WORKERS=0: serial.
+TEST_WORKERS ?= auto
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile)
 
 .PHONY: demo test test-fast bench venv clean
 
@@ -40,12 +44,12 @@ demo: $(VENV)/.base
 	$(VENV)/bin/steadyrl train --output-dir runs/demo --overwrite
 
 test: $(VENV)/.dev
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The inner loop: everything but the tests marked slow (> ~20 s each: end-to-end learning,
 # asynchronous rollout workers, kill-and-resume, torchrun); `make test` still runs them all.
 test-fast: $(VENV)/.dev
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 bench: $(VENV)/.bench
 	$(PY) -m benchmarks.run_all
