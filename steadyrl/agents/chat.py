@@ -115,8 +115,8 @@ def check_observation_room(tokenizer, limit: int, *, tools: list[dict] | None, o
 def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str, end_texts: list[str],
                    template_kwargs: dict | None = None, parser=None) -> None:
     """Probe, before training, that the chat template supports a multi-turn rollout exactly
-    (:func:`steadyrl.agents.probe.check_template`). Raises ``TemplateError`` / ``TemplateDriftError``."""
-    from .probe import check_template as probe
+    (:func:`steadyrl.agents.modes.check_template`). Raises ``TemplateError`` / ``TemplateDriftError``."""
+    from .modes import check_template as probe
 
     probe(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
           template_kwargs=template_kwargs, parser=parser)

@@ -14,7 +14,7 @@ is append-only, else ``stepwise``.
 from __future__ import annotations
 
 from .messages import id_style, renders_tool_calls
-from .probe import MODE_WORDS, check_template, sampled_turn
+from .probe import MODE_WORDS, alternatives, diagnose, play, sampled_turn
 from .templating import (CONTEXT_CHARS, TemplateDriftError, TemplateError, check_renders, check_stops, find_closer,
                          first_difference, kept_message, render, rendered_tail, require_template, role_closer, scripted_turns,
                          template_name, thinks)
@@ -182,3 +182,38 @@ def check_mode(tokenizer, mode: str, *, tools: list[dict] | None, observation_ro
         raise TemplateError(f"rollout.multi_turn_mode = {mode!r} cannot run with this chat template: {err}"
                             + (f". What would handle it: {'; '.join(others)}" if others else "")) from None
     return mode
+
+
+def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str, end_texts: list[str],
+                   template_kwargs: dict | None = None, parser=None) -> None:
+    """Probe, before training, that a multi-turn rollout with this template is exact (module
+    docstring). Raises ``TemplateError``, or ``TemplateDriftError`` naming what the template does
+    and the settings that would handle it."""
+    require_template(tokenizer)
+    check_stops(tokenizer, end_texts)
+    kwargs = template_kwargs
+    strict = parser is not None
+    if parser is None:  # the parser of the template's own format (what tool_parser: auto reads)
+        from .formats import parser_for_template
+        from .parsers import TOOL_PARSERS
+
+        parser = TOOL_PARSERS[parser_for_template(tokenizer.chat_template)]
+    check_renders(tokenizer, tools=tools, observation_role=observation_role, kwargs=kwargs)
+    try:
+        text, whole = play(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
+                           kwargs=kwargs, parser=parser, strict=strict)
+        problem = None if whole.startswith(text) else diagnose(text, whole)
+    except TemplateDriftError as err:
+        problem = str(err)
+    if problem is None:
+        return
+    fixes = alternatives(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
+                          kwargs=kwargs)
+    modes = [MODE_WORDS[m] for m in ("stepwise", "as_sampled") if mode_works(
+        tokenizer, m, tools=tools, observation_role=observation_role, end_texts=end_texts, kwargs=kwargs,
+        parser=parser)]
+    fix = "; ".join(fixes + modes) or "none found (no multi-turn mode renders this conversation)"
+    raise TemplateDriftError(
+        f"the chat template of {template_name(tokenizer)!r}, with observations of role {observation_role!r}"
+        f"{' and tools' if tools else ''}{f' and {kwargs}' if kwargs else ''}, cannot be trained token in / "
+        f"token out: {problem}. What would handle it: {fix}")

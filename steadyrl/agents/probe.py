@@ -13,8 +13,9 @@ token that does not stop generation ...) and the setting that would handle it.
 
 It also checks that the template shows the tools, renders the observation role, closes an
 assistant turn with a token that stops generation, and (given a parser) that the parser reads
-back the calls the template writes. This is the probe of ``rollout.multi_turn_mode: single``; the
-other modes are probed in :mod:`.modes`, which a refusal here consults to name the ones that work.
+back the calls the template writes. These are the pieces of the probe of ``rollout.multi_turn_mode:
+single``; :func:`steadyrl.agents.modes.check_template` runs it (beside the other modes' probes, so that
+a refusal names the modes that work), which keeps this module below :mod:`.modes`.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from __future__ import annotations
 import re
 
 from .messages import id_style
-from .templating import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, TemplateError, check_renders, check_stops,
+from .templating import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, TemplateError, check_renders,
                          find_closer, first_difference, is_harmony, kept_message, render, rendered_suffix,
-                         require_template, role_closer, scripted_turns, template_name, thinks)
+                         role_closer, scripted_turns, template_name, thinks)
 from .turns import call_form, shape_turn
 
 MODES = ("single", "stepwise", "as_sampled")
@@ -129,7 +130,7 @@ def play(tokenizer, *, tools, observation_role: str, end_texts: list[str], kwarg
     return text, whole
 
 
-def _diagnose(text: str, whole: str) -> str:
+def diagnose(text: str, whole: str) -> str:
     i = first_difference(text, whole)
     lo, hi = max(0, i - CONTEXT_CHARS), i + CONTEXT_CHARS
     seen, shown = text[lo:hi], whole[lo:hi]
@@ -148,10 +149,10 @@ def _exact(tokenizer, *, tools, observation_role, end_texts, kwargs) -> str | No
                            kwargs=kwargs)
     except TemplateDriftError as err:
         return str(err)
-    return None if whole.startswith(text) else _diagnose(text, whole)
+    return None if whole.startswith(text) else diagnose(text, whole)
 
 
-def _alternatives(tokenizer, *, tools, observation_role, end_texts, kwargs) -> list[str]:
+def alternatives(tokenizer, *, tools, observation_role, end_texts, kwargs) -> list[str]:
     """The settings under which the scripted episode is exact (to name in a refusal)."""
     found = []
     if observation_role != "tool" and tools is None and _works(
@@ -173,41 +174,3 @@ def _works(tokenizer, **kw) -> bool:
         return _exact(tokenizer, **kw) is None
     except TemplateError:
         return False
-
-
-def check_template(tokenizer, *, tools: list[dict] | None, observation_role: str, end_texts: list[str],
-                   template_kwargs: dict | None = None, parser=None) -> None:
-    """Probe, before training, that a multi-turn rollout with this template is exact (module
-    docstring). Raises ``TemplateError``, or ``TemplateDriftError`` naming what the template does
-    and the settings that would handle it."""
-    require_template(tokenizer)
-    check_stops(tokenizer, end_texts)
-    kwargs = template_kwargs
-    strict = parser is not None
-    if parser is None:  # the parser of the template's own format (what tool_parser: auto reads)
-        from .formats import parser_for_template
-        from .parsers import TOOL_PARSERS
-
-        parser = TOOL_PARSERS[parser_for_template(tokenizer.chat_template)]
-    check_renders(tokenizer, tools=tools, observation_role=observation_role, kwargs=kwargs)
-    try:
-        text, whole = play(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
-                           kwargs=kwargs, parser=parser, strict=strict)
-        problem = None if whole.startswith(text) else _diagnose(text, whole)
-    except TemplateDriftError as err:
-        problem = str(err)
-    if problem is None:
-        return
-    fixes = _alternatives(tokenizer, tools=tools, observation_role=observation_role, end_texts=end_texts,
-                          kwargs=kwargs)
-    from .modes import mode_works
-
-    modes = [MODE_WORDS[m] for m in ("stepwise", "as_sampled") if mode_works(
-        tokenizer, m, tools=tools, observation_role=observation_role, end_texts=end_texts, kwargs=kwargs,
-        parser=parser)]
-    fix = "; ".join(fixes + modes) or "none found (no multi-turn mode renders this conversation)"
-    raise TemplateDriftError(
-        f"the chat template of {template_name(tokenizer)!r}, with observations of role {observation_role!r}"
-        f"{' and tools' if tools else ''}{f' and {kwargs}' if kwargs else ''}, cannot be trained token in / "
-        f"token out: {problem}. What would handle it: {fix}")
-

@@ -356,7 +356,9 @@ def parse_granite(text: str) -> ParsedTurn:
 
 
 PHI4_MINI_FORMAT = 'functools[{"name": NAME, "arguments": {...}}, ...] or {"name": NAME, "arguments": {...}}, ...'
-_PHI4_MINI = "prefix function calls with functools marker"  # its template's instructions
+_PHI4_MINI = '{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments }}}'
+"""How Phi-4-mini's template writes an earlier call (plain JSON; firefunction v2's template, which asks for the
+same ``functools[`` prefix in its instructions, renders ``functools[`` itself)."""
 
 
 @register_parser("phi4_mini")

@@ -181,7 +181,10 @@ def test_auto_reads_each_format():
     ('{{- "<|action_start|><|plugin|>\\n" }}', "internlm2"),
     ("{{- '<function_call> ' + {'name': n}|tojson }}", "granite_20b_fc"),
     ("{{- '<|start_of_role|>assistant<|end_of_role|><|tool_call|>' + calls|tojson(indent=4) }}", "granite"),
-    ("  * prefix function calls with functools marker (no closing marker required)", "phi4_mini"),
+    ('{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments }}}', "phi4_mini"),
+    # firefunction v2 asks for the same functools[ prefix, but its template renders it: not phi4_mini's
+    ("  * prefix function calls with functools marker (no closing marker required)\n"
+     "{%- set ns.content = ns.content + ' functools[' + tool.calls | join(', ') + ']' -%}", "firefunction"),
 ])
 def test_the_template_names_its_parser(source, parser):
     assert parser_for_template(source) == parser
