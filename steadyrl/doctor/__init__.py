@@ -50,7 +50,8 @@ def _changed(thresholds: Thresholds) -> dict[str, float]:
 
 def run_thresholds(run: RunData) -> Thresholds:
     """The thresholds the run itself set (``trainer.doctor_thresholds`` of its config.yaml), else the defaults."""
-    settings = (run.config.get("trainer") or {}).get("doctor_thresholds") if isinstance(run.config, dict) else None
+    trainer = run.config.get("trainer") if isinstance(run.config, dict) else None
+    settings = trainer.get("doctor_thresholds") if isinstance(trainer, dict) else None  # hand-edited: anything
     if not isinstance(settings, dict) or not settings:
         return Thresholds()
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from .findings import Finding, register_detector
-from .run import RunData, aligned, correlation, fmt, mean, span, values, windows
+from .run import RunData, aligned, correlation, finite_number, fmt, mean, span, values, windows
 from ..config.doctor_thresholds import Thresholds
 
 
@@ -135,8 +135,8 @@ def length_hacking(run: RunData, t: Thresholds) -> Finding | None:
     evidence = [f"`response/length_mean` {fmt(e)} -> {fmt(l)} ({fmt(l / e)}x, length_growth {fmt(t.length_growth)}) "
                 f"while `reward/mean` {fmt(r_early)} -> {fmt(r_late)}; their correlation over steps {fmt(corr)} "
                 f"(length_reward_corr {fmt(t.length_reward_corr)})"]
-    pairs = [(len(str(s.get("completion", ""))), s["reward"]) for s in run.samples
-             if isinstance(s.get("reward"), (int, float)) and not isinstance(s.get("reward"), bool)]
+    pairs = [(len(str(s.get("completion", ""))), finite_number(s.get("reward"))) for s in run.samples]
+    pairs = [p for p in pairs if p[1] is not None]
     if len(pairs) >= 10:
         evidence.append(f"over {len(pairs)} logged samples, completion length vs reward: correlation "
                         f"{fmt(correlation([p[0] for p in pairs], [p[1] for p in pairs]))}")
@@ -175,11 +175,13 @@ def reward_vs_heldout(run: RunData, t: Thresholds) -> Finding | None:
 def _weights(run: RunData) -> dict[str, float]:
     """Reward key -> weight from the run's config (label or name), 1 where it cannot be told."""
     out = {}
-    for spec in run.config.get("rewards") or []:
-        if isinstance(spec, dict) and isinstance(spec.get("weight"), (int, float)):
+    specs = run.config.get("rewards") if isinstance(run.config, dict) else None
+    for spec in specs if isinstance(specs, list) else []:  # a hand-edited config.yaml: anything
+        weight = finite_number(spec.get("weight")) if isinstance(spec, dict) else None
+        if weight is not None:
             for name in (spec.get("label"), spec.get("name")):
                 if isinstance(name, str):
-                    out[name] = float(spec["weight"])
+                    out[name] = weight
     return out
 
 
@@ -195,7 +197,7 @@ def _component_shares(run: RunData, t: Thresholds) -> tuple[dict[str, float], st
     weights = _weights(run)
     late_steps = {s for s, _ in windows(run.series("reward/mean"), 0.5)[1]}
     rows = [s for s in run.samples if s.get("step") in late_steps] or run.samples[len(run.samples) // 2:]
-    per_sample = {n: [r[f"reward/{n}"] for r in rows if isinstance(r.get(f"reward/{n}"), (int, float))] for n in names}
+    per_sample = {n: [x for r in rows if (x := finite_number(r.get(f"reward/{n}"))) is not None] for n in names}
     basis = "samples" if all(len(xs) >= 4 for xs in per_sample.values()) else "step means"
     spreads = {}
     for name in names:  # one basis for all: spreads over samples and over step means do not compare

@@ -22,7 +22,7 @@ Steps without a gradient (``actor/grad_norm`` 0: every advantage 0, nothing to a
 from __future__ import annotations
 
 from .findings import Finding, register_detector
-from .run import RunData, fmt, median, span, values
+from .run import RunData, finite_number, fmt, median, span, values
 from ..config.doctor_thresholds import Thresholds
 
 LOST_ABOVE = {"bfloat16": 2.0**9, "float16": 2.0**12}
@@ -46,7 +46,8 @@ def _settings(run: RunData) -> tuple[str, str, float | None]:
     dtype = dtype if dtype in ("bfloat16", "float16") else "float32"
     update = _config(run, "model", "bf16_update") if dtype != "float32" else "adamw"
     lr = _config(run, "optim", "lr")
-    lr = float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0 else None
+    lr = finite_number(lr)
+    lr = lr if lr is not None and lr > 0 else None
     return dtype, update if isinstance(update, str) else "kahan", lr
 
 
