@@ -80,9 +80,12 @@ def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tup
 
 def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | None = None) -> int:
     """Read ``run_dir``, write the report to ``output`` (stdout when None); 0 healthy, 1 problems.
+    The thresholds are the run's own (``trainer.doctor_thresholds``, as report.md's) with ``settings``
+    (``--set``) over them: the live lines send the user here, and this report must not contradict report.md.
     Bad input raises :class:`~steadyrl.errors.ConfigError` (the CLI exits 2)."""
-    thresholds = Thresholds().with_overrides(settings or [])
+    Thresholds().with_overrides(settings or [])  # a bad --set: exit 2 before the run is read
     run = load_run(run_dir)
+    thresholds = run_thresholds(run).with_overrides(settings or [])
     findings = diagnose(run, thresholds)
     text = render(run, findings, len(DETECTORS), _changed(thresholds), thresholds.min_steps)
     if output is None:

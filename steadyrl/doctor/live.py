@@ -12,7 +12,8 @@ The recipe makes one :class:`LiveDoctor` per run and calls it twice a step:
   with :class:`~steadyrl.errors.DoctorHalted` (exit status 1, the message says how to continue);
 * :meth:`LiveDoctor.finish` at the end of the run: ``report.md`` in the run directory, and one
   ``doctor: withdrawn: ...`` line for each finding printed mid-run that the final report does not
-  make. A live line reads the steps so far and says so ("so far", "provisional"): the end of the
+  make, or a ``doctor: revised: ...`` line when it keeps the detector with another claim (a title that
+  differs). A live line reads the steps so far and says so ("so far", "provisional"): the end of the
   run may bear it out or not, and the user is told which.
 
 The detectors that the final report quiets on a run that solved its prompts (``solved_frac``:
@@ -28,6 +29,7 @@ Only the main process reads files and prints; the halt decision is shared by eve
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .. import distributed as dist
@@ -77,6 +79,13 @@ def withdrawn_line(detector: str, step: int, title: str) -> str:
     """The line :meth:`LiveDoctor.finish` prints for a live finding the final report does not make."""
     return (f"doctor: withdrawn: {title} (`{detector}`, printed at step {step}) does not hold over the whole run "
             "(the final report does not list it)")
+
+
+def revised_line(detector: str, step: int, title: str, final: str) -> str:
+    """The line :meth:`LiveDoctor.finish` prints for a live finding whose detector the final report keeps
+    with another claim (a truncation rate "rising" mid-run that is "high but falling" over the whole run)."""
+    return (f"doctor: revised: {title} (`{detector}`, printed at step {step}) does not hold over the whole run: "
+            f"the final report says {final}")
 
 
 class LiveDoctor:
@@ -150,13 +159,21 @@ class LiveDoctor:
         if written is None:
             return None
         path, findings, verdict = written
-        final = {f.detector for f in findings}
+        final = {f.detector: f.title for f in findings}
         for detector, (step, title) in self.printed.items():
             if detector not in final:  # a live line the whole run does not bear out: say so, once
                 print(withdrawn_line(detector, step, title), flush=True)
+            elif _claim(final[detector]) != _claim(title):  # the same detector, another claim: not kept either
+                print(revised_line(detector, step, title, final[detector]), flush=True)
         self.printed = {d: v for d, v in self.printed.items() if d in final}
         print(f"doctor: {path}: {verdict}", flush=True)
         return path
+
+
+def _claim(title: str) -> str:
+    """A finding's title without a trailing count: "Gradient-norm spikes (2)" mid-run and "(5)" at the end
+    make one claim."""
+    return re.sub(r" \(\d+\)$", "", title)
 
 
 def _number(value) -> bool:

@@ -50,3 +50,57 @@ def test_a_hand_edited_config_with_odd_sections_still_gets_its_report(tmp_path):
         run_dir = write_run(tmp_path / f"run{i}", healthy_rows(), config=config)
         path, findings, verdict = write_report(run_dir)
         assert verdict == "healthy" and not findings and path.read_text().startswith("healthy:")
+
+
+# --- the doctor CLI and report.md agree ---------------------------------------------------------
+
+
+def test_steadyrl_doctor_judges_with_the_runs_own_thresholds_as_report_md_does(tmp_path, capsys):
+    """The live line sends the user to ``steadyrl doctor RUN_DIR``; it must not contradict report.md."""
+    rows = healthy_rows()
+    INJECTIONS["entropy_collapse"](rows, [])  # 0.8 -> ~0.02: a collapse at the default ratio 0.3
+    config = "optim:\n  lr: 1.0e-06\ntrainer:\n  doctor_thresholds:\n    entropy_collapse_ratio: 0.01\n"
+    run_dir = write_run(tmp_path / "run", rows, config=config)
+    assert write_report(run_dir)[2] == "healthy"
+    assert doctor_cli(str(run_dir)) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("healthy:") and "entropy_collapse_ratio=0.01" in out
+    assert doctor_cli(str(run_dir), settings=["entropy_collapse_ratio=0.3"]) == 1  # --set still wins
+
+
+# --- live lines against the final report --------------------------------------------------------
+
+
+def test_a_live_finding_whose_claim_the_final_report_changes_is_revised_at_the_end(tmp_path, capsys):
+    """Rising for 20 steps (printed mid-run: "Truncation rate rising"), then falling: the final report
+    keeps the detector with another claim; the end must say the live claim does not hold."""
+    rows = healthy_rows()
+    for r in rows[1:]:
+        s = r["step"]
+        r["response/truncated_frac"] = 0.05 + 0.03 * s if s <= 20 else 0.65 - 0.03 * (s - 20)
+    write_run(tmp_path, rows)
+    doctor = LiveDoctor(tmp_path, {}, every=10, halt_on=[], thresholds={})
+    for row in rows[1:]:
+        doctor.check(row["step"], {k: v for k, v in row.items() if k != "step"})
+    doctor.finish()
+    out = capsys.readouterr().out
+    assert "so far: Truncation rate rising" in out
+    final = load_run(tmp_path)
+    (f,) = [f for f in diagnose(final) if f.detector == "truncation"]
+    assert f.title != "Truncation rate rising"
+    assert (f"doctor: revised: Truncation rate rising (`truncation`, printed at step 10) does not hold over the "
+            f"whole run: the final report says {f.title}") in out
+
+
+def test_more_spikes_at_the_end_than_mid_run_is_the_same_claim_not_a_revision(tmp_path, capsys):
+    rows = healthy_rows()
+    for s in (12, 25, 33):
+        rows[s]["actor/grad_norm"] = 30.0
+    write_run(tmp_path, rows)
+    doctor = LiveDoctor(tmp_path, {}, every=20, halt_on=[], thresholds={})
+    for row in rows[1:]:
+        doctor.check(row["step"], {k: v for k, v in row.items() if k != "step"})
+    doctor.finish()
+    out = capsys.readouterr().out
+    assert "so far: Gradient-norm spikes (1)" in out and "first: Gradient-norm spikes (3)" in out
+    assert "revised" not in out and "withdrawn" not in out
