@@ -157,15 +157,21 @@ def reward_vs_heldout(run: RunData, t: Thresholds) -> Finding | None:
     if len(reward) < max(t.min_steps, 2) or len(evals) < 2:
         return None
     r_early, r_late = (mean(values(w)) for w in windows(reward, t.window_frac))
-    best_step, best = max(evals[:-1], key=lambda p: p[1])
-    last_step, last = evals[-1]
+    # The last k evaluations against the best k in a row before them (k: window_frac of the evaluations, so 1
+    # for a few). Evaluated every step, the best of 40 noisy single evaluations is above the last one by
+    # chance alone: a held-out accuracy rising 0.3 -> 0.7 on 64 prompts read as falling in 26 of 40 seeds.
+    k = max(1, int(round(len(evals) * t.window_frac)))
+    means = [(evals[i][0], evals[i + k - 1][0], mean(values(evals[i:i + k]))) for i in range(len(evals) - k + 1)]
+    (best_from, best_step, best), (last_from, last_step, last) = max(means[:-1], key=lambda m: m[2]), means[-1]
     if not (r_late - r_early > t.reward_rise and best - last > t.heldout_drop):
         return None
+    where = (lambda a, b, x: f"{fmt(x)} at step {fmt(b)}") if k == 1 else \
+        (lambda a, b, x: f"mean {fmt(x)} over steps {fmt(a)}-{fmt(b)}")
     return Finding(
         "reward_vs_heldout", "Reward rising while held-out accuracy falls", (best_step, last_step),
         [f"`reward/mean` {fmt(r_early)} -> {fmt(r_late)} (reward_rise {fmt(t.reward_rise)})",
-         f"`{key}` {fmt(best)} at step {fmt(best_step)} -> {fmt(last)} at step {fmt(last_step)} "
-         f"(heldout_drop {fmt(t.heldout_drop)})"],
+         f"`{key}` {where(best_from, best_step, best)} -> {where(last_from, last_step, last)} "
+         f"(heldout_drop {fmt(t.heldout_drop)}{f'; {k} evaluations a window' if k > 1 else ''})"],
         "The policy fits the training reward, not the task: read the best-rewarded samples for reward "
         f"hacking, raise `algorithm.kl_coef`{run.setting('algorithm.kl_coef')}, and keep the checkpoint of the "
         "best held-out step.",

@@ -104,3 +104,30 @@ def test_more_spikes_at_the_end_than_mid_run_is_the_same_claim_not_a_revision(tm
     out = capsys.readouterr().out
     assert "so far: Gradient-norm spikes (1)" in out and "first: Gradient-norm spikes (3)" in out
     assert "revised" not in out and "withdrawn" not in out
+
+
+# --- held-out accuracy evaluated every step -----------------------------------------------------
+
+
+def test_a_rising_held_out_accuracy_evaluated_every_step_is_not_called_falling(tmp_path):
+    """eval every step on 64 prompts, accuracy rising 0.3 -> 0.7: the best of 40 noisy evaluations
+    was compared with the last one, and 'held-out accuracy falls' fired in 26 of 40 seeds."""
+    fired = 0
+    for seed in range(10):
+        rng = random.Random(seed)
+        rows = healthy_rows(seed=seed)
+        for r in rows:
+            p = 0.3 + 0.01 * r["step"]
+            r["eval/accuracy"] = sum(rng.random() < p for _ in range(64)) / 64
+        fired += any(f.detector == "reward_vs_heldout" for f in diagnose(load_run(write_run(tmp_path / str(seed), rows))))
+    assert fired == 0
+
+
+def test_a_held_out_accuracy_that_falls_evaluated_every_step_is_still_named(tmp_path):
+    rng = random.Random(0)
+    rows = healthy_rows()
+    for r in rows:
+        p = 0.6 - 0.008 * max(0, r["step"] - 10)  # 0.6 until step 10, then down to 0.36
+        r["eval/accuracy"] = sum(rng.random() < p for _ in range(64)) / 64
+    (f,) = [f for f in diagnose(load_run(write_run(tmp_path / "run", rows))) if f.detector == "reward_vs_heldout"]
+    assert "mean" in f.evidence[1]
