@@ -56,7 +56,7 @@ class Thresholds:
                                    "weights a step changed; float32 training: 0.9 or more) below this.")
     update_rms_min: float = _t(0.05, "Lost updates under model.bf16_update=stochastic_rounding (which changes few "
                                "weights per step by design): median actor/update_rms (motion per weight) below "
-                               "this multiple of optim.lr.")
+                               "this multiple of the step's learning rate (actor/lr; optim.lr where not logged).")
     no_verdict_max: float = _t(0.5, "Silent judge: mean reward/<name>/criterion/not_a_verdict_frac (rubric "
                                "judge replies without a verdict, each scored 0) above this.")
     failed_episodes_max: float = _t(0.05, "Failed episodes: mean rollout/failed_episode_frac over the run (episodes "

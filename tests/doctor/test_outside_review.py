@@ -131,3 +131,36 @@ def test_a_held_out_accuracy_that_falls_evaluated_every_step_is_still_named(tmp_
         r["eval/accuracy"] = sum(rng.random() < p for _ in range(64)) / 64
     (f,) = [f for f in diagnose(load_run(write_run(tmp_path / "run", rows))) if f.detector == "reward_vs_heldout"]
     assert "mean" in f.evidence[1]
+
+
+# --- lost updates: the step's own learning rate -------------------------------------------------
+
+SR = "optim:\n  lr: 1.0e-06\n  warmup_steps: 100\nmodel:\n  dtype: bfloat16\n  bf16_update: stochastic_rounding\n"
+
+
+def test_stochastic_rounding_during_warm_up_is_judged_against_the_steps_learning_rate(tmp_path):
+    """20 steps into a 100-step warm-up the step's lr is 1e-8..2e-7: a weight moving 0.3 lr a step moves
+    as AdamW asks, yet against optim.lr (the peak) it read as a frozen policy."""
+    rows = healthy_rows(steps=20)
+    for r in rows[1:]:
+        lr = 1e-6 * r["step"] / 100
+        r["actor/lr"], r["actor/update_rms"], r["actor/params_changed_frac"] = lr, 0.3 * lr, 0.002
+    assert not [f for f in diagnose(load_run(write_run(tmp_path / "run", rows, config=SR)))
+                if f.detector == "lost_updates"]
+    for r in rows[1:]:
+        r["actor/update_rms"] = 1e-3 * r["actor/lr"]  # frozen: still named
+    (f,) = [f for f in diagnose(load_run(write_run(tmp_path / "frozen", rows, config=SR)))
+            if f.detector == "lost_updates"]
+    assert "actor/lr" in f.evidence[0]
+
+
+def test_a_learning_rate_of_zero_is_named_as_the_cause_not_the_precision(tmp_path):
+    for update in ("plain", "kahan", "stochastic_rounding"):
+        config = f"optim:\n  lr: 1.0e-06\nmodel:\n  dtype: bfloat16\n  bf16_update: {update}\n"
+        rows = healthy_rows()
+        for r in rows[1:]:
+            r["actor/lr"], r["actor/update_rms"], r["actor/params_changed_frac"] = 0.0, 0.0, 0.0
+        (f,) = [f for f in diagnose(load_run(write_run(tmp_path / update, rows, config=config)))
+                if f.detector == "lost_updates"]
+        assert "learning rate" in f.title.lower() and "precision" not in f.title.lower(), update
+        assert "`actor/lr`" in f.evidence[0] and "bf16_update=" not in f.advice, update
