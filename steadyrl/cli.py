@@ -221,6 +221,10 @@ def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str])
     if args.command == "train" and (args.resume or args.overwrite) and not args.output_dir:
         flag = "--resume" if args.resume else "--overwrite"
         raise ConfigError(f"{flag} needs --output-dir RUN_DIR: the run to {'continue' if args.resume else 'replace'}")
+    if args.command == "eval" and args.completions is not None:  # written after the whole evaluation: checked now
+        from .run.directory import check_completions_path
+
+        check_completions_path(args.completions, path)
     source = _config_source(args, path)
     if source and source != path:  # train --resume / eval --output-dir without a config: the run's own
         from .run.directory import check_saved_config
