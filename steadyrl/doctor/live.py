@@ -23,7 +23,8 @@ is not called collapsed half-way and healthy at the end. They print once the rew
 rising short of solved, as the final report would say.
 
 Nothing halts unless ``trainer.halt_on`` asks. A detector that had already fired before a resume
-counts but neither prints nor halts again (continuing a halted run with ``--resume`` trains on).
+counts but neither prints nor halts again (continuing a halted run with ``--resume`` trains on); if the
+final report does not make it, the end withdraws it too ("found by step N, before the resume").
 Only the main process reads files and prints; the halt decision is shared by every rank.
 """
 
@@ -75,9 +76,11 @@ def one_line(step: int, f: Finding) -> str:
             "for the change to make)")
 
 
-def withdrawn_line(detector: str, step: int, title: str) -> str:
-    """The line :meth:`LiveDoctor.finish` prints for a live finding the final report does not make."""
-    return (f"doctor: withdrawn: {title} (`{detector}`, printed at step {step}) does not hold over the whole run "
+def withdrawn_line(detector: str, step: int, title: str, *, before_resume: bool = False) -> str:
+    """The line :meth:`LiveDoctor.finish` prints for a live finding the final report does not make
+    (``before_resume``: one the steps before a resume showed, ``step`` the resumed-from step)."""
+    when = f"found by step {step}, before the resume" if before_resume else f"printed at step {step}"
+    return (f"doctor: withdrawn: {title} (`{detector}`, {when}) does not hold over the whole run "
             "(the final report does not list it)")
 
 
@@ -99,10 +102,13 @@ class LiveDoctor:
         self.rows: list[dict] = []
         self.fired: set[str] = set()
         self.printed: dict[str, tuple[int, str]] = {}  # detector -> (step, title) printed in this process
+        self.before: dict[str, str] = {}  # a resumed run: detector -> title found over the steps before it
+        self.upto_step = upto_step
         self.halting: Finding | None = None
         if every and dist.is_main() and upto_step:  # a resumed run: what fired before counts, silently
             self.rows = [r for r in read_metrics(self.out_dir) if r.get("step", 0) <= upto_step]
-            self.fired = {f.detector for f in self._diagnose()}
+            self.before = {f.detector: f.title for f in self._diagnose()}
+            self.fired = set(self.before)
 
     def _diagnose(self, *, mid_run: bool = False) -> list[Finding]:
         run = RunData(self.out_dir, self.rows, read_samples(self.out_dir), self.config)
@@ -165,6 +171,10 @@ class LiveDoctor:
                 print(withdrawn_line(detector, step, title), flush=True)
             elif _claim(final[detector]) != _claim(title):  # the same detector, another claim: not kept either
                 print(revised_line(detector, step, title, final[detector]), flush=True)
+        for detector, title in self.before.items():  # found before a resume (a halt's line): the end says too
+            if detector not in final and detector not in self.printed:
+                print(withdrawn_line(detector, self.upto_step, title, before_resume=True), flush=True)
+        self.before = {d: t for d, t in self.before.items() if d in final}
         self.printed = {d: v for d, v in self.printed.items() if d in final}
         print(f"doctor: {path}: {verdict}", flush=True)
         return path

@@ -164,3 +164,32 @@ def test_a_learning_rate_of_zero_is_named_as_the_cause_not_the_precision(tmp_pat
                 if f.detector == "lost_updates"]
         assert "learning rate" in f.title.lower() and "precision" not in f.title.lower(), update
         assert "`actor/lr`" in f.evidence[0] and "bf16_update=" not in f.advice, update
+
+
+# --- a resumed run: what fired before the resume -------------------------------------------------
+
+
+def test_a_finding_from_before_a_resume_that_the_final_report_drops_is_withdrawn(tmp_path, capsys):
+    """Halted at step 10 on entropy_collapse (the line printed, the docs say: resume with a lower lr);
+    the entropy recovers over the resumed steps and the final report is healthy. The resumed process
+    knew the detector had fired (it counts it) yet said nothing: the user's last word on it was the halt."""
+    rows = healthy_rows()
+    for r in rows[1:]:
+        s = r["step"]
+        r["actor/entropy"] = 0.8 - 0.07 * (s - 1) if s <= 10 else 0.6
+        r["reward/mean"] = 0.4
+    write_run(tmp_path, rows[:11])
+    first = LiveDoctor(tmp_path, {}, every=10, halt_on=[], thresholds={})
+    for row in rows[1:11]:
+        first.check(row["step"], {k: v for k, v in row.items() if k != "step"})
+    assert "so far: Entropy collapsed" in capsys.readouterr().out
+    resumed = LiveDoctor(tmp_path, {}, every=10, halt_on=[], thresholds={}, upto_step=10)
+    assert "entropy_collapse" in resumed.fired
+    write_run(tmp_path, rows)
+    for row in rows[11:]:
+        resumed.check(row["step"], {k: v for k, v in row.items() if k != "step"})
+    resumed.finish()
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("report.md: healthy")
+    assert ("doctor: withdrawn: Entropy collapsed (`entropy_collapse`, found by step 10, before the resume) does "
+            "not hold over the whole run") in out
