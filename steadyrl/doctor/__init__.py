@@ -85,6 +85,10 @@ def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | No
     Bad input raises :class:`~steadyrl.errors.ConfigError` (the CLI exits 2)."""
     Thresholds().with_overrides(settings or [])  # a bad --set: exit 2 before the run is read
     run = load_run(run_dir)
+    if output is not None:  # a directory, a missing folder: exit 2, not a traceback; a run's record: not replaced
+        from ..run.directory import check_output_file
+
+        check_output_file(output, "--output", allow=(REPORT_FILE,))  # the run's triage, rewritten on purpose
     thresholds = run_thresholds(run).with_overrides(settings or [])
     findings = diagnose(run, thresholds)
     text = render(run, findings, len(DETECTORS), _changed(thresholds), thresholds.min_steps)

@@ -193,3 +193,26 @@ def test_a_finding_from_before_a_resume_that_the_final_report_drops_is_withdrawn
     assert out.rstrip().endswith("report.md: healthy")
     assert ("doctor: withdrawn: Entropy collapsed (`entropy_collapse`, found by step 10, before the resume) does "
             "not hold over the whole run") in out
+
+
+# --- doctor --output ----------------------------------------------------------------------------
+
+
+def test_doctor_output_into_a_directory_or_a_missing_folder_is_bad_input_not_a_traceback(tmp_path, capsys):
+    from steadyrl.cli import main
+
+    run_dir = write_run(tmp_path / "run", healthy_rows())
+    for output in (tmp_path, tmp_path / "nowhere" / "report.md"):
+        assert main(["doctor", str(run_dir), "--output", str(output)]) == 2
+        assert "--output" in capsys.readouterr().err
+
+
+def test_doctor_output_does_not_replace_the_runs_own_record(tmp_path, capsys):
+    from steadyrl.cli import main
+
+    run_dir = write_run(tmp_path / "run", healthy_rows())
+    metrics = (run_dir / "metrics.jsonl").read_text()
+    assert main(["doctor", str(run_dir), "--output", str(run_dir / "metrics.jsonl")]) == 2
+    assert "run directory's own metrics.jsonl" in capsys.readouterr().err
+    assert (run_dir / "metrics.jsonl").read_text() == metrics
+    assert main(["doctor", str(run_dir), "--output", str(run_dir / "report.md")]) == 0  # its triage: on purpose
