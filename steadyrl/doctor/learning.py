@@ -179,15 +179,19 @@ def reward_vs_heldout(run: RunData, t: Thresholds) -> Finding | None:
 
 
 def _weights(run: RunData) -> dict[str, float]:
-    """Reward key -> weight from the run's config (label or name), 1 where it cannot be told."""
+    """Reward key -> weight from the run's config, under the name the reward is logged by (its label, else
+    the short name: 'path/file.py:fmt' is reward/fmt), 1 where it cannot be told."""
+    from ..reward_specs import reward_name
+
     out = {}
     specs = run.config.get("rewards") if isinstance(run.config, dict) else None
     for spec in specs if isinstance(specs, list) else []:  # a hand-edited config.yaml: anything
         weight = finite_number(spec.get("weight")) if isinstance(spec, dict) else None
         if weight is not None:
-            for name in (spec.get("label"), spec.get("name")):
-                if isinstance(name, str):
-                    out[name] = weight
+            label, name = spec.get("label"), spec.get("name")
+            key = label if isinstance(label, str) else reward_name(name) if isinstance(name, str) else None
+            if key is not None:
+                out[key] = weight
     return out
 
 

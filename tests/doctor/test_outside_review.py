@@ -216,3 +216,22 @@ def test_doctor_output_does_not_replace_the_runs_own_record(tmp_path, capsys):
     assert "run directory's own metrics.jsonl" in capsys.readouterr().err
     assert (run_dir / "metrics.jsonl").read_text() == metrics
     assert main(["doctor", str(run_dir), "--output", str(run_dir / "report.md")]) == 0  # its triage: on purpose
+
+
+# --- dominance: the weight of a user function's reward -----------------------------------------
+
+
+def test_a_user_functions_weight_is_read_under_the_name_it_is_logged_by(tmp_path):
+    """'path/file.py:fmt' is logged as reward/fmt (its function's name): its weight 0.05 was looked up as
+    'path/file.py:fmt' only, taken as 1, and fmt read as carrying 0.91 of the weighted spread (0.33 in truth)."""
+    config = ("optim:\n  lr: 1.0e-06\nrewards:\n  - name: my/rewards.py:fmt\n    weight: 0.05\n"
+              "  - name: math\n    weight: 1.0\n")
+    rows = healthy_rows()
+    for r in rows[1:]:
+        r.pop("reward/correct/mean"), r.pop("reward/format/mean")
+        r["reward/fmt/mean"] = float(r["step"] % 2)  # spread 0.5, weight 0.05
+        r["reward/math/mean"] = 0.4 + 0.1 * (r["step"] % 2)  # spread 0.05, weight 1
+    for r in rows[1:]:
+        r.pop("reward/domain/math/count"), r.pop("reward/domain/code/count")
+    found = [f for f in diagnose(load_run(write_run(tmp_path / "run", rows, config=config))) if f.detector == "dominance"]
+    assert not found, found[0].evidence
