@@ -16,11 +16,18 @@ def _late(series, t: Thresholds) -> float:
 
 def reward_position(run: RunData, t: Thresholds) -> float:
     """Where the late mean reward/mean sits between the late means of reward/min and reward/max:
-    0 at the bottom, 1 at the top; NaN when the run does not log them or they are equal."""
+    0 at the bottom, 1 at the top. When those are equal (every late reward the same: all solved, or all
+    failed), between the lowest reward/min and the highest reward/max of the whole run instead (a run
+    scoring every late prompt 1 after starting at 0 sits at the top: solved, not collapsed); NaN when the
+    run does not log them or its rewards never differed."""
     reward, top, bottom = (_late(run.series(k), t) if run.series(k) else math.nan
                            for k in ("reward/mean", "reward/max", "reward/min"))
-    if not (math.isfinite(reward) and math.isfinite(top) and math.isfinite(bottom) and top > bottom):
+    if not (math.isfinite(reward) and math.isfinite(top) and math.isfinite(bottom)):
         return math.nan
+    if not top > bottom:
+        top, bottom = max(values(run.series("reward/max"))), min(values(run.series("reward/min")))
+        if not top > bottom:
+            return math.nan
     return (reward - bottom) / (top - bottom)
 
 

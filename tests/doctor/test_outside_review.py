@@ -235,3 +235,32 @@ def test_a_user_functions_weight_is_read_under_the_name_it_is_logged_by(tmp_path
         r.pop("reward/domain/math/count"), r.pop("reward/domain/code/count")
     found = [f for f in diagnose(load_run(write_run(tmp_path / "run", rows, config=config))) if f.detector == "dominance"]
     assert not found, found[0].evidence
+
+
+# --- a run that solved every prompt -------------------------------------------------------------
+
+
+def _perfect(rows, final: float):
+    import math
+
+    for r in rows[1:]:
+        s = r["step"]
+        done = s > 25
+        r["actor/entropy"] = 0.8 * math.exp(-s / 8)
+        r["reward/mean"] = r["reward/correct/mean"] = final if done else 0.3 + 0.025 * s
+        r["reward/max"], r["reward/min"] = (final, final) if done else (1.0, 0.0)
+        r["batch/zero_std_group_frac"] = 1.0 if done else 0.3
+    return rows
+
+
+def test_a_run_that_scores_every_late_prompt_the_top_reward_is_solved_not_collapsed(tmp_path):
+    """Every reward 1 from step 26 (the top it ever reached, having started at 0): the late max equalled
+    the late min, the position in the range read NaN, and a perfect run got 'Entropy collapsed' and
+    'Most groups carry no signal' (a run at 0.97 was quiet)."""
+    found = {f.detector for f in diagnose(load_run(write_run(tmp_path / "run", _perfect(healthy_rows(), 1.0))))}
+    assert not found & {"entropy_collapse", "zero_variance"}
+
+
+def test_a_run_whose_every_late_reward_is_the_bottom_is_still_named(tmp_path):
+    found = {f.detector for f in diagnose(load_run(write_run(tmp_path / "run", _perfect(healthy_rows(), 0.0))))}
+    assert {"entropy_collapse", "zero_variance"} <= found
