@@ -264,3 +264,27 @@ def test_a_run_that_scores_every_late_prompt_the_top_reward_is_solved_not_collap
 def test_a_run_whose_every_late_reward_is_the_bottom_is_still_named(tmp_path):
     found = {f.detector for f in diagnose(load_run(write_run(tmp_path / "run", _perfect(healthy_rows(), 0.0))))}
     assert {"entropy_collapse", "zero_variance"} <= found
+
+
+# --- distillation: a student whose entropy rises to its teacher's ------------------------------
+
+PURE = "optim:\n  lr: 1.0e-06\nteacher:\n  name_or_path: broad-teacher\n  task_rewards: false\n"
+
+
+def _rising_student(tmp_path, kl_end: float, config: str = PURE):
+    rows = healthy_rows()
+    for r in rows[1:]:
+        s = r["step"]
+        r["actor/entropy"] = 0.3 + 0.6 * (s - 1) / 39  # 0.3 -> 0.9: the teacher is broader than the student
+        r["distill/reverse_kl"] = 1.0 - (1.0 - kl_end) * (s - 1) / 39
+    return {f.detector for f in diagnose(load_run(write_run(tmp_path / f"run{kl_end}", rows, config=config)))}
+
+
+def test_a_student_whose_entropy_rises_as_it_matches_its_teacher_has_not_exploded(tmp_path):
+    """The reverse KL to the teacher fell 1 -> 0.02: the student's entropy is the teacher's, not noise."""
+    assert "entropy_explosion" not in _rising_student(tmp_path, 0.02)
+    assert "entropy_explosion" not in _rising_student(tmp_path, 0.02, PURE.replace("  task_rewards: false\n", ""))
+
+
+def test_a_student_whose_entropy_rises_away_from_its_teacher_is_still_named(tmp_path):
+    assert "entropy_explosion" in _rising_student(tmp_path, 0.9)
