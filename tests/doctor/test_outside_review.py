@@ -276,14 +276,14 @@ def _rising_student(tmp_path, kl_end: float, config: str = PURE):
     for r in rows[1:]:
         s = r["step"]
         r["actor/entropy"] = 0.3 + 0.6 * (s - 1) / 39  # 0.3 -> 0.9: the teacher is broader than the student
-        r["distill/reverse_kl"] = 1.0 - (1.0 - kl_end) * (s - 1) / 39
+        r["distill/reverse_kl"] = kl_end ** ((s - 1) / 39)  # 1 -> kl_end, geometric
     return {f.detector for f in diagnose(load_run(write_run(tmp_path / f"run{kl_end}", rows, config=config)))}
 
 
 def test_a_student_whose_entropy_rises_as_it_matches_its_teacher_has_not_exploded(tmp_path):
-    """The reverse KL to the teacher fell 1 -> 0.02: the student's entropy is the teacher's, not noise."""
-    assert "entropy_explosion" not in _rising_student(tmp_path, 0.02)
-    assert "entropy_explosion" not in _rising_student(tmp_path, 0.02, PURE.replace("  task_rewards: false\n", ""))
+    """The reverse KL to the teacher fell 1 -> 0.01 (0.95 of its gap closed, late vs early): the student's entropy is the teacher's, not noise."""
+    assert "entropy_explosion" not in _rising_student(tmp_path, 0.01)
+    assert "entropy_explosion" not in _rising_student(tmp_path, 0.01, PURE.replace("  task_rewards: false\n", ""))
 
 
 def test_a_student_whose_entropy_rises_away_from_its_teacher_is_still_named(tmp_path):
