@@ -55,3 +55,19 @@ def test_a_new_file_beside_the_run_is_not_refused_by_these_checks(tmp_path, caps
     (run / ".steadyrl-run").write_text('{"steadyrl_run": 1}\n')
     code, err = _eval(["--output-dir", str(run), "--completions", str(run / "completions.jsonl")], capsys)
     assert code == 2 and "--completions" not in err and "config.yaml" in err  # the next check: no config
+
+
+@pytest.mark.parametrize("key", ["data.eval_path", "data.train_path"])
+def test_the_prompt_files_are_refused(tmp_path, capsys, key):
+    """Both are JSONL: --completions data/eval.jsonl replaced the held-out prompts with completions."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "2+2", "answer": "4"}\n')
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model:\n  name_or_path: {tmp_path / 'no-model'}\ndata:\n  train_path: {tmp_path / 'train.jsonl'}\n"
+                      f"  eval_path: {tmp_path / 'eval.jsonl'}\n")
+    (tmp_path / "train.jsonl").write_text(prompts.read_text())
+    (tmp_path / "eval.jsonl").write_text(prompts.read_text())
+    target = tmp_path / ("eval.jsonl" if key == "data.eval_path" else "train.jsonl")
+    code, err = _eval([str(config), "--completions", str(target)], capsys)
+    assert code == 2 and "--completions" in err and key in err
+    assert target.read_text() == prompts.read_text()
