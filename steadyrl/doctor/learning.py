@@ -236,7 +236,8 @@ def dominance(run: RunData, t: Thresholds) -> Finding | None:
             worst = max(worst, share)
             evidence.append(f"reward `{name}` carries {fmt(share)} of the weighted reward spread over the late "
                             f"{basis} (" + ", ".join(f"{k} {fmt(v)}" for k, v in sorted(shares.items())) + ")")
-    domains = {k.split("/")[2]: mean(values(run.series(k))) for k in run.keys("reward/domain/", "/count")}
+    domains = {k[len("reward/domain/"):-len("/count")]: mean(values(run.series(k)))  # a domain may hold '/'
+               for k in run.keys("reward/domain/", "/count")}
     total = sum(domains.values())
     if len(domains) >= 2 and total > 0:
         name, count = max(domains.items(), key=lambda kv: kv[1])

@@ -34,6 +34,7 @@ import re
 from pathlib import Path
 
 from .. import distributed as dist
+from ..printable import printable
 from ..errors import DoctorHalted
 from ..tracking.tracker import read_metrics, read_samples
 from . import diagnose
@@ -70,10 +71,10 @@ def thresholds_from(settings: dict[str, float]) -> Thresholds:
 def one_line(step: int, f: Finding) -> str:
     """The line printed when ``f`` fires for the first time: provisional (the steps so far), as the
     final report judges the whole run and may not stand by it (:meth:`LiveDoctor.finish` says so)."""
-    evidence = f.evidence[0] if f.evidence else ""
-    return (f"doctor: step {step}, so far: {f.title} (`{f.detector}`, steps {fmt(f.steps[0])}-{fmt(f.steps[1])}): "
-            f"{evidence}; provisional: report.md judges the whole run at the end (steadyrl doctor RUN_DIR "
-            "for the change to make)")
+    evidence = f.evidence[0] if f.evidence else ""  # it may quote a domain or reward name: escaped, as in report.md
+    return printable(f"doctor: step {step}, so far: {f.title} (`{f.detector}`, steps {fmt(f.steps[0])}-"
+                     f"{fmt(f.steps[1])}): {evidence}; provisional: report.md judges the whole run at the end "
+                     "(steadyrl doctor RUN_DIR for the change to make)", keep="")
 
 
 def withdrawn_line(detector: str, step: int, title: str, *, before_resume: bool = False) -> str:
@@ -147,12 +148,12 @@ class LiveDoctor:
         self.finish()
         f = self.halting
         what = f"`{f.detector}` ({f.title})" if f is not None else "a trainer.halt_on detector"
-        raise DoctorHalted(
+        raise DoctorHalted(printable(  # the evidence may quote a domain or reward name: escaped
             f"doctor: {what} fired at step {step} and trainer.halt_on lists it: "
             + (f"{f.evidence[0]}. Change: {f.advice} " if f is not None and f.evidence else "")
             + f"The state is saved in {path}; `steadyrl doctor {self.out_dir}` writes the full report; "
             f"`steadyrl train --output-dir {self.out_dir} --resume` continues (it does not halt again "
-            "for a detector that already fired).")
+            "for a detector that already fired).", keep=""))
 
 
     def finish(self) -> Path | None:

@@ -288,3 +288,41 @@ def test_a_student_whose_entropy_rises_as_it_matches_its_teacher_has_not_explode
 
 def test_a_student_whose_entropy_rises_away_from_its_teacher_is_still_named(tmp_path):
     assert "entropy_explosion" in _rising_student(tmp_path, 0.9)
+
+
+# --- a domain name from the data, on the console and in the shares -----------------------------
+
+
+def _domains(rows, names_counts):
+    for r in rows[1:]:
+        r.pop("reward/domain/math/count"), r.pop("reward/domain/code/count")
+        for name, count in names_counts.items():
+            r[f"reward/domain/{name}/count"] = count
+    return rows
+
+
+def test_a_live_line_shows_a_domain_names_control_characters_as_escapes(tmp_path, capsys):
+    """A domain is a value of the dataset's domain column: the report escapes it, the live line printed it raw."""
+    rows = _domains(healthy_rows(), {"m\x1b]0;owned\x07": 120, "code": 8})
+    doctor = LiveDoctor(tmp_path, {}, every=10, halt_on=[], thresholds={})
+    for row in rows[1:11]:
+        doctor.check(row["step"], {k: v for k, v in row.items() if k != "step"})
+    out = capsys.readouterr().out
+    assert "dominates" in out and "\x1b" not in out and "\x07" not in out and "\\x1b" in out
+    import pytest
+
+    from steadyrl.errors import DoctorHalted
+
+    write_run(tmp_path, rows[:11])
+    halting = LiveDoctor(tmp_path, {}, every=10, halt_on=["dominance"], thresholds={})
+    for row in rows[1:11]:
+        halting.check(row["step"], {k: v for k, v in row.items() if k != "step"})
+    with pytest.raises(DoctorHalted) as halted:
+        halting.halt_if_asked(10, lambda step: tmp_path / "checkpoints")
+    assert "dominates" in str(halted.value) and "\x1b" not in str(halted.value)
+
+
+def test_a_domain_name_with_a_slash_is_counted_whole(tmp_path):
+    """reward/domain/a/b/count was read as domain 'a': two domains 'en/math' and 'en/code' were one."""
+    rows = _domains(healthy_rows(), {"en/math": 30, "en/code": 30, "fr": 3})
+    assert not [f for f in diagnose(load_run(write_run(tmp_path / "run", rows))) if f.detector == "dominance"]
