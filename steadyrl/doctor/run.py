@@ -92,7 +92,9 @@ def _finite(value) -> bool:
 
 
 def _has_training_keys(row: dict) -> bool:
-    return any(not k.startswith("eval/") and k != "step" for k in row)
+    """A training step: at least one finite training value (a row of NaN, as another writer's literal NaN
+    reads, tells nothing: 40 such steps were 'healthy: no problem found over steps 1-40')."""
+    return any(not k.startswith("eval/") and k != "step" and _finite(v) for k, v in row.items())
 
 
 def load_run(path: str | Path) -> RunData:

@@ -326,3 +326,28 @@ def test_a_domain_name_with_a_slash_is_counted_whole(tmp_path):
     """reward/domain/a/b/count was read as domain 'a': two domains 'en/math' and 'en/code' were one."""
     rows = _domains(healthy_rows(), {"en/math": 30, "en/code": 30, "fr": 3})
     assert not [f for f in diagnose(load_run(write_run(tmp_path / "run", rows))) if f.detector == "dominance"]
+
+
+# --- a run whose every value is NaN ---------------------------------------------------------------
+
+
+def test_a_run_whose_every_value_is_nan_is_not_called_healthy(tmp_path, capsys):
+    """Literal NaN (another writer's JSON) is read, then dropped by every series: 40 steps of nothing were
+    'healthy: no problem found over steps 1-40'. A step with no finite training value is no training step."""
+    rows = healthy_rows()
+    text = "".join(json.dumps({k: (v if k == "step" else float("nan")) for k, v in r.items()}) + "\n" for r in rows)
+    run_dir = write_run(tmp_path / "run", rows)
+    (run_dir / "metrics.jsonl").write_text(text)
+    from steadyrl.errors import DataError
+
+    try:
+        code = doctor_cli(str(run_dir))
+    except DataError as exc:
+        assert "no training step" in str(exc)
+    else:
+        assert code != 0 or not capsys.readouterr().out.startswith("healthy")
+    half = "".join(json.dumps({k: (v if k == "step" or r["step"] <= 10 else float("nan")) for k, v in r.items()}) + "\n"
+                   for r in rows)
+    (run_dir / "metrics.jsonl").write_text(half)
+    doctor_cli(str(run_dir))
+    assert "steps 1-10" in capsys.readouterr().out  # the steps it could read, not 1-40
