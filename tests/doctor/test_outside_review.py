@@ -351,3 +351,15 @@ def test_a_run_whose_every_value_is_nan_is_not_called_healthy(tmp_path, capsys):
     (run_dir / "metrics.jsonl").write_text(half)
     doctor_cli(str(run_dir))
     assert "steps 1-10" in capsys.readouterr().out  # the steps it could read, not 1-40
+
+
+# --- halt_on names the new detector ---------------------------------------------------------------
+
+
+def test_trainer_halt_on_accepts_judge_silent():
+    """judge_silent joined the registry but not the config's torch-free list of names: halt_on=[judge_silent]
+    (the detector a constant-0 judge reward most needs) was refused at load as an unknown detector."""
+    from steadyrl.config import load_config
+
+    config = load_config(None, ["trainer.halt_on=[judge_silent]"])
+    assert config.trainer.halt_on == ["judge_silent"]
