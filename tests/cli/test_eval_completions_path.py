@@ -63,8 +63,8 @@ def test_the_prompt_files_are_refused(tmp_path, capsys, key):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": "2+2", "answer": "4"}\n')
     config = tmp_path / "c.yaml"
-    config.write_text(f"model:\n  name_or_path: {tmp_path / 'no-model'}\ndata:\n  train_path: {tmp_path / 'train.jsonl'}\n"
-                      f"  eval_path: {tmp_path / 'eval.jsonl'}\n")
+    config.write_text(f"model:\n  name_or_path: {tmp_path / 'no-model'}\ndata:\n"
+                      f"  train_path: {tmp_path / 'train.jsonl'}\n  eval_path: {tmp_path / 'eval.jsonl'}\n")
     (tmp_path / "train.jsonl").write_text(prompts.read_text())
     (tmp_path / "eval.jsonl").write_text(prompts.read_text())
     target = tmp_path / ("eval.jsonl" if key == "data.eval_path" else "train.jsonl")

@@ -46,7 +46,8 @@ def test_a_sample_reward_too_large_for_a_float_is_not_a_crash(tmp_path, capsys):
 
 def test_a_hand_edited_config_with_odd_sections_still_gets_its_report(tmp_path):
     """train's last act (report.md) and plot's read config.yaml: a section of the wrong type is no crash."""
-    for i, config in enumerate(("trainer: [1]\n", "trainer: 5\n", "rewards: 5\n", "trainer:\n  doctor_thresholds: 3\n")):
+    odd = ("trainer: [1]\n", "trainer: 5\n", "rewards: 5\n", "trainer:\n  doctor_thresholds: 3\n")
+    for i, config in enumerate(odd):
         run_dir = write_run(tmp_path / f"run{i}", healthy_rows(), config=config)
         path, findings, verdict = write_report(run_dir)
         assert verdict == "healthy" and not findings and path.read_text().startswith("healthy:")
@@ -119,7 +120,8 @@ def test_a_rising_held_out_accuracy_evaluated_every_step_is_not_called_falling(t
         for r in rows:
             p = 0.3 + 0.01 * r["step"]
             r["eval/accuracy"] = sum(rng.random() < p for _ in range(64)) / 64
-        fired += any(f.detector == "reward_vs_heldout" for f in diagnose(load_run(write_run(tmp_path / str(seed), rows))))
+        run = load_run(write_run(tmp_path / str(seed), rows))
+        fired += any(f.detector == "reward_vs_heldout" for f in diagnose(run))
     assert fired == 0
 
 
@@ -233,7 +235,8 @@ def test_a_user_functions_weight_is_read_under_the_name_it_is_logged_by(tmp_path
         r["reward/math/mean"] = 0.4 + 0.1 * (r["step"] % 2)  # spread 0.05, weight 1
     for r in rows[1:]:
         r.pop("reward/domain/math/count"), r.pop("reward/domain/code/count")
-    found = [f for f in diagnose(load_run(write_run(tmp_path / "run", rows, config=config))) if f.detector == "dominance"]
+    run = load_run(write_run(tmp_path / "run", rows, config=config))
+    found = [f for f in diagnose(run) if f.detector == "dominance"]
     assert not found, found[0].evidence
 
 
@@ -281,7 +284,8 @@ def _rising_student(tmp_path, kl_end: float, config: str = PURE):
 
 
 def test_a_student_whose_entropy_rises_as_it_matches_its_teacher_has_not_exploded(tmp_path):
-    """The reverse KL to the teacher fell 1 -> 0.01 (0.95 of its gap closed, late vs early): the student's entropy is the teacher's, not noise."""
+    """The reverse KL to the teacher fell 1 -> 0.01 (0.95 of its gap closed, late vs early): the student's
+    entropy is the teacher's, not noise."""
     assert "entropy_explosion" not in _rising_student(tmp_path, 0.01)
     assert "entropy_explosion" not in _rising_student(tmp_path, 0.01, PURE.replace("  task_rewards: false\n", ""))
 
