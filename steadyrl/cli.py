@@ -221,6 +221,10 @@ def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str])
     if args.command == "train" and (args.resume or args.overwrite) and not args.output_dir:
         flag = "--resume" if args.resume else "--overwrite"
         raise ConfigError(f"{flag} needs --output-dir RUN_DIR: the run to {'continue' if args.resume else 'replace'}")
+    if args.command == "eval" and args.completions is not None:  # written after the whole evaluation: checked now
+        from .run.directory import check_completions_path
+
+        check_completions_path(args.completions, path)
     source = _config_source(args, path)
     if source and source != path:  # train --resume / eval --output-dir without a config: the run's own
         from .run.directory import check_saved_config
@@ -228,6 +232,8 @@ def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str])
         check_saved_config(Path(args.output_dir))  # the run's own config.yaml: whole, before it is read
     model = [f"model.name_or_path={args.model}"] if getattr(args, "model", None) else []
     config = load_config(source, [*overrides, *model])
+    if args.command == "eval" and args.completions is not None:
+        _check_completions_not_data(args.completions, config)
     if _reads_run_config(args, path, source):  # a run directory's own config: its code only when trusted
         _check_run_code(args, config, Path(source))
     if args.command == "train":
@@ -236,6 +242,19 @@ def _preflight(args: argparse.Namespace, path: str | None, overrides: list[str])
         preflight.check_eval(config, config.model.name_or_path, of_run_dir=False)
     elif args.output_dir is not None and path is not None:  # a run's checkpoint, the user's config
         preflight.check_eval(config, None, of_run_dir=True)
+
+
+def _check_completions_not_data(completions: str, config) -> None:
+    """``eval --completions FILE`` is not one of the config's prompt files (JSONL both: it would replace them)."""
+    data = config.data
+    named = [("data.train_path", data.train_path), ("data.eval_path", data.eval_path)]
+    named += [(f"data.{kind}[{i}].path", s.path) for kind in ("train_sources", "eval_sources")
+              for i, s in enumerate(getattr(data, kind) or ())]
+    target = Path(completions).resolve()
+    for key, value in named:
+        if value and Path(value).exists() and Path(value).resolve() == target:
+            raise ConfigError(f"--completions {completions!r} is {key}: the completions would replace those prompts "
+                              "(give another file)")
 
 
 def _reads_run_config(args: argparse.Namespace, path: str | None, source: str | None) -> bool:

@@ -42,7 +42,7 @@ from .rollout.base import Engine
 from .rollout.hf import engine_sync_metrics
 from .run import checkpoint as ckpt
 from .run.asynchronous import start_rollouts
-from .run.directory import RunLock, check_saved_config
+from .run.directory import RunLock, check_completions_path, check_saved_config
 from .run.evaluate import run_eval
 from .run.export import find_checkpoint, write_final
 from .run.preemption import SigtermStop
@@ -236,9 +236,8 @@ def evaluate_run(path: str | None, overrides: list[str], *, output_dir: str | No
     """Run ``steadyrl eval``: a run directory's newest checkpoint, or a model, on held-out prompts.
     The code a run directory's own config names is run only with ``trust_run_code`` (:mod:`steadyrl.run.trust`).
     ``completions_path``: a JSONL file that receives each held-out prompt's greedy completion."""
-    if completions_path is not None and not Path(completions_path).resolve().parent.is_dir():
-        raise ConfigError(f"--completions {completions_path!r}: its folder does not exist (give a file in an "
-                          "existing folder)")
+    if completions_path is not None:
+        check_completions_path(completions_path, path)
     if output_dir is not None:
         run_dir = Path(output_dir)
         saved = run_dir / "config.yaml"

@@ -9,7 +9,7 @@ from typing import Any
 
 DETECTOR_NAMES = ("zero_variance", "truncation", "length_hacking", "reward_vs_heldout", "dominance",
                   "entropy_collapse", "entropy_explosion", "clip_drift", "mismatch", "grad_spikes",
-                  "skipped_steps", "staleness", "lost_updates", "failed_episodes")
+                  "skipped_steps", "staleness", "lost_updates", "failed_episodes", "judge_silent")
 """The run-triage detectors' names in registration order: the torch-free view of
 :data:`steadyrl.doctor.DETECTORS` that the config reads (the doctor sits above the config), kept
 equal to the registry by a test (tests/config/test_doctor_checks.py)."""

@@ -36,7 +36,9 @@ class Thresholds:
                               "of the early mean ...")
     length_reward_corr: float = _t(0.7, "... while its correlation with reward/mean over steps is above this.")
     reward_rise: float = _t(0.05, "Reward vs held-out: reward/mean rose by more than this (late - early) ...")
-    heldout_drop: float = _t(0.03, "... while the last eval/accuracy is this far below the best earlier one.")
+    heldout_drop: float = _t(0.03, "... while the last eval/accuracy is this far below the best earlier one (with "
+                             "many evaluations: the mean of the last window_frac of them below the best as many "
+                             "in a row).")
     mismatch_max: float = _t(0.05, "Mismatch: late mean of the absolute rollout/logprob_diff_mean above this ...")
     mismatch_growth: float = _t(3.0, "... or grown to this multiple of the early mean ...")
     mismatch_floor: float = _t(0.01, "... and above this (below it, growth is noise).")
@@ -56,7 +58,7 @@ class Thresholds:
                                    "weights a step changed; float32 training: 0.9 or more) below this.")
     update_rms_min: float = _t(0.05, "Lost updates under model.bf16_update=stochastic_rounding (which changes few "
                                "weights per step by design): median actor/update_rms (motion per weight) below "
-                               "this multiple of optim.lr.")
+                               "this multiple of the step's learning rate (actor/lr; optim.lr where not logged).")
     no_verdict_max: float = _t(0.5, "Silent judge: mean reward/<name>/criterion/not_a_verdict_frac (rubric "
                                "judge replies without a verdict, each scored 0) above this.")
     failed_episodes_max: float = _t(0.05, "Failed episodes: mean rollout/failed_episode_frac over the run (episodes "

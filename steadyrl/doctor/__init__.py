@@ -50,7 +50,8 @@ def _changed(thresholds: Thresholds) -> dict[str, float]:
 
 def run_thresholds(run: RunData) -> Thresholds:
     """The thresholds the run itself set (``trainer.doctor_thresholds`` of its config.yaml), else the defaults."""
-    settings = (run.config.get("trainer") or {}).get("doctor_thresholds") if isinstance(run.config, dict) else None
+    trainer = run.config.get("trainer") if isinstance(run.config, dict) else None
+    settings = trainer.get("doctor_thresholds") if isinstance(trainer, dict) else None  # hand-edited: anything
     if not isinstance(settings, dict) or not settings:
         return Thresholds()
     try:
@@ -79,9 +80,16 @@ def write_report(run_dir: str | Path, out_path: str | Path | None = None) -> tup
 
 def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | None = None) -> int:
     """Read ``run_dir``, write the report to ``output`` (stdout when None); 0 healthy, 1 problems.
+    The thresholds are the run's own (``trainer.doctor_thresholds``, as report.md's) with ``settings``
+    (``--set``) over them: the live lines send the user here, and this report must not contradict report.md.
     Bad input raises :class:`~steadyrl.errors.ConfigError` (the CLI exits 2)."""
-    thresholds = Thresholds().with_overrides(settings or [])
+    Thresholds().with_overrides(settings or [])  # a bad --set: exit 2 before the run is read
     run = load_run(run_dir)
+    if output is not None:  # a directory, a missing folder: exit 2, not a traceback; a run's record: not replaced
+        from ..run.directory import check_output_file
+
+        check_output_file(output, "--output", allow=(REPORT_FILE,))  # the run's triage, rewritten on purpose
+    thresholds = run_thresholds(run).with_overrides(settings or [])
     findings = diagnose(run, thresholds)
     text = render(run, findings, len(DETECTORS), _changed(thresholds), thresholds.min_steps)
     if output is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from .findings import Finding, register_detector
-from .run import RunData, aligned, correlation, fmt, mean, span, values, windows
+from .run import RunData, aligned, correlation, finite_number, fmt, mean, span, values, windows
 from ..config.doctor_thresholds import Thresholds
 
 
@@ -16,11 +16,18 @@ def _late(series, t: Thresholds) -> float:
 
 def reward_position(run: RunData, t: Thresholds) -> float:
     """Where the late mean reward/mean sits between the late means of reward/min and reward/max:
-    0 at the bottom, 1 at the top; NaN when the run does not log them or they are equal."""
+    0 at the bottom, 1 at the top. When those are equal (every late reward the same: all solved, or all
+    failed), between the lowest reward/min and the highest reward/max of the whole run instead (a run
+    scoring every late prompt 1 after starting at 0 sits at the top: solved, not collapsed); NaN when the
+    run does not log them or its rewards never differed."""
     reward, top, bottom = (_late(run.series(k), t) if run.series(k) else math.nan
                            for k in ("reward/mean", "reward/max", "reward/min"))
-    if not (math.isfinite(reward) and math.isfinite(top) and math.isfinite(bottom) and top > bottom):
+    if not (math.isfinite(reward) and math.isfinite(top) and math.isfinite(bottom)):
         return math.nan
+    if not top > bottom:
+        top, bottom = max(values(run.series("reward/max"))), min(values(run.series("reward/min")))
+        if not top > bottom:
+            return math.nan
     return (reward - bottom) / (top - bottom)
 
 
@@ -135,8 +142,8 @@ def length_hacking(run: RunData, t: Thresholds) -> Finding | None:
     evidence = [f"`response/length_mean` {fmt(e)} -> {fmt(l)} ({fmt(l / e)}x, length_growth {fmt(t.length_growth)}) "
                 f"while `reward/mean` {fmt(r_early)} -> {fmt(r_late)}; their correlation over steps {fmt(corr)} "
                 f"(length_reward_corr {fmt(t.length_reward_corr)})"]
-    pairs = [(len(str(s.get("completion", ""))), s["reward"]) for s in run.samples
-             if isinstance(s.get("reward"), (int, float)) and not isinstance(s.get("reward"), bool)]
+    pairs = [(len(str(s.get("completion", ""))), finite_number(s.get("reward"))) for s in run.samples]
+    pairs = [p for p in pairs if p[1] is not None]
     if len(pairs) >= 10:
         evidence.append(f"over {len(pairs)} logged samples, completion length vs reward: correlation "
                         f"{fmt(correlation([p[0] for p in pairs], [p[1] for p in pairs]))}")
@@ -157,15 +164,21 @@ def reward_vs_heldout(run: RunData, t: Thresholds) -> Finding | None:
     if len(reward) < max(t.min_steps, 2) or len(evals) < 2:
         return None
     r_early, r_late = (mean(values(w)) for w in windows(reward, t.window_frac))
-    best_step, best = max(evals[:-1], key=lambda p: p[1])
-    last_step, last = evals[-1]
+    # The last k evaluations against the best k in a row before them (k: window_frac of the evaluations, so 1
+    # for a few). Evaluated every step, the best of 40 noisy single evaluations is above the last one by
+    # chance alone: a held-out accuracy rising 0.3 -> 0.7 on 64 prompts read as falling in 26 of 40 seeds.
+    k = max(1, int(round(len(evals) * t.window_frac)))
+    means = [(evals[i][0], evals[i + k - 1][0], mean(values(evals[i:i + k]))) for i in range(len(evals) - k + 1)]
+    (best_from, best_step, best), (last_from, last_step, last) = max(means[:-1], key=lambda m: m[2]), means[-1]
     if not (r_late - r_early > t.reward_rise and best - last > t.heldout_drop):
         return None
+    where = (lambda a, b, x: f"{fmt(x)} at step {fmt(b)}") if k == 1 else \
+        (lambda a, b, x: f"mean {fmt(x)} over steps {fmt(a)}-{fmt(b)}")
     return Finding(
         "reward_vs_heldout", "Reward rising while held-out accuracy falls", (best_step, last_step),
         [f"`reward/mean` {fmt(r_early)} -> {fmt(r_late)} (reward_rise {fmt(t.reward_rise)})",
-         f"`{key}` {fmt(best)} at step {fmt(best_step)} -> {fmt(last)} at step {fmt(last_step)} "
-         f"(heldout_drop {fmt(t.heldout_drop)})"],
+         f"`{key}` {where(best_from, best_step, best)} -> {where(last_from, last_step, last)} "
+         f"(heldout_drop {fmt(t.heldout_drop)}{f'; {k} evaluations a window' if k > 1 else ''})"],
         "The policy fits the training reward, not the task: read the best-rewarded samples for reward "
         f"hacking, raise `algorithm.kl_coef`{run.setting('algorithm.kl_coef')}, and keep the checkpoint of the "
         "best held-out step.",
@@ -173,13 +186,19 @@ def reward_vs_heldout(run: RunData, t: Thresholds) -> Finding | None:
 
 
 def _weights(run: RunData) -> dict[str, float]:
-    """Reward key -> weight from the run's config (label or name), 1 where it cannot be told."""
+    """Reward key -> weight from the run's config, under the name the reward is logged by (its label, else
+    the short name: 'path/file.py:fmt' is reward/fmt), 1 where it cannot be told."""
+    from ..reward_specs import reward_name
+
     out = {}
-    for spec in run.config.get("rewards") or []:
-        if isinstance(spec, dict) and isinstance(spec.get("weight"), (int, float)):
-            for name in (spec.get("label"), spec.get("name")):
-                if isinstance(name, str):
-                    out[name] = float(spec["weight"])
+    specs = run.config.get("rewards") if isinstance(run.config, dict) else None
+    for spec in specs if isinstance(specs, list) else []:  # a hand-edited config.yaml: anything
+        weight = finite_number(spec.get("weight")) if isinstance(spec, dict) else None
+        if weight is not None:
+            label, name = spec.get("label"), spec.get("name")
+            key = label if isinstance(label, str) else reward_name(name) if isinstance(name, str) else None
+            if key is not None:
+                out[key] = weight
     return out
 
 
@@ -195,7 +214,7 @@ def _component_shares(run: RunData, t: Thresholds) -> tuple[dict[str, float], st
     weights = _weights(run)
     late_steps = {s for s, _ in windows(run.series("reward/mean"), 0.5)[1]}
     rows = [s for s in run.samples if s.get("step") in late_steps] or run.samples[len(run.samples) // 2:]
-    per_sample = {n: [r[f"reward/{n}"] for r in rows if isinstance(r.get(f"reward/{n}"), (int, float))] for n in names}
+    per_sample = {n: [x for r in rows if (x := finite_number(r.get(f"reward/{n}"))) is not None] for n in names}
     basis = "samples" if all(len(xs) >= 4 for xs in per_sample.values()) else "step means"
     spreads = {}
     for name in names:  # one basis for all: spreads over samples and over step means do not compare
@@ -217,7 +236,8 @@ def dominance(run: RunData, t: Thresholds) -> Finding | None:
             worst = max(worst, share)
             evidence.append(f"reward `{name}` carries {fmt(share)} of the weighted reward spread over the late "
                             f"{basis} (" + ", ".join(f"{k} {fmt(v)}" for k, v in sorted(shares.items())) + ")")
-    domains = {k.split("/")[2]: mean(values(run.series(k))) for k in run.keys("reward/domain/", "/count")}
+    domains = {k[len("reward/domain/"):-len("/count")]: mean(values(run.series(k)))  # a domain may hold '/'
+               for k in run.keys("reward/domain/", "/count")}
     total = sum(domains.values())
     if len(domains) >= 2 and total > 0:
         name, count = max(domains.items(), key=lambda kv: kv[1])

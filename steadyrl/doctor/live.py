@@ -12,7 +12,8 @@ The recipe makes one :class:`LiveDoctor` per run and calls it twice a step:
   with :class:`~steadyrl.errors.DoctorHalted` (exit status 1, the message says how to continue);
 * :meth:`LiveDoctor.finish` at the end of the run: ``report.md`` in the run directory, and one
   ``doctor: withdrawn: ...`` line for each finding printed mid-run that the final report does not
-  make. A live line reads the steps so far and says so ("so far", "provisional"): the end of the
+  make, or a ``doctor: revised: ...`` line when it keeps the detector with another claim (a title that
+  differs). A live line reads the steps so far and says so ("so far", "provisional"): the end of the
   run may bear it out or not, and the user is told which.
 
 The detectors that the final report quiets on a run that solved its prompts (``solved_frac``:
@@ -22,15 +23,18 @@ is not called collapsed half-way and healthy at the end. They print once the rew
 rising short of solved, as the final report would say.
 
 Nothing halts unless ``trainer.halt_on`` asks. A detector that had already fired before a resume
-counts but neither prints nor halts again (continuing a halted run with ``--resume`` trains on).
+counts but neither prints nor halts again (continuing a halted run with ``--resume`` trains on); if the
+final report does not make it, the end withdraws it too ("found by step N, before the resume").
 Only the main process reads files and prints; the halt decision is shared by every rank.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .. import distributed as dist
+from ..printable import printable
 from ..errors import DoctorHalted
 from ..tracking.tracker import read_metrics, read_samples
 from . import diagnose
@@ -67,16 +71,25 @@ def thresholds_from(settings: dict[str, float]) -> Thresholds:
 def one_line(step: int, f: Finding) -> str:
     """The line printed when ``f`` fires for the first time: provisional (the steps so far), as the
     final report judges the whole run and may not stand by it (:meth:`LiveDoctor.finish` says so)."""
-    evidence = f.evidence[0] if f.evidence else ""
-    return (f"doctor: step {step}, so far: {f.title} (`{f.detector}`, steps {fmt(f.steps[0])}-{fmt(f.steps[1])}): "
-            f"{evidence}; provisional: report.md judges the whole run at the end (steadyrl doctor RUN_DIR "
-            "for the change to make)")
+    evidence = f.evidence[0] if f.evidence else ""  # it may quote a domain or reward name: escaped, as in report.md
+    return printable(f"doctor: step {step}, so far: {f.title} (`{f.detector}`, steps {fmt(f.steps[0])}-"
+                     f"{fmt(f.steps[1])}): {evidence}; provisional: report.md judges the whole run at the end "
+                     "(steadyrl doctor RUN_DIR for the change to make)", keep="")
 
 
-def withdrawn_line(detector: str, step: int, title: str) -> str:
-    """The line :meth:`LiveDoctor.finish` prints for a live finding the final report does not make."""
-    return (f"doctor: withdrawn: {title} (`{detector}`, printed at step {step}) does not hold over the whole run "
+def withdrawn_line(detector: str, step: int, title: str, *, before_resume: bool = False) -> str:
+    """The line :meth:`LiveDoctor.finish` prints for a live finding the final report does not make
+    (``before_resume``: one the steps before a resume showed, ``step`` the resumed-from step)."""
+    when = f"found by step {step}, before the resume" if before_resume else f"printed at step {step}"
+    return (f"doctor: withdrawn: {title} (`{detector}`, {when}) does not hold over the whole run "
             "(the final report does not list it)")
+
+
+def revised_line(detector: str, step: int, title: str, final: str) -> str:
+    """The line :meth:`LiveDoctor.finish` prints for a live finding whose detector the final report keeps
+    with another claim (a truncation rate "rising" mid-run that is "high but falling" over the whole run)."""
+    return (f"doctor: revised: {title} (`{detector}`, printed at step {step}) does not hold over the whole run: "
+            f"the final report says {final}")
 
 
 class LiveDoctor:
@@ -90,10 +103,13 @@ class LiveDoctor:
         self.rows: list[dict] = []
         self.fired: set[str] = set()
         self.printed: dict[str, tuple[int, str]] = {}  # detector -> (step, title) printed in this process
+        self.before: dict[str, str] = {}  # a resumed run: detector -> title found over the steps before it
+        self.upto_step = upto_step
         self.halting: Finding | None = None
         if every and dist.is_main() and upto_step:  # a resumed run: what fired before counts, silently
             self.rows = [r for r in read_metrics(self.out_dir) if r.get("step", 0) <= upto_step]
-            self.fired = {f.detector for f in self._diagnose()}
+            self.before = {f.detector: f.title for f in self._diagnose()}
+            self.fired = set(self.before)
 
     def _diagnose(self, *, mid_run: bool = False) -> list[Finding]:
         run = RunData(self.out_dir, self.rows, read_samples(self.out_dir), self.config)
@@ -132,12 +148,12 @@ class LiveDoctor:
         self.finish()
         f = self.halting
         what = f"`{f.detector}` ({f.title})" if f is not None else "a trainer.halt_on detector"
-        raise DoctorHalted(
+        raise DoctorHalted(printable(  # the evidence may quote a domain or reward name: escaped
             f"doctor: {what} fired at step {step} and trainer.halt_on lists it: "
             + (f"{f.evidence[0]}. Change: {f.advice} " if f is not None and f.evidence else "")
             + f"The state is saved in {path}; `steadyrl doctor {self.out_dir}` writes the full report; "
             f"`steadyrl train --output-dir {self.out_dir} --resume` continues (it does not halt again "
-            "for a detector that already fired).")
+            "for a detector that already fired).", keep=""))
 
 
     def finish(self) -> Path | None:
@@ -150,13 +166,25 @@ class LiveDoctor:
         if written is None:
             return None
         path, findings, verdict = written
-        final = {f.detector for f in findings}
+        final = {f.detector: f.title for f in findings}
         for detector, (step, title) in self.printed.items():
             if detector not in final:  # a live line the whole run does not bear out: say so, once
                 print(withdrawn_line(detector, step, title), flush=True)
+            elif _claim(final[detector]) != _claim(title):  # the same detector, another claim: not kept either
+                print(revised_line(detector, step, title, final[detector]), flush=True)
+        for detector, title in self.before.items():  # found before a resume (a halt's line): the end says too
+            if detector not in final and detector not in self.printed:
+                print(withdrawn_line(detector, self.upto_step, title, before_resume=True), flush=True)
+        self.before = {d: t for d, t in self.before.items() if d in final}
         self.printed = {d: v for d, v in self.printed.items() if d in final}
         print(f"doctor: {path}: {verdict}", flush=True)
         return path
+
+
+def _claim(title: str) -> str:
+    """A finding's title without a trailing count: "Gradient-norm spikes (2)" mid-run and "(5)" at the end
+    make one claim."""
+    return re.sub(r" \(\d+\)$", "", title)
 
 
 def _number(value) -> bool:

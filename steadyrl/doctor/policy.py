@@ -4,7 +4,7 @@ spikes, skipped steps and staleness. Each reads the metrics of docs/metrics.md b
 from __future__ import annotations
 
 from .findings import Finding, register_detector
-from .learning import solved
+from .learning import distill_position, solved
 from .run import RunData, fmt, mean, median, span, values, windows
 from ..config.doctor_thresholds import Thresholds
 
@@ -49,6 +49,8 @@ def entropy_explosion(run: RunData, t: Thresholds) -> Finding | None:
     series, e, l, early, late = got
     if not (e > 0 and l > t.entropy_explosion_ratio * e):
         return None
+    if run.distillation is not None and distill_position(run, t) >= t.solved_frac:
+        return None  # the student closed its gap to the teacher: its entropy is the teacher's, not noise
     return Finding(
         "entropy_explosion", "Entropy exploded", span(series),
         [_from_to("actor/entropy", early, late, e, l) + f": {fmt(l / e)}x the start, above "

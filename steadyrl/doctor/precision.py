@@ -16,13 +16,16 @@ bfloat16 weight plus its Kahan compensation, the master copy; :class:`steadyrl.t
   weight, ``actor/update_rms = ||dtheta|| / sqrt(n)``, is (AdamW moves a weight by about lr a
   step): frozen when its median < ``update_rms_min * lr``. A run that does not log it is not judged.
 
-Steps without a gradient (``actor/grad_norm`` 0: every advantage 0, nothing to apply) are not counted.
+Steps without a gradient (``actor/grad_norm`` 0: every advantage 0, nothing to apply) are not counted,
+nor steps at learning rate 0 (``actor/lr``: a schedule's end). Stochastic rounding's motion is compared
+with each step's own ``actor/lr`` where logged (a warm-up's lr is a fraction of ``optim.lr``). A run whose
+every step with a gradient ran at lr 0 is named for that ("Learning rate 0"), never for its precision.
 """
 
 from __future__ import annotations
 
 from .findings import Finding, register_detector
-from .run import RunData, fmt, median, span, values
+from .run import RunData, finite_number, fmt, median, span, values
 from ..config.doctor_thresholds import Thresholds
 
 LOST_ABOVE = {"bfloat16": 2.0**9, "float16": 2.0**12}
@@ -46,13 +49,35 @@ def _settings(run: RunData) -> tuple[str, str, float | None]:
     dtype = dtype if dtype in ("bfloat16", "float16") else "float32"
     update = _config(run, "model", "bf16_update") if dtype != "float32" else "adamw"
     lr = _config(run, "optim", "lr")
-    lr = float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0 else None
+    lr = finite_number(lr)
+    lr = lr if lr is not None and lr > 0 else None
     return dtype, update if isinstance(update, str) else "kahan", lr
 
 
+def _with_gradient(run: RunData) -> set[float]:
+    return {step for step, norm in run.series("actor/grad_norm") if norm > 0}  # no gradient: nothing to lose
+
+
 def _moving(run: RunData, key: str) -> list[tuple[float, float]]:
-    moving = {step for step, norm in run.series("actor/grad_norm") if norm > 0}  # no gradient: nothing to lose
+    """``key`` at the steps that applied an update: a gradient, and a learning rate above 0 where the run
+    logs ``actor/lr`` (a step at lr 0, a schedule's end, asks for no motion: no evidence of a lost one)."""
+    moving = _with_gradient(run) - {step for step, lr in run.series("actor/lr") if lr <= 0}
     return [(step, v) for step, v in run.series(key) if step in moving]
+
+
+def _lr_zero(run: RunData, t: Thresholds) -> Finding | None:
+    """Every step with a gradient ran at ``actor/lr`` 0: the policy cannot move, whatever the precision."""
+    grad = _with_gradient(run)
+    lrs = [(step, lr) for step, lr in run.series("actor/lr") if step in grad]
+    if len(lrs) < 2 or any(lr > 0 for _, lr in lrs):
+        return None
+    return Finding(
+        "lost_updates", "Learning rate 0 (a frozen policy)", span(lrs),
+        [f"`actor/lr` is 0 at each of the {len(lrs)} steps with a gradient: no update was applied"],
+        f"Nothing is lost to precision: the learning rate is 0. Check `optim.lr`{run.setting('optim.lr')} and its "
+        f"schedule (`optim.warmup_steps`{run.setting('optim.warmup_steps')}, `optim.schedule`"
+        f"{run.setting('optim.schedule')}, `optim.min_lr_ratio`{run.setting('optim.min_lr_ratio')}).",
+        10.0)
 
 
 def _ratio_line(run: RunData) -> list[str]:
@@ -61,20 +86,36 @@ def _ratio_line(run: RunData) -> list[str]:
 
 
 def _stochastic(run: RunData, t: Thresholds, lr: float | None) -> Finding | None:
+    """``actor/update_rms`` against the step's own ``actor/lr`` where logged (during a warm-up the step's lr
+    is a fraction of ``optim.lr``, and AdamW moves a weight by about that), else against ``optim.lr``."""
     series = _moving(run, "actor/update_rms")
-    if len(series) < 2 or lr is None:
-        return None  # the changed share is no evidence for stochastic rounding, and nothing else is logged
-    rms = median(values(series))
-    if not rms < t.update_rms_min * lr:
-        return None
+    step_lr = dict(run.series("actor/lr"))
+    if all(step in step_lr for step, _ in series):
+        ratios = [rms / step_lr[step] for step, rms in series]
+        if len(ratios) < 2:
+            return None
+        ratio = median(ratios)
+        if not ratio < t.update_rms_min:
+            return None
+        evidence = (f"`actor/update_rms` / `actor/lr` (the trained weights' motion per weight per step, over the "
+                    f"step's learning rate) median {fmt(ratio)} over {len(series)} steps with a gradient, below "
+                    f"update_rms_min {fmt(t.update_rms_min)}")
+        severity = t.update_rms_min / max(ratio, 1e-30)
+    else:
+        if len(series) < 2 or lr is None:
+            return None  # the changed share is no evidence for stochastic rounding, and nothing else is logged
+        rms = median(values(series))
+        if not rms < t.update_rms_min * lr:
+            return None
+        evidence = (f"`actor/update_rms` (the trained weights' motion per weight per step) median {fmt(rms)} over "
+                    f"{len(series)} steps with a gradient, below update_rms_min {fmt(t.update_rms_min)} x `optim.lr` "
+                    f"{fmt(lr)}")
+        severity = t.update_rms_min * lr / max(rms, 1e-30)
     return Finding(
-        "lost_updates", "Updates lost to precision (a frozen policy)", span(series),
-        [f"`actor/update_rms` (the trained weights' motion per weight per step) median {fmt(rms)} over {len(series)} "
-         f"steps with a gradient, below update_rms_min {fmt(t.update_rms_min)} x `optim.lr` {fmt(lr)}"]
-        + _ratio_line(run),
+        "lost_updates", "Updates lost to precision (a frozen policy)", span(series), [evidence] + _ratio_line(run),
         f"Stochastic rounding moves the weights far less than AdamW asks: set `model.bf16_update`"
         f"{run.setting('model.bf16_update')} to kahan (or `model.dtype=auto`: float32 weights).",
-        t.update_rms_min * lr / max(rms, 1e-30))
+        severity)
 
 
 def _advice(run: RunData, dtype: str, update: str, lr: float | None) -> tuple[str, str]:
@@ -104,6 +145,8 @@ def _advice(run: RunData, dtype: str, update: str, lr: float | None) -> tuple[st
 
 @register_detector("lost_updates")
 def lost_updates(run: RunData, t: Thresholds) -> Finding | None:
+    if (zero := _lr_zero(run, t)) is not None:
+        return zero
     dtype, update, lr = _settings(run)
     if update == "stochastic_rounding" and dtype == "bfloat16":
         return _stochastic(run, t, lr)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..printable import printable
 from .findings import Finding
-from .run import RunData, fmt
+from .run import RunData, finite_number, fmt
 
 TEXT_MAX = 160
 """Longest prompt or completion quoted in the report (the rest is cut with '...')."""
@@ -29,8 +29,7 @@ def _line(text: object) -> str:
 
 
 def _reward(row: dict) -> float | None:
-    value = row.get("reward")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return finite_number(row.get("reward"))
 
 
 def example_samples(run: RunData, steps: tuple[float, float]) -> tuple[list[tuple[str, dict]], str]:

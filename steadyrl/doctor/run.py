@@ -43,7 +43,7 @@ class RunData:
         out = []
         for row in self.rows:
             value = row.get(key)
-            if (not train_only or row["step"] >= 1) and _number(value) and math.isfinite(value):
+            if (not train_only or row["step"] >= 1) and _finite(value):
                 out.append((float(row["step"]), float(value)))
         return out
 
@@ -75,8 +75,26 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def finite_number(value) -> float | None:
+    """``value`` as a finite float, or None (not a number, a bool, NaN, inf, or an integer no float holds:
+    JSON integers have no limit, and ``float(10**400)`` raises OverflowError). What the run wrote is hostile."""
+    if not _number(value):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _finite(value) -> bool:
+    return finite_number(value) is not None
+
+
 def _has_training_keys(row: dict) -> bool:
-    return any(not k.startswith("eval/") and k != "step" for k in row)
+    """A training step: at least one finite training value (a row of NaN, as another writer's literal NaN
+    reads, tells nothing: 40 such steps were 'healthy: no problem found over steps 1-40')."""
+    return any(not k.startswith("eval/") and k != "step" and _finite(v) for k, v in row.items())
 
 
 def load_run(path: str | Path) -> RunData:
@@ -93,7 +111,7 @@ def load_run(path: str | Path) -> RunData:
         seen = "it holds a steadyrl marker but" if (path / MARKER).exists() else "it is not a steadyrl run:"
         raise DataError(f"RUN_DIR {path}: {seen} there is no {METRICS_FILE} (expected the output directory of "
                         f"steadyrl train, which holds {METRICS_FILE}, config.yaml and {MARKER})")
-    rows = read_metrics(path)
+    rows = [r for r in read_metrics(path) if _finite(r["step"])]  # a step NaN, inf or 10**400 orders nothing
     run = RunData(path, rows, read_samples(path) if (path / SAMPLES_FILE).is_file() else [], _read_config(path))
     if not run.steps:
         raise DataError(f"RUN_DIR {path}: {METRICS_FILE} holds no training step yet (steps >= 1); "

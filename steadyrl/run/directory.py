@@ -303,3 +303,30 @@ def check_resume_matches(config: Config, output_dir: Path) -> None:
                           f"{'has no' if had_critic else 'needs a'} critic, but the run in {str(output_dir)!r} "
                           f"was trained {'with' if had_critic else 'without'} one; resume with the same "
                           "algorithm.preset / advantage_estimator, or start a new run in another --output-dir")
+
+
+def check_output_file(path: str, flag: str, config_path: str | None = None, *, allow: tuple[str, ...] = ()) -> None:
+    """Refuse ``flag FILE`` (a file a command writes: ``eval --completions``, ``doctor --output``) before the
+    work whose result it receives: a missing folder, a directory, a link (never written through), a steadyrl
+    run directory's own record (its marker, config, metrics, samples, summary, report: the output would
+    replace it; ``allow``: names of those it may replace), or the config file being read (``config_path``).
+    A :class:`ConfigError` naming ``flag``."""
+    target = Path(path)
+    say = f"{flag} {path!r}"
+    if target.is_symlink():
+        raise ConfigError(f"{say} is a symbolic link: it is not written through (give a plain file's path)")
+    if not target.resolve().parent.is_dir():
+        raise ConfigError(f"{say}: its folder does not exist (give a file in an existing folder)")
+    if target.is_dir():
+        raise ConfigError(f"{say} is a directory: give the path of a file to write, e.g. "
+                          f"{str(target / ('completions.jsonl' if flag == '--completions' else 'report.md'))!r}")
+    if is_run_dir(target.resolve().parent) and target.name in {*OWNED, MARKER, LOCK, "report.md"} - set(allow):
+        raise ConfigError(f"{say} is the run directory's own {target.name}: the output would replace it "
+                          "(give another file name)")
+    if config_path is not None and target.exists() and target.resolve() == Path(config_path).resolve():
+        raise ConfigError(f"{say} is the config being read: the output would replace it")
+
+
+def check_completions_path(completions_path: str, config_path: str | None = None) -> None:
+    """``eval --completions FILE`` (written after the whole evaluation): :func:`check_output_file`."""
+    check_output_file(completions_path, "--completions", config_path)
