@@ -21,6 +21,8 @@ turn's end token (tokenized as it is).
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -214,9 +216,38 @@ class Case:
     turn_mode: str = "single"  # rollout.multi_turn_mode
 
 
+class _FixedClock(datetime.datetime):
+    """``datetime`` whose ``now()`` is one fixed instant."""
+
+    @classmethod
+    def now(cls, tz=None):
+        return cls(2026, 1, 5, 12, 0, 0, tzinfo=tz)
+
+
+@contextlib.contextmanager
+def fixed_clock():
+    """Templates that print the date and time (transformers' ``strftime_now``: Hunyuan-A13B's to the
+    second, Llama-3.x's to the day) render one instant while a case is evaluated, so its episode and
+    its ground truth do not differ because a second ticked between two renderings (a case failed now
+    and then under load without it)."""
+    from transformers.utils import chat_template_utils
+
+    saved = chat_template_utils.datetime
+    chat_template_utils.datetime = _FixedClock
+    try:
+        yield
+    finally:
+        chat_template_utils.datetime = saved
+
+
 def evaluate(family, mode: str, templates, tok=None, turn_mode: str = "single") -> Case:
     """The case of ``family`` in ``mode``, on ``tok`` (a real tokenizer given the family's template)
-    or on the byte-level ``family_tokenizer``."""
+    or on the byte-level ``family_tokenizer``, under a :func:`fixed_clock`."""
+    with fixed_clock():
+        return _evaluate(family, mode, templates, tok, turn_mode)
+
+
+def _evaluate(family, mode: str, templates, tok=None, turn_mode: str = "single") -> Case:
     from support_realtemplates import family_tokenizer
 
     if tok is None:
