@@ -299,8 +299,13 @@ def _doctor(args: argparse.Namespace) -> int:
     if args.overrides:
         raise ConfigError(f"{args.overrides[0]!r}: key=value overrides go with a CONFIG.yaml (the pre-flight); "
                           f"RUN_DIR {target} is only read")
-    from .doctor import doctor_cli
+    from .doctor import REPORT_FILE, Thresholds, doctor_cli
 
+    Thresholds().with_overrides(args.set or [])  # a bad --set: exit 2 before anything else is read
+    if args.output is not None:  # a directory, a missing folder: exit 2, not a traceback; a run's record: not replaced
+        from .run.directory import check_output_file
+
+        check_output_file(args.output, "--output", allow=(REPORT_FILE,))  # the run's triage, rewritten on purpose
     return doctor_cli(str(target), args.output, args.set)
 
 

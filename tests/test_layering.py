@@ -64,18 +64,10 @@ def test_no_folder_of_the_package_or_tests_has_a_name_ignore_files_treat_as_gene
     assert (ROOT / "steadyrl" / "assembly" / "setup.py").is_file()  # the measure sees the package itself
 
 
-# File-level cycles inside a room that are still to be broken (issue "The house, step three", item 4): the list
-# may only shrink. A new cycle fails; a listed one that is gone fails too, so the list is kept exact.
-KNOWN_FILE_CYCLES = {
-    frozenset({"steadyrl.agents.messages", "steadyrl.agents.templating", "steadyrl.agents.turns"}),
-}
-
-
-def test_no_new_file_level_cycle_inside_a_room():
+def test_no_two_files_of_a_room_import_each_other():
+    """Inside a room too, imports form no circle (lazy and TYPE_CHECKING ones count)."""
     layering = _layering()
-    found = {frozenset(c) for c in layering.cycles(layering.module_graph())}
-    assert sorted(map(sorted, found - KNOWN_FILE_CYCLES)) == []
-    assert sorted(map(sorted, KNOWN_FILE_CYCLES - found)) == [], "broken: remove it from KNOWN_FILE_CYCLES"
+    assert layering.cycles(layering.module_graph()) == []
 
 
 def test_the_file_level_measure_sees_a_cycle_between_two_modules(tmp_path):

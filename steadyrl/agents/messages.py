@@ -73,7 +73,7 @@ def renders_tool_calls(tokenizer, tools: list[dict] | None, template_kwargs: dic
     only ``content`` (a plain ChatML template, the tool demo's) keeps the model's call text there, so
     a turn with calls stays a plain ``content`` message: the structured shape would render without
     the call, and the conversation would no longer be what the policy sampled."""
-    from .templating import TemplateError, render
+    from .rendering import TemplateError, render
 
     name = (tools[0].get("function", tools[0]).get("name") if tools else None) or "steadyrl_probe_tool"
     call = {"id": call_id("alnum9", name, 0), "type": "function", "function": {"name": name, "arguments": {}}}

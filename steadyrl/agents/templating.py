@@ -10,8 +10,15 @@ import json
 import os
 import re
 
-from ..errors import ConfigError
 from .messages import assistant_message, call_id, id_style, text_message, tool_message
+from .rendering import (  # noqa: F401 - re-exported: the modules that use them read them from here too
+    HISTORY_CLOSERS,
+    TemplateDriftError,
+    TemplateError,
+    render,
+    require_template,
+    template_name,
+)
 
 __all__ = ["CONTEXT_CHARS", "PROBE_MARKER", "HISTORY_CLOSERS", "TemplateError", "TemplateDriftError",
            "template_name", "require_template", "render", "first_difference", "drift_error", "find_closer",
@@ -26,49 +33,6 @@ CONTEXT_CHARS = 40
 
 PROBE_MARKER = "steadyrl-probe-7c1e"
 """A string no template writes by itself: the probes look for it in the rendering."""
-
-
-HISTORY_CLOSERS = {"<|return|>": "<|end|>"}
-"""Stop tokens a template writes differently once the turn is history (Harmony: a final answer ends
-with ``<|return|>`` when sampled, ``<|end|>`` in the conversation): the observation of the as-sampled
-and step-wise modes follows either."""
-
-
-class TemplateError(ConfigError):
-    """The tokenizer's chat template cannot do what a multi-turn rollout needs."""
-
-
-class TemplateDriftError(TemplateError):
-    """Adding a turn changes how the template renders the earlier ones (no prefix property)."""
-
-
-def template_name(tokenizer) -> str:
-    return getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-
-
-def require_template(tokenizer) -> None:
-    if not getattr(tokenizer, "chat_template", None):
-        raise TemplateError(
-            f"multi-turn rollouts need a chat template, and the tokenizer {template_name(tokenizer)!r} has none; "
-            "use an instruct model's tokenizer or set tokenizer.chat_template to a Jinja template")
-
-
-def render(tokenizer, messages: list[dict], *, tools: list[dict] | None, add_generation_prompt: bool,
-           purpose: str = "a conversation", template_kwargs: dict | None = None) -> str:
-    """``apply_chat_template(tokenize=False)``; any failure is a ``TemplateError`` naming ``purpose``.
-    ``template_kwargs`` go to the template as variables (``enable_thinking``, ``date_string`` ...)."""
-    require_template(tokenizer)
-    try:
-        text = tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False,
-            **(template_kwargs or {}))
-    except Exception as err:  # noqa: BLE001 - a template may raise anything (raise_exception, ...)
-        raise TemplateError(f"the chat template of {template_name(tokenizer)!r} failed to render {purpose}: "
-                            f"{type(err).__name__}: {err}") from None
-    if not isinstance(text, str):
-        raise TemplateError(f"the chat template of {template_name(tokenizer)!r} returned a {type(text).__name__} "
-                            f"for {purpose}, expected text")
-    return text
 
 
 def first_difference(a: str, b: str) -> int:
@@ -317,7 +281,7 @@ def check_renders(tokenizer, *, tools, observation_role: str, kwargs) -> None:
                 f"the chat template of {template_name(tokenizer)!r} ignores tools=: the rendered prompt does not "
                 f"mention tool(s) {hidden}, so the model would never see them; use a model whose template "
                 "supports tools (Qwen2.5, Qwen3, Llama-3.1, Hermes ...) or set tokenizer.chat_template")
-    from .turns import call_form  # turns reads render from here
+    from .turns import call_form  # below this module (it reads render from .rendering)
 
     if observation_role == "tool" and tools:
         name, cid = tool_names(tools)[0], call_id(id_style(tokenizer.chat_template), tool_names(tools)[0], 0)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 
 from .server import CALL_STARTS, as_written
-from .templating import HISTORY_CLOSERS, TemplateError, render
+from .rendering import HISTORY_CLOSERS, TemplateError, render
 
 __all__ = ["shape_turn", "turn_renders", "written_turn", "served", "call_form", "string_arguments"]
 

@@ -82,13 +82,10 @@ def doctor_cli(run_dir: str, output: str | None = None, settings: list[str] | No
     """Read ``run_dir``, write the report to ``output`` (stdout when None); 0 healthy, 1 problems.
     The thresholds are the run's own (``trainer.doctor_thresholds``, as report.md's) with ``settings``
     (``--set``) over them: the live lines send the user here, and this report must not contradict report.md.
-    Bad input raises :class:`~steadyrl.errors.ConfigError` (the CLI exits 2)."""
+    Bad input raises :class:`~steadyrl.errors.ConfigError` (the CLI exits 2); the command line checks
+    ``output`` before (:func:`steadyrl.run.directory.check_output_file`: no directory, link or run record)."""
     Thresholds().with_overrides(settings or [])  # a bad --set: exit 2 before the run is read
     run = load_run(run_dir)
-    if output is not None:  # a directory, a missing folder: exit 2, not a traceback; a run's record: not replaced
-        from ..run.directory import check_output_file
-
-        check_output_file(output, "--output", allow=(REPORT_FILE,))  # the run's triage, rewritten on purpose
     thresholds = run_thresholds(run).with_overrides(settings or [])
     findings = diagnose(run, thresholds)
     text = render(run, findings, len(DETECTORS), _changed(thresholds), thresholds.min_steps)
