@@ -101,8 +101,6 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "use_liger_kernel": (_TRL, "trainer.logprob_impl (fused, the default, never builds [B, T, V] logits)"),
     "liger_kernel_config": (_TRL, "trainer.logprob_impl (fused, the default, never builds [B, T, V] logits)"),
     "cast_lm_head_to_fp32": (_TRL, "nothing: log-softmax statistics are float32 whatever the weights' dtype"),
-    "chat_template_kwargs": (_TRL, "data.chat_template_kwargs"),
-    "trust_remote_code": (_TRL, "model.trust_remote_code"),
     "num_generations_eval": (_TRL, "eval.num_samples (sampled completions per held-out prompt, for pass@k)"),
     "vllm_importance_sampling_clip_min": (_TRL, "rollout.correction.low"),
     "vllm_enable_sleep_mode": (_TRL, "rollout.vllm.sleep_mode"),

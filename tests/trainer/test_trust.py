@@ -58,6 +58,7 @@ def _config_with_environment(spec: str):
     from types import SimpleNamespace
 
     return SimpleNamespace(rewards=[], model=SimpleNamespace(trust_remote_code=False),
+                           teacher=SimpleNamespace(name_or_path=None, trust_remote_code=False),
                            rollout=SimpleNamespace(tools=[], environment=spec, agent=None, tool_parser="hermes"))
 
 
