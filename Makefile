@@ -14,7 +14,7 @@ TORCH_SPEC ?= $(if $(HAVE_CUDA),torch>=2.4,torch==2.13.0)
 PYTEST_ARGS ?=
 # TEST_WORKERS=auto (or a number) spreads test files over the cores (pytest-xdist), a file's tests kept on one
 # worker so its module fixtures are built once, at most 4 workers (the end-to-end tests take ~1 GiB each):
-# 11 min 19 s instead of ~25 min on 2 cores. Serial is the default: in 1 of 3 parallel runs a worker reported
+# 11 min 19 s instead of 19 min on 2 cores. Serial is the default: in 1 of 3 parallel runs a worker reported
 # "finished" mid-test (a test's forked child reaching the worker's channel, not yet found), which fails the run.
 TEST_WORKERS ?= 0
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile)
