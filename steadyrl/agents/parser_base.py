@@ -16,7 +16,7 @@ from typing import Callable
 from .parsing import decode_error, find, json_problem, loads, skip_ws
 
 __all__ = ["ToolCall", "ParsedTurn", "Parser", "TOOL_PARSERS", "register_parser", "clip_text", "to_call",
-           "parsed_turn", "json_calls", "JSON_DECODER", "parse_hermes", "parse_llama3_json", "HERMES_FORMAT", "LLAMA3_FORMAT",
+           "parsed_turn", "json_calls", "decode_call", "JSON_DECODER", "parse_hermes", "parse_llama3_json", "HERMES_FORMAT", "LLAMA3_FORMAT",
            "PYTHON_TAG"]
 
 
@@ -85,6 +85,16 @@ def to_call(obj, where: str, args_keys: tuple[str, ...], fmt: str) -> ToolCall |
         return (f"{where} ({name}): \"{key}\" must be a JSON object, got "
                 f"{type(arguments).__name__} {_shown(arguments)}; format: {fmt}")
     return ToolCall(name=name.strip(), arguments=arguments)
+
+
+def decode_call(text: str, at: int, where: str, args_keys: tuple[str, ...], fmt: str):
+    """The JSON call object at ``text[at]``: ``(ToolCall or error line, index after it)``; text that is not
+    a JSON value there gives its error line and ``None`` (the caller stops reading calls)."""
+    try:
+        obj, end = JSON_DECODER.raw_decode(text, at)
+    except (ValueError, RecursionError) as err:
+        return f"{where}: invalid JSON ({decode_error(err)}) in {clip_text(text[at:])!r}; format: {fmt}", None
+    return to_call(obj, where, args_keys, fmt), end
 
 
 def json_calls(results: list) -> list:

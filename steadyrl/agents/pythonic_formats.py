@@ -43,7 +43,7 @@ import ast
 import json
 import re
 
-from .parser_base import ParsedTurn, ToolCall, parsed_turn, clip_text, to_call, register_parser
+from .parser_base import ParsedTurn, ToolCall, decode_call, parsed_turn, clip_text, to_call, register_parser
 from .parsing import decode_error, find, run_end, skip_ws
 
 __all__ = ["parse_gemma3_pythonic", "parse_llama4_pythonic", "parse_llama4", "parse_xlam", "parse_internlm2",
@@ -238,14 +238,10 @@ def _json_calls(text: str, pos: int) -> tuple[list, int]:
     index after the last)``; an invalid one ends the list with its error line."""
     results, at = [], skip_ws(text, pos)
     while text.startswith("{", at):
-        where = f"tool call {len(results) + 1}"
-        try:
-            obj, end = _DECODER.raw_decode(text, at)
-        except (ValueError, RecursionError) as err:
-            results.append(f"{where}: invalid JSON ({decode_error(err)}) in {clip_text(text[at:])!r}; "
-                           f"format: {LLAMA4_FORMAT}")
+        call, end = decode_call(text, at, f"tool call {len(results) + 1}", ("parameters", "arguments"), LLAMA4_FORMAT)
+        results.append(call)
+        if end is None:
             return results, len(text)
-        results.append(to_call(obj, where, ("parameters", "arguments"), LLAMA4_FORMAT))
         at = skip_ws(text, end)
         if text.startswith((";", ","), at):
             at = skip_ws(text, at + 1)
@@ -319,14 +315,11 @@ def parse_granite_20b_fc(text: str) -> ParsedTurn:
     results, pieces, pos = [], [text[:start]], start
     while pos != -1:
         at = skip_ws(text, pos + len(_FUNCTION_CALL))
-        where = f"tool call {len(results) + 1}"
-        try:
-            obj, end = _DECODER.raw_decode(text, at)
-        except (ValueError, RecursionError) as err:
-            results.append(f"{where}: invalid JSON ({decode_error(err)}) in {clip_text(text[at:])!r}; "
-                           f"format: {GRANITE_FC_FORMAT}")
+        call, end = decode_call(text, at, f"tool call {len(results) + 1}", ("arguments", "parameters"),
+                                GRANITE_FC_FORMAT)
+        results.append(call)
+        if end is None:
             break
-        results.append(to_call(obj, where, ("arguments", "parameters"), GRANITE_FC_FORMAT))
         pos = find(text, _FUNCTION_CALL, end)
         pieces.append(text[end:] if pos == -1 else text[end:pos])
     return parsed_turn("".join(pieces), results)

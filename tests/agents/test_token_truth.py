@@ -10,8 +10,7 @@ assistant messages are the text the model wrote, split as vLLM's parsers split i
 import pytest
 import torch
 from support_conformance import episode, evaluate
-from support_realtemplates import TemplatesUnavailable, family_tokenizer, template_dir
-from support_sdist import sdist_families
+from support_realtemplates import family_tokenizer
 
 import steadyrl.rollout.episodes as episodes
 from steadyrl.agents.chat import render
@@ -24,15 +23,6 @@ torch.set_num_threads(1)
 
 Q = [{"role": "user", "content": "What is 1 + 2 + 4?"}]
 R1 = ["DeepSeek-R1-Distill-Qwen", "DeepSeek-R1-Distill-Llama", "llama-cpp-deepseek-r1"]
-
-
-@pytest.fixture(scope="module")
-def families():
-    try:
-        templates = template_dir()
-    except TemplatesUnavailable as err:
-        pytest.skip(f"the real chat templates cannot be fetched: {err}")
-    return templates, {f.name: f for f in sdist_families(templates)[0]}
 
 
 def _tok(families, name):

@@ -3,23 +3,13 @@ templates of issue 32: never the raw text wrapped in the template's markers a se
 reasoning in ``reasoning_content``, and the check the step-wise drift uses to tell the two apart."""
 
 import pytest
-from support_realtemplates import TemplatesUnavailable, family_tokenizer, template_dir
-from support_sdist import sdist_families
+from support_realtemplates import family_tokenizer
 
 from steadyrl.agents.turns import call_form, shape_turn, turn_renders
 
 pytestmark = [pytest.mark.realdata]
 
 Q = [{"role": "user", "content": "What is 1 + 2 + 4?"}]
-
-
-@pytest.fixture(scope="module")
-def families():
-    try:
-        templates = template_dir()
-    except TemplatesUnavailable as err:
-        pytest.skip(f"the real chat templates cannot be fetched: {err}")
-    return templates, {f.name: f for f in sdist_families(templates)[0]}
 
 
 def tokenizer(families, name):
