@@ -10,8 +10,8 @@ word-piece tokenizer carrying the Qwen2.5 look-alike chat template of ``tests/ag
 warm-started until it calls the tool; both trainers load it from one directory, and each run is a
 fresh process:
 
-* ``steadyrl``: :func:`steadyrl.recipe.train` with ``rollout.tools: [benchmarks.agent_task:add]``,
-  ``rollout.tool_parser: hermes``;
+* ``steadyrl``: :func:`steadyrl.recipe.train` with ``rollout.multi_turn.tools: [benchmarks.agent_task:add]``,
+  ``rollout.multi_turn.tool_parser: hermes``;
 * ``trl``: ``GRPOTrainer(tools=[add])`` (TRL 1.16 on transformers 5.23).
 
 TRL's tool path runs here. What it needs, and what the benchmark does for it: TRL finds a tool-call
@@ -32,7 +32,7 @@ Settings made equal (steadyrl = TRL):
   overflows; so ``max_new_tokens`` = ``max_episode_tokens`` = L in steadyrl (a turn is cut to what is left);
 * turns: ``max_turns`` K = ``max_tool_calling_iterations`` K - 1 (the first turn is not an iteration);
 * tools: TRL calls them in the trainer's process, one after the other, with no time limit; that is
-  steadyrl's ``rollout.tool_isolation: inline``. ``--default-isolation`` adds a row with steadyrl's
+  steadyrl's ``rollout.multi_turn.tool_isolation: inline``. ``--default-isolation`` adds a row with steadyrl's
   default on Linux, ``process`` (each call in a forked child, killed at ``tool_timeout_s``);
 * the rest as in ``bench_trl``: temperature 1.0, top-p 1, top-k off; ``grpo`` + ``norm_by_std`` =
   ``scale_rewards="group"``; ``ppo`` clip 0.2 ``token-mean`` = ``epsilon`` 0.2 ``loss_type="dapo"``; no KL
@@ -66,7 +66,7 @@ from . import agent_task as task
 from .common import emit, machine, median_of, pair_defaults, pair_parser, publish, run_pairs, run_steadyrl
 
 FRAMEWORKS = ("steadyrl", "trl")
-VARIANTS = {  # row label: (framework, steadyrl's rollout.tool_isolation)
+VARIANTS = {  # row label: (framework, steadyrl's rollout.multi_turn.tool_isolation)
     "steadyrl": ("steadyrl", "inline"),  # tools called in the trainer's process, one after the other: as TRL
     "trl": ("trl", None),
     "steadyrl, default isolation": ("steadyrl", None),  # a forked process per tool call (Linux default)
@@ -303,7 +303,7 @@ def _parse(argv):
     p.add_argument("--warm-steps", type=int, nargs=2, default=[300, 30], metavar=("SHORT", "FULL"),
                    help="supervised warm-start steps of the shared model: without, then with the tools' prompt")
     p.add_argument("--tool-isolation", choices=["process", "thread", "inline"],
-                   help="steadyrl's rollout.tool_isolation (children; the parent sets it per row)")
+                   help="steadyrl's rollout.multi_turn.tool_isolation (children; the parent sets it per row)")
     p.add_argument("--default-isolation", action="store_true",
                    help="also run steadyrl with its default tool isolation (a forked process per call) in every pair")
     args = pair_defaults(p.parse_args(argv), argv)

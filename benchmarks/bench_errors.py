@@ -50,7 +50,7 @@ def make_inputs(root: Path) -> dict[str, list[str]]:
         "missing column": ["train", cfg, f"data.train_path={root / 'no_prompt.jsonl'}"],
         "missing model directory": ["train", cfg, f"model.name_or_path={root / 'no_model'}"],
         "bad reward spec": ["train", cfg, f"rewards=[{{name: {root / 'nope.py'}:score}}]"],
-        "bad tool spec": ["train", cfg, f"rollout.tools=[{root / 'nope.py'}:add]"],
+        "bad tool spec": ["train", cfg, f"rollout.multi_turn.tools=[{root / 'nope.py'}:add]"],
         "run directory in use": ["train", cfg, "--output-dir", str(busy), "--overwrite"],
         "eval --model, no held-out data": ["eval", "--model", str(model)],
     }

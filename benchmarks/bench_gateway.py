@@ -1,4 +1,4 @@
-"""The gateway's overhead: the tool demo's episodes through ``rollout.agent`` vs the episode driver.
+"""The gateway's overhead: the tool demo's episodes through ``rollout.multi_turn.agent`` vs the episode driver.
 
     python -m benchmarks.bench_gateway                 # warm start + 5 rounds of each (~3 min on 2 loaded cores)
     python -m benchmarks.bench_gateway --quick         # one round, smaller warm start
@@ -9,15 +9,15 @@ demo's tiny chat model warm-started until it calls the tool (``demo.tool_skill_s
 at most. The same prompts are rolled out two ways, alternating, from the same model:
 
 * **driver**: :func:`steadyrl.rollout.driver.rollout` with the demo's ``ToolAgent`` (the calculator in
-  the trainer's process, ``rollout.tool_isolation: inline``, as the agent below runs it);
-* **gateway**: the same call with ``rollout.agent: examples/calculator_agent.py:run_episode``: an
+  the trainer's process, ``rollout.multi_turn.tool_isolation: inline``, as the agent below runs it);
+* **gateway**: the same call with ``rollout.multi_turn.agent: examples/calculator_agent.py:run_episode``: an
   ``async def`` using ``openai.AsyncOpenAI``, offering the calculator with ``tools=``, running the
   calls itself and sending the results back; the gateway batches every episode's call into one
   generate per wave.
 
 Measured: the rollout's wall time per step (a step's update is the same for both, so this is the
 strictest ratio; the step-time ratio is lower), and for the gateway the episodes per second with
-64 episodes running at once (``rollout.agent_concurrency: 64``, 16 prompts x 4).
+64 episodes running at once (``rollout.multi_turn.agent_concurrency: 64``, 16 prompts x 4).
 """
 
 from __future__ import annotations
@@ -45,14 +45,14 @@ def _setup(quick: bool):
     from steadyrl.demo.tool_task import make_tool_splits
     from steadyrl.rollout.hf import HFEngine
 
-    overrides = ["demo.task=tool", f"demo.tool_skill_steps={60 if quick else 300}", "rollout.tool_isolation=inline"]
+    overrides = ["demo.task=tool", f"demo.tool_skill_steps={60 if quick else 300}", "rollout.multi_turn.tool_isolation=inline"]
     config = load_config(None, overrides)
     train, _ = make_tool_splits(2000, 10, seed=0)
     model, tokenizer, info = build_tool_demo(config.demo, train, seed=0)
     driver = build_agent(config, tokenizer)
     agents = {"driver": driver}
     for name, spec in AGENTS.items():
-        agents[name] = build_agent(load_config(None, [*overrides, "rollout.tools=[]", f"rollout.agent={spec}"]), tokenizer)
+        agents[name] = build_agent(load_config(None, [*overrides, "rollout.multi_turn.tools=[]", f"rollout.multi_turn.agent={spec}"]), tokenizer)
     prompts, _ = prepare_prompts(train[:64], tokenizer, source="bench", **prompt_options(config, driver))
     return config, HFEngine(model, tokenizer), tokenizer, agents, prompts
 
@@ -73,8 +73,8 @@ def train_steps(steps: int, skill_steps: int, out: Path) -> dict[str, dict[str, 
     from steadyrl.recipe import train
 
     common = ["demo.task=tool", f"demo.tool_skill_steps={skill_steps}", f"trainer.max_steps={steps}", "demo.num_eval=16",
-              "trainer.eval_every=0", "rollout.tool_isolation=inline", "trainer.save_every=0"]
-    runs = {"driver": common, **{name: [*common, "rollout.tools=[]", f"rollout.agent={spec}"]
+              "trainer.eval_every=0", "rollout.multi_turn.tool_isolation=inline", "trainer.save_every=0"]
+    runs = {"driver": common, **{name: [*common, "rollout.multi_turn.tools=[]", f"rollout.multi_turn.agent={spec}"]
                                  for name, spec in AGENTS.items()}}
     result = {}
     for name, overrides in runs.items():
@@ -153,7 +153,7 @@ def lockout(keyless: int, calls: int, concurrency: int) -> None:
             s.recv(65536)  # the 401
         held.append(s)
     time.sleep(0.2)
-    print(f"cap {g.limits.max_connections} connections (rollout.agent_concurrency {concurrency}); "
+    print(f"cap {g.limits.max_connections} connections (rollout.multi_turn.agent_concurrency {concurrency}); "
           f"{keyless} keyless sockets opened, {_still_open(held)} still open")
     quiet, quiet_ms = _key_holder_calls(g, calls)
     stop, flood = threading.Event(), []

@@ -1,7 +1,7 @@
-"""An agent for ``rollout.agent`` (docs/environments.md, "The gateway"): the tool demo's calculator
+"""An agent for ``rollout.multi_turn.agent`` (docs/environments.md, "The gateway"): the tool demo's calculator
 episode written with the ``openai`` client, as any agent framework would run it.
 
-    steadyrl train demo.task=tool rollout.tools=[] rollout.agent=examples/calculator_agent.py:run_episode
+    steadyrl train demo.task=tool rollout.multi_turn.tools=[] rollout.multi_turn.agent=examples/calculator_agent.py:run_episode
 
 It offers the calculator as a tool, runs the calls the policy makes, sends the results back, and
 returns None: the demo's reward function scores the transcript (the final answer).

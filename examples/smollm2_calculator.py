@@ -4,7 +4,7 @@ template, may ask a calculator before it answers a product.
     python examples/smollm2_calculator.py data/     # writes the prompts (no download)
 
 SmolLM2's template has no tool support (it ignores ``tools=``), so the calculator is an
-environment, not a ``rollout.tools`` function. A turn that says "The answer is N" ends the episode,
+environment, not a ``rollout.multi_turn.tools`` function. A turn that says "The answer is N" ends the episode,
 with reward 1.0 when N is the product, else 0.0. Any other turn is a request to the calculator: the
 expression of its line ``calculate: EXPRESSION``, or else the first ``a * b``-like expression it
 writes (the model, 135M parameters, often writes "41 * 86 = 342" instead of the call), is evaluated
@@ -30,7 +30,7 @@ NUM_TRAIN, NUM_TEST, SEED = 2000, 64, 0
 
 
 class Calculator:
-    """One episode: calculator calls until the policy answers (or rollout.max_turns)."""
+    """One episode: calculator calls until the policy answers (or rollout.multi_turn.max_turns)."""
 
     def reset(self, prompt, answer, **row):
         self.answer = str(answer)

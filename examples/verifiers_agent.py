@@ -1,9 +1,9 @@
-"""A ``verifiers`` environment (prime-rl's) trained through the gateway: ``rollout.agent`` hands each
+"""A ``verifiers`` environment (prime-rl's) trained through the gateway: ``rollout.multi_turn.agent`` hands each
 row to the environment's own rollout, which calls the policy with the OpenAI client it is given,
 and returns the environment's rubric score as the reward (docs/environments.md, "verifiers").
 
     pip install 'verifiers<0.2'      # 0.1.x: the Environment / Rubric API used here
-    steadyrl train demo.task=tool rollout.tools=[] rollout.agent=examples/verifiers_agent.py:run_episode
+    steadyrl train demo.task=tool rollout.multi_turn.tools=[] rollout.multi_turn.agent=examples/verifiers_agent.py:run_episode
 
 The environment here is a ``SingleTurnEnv`` whose rubric checks the final answer against the row's
 ``answer`` column (the tool demo's multiplication questions); any other verifiers environment

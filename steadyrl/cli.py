@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  **page)
     show.add_argument("items", nargs="*", metavar="CONFIG|key=value")
     show.add_argument("--trust-run-code", action="store_true",
-                      help="also load rollout.tools / tool_parser / environment to check them as train does (this "
+                      help="also load rollout.multi_turn.tools / tool_parser / environment to check them as train does (this "
                            "imports and runs their files); without it they are checked without running anything")
 
     convert = sub.add_parser("convert", help="a GGUF file (llama.cpp) into a model directory for "
@@ -178,7 +178,7 @@ def _run(args: argparse.Namespace) -> int:
         # no config file: the defaults, unless a demo.* key asks for the built-in demo's config
         demo = path is None and any(item.startswith("demo.") for item in overrides)
         config, preset_keys = load_config(path, overrides, with_sources=True, demo=demo)
-        if args.trust_run_code:  # rollout.tools / tool_parser / environment loaded, as train checks them
+        if args.trust_run_code:  # rollout.multi_turn.tools / tool_parser / environment loaded, as train checks them
             from .assembly.agent import check_agent_specs
 
             check_agent_specs(config)

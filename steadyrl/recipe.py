@@ -171,8 +171,8 @@ def train_step(run: Run, engine: Engine, step: int) -> tuple[dict[str, float], d
     batch = prepare(cfg, run.models, run.device, run.optim.kl_controller.value, batch_from_generation(drawn.gen))
 
     # 3. gather: reward processing sees the samples of all ranks
-    whole = gather_samples(drawn.result, drawn.gen, batch, [len(p.ids) for p in drawn.prompts], ro.turn_reward,
-                           drawn.selected)
+    whole = gather_samples(drawn.result, drawn.gen, batch, [len(p.ids) for p in drawn.prompts],
+                           ro.multi_turn.turn_reward, drawn.selected)
 
     # 4. process rewards: clip, normalise, KL in the reward, advantages; then importance correction
     trainable = whole.result.valid if whole.selected is None else whole.result.valid & whole.selected

@@ -26,7 +26,7 @@ def out_dtype(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-# A tool file for multi-turn tests (``rollout.tools: [tools.py:add]``): type hints and an
+# A tool file for multi-turn tests (``rollout.multi_turn.tools: [tools.py:add]``): type hints and an
 # Args docstring, as the tool loader requires.
 ADD_TOOL_SOURCE = '''
 def add(a: int, b: int) -> int:

@@ -11,7 +11,7 @@ and tools/template_table.py, which prints the table in docs/agents.md).
   otherwise shows): ``exact``, ``differs at token N`` or ``failed: why``;
 * ``round_trip``: the call text the template renders parses back to the call (tools mode).
 
-Each case runs in one ``rollout.multi_turn_mode`` (``TURN_MODES``), the probe and the episode judged
+Each case runs in one ``rollout.multi_turn.mode`` (``TURN_MODES``), the probe and the episode judged
 in that mode's own terms: ``single`` against the whole conversation's rendering; ``stepwise`` each
 turn's sample is the tokenized rendering of the conversation before it (with a generation prompt)
 plus the ids sampled; ``as_sampled`` the contexts the engine was given are prefixes of the trained
@@ -213,7 +213,7 @@ class Case:
     episode: str  # "exact", "differs at ..." or "failed: ..."
     round_trip: bool | None  # None: no call to read back (user mode, or no turn to render)
     overhead: int | None = None  # an empty observation's tokens (start-up's max_observation_tokens check), if exact
-    turn_mode: str = "single"  # rollout.multi_turn_mode
+    turn_mode: str = "single"  # rollout.multi_turn.mode
 
 
 class _FixedClock(datetime.datetime):

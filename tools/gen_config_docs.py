@@ -26,6 +26,7 @@ from pydantic_core import PydanticUndefined  # noqa: E402
 from steadyrl.config import ALGORITHM_PRESETS, DEMO_CONFIG, Config  # noqa: E402
 from steadyrl.config.loading import yaml_dump  # noqa: E402
 from steadyrl.config.presets import DEFAULT_PRESET  # noqa: E402
+from steadyrl.config.renamed import RENAMED_KEYS  # noqa: E402
 from steadyrl.envs.options import ENV_OPTIONS  # noqa: E402
 from steadyrl.config.reward_options import REWARD_OPTIONS  # noqa: E402
 from steadyrl.config.schema import RewardConfig  # noqa: E402
@@ -85,7 +86,7 @@ an unknown name is an error naming the field, the value and what would be valid.
 then exits with status 2 and that one line on stderr. Every problem of a config is reported at
 once, one `steadyrl: error:` line each (the unknown keys first, then the invalid values, one
 line per value). `steadyrl config show` checks what `train` checks of the config itself, and the
-`rollout.tools`, `rollout.tool_parser` and `rollout.environment` specs **without running them**
+`rollout.multi_turn.tools`, `rollout.multi_turn.tool_parser` and `rollout.multi_turn.environment` specs **without running them**
 (a config may be someone else's, and loading `file.py:fn` executes the file): the form of each
 spec, that a file exists, parses as Python and defines the name at its top level (read with
 `ast`), that a module name is a dotted name, that a parser name is a built-in one.
@@ -98,6 +99,19 @@ imported, so a mistake is answered in well under a second.
 preset fills the keys you did not write; every key you write wins, and `steadyrl config show`
 marks each value a preset filled with `[preset]`, so nothing is changed behind your back. With no
 preset written, {default} applies, and the schema defaults below are its values.
+"""
+
+RENAMED_NOTE = """\
+## Old key names
+
+Keys steadyrl itself renamed keep working: a config (or a run directory's saved `config.yaml`,
+which `--resume` reads) that uses an old name loads with the same meaning, and the run prints one
+deprecation note naming each old key and its new name, as `steadyrl config show` does. Writing an
+old name and its new name both is an error. `steadyrl config show` prints the config with the new
+names.
+
+| old name | new name |
+|---|---|
 """
 
 DEMO_NOTE = """\
@@ -261,6 +275,7 @@ def render() -> str:
     lines += ["Defaults are the schema's; `valid` lists the choices and bounds that are checked.",
               "Sections follow in the order of `steadyrl config show`."]
     lines += _sections(Config, "", 3)
+    lines += ["", RENAMED_NOTE.rstrip(), *[f"| `{old}` | `{new}` |" for old, new in RENAMED_KEYS.items()]]
     demo = yaml_dump(DEMO_CONFIG, sort_keys=False, default_flow_style=False)
     lines += ["", DEMO_NOTE.replace("{demo}", demo).rstrip()]
     return "\n".join(lines) + "\n"

@@ -6,7 +6,7 @@
 Each row is a template published with a model, as vendored by llama.cpp in the llama-cpp-python
 sdist (downloaded once and cached, see tests/support_realtemplates.py; every template of it, the
 family of those the suite does not name read off the template: tests/support_sdist.py), with tools or with user-role
-observations; each ``rollout.multi_turn_mode`` column is one conformance case
+observations; each ``rollout.multi_turn.mode`` column is one conformance case
 (tests/support_conformance.py): ``exact`` (the probe accepts and the scripted episode is exact in
 that mode's terms), ``refused: ...`` (the probe's reason), or ``ACCEPTED, NOT EXACT`` (a bug). The
 table sits between two marker lines of the page. A second table, between its own markers, holds the
@@ -56,7 +56,7 @@ def short(verdict: str) -> str:
         raised = re.search(r"failed to render [^:]*: (\w+: .{0,60})", verdict)
         what += f" ({raised.group(1).rstrip()}...)" if raised else ""
     fixes = re.search(r"What would handle it: (.*)", verdict)
-    named = [re.sub(r" \(.*", "", f.replace("rollout.multi_turn_mode: ", "")).replace(
+    named = [re.sub(r" \(.*", "", f.replace("rollout.multi_turn.mode: ", "")).replace(
         "observations with the 'tool' role", "observation_role: tool").replace("data.chat_template_kwargs.", "")
         for f in (fixes.group(1).split("; ") if fixes else []) if "none found" not in f]
     return f"refused: {what}" + (f"; works with {', '.join(named)}" if named else "")
@@ -70,7 +70,7 @@ def cell(c) -> str:
 
 
 def picks(by_mode: dict) -> str:
-    """What ``multi_turn_mode: auto`` runs: single when exact, else stepwise when exact, else refused."""
+    """What ``rollout.multi_turn.mode: auto`` runs: single when exact, else stepwise when exact, else refused."""
     return next((m for m in ("single", "stepwise") if by_mode[m].verdict == "exact"), "refused")
 
 

@@ -4,10 +4,10 @@ A :class:`CallRunner` runs ``target(request)`` for a list of requests and return
 :class:`CallResult`: ``("ok", value)``, ``("error", text)``, ``("timeout", text)`` or, when the
 requests share a time budget (``budget_s``: all of them are over that long after they were
 sent, whatever each one's own limit), ``("budget", text)`` for a call cut by it or never started.
-Nothing a call does propagates to the caller. Isolations, as for reward functions (``rollout.tool_isolation``):
+Nothing a call does propagates to the caller. Isolations, as for reward functions (``rollout.multi_turn.tool_isolation``):
 
 * ``process`` (the default on Linux): each call runs in a :class:`~steadyrl.sandbox.Sandbox` worker
-  (its own session, resource limits ``rollout.tool_limits``, credentials removed from its
+  (its own session, resource limits ``rollout.multi_turn.tool_limits``, credentials removed from its
   environment, output captured, everything it started killed at the time limit); values come back
   as JSON. ``workers`` sandboxes serve the calls, so up to that many run at once.
 * ``thread`` (the default where there is no ``fork``): a thread per call; a call past its time limit
@@ -97,13 +97,13 @@ class _Budget:
         if self.deadline is None or time.perf_counter() < self.deadline:
             return None
         return CallResult("budget", f"not run: the turn's tool calls used their whole time budget of "
-                          f"{self.budget_s:g} s (rollout.tool_time_budget_s)", 0.0)
+                          f"{self.budget_s:g} s (rollout.multi_turn.tool_time_budget_s)", 0.0)
 
     def cut(self, limit: float, timeout_s: float) -> CallResult:
         """The result of a call stopped at ``limit``: by the budget when that was below its own limit."""
         if limit < timeout_s:
             return CallResult("budget", f"stopped after {limit:.3g} s: the turn's tool calls used their whole "
-                              f"time budget of {self.budget_s:g} s (rollout.tool_time_budget_s)", limit)
+                              f"time budget of {self.budget_s:g} s (rollout.multi_turn.tool_time_budget_s)", limit)
         return CallResult("timeout", f"timed out after {timeout_s:g} s", timeout_s)
 
 

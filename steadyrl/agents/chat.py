@@ -54,7 +54,7 @@ def observation_ids(tokenizer, history: list[dict], assistant, new_messages: lis
 def observation_tail_ids(tokenizer, history: list[dict], assistant, new_messages: list[dict], *,
                          tools: list[dict] | None, end_texts: list[str], template_kwargs: dict | None = None,
                          end: str | None = None) -> list[int]:
-    """As :func:`observation_ids`, for templates that re-render earlier turns (``rollout.multi_turn_mode``
+    """As :func:`observation_ids`, for templates that re-render earlier turns (``rollout.multi_turn.mode``
     ``as_sampled`` and ``stepwise``): the template's rendering of ``new_messages`` and the next
     generation prompt, right after the end token of the sampled turn, taken from the rendering of
     the whole conversation with them, whatever the template does to the turns before."""
@@ -66,7 +66,7 @@ def observation_overhead(tokenizer, *, tools: list[dict] | None, observation_rol
                          template_kwargs: dict | None = None, mode: str = "single") -> int:
     """The tokens the template writes for one ``observation_role`` message with empty content after a
     turn (its header, its end, the next generation prompt; for ``tool`` messages, the most over the
-    tools' names): what ``rollout.max_observation_tokens`` must exceed for any content to fit."""
+    tools' names): what ``rollout.multi_turn.max_observation_tokens`` must exceed for any content to fit."""
     from .probe import reads_reasoning
 
     history = [{"role": "user", "content": "What is 2 + 3?"}]
@@ -91,7 +91,7 @@ def observation_overhead(tokenizer, *, tools: list[dict] | None, observation_rol
             from .turns import call_form  # the arguments in the form the template renders (functionary: a string)
 
             assistant = call_form(tokenizer, history, assistant, tools=tools, template_kwargs=template_kwargs)
-        ids_of = observation_ids if mode == "single" else observation_tail_ids  # rollout.multi_turn_mode
+        ids_of = observation_ids if mode == "single" else observation_tail_ids  # rollout.multi_turn.mode
         return len(ids_of(tokenizer, history, assistant, [message], tools=tools, end_texts=end_texts,
                           template_kwargs=template_kwargs))
 
@@ -100,14 +100,14 @@ def observation_overhead(tokenizer, *, tools: list[dict] | None, observation_rol
 
 def check_observation_room(tokenizer, limit: int, *, tools: list[dict] | None, observation_role: str,
                            end_texts: list[str], template_kwargs: dict | None = None, mode: str = "single") -> None:
-    """``rollout.max_observation_tokens`` (``limit``) must leave room for content after the
+    """``rollout.multi_turn.max_observation_tokens`` (``limit``) must leave room for content after the
     template's own tokens (:func:`observation_overhead`): an observation is shortened by its content
     only, never by cutting the template's tokens. Raises ``ConfigError``."""
     overhead = observation_overhead(tokenizer, tools=tools, observation_role=observation_role,
                                     end_texts=end_texts, template_kwargs=template_kwargs, mode=mode)
     if limit <= overhead:
         raise ConfigError(
-            f"rollout.max_observation_tokens = {limit}: the chat template of {template_name(tokenizer)!r} alone needs "
+            f"rollout.multi_turn.max_observation_tokens = {limit}: the chat template of {template_name(tokenizer)!r} alone needs "
             f"{overhead} tokens to wrap one empty {observation_role!r} message and the next generation prompt, "
             f"so no content would fit; set it to at least {overhead + 1}")
 

@@ -10,16 +10,16 @@
 
 ``reset`` also receives ``seed=`` when its signature accepts it (or ``**kwargs``): a number derived
 from ``trainer.seed`` and the sample's index, so a resumed run replays the same episodes. Text
-observations take the role ``rollout.observation_role``. A reward of None means "none this turn";
-the episode's turn rewards combine by ``rollout.turn_reward`` (sum, or the last turn's).
+observations take the role ``rollout.multi_turn.observation_role``. A reward of None means "none this turn";
+the episode's turn rewards combine by ``rollout.multi_turn.turn_reward`` (sum, or the last turn's).
 
 Anything an environment does wrong — ``reset`` or ``step`` raising or timing out, a reply of the
 wrong shape, a non-finite reward — fails that episode only: it is left out of the update and
 counted (``rollout/failed_episodes``); the run goes on. Under ``process`` isolation (the default on
 Linux) each running episode's instance lives in a sandbox worker of its own, with
-``rollout.tool_limits``, the time limit ``rollout.tool_timeout_s`` per call, and everything it
+``rollout.multi_turn.tool_limits``, the time limit ``rollout.multi_turn.tool_timeout_s`` per call, and everything it
 starts killed when a call times out or the run ends. A class loaded by :func:`load_environment`
-(``rollout.environment``) is loaded again in a fresh worker; a class handed in as a Python
+(``rollout.multi_turn.environment``) is loaded again in a fresh worker; a class handed in as a Python
 object is run in a worker forked from the trainer.
 """
 
@@ -38,7 +38,7 @@ _SPECS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def load_environment(spec: str) -> type:
-    """The class named by ``rollout.environment`` (``file.py:Class`` or ``package.module:Class``), or
+    """The class named by ``rollout.multi_turn.environment`` (``file.py:Class`` or ``package.module:Class``), or
     an adapter's (``textarena:<GameId>``, ``openenv:<base_url>``: :mod:`steadyrl.envs`)."""
     from ..envs import adapter_environment, is_spec
     from ..userfn import SPEC_FORMS, resolve_spec
@@ -47,15 +47,15 @@ def load_environment(spec: str) -> type:
         return adapter_environment(spec)
 
     def err(what: str) -> ConfigError:
-        return ConfigError(f"rollout.environment = {spec!r}: {what}; valid: {SPEC_FORMS.replace('function', 'Class')}")
+        return ConfigError(f"rollout.multi_turn.environment = {spec!r}: {what}; valid: {SPEC_FORMS.replace('function', 'Class')}")
 
     cls = resolve_spec(str(spec).strip(), err, prefix="_steadyrl_env")
     if not inspect.isclass(cls):
-        raise ConfigError(f"rollout.environment = {spec!r} is a {type(cls).__name__}, not a class; "
+        raise ConfigError(f"rollout.multi_turn.environment = {spec!r} is a {type(cls).__name__}, not a class; "
                           "valid: a class with reset(**row) and step(text) methods")
     missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
     if missing:
-        raise ConfigError(f"rollout.environment = {spec!r}: the class has no {' or '.join(missing)} method; "
+        raise ConfigError(f"rollout.multi_turn.environment = {spec!r}: the class has no {' or '.join(missing)} method; "
                           "valid: a class with reset(**row) -> observation or None and "
                           "step(text) -> (observation, reward, done)")
     try:

@@ -1,4 +1,4 @@
-"""The start-up probe of ``rollout.multi_turn_mode`` ``stepwise`` and ``as_sampled``, and ``auto``'s choice.
+"""The start-up probe of ``rollout.multi_turn.mode`` ``stepwise`` and ``as_sampled``, and ``auto``'s choice.
 
 A template that re-renders earlier turns (thinking templates drop their reasoning; Hermes re-renders
 a tool result once a turn follows) cannot be trained as one sequence that is its rendering
@@ -7,7 +7,7 @@ a tool result once a turn follows) cannot be trained as one sequence that is its
 scripted episode in the mode asked: what the model writes each turn (:func:`model_turn`, also for a
 template whose generation prompt opens a block its rendered turns lack), the observations as the
 rollout renders them in that mode, and each step-wise context; any failure refuses the run, naming
-``rollout.multi_turn_mode`` and the modes that would work. ``auto`` is ``single`` when the template
+``rollout.multi_turn.mode`` and the modes that would work. ``auto`` is ``single`` when the template
 is append-only, else ``stepwise``.
 """
 
@@ -146,7 +146,7 @@ def mode_works(tokenizer, mode: str, **kw) -> bool:
 
 def check_mode(tokenizer, mode: str, *, tools: list[dict] | None, observation_role: str, end_texts: list[str],
                template_kwargs: dict | None = None, parser=None) -> str:
-    """Probe ``rollout.multi_turn_mode`` = ``mode`` with this template; returns the mode to run
+    """Probe ``rollout.multi_turn.mode`` = ``mode`` with this template; returns the mode to run
     (``auto``: ``single`` when the template renders an episode as one sequence, else ``stepwise``).
     Raises ``TemplateError`` naming the key and the modes that would work."""
     if mode == "single":
@@ -159,7 +159,7 @@ def check_mode(tokenizer, mode: str, *, tools: list[dict] | None, observation_ro
                            template_kwargs=template_kwargs, parser=parser)
             return "single"
         except TemplateDriftError as err:
-            if "rollout.multi_turn_mode: stepwise" not in str(err):
+            if "rollout.multi_turn.mode: stepwise" not in str(err):
                 raise
             mode = "stepwise"
     require_template(tokenizer)
@@ -179,7 +179,7 @@ def check_mode(tokenizer, mode: str, *, tools: list[dict] | None, observation_ro
         others = [MODE_WORDS[m] for m in ("stepwise", "as_sampled") if m != mode and mode_works(
             tokenizer, m, tools=tools, observation_role=observation_role, end_texts=end_texts,
             kwargs=template_kwargs, parser=parser)]
-        raise TemplateError(f"rollout.multi_turn_mode = {mode!r} cannot run with this chat template: {err}"
+        raise TemplateError(f"rollout.multi_turn.mode = {mode!r} cannot run with this chat template: {err}"
                             + (f". What would handle it: {'; '.join(others)}" if others else "")) from None
     return mode
 

@@ -54,7 +54,7 @@ __all__ = ["ToolCall", "ParsedTurn", "TOOL_PARSERS", "register_parser", "load_pa
 
 
 def _err(spec: str, what: str) -> ConfigError:
-    return ConfigError(f"rollout.tool_parser={spec!r}: {what}")
+    return ConfigError(f"rollout.multi_turn.tool_parser={spec!r}: {what}")
 
 
 def _normalise(spec: str, text: str, out) -> ParsedTurn:

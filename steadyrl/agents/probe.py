@@ -13,7 +13,7 @@ token that does not stop generation ...) and the setting that would handle it.
 
 It also checks that the template shows the tools, renders the observation role, closes an
 assistant turn with a token that stops generation, and (given a parser) that the parser reads
-back the calls the template writes. These are the pieces of the probe of ``rollout.multi_turn_mode:
+back the calls the template writes. These are the pieces of the probe of ``rollout.multi_turn.mode:
 single``; :func:`steadyrl.agents.modes.check_template` runs it (beside the other modes' probes, so that
 a refusal names the modes that work), which keeps this module below :mod:`.modes`.
 """
@@ -29,12 +29,12 @@ from .templating import (CONTEXT_CHARS, PROBE_MARKER, TemplateDriftError, Templa
 from .turns import call_form, shape_turn
 
 MODES = ("single", "stepwise", "as_sampled")
-"""``rollout.multi_turn_mode`` values besides ``auto`` (docs/agents.md, "Multi-turn modes")."""
+"""``rollout.multi_turn.mode`` values besides ``auto`` (docs/agents.md, "Multi-turn modes")."""
 
 MODE_WORDS = {
-    "stepwise": "rollout.multi_turn_mode: stepwise (per-turn samples: each turn trained on the template's "
+    "stepwise": "rollout.multi_turn.mode: stepwise (per-turn samples: each turn trained on the template's "
                 "rendering of its history, as at inference)",
-    "as_sampled": "rollout.multi_turn_mode: as_sampled (one sequence, as the policy saw it while sampling)",
+    "as_sampled": "rollout.multi_turn.mode: as_sampled (one sequence, as the policy saw it while sampling)",
 }
 
 
@@ -157,7 +157,7 @@ def alternatives(tokenizer, *, tools, observation_role, end_texts, kwargs) -> li
     found = []
     if observation_role != "tool" and tools is None and _works(
             tokenizer, tools=None, observation_role="tool", end_texts=end_texts, kwargs=kwargs):
-        found.append("observations with the 'tool' role (rollout.observation_role: tool)")
+        found.append("observations with the 'tool' role (rollout.multi_turn.observation_role: tool)")
     if "enable_thinking" in (tokenizer.chat_template or ""):
         for value in (True, False):
             if (kwargs or {}).get("enable_thinking") is value:

@@ -48,7 +48,7 @@ class Agent(Protocol):
     """An agent, and the capabilities it declares (read by the step, never probed):
 
     * ``multi_turn_mode``: how its episodes are trained (``single``, ``stepwise``, ``as_sampled``;
-      ``rollout.multi_turn_mode``, resolved against the chat template when the agent is built);
+      ``rollout.multi_turn.mode``, resolved against the chat template when the agent is built);
     * ``drives_episodes``: it runs a step's episodes itself (``rollout(engine, ...)``, the gateway's)
       instead of answering turns the episode driver generates;
     * ``splits_trajectories``: an episode that rewrote its history trains each trajectory as a sample;

@@ -1,4 +1,4 @@
-"""``steadyrl config show``'s check of ``rollout.tools`` / ``tool_parser`` / ``environment`` without
+"""``steadyrl config show``'s check of ``rollout.multi_turn.tools`` / ``tool_parser`` / ``environment`` without
 running them: a config may come from someone else, and loading a ``file.py:fn`` spec executes the
 file (:func:`steadyrl.userfn.import_file`). Reading a config never runs its code.
 
@@ -72,23 +72,23 @@ def check_spec(spec: object, err) -> None:
 
 def check_specs_statically(config) -> None:
     """The specs of ``config.rollout`` checked without importing or running them (module docstring)."""
-    ro = config.rollout
-    if ro.tools:
-        if isinstance(ro.tools, str) or not isinstance(ro.tools, (list, tuple)):
-            raise ConfigError(f"rollout.tools={ro.tools!r}: expected a list of {SPEC_FORMS} specs")
-        for i, spec in enumerate(ro.tools):
-            check_spec(spec, lambda what, i=i, spec=spec: ConfigError(f"rollout.tools[{i}]={spec!r}: {what}"))
-        parser = ro.tool_parser
+    mt = config.rollout.multi_turn
+    if mt.tools:
+        if isinstance(mt.tools, str) or not isinstance(mt.tools, (list, tuple)):
+            raise ConfigError(f"rollout.multi_turn.tools={mt.tools!r}: expected a list of {SPEC_FORMS} specs")
+        for i, spec in enumerate(mt.tools):
+            check_spec(spec, lambda what, i=i, spec=spec: ConfigError(f"rollout.multi_turn.tools[{i}]={spec!r}: {what}"))
+        parser = mt.tool_parser
         if ":" in str(parser):
-            check_spec(parser, lambda what: ConfigError(f"rollout.tool_parser = {parser!r}: {what}"))
+            check_spec(parser, lambda what: ConfigError(f"rollout.multi_turn.tool_parser = {parser!r}: {what}"))
         else:
             from .parsers import load_parser  # a built-in name: steadyrl's own parsers, no user code
 
             load_parser(parser)
-    elif ro.environment is not None:
+    elif mt.environment is not None:
         from ..envs import is_spec
 
-        if not is_spec(ro.environment):
-            env = ro.environment
-            check_spec(env, lambda what: ConfigError(f"rollout.environment = {env!r}: {what}; valid: "
+        if not is_spec(mt.environment):
+            env = mt.environment
+            check_spec(env, lambda what: ConfigError(f"rollout.multi_turn.environment = {env!r}: {what}; valid: "
                                                      f"{SPEC_FORMS.replace('function', 'Class')}"))

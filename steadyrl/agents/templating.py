@@ -266,7 +266,7 @@ def kept_message(message: dict, sampled: str, parser, style: str, index: int, st
     raise TemplateError(
         f"the tool parser does not read back the call the chat template teaches: {sampled!r} parses "
         f"as {[(c.name, c.arguments) for c in parsed.calls]} (errors {parsed.errors}), expected {expected}; "
-        f"set rollout.tool_parser to the template's format (tool_parser: auto picks it)")
+        f"set rollout.multi_turn.tool_parser to the template's format (tool_parser: auto picks it)")
 
 
 def check_renders(tokenizer, *, tools, observation_role: str, kwargs) -> None:

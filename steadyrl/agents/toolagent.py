@@ -1,8 +1,8 @@
 """Tool use: the agent that runs the tool calls a turn makes and returns their results.
 
-A turn is parsed by ``rollout.tool_parser`` (:mod:`.parsers`). No call and no malformed call: the
+A turn is parsed by ``rollout.multi_turn.tool_parser`` (:mod:`.parsers`). No call and no malformed call: the
 policy has answered and the episode ends. Otherwise every call of every running episode runs at
-once (:class:`.calls.CallRunner`, under ``rollout.tool_isolation`` and ``rollout.tool_timeout_s``) and
+once (:class:`.calls.CallRunner`, under ``rollout.multi_turn.tool_isolation`` and ``rollout.multi_turn.tool_timeout_s``) and
 each result comes back as a ``tool`` message, in the order of the calls. A call that raises, times
 out, names an unknown tool or passes bad arguments returns its error text to the model (it can
 recover) and is counted by tool name; a malformed call is counted as ``parse``, a call to a tool
@@ -10,9 +10,9 @@ that does not exist as ``unknown`` (not under the name the model made up: the me
 bounded).
 
 Two bounds keep a turn that calls tools in a loop (a repetition, or a policy that learnt that
-calls cost nothing) from holding the step: only the first ``rollout.max_tool_calls_per_turn``
+calls cost nothing) from holding the step: only the first ``rollout.multi_turn.max_tool_calls_per_turn``
 calls of a turn are run, each further one is answered ``Error: ...`` and counted as
-``max_calls``; and all the calls of a turn share ``rollout.tool_time_budget_s``, counted from when
+``max_calls``; and all the calls of a turn share ``rollout.multi_turn.tool_time_budget_s``, counted from when
 they are sent: a call still running when it is spent is cut, one not started yet is not run,
 both answered with an error and counted as ``time_budget``. The turns of all episodes are sent
 together, first calls first (every episode's first call, then every second call ...), so that
@@ -21,7 +21,7 @@ one episode's many calls do not keep another's first one waiting.
 Arguments nested more than :data:`MAX_ARGUMENT_DEPTH` levels deep (a degenerate
 repetition of ``[[[[...``), or that cannot be pickled to a worker, make a malformed call too.
 
-Under ``process`` isolation, tools loaded from specs (``rollout.tools``) run in fresh workers that
+Under ``process`` isolation, tools loaded from specs (``rollout.multi_turn.tools``) run in fresh workers that
 load them again (:func:`.tools.server_recipe`); tools given as Python objects, in forked ones.
 """
 
@@ -64,9 +64,9 @@ def argument_problem(arguments) -> str | None:
 
 
 DEFAULT_MAX_CALLS = 8
-"""``rollout.max_tool_calls_per_turn``'s default: one wave of the default 8 tool workers."""
+"""``rollout.multi_turn.max_tool_calls_per_turn``'s default: one wave of the default 8 tool workers."""
 DEFAULT_TIME_BUDGET_S = 60.0
-"""``rollout.tool_time_budget_s``'s default: two calls' worth of the default 30 s time limit."""
+"""``rollout.multi_turn.tool_time_budget_s``'s default: two calls' worth of the default 30 s time limit."""
 
 
 class ToolAgent(AgentBase):
@@ -146,7 +146,7 @@ class ToolAgent(AgentBase):
             return results.get((i, k)) or CallResult(
                 "error", f"unknown tool {call.name!r}; tools: {sorted(self.tools)}", 0.0)
         return CallResult("max_calls", f"not run: a turn may make at most {self.max_calls_per_turn} tool calls "
-                          f"(rollout.max_tool_calls_per_turn), this is call {k + 1}", 0.0)
+                          f"(rollout.multi_turn.max_tool_calls_per_turn), this is call {k + 1}", 0.0)
 
     def _run_turns(self, parsed: list) -> list[Reply]:
         """Run the calls of every parsed turn (None: nothing to run) and build the replies."""

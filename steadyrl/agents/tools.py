@@ -1,6 +1,6 @@
 """Tools: user functions the policy may call during a rollout, with the JSON schema it is shown.
 
-``rollout.tools`` lists ``file.py:fn`` / ``package.module:fn`` specs. Each function needs a type
+``rollout.multi_turn.tools`` lists ``file.py:fn`` / ``package.module:fn`` specs. Each function needs a type
 hint on every argument and a Google-style docstring describing it (the schema the chat template
 shows the model is built from them by ``transformers.utils.get_json_schema``)::
 
@@ -40,15 +40,15 @@ UNKNOWN_TOOL = "unknown"
 whatever name the model wrote: the metric keys stay the tools' names and these two."""
 
 MAX_CALLS = "max_calls"
-"""The name calls past ``rollout.max_tool_calls_per_turn`` are counted under (not run)."""
+"""The name calls past ``rollout.multi_turn.max_tool_calls_per_turn`` are counted under (not run)."""
 
 TIME_BUDGET = "time_budget"
-"""The name calls cut or not run because their turn's ``rollout.tool_time_budget_s`` was spent are
+"""The name calls cut or not run because their turn's ``rollout.multi_turn.tool_time_budget_s`` was spent are
 counted under."""
 
 _RESERVED = {PARSE_ERROR: "malformed tool calls", UNKNOWN_TOOL: "calls to tools that do not exist",
-             MAX_CALLS: "calls past rollout.max_tool_calls_per_turn",
-             TIME_BUDGET: "calls past their turn's rollout.tool_time_budget_s"}
+             MAX_CALLS: "calls past rollout.multi_turn.max_tool_calls_per_turn",
+             TIME_BUDGET: "calls past their turn's rollout.multi_turn.tool_time_budget_s"}
 
 
 class ToolArgumentError(SteadyRLError, ValueError):
@@ -84,14 +84,14 @@ def _schema(fn, err) -> dict:
 
 
 def load_tools(specs: list[str]) -> list[Tool]:
-    """The tools ``rollout.tools`` names, in order (see the module docstring)."""
+    """The tools ``rollout.multi_turn.tools`` names, in order (see the module docstring)."""
     if isinstance(specs, str) or not isinstance(specs, (list, tuple)):
-        raise ConfigError(f"rollout.tools={specs!r}: expected a list of {SPEC_FORMS} specs")
+        raise ConfigError(f"rollout.multi_turn.tools={specs!r}: expected a list of {SPEC_FORMS} specs")
     tools: list[Tool] = []
     seen: dict[str, int] = {}
     for i, spec in enumerate(specs):
         def err(what: str, i=i, spec=spec) -> ConfigError:
-            return ConfigError(f"rollout.tools[{i}]={spec!r}: {what}")
+            return ConfigError(f"rollout.multi_turn.tools[{i}]={spec!r}: {what}")
 
         if not isinstance(spec, str) or ":" not in spec:
             raise err(f"expected {SPEC_FORMS}")
@@ -104,7 +104,7 @@ def load_tools(specs: list[str]) -> list[Tool]:
             raise err(f"the function is named {name!r}, the name rollout/tool_errors/{name} counts "
                       f"{_RESERVED[name]} under; rename the function")
         if name in seen:
-            raise err(f"a second tool named {name!r} (rollout.tools[{seen[name]}] has that name); "
+            raise err(f"a second tool named {name!r} (rollout.multi_turn.tools[{seen[name]}] has that name); "
                       "the model calls tools by name, so names must be unique")
         seen[name] = i
         tools.append(Tool(name=name, fn=fn, schema=schema, spec=spec.strip()))

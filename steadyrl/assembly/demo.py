@@ -42,10 +42,10 @@ def _tool_demo_task(config: Config) -> tuple[list[dict], list[dict], list[Reward
     from ..demo.tool_task import make_tool_splits, tool_answer_reward
 
     demo = config.demo
-    if not config.rollout.tools and config.rollout.agent is None:  # an agent brings its own calculator
+    if not config.rollout.multi_turn.tools and config.rollout.multi_turn.agent is None:  # an agent brings its own calculator
         from ..demo.tool_demo import TOOL_SPEC
 
-        raise ConfigError(f"demo.task = 'tool' needs the calculator in rollout.tools (rollout.tools=[{TOOL_SPEC}]); "
+        raise ConfigError(f"demo.task = 'tool' needs the calculator in rollout.multi_turn.tools (rollout.multi_turn.tools=[{TOOL_SPEC}]); "
                           "'steadyrl train demo.task=tool' without a config file sets it")
     try:
         train, evals = make_tool_splits(demo.num_train, demo.num_eval, seed=config.trainer.seed)
@@ -162,7 +162,7 @@ class DemoTask:
         train, evals, specs = demo_task(config)
         train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval, quiet=quiet,
                                                               demo=(train, evals))
-        if config.rollout.environment is not None:  # the environment's rewards alone
+        if config.rollout.multi_turn.environment is not None:  # the environment's rewards alone
             specs = []
         return train, evals, train_parts, eval_parts, specs
 

@@ -35,9 +35,9 @@ def prompt_options(config: Config, agent) -> dict:
     user messages of the chat template (``data.chat_template`` null means true there), and the
     tools' schemas go to the template."""
     chat_template = config.data.chat_template
-    if config.rollout.multi_turn:
+    if config.rollout.multi_turn.enabled:
         if chat_template is False:
-            raise ConfigError("data.chat_template = false, but rollout.tools / rollout.environment make every "
+            raise ConfigError("data.chat_template = false, but rollout.multi_turn.tools / rollout.multi_turn.environment make every "
                               "episode a conversation, which only the chat template can render; set "
                               "data.chat_template to true or null")
         chat_template = True
@@ -211,8 +211,8 @@ def check_context_length(config: Config, model_path: str, train_prompts: list[Pr
     if not limit:
         return
     ro, eval_tokens = config.rollout, config.eval.max_new_tokens
-    if ro.multi_turn:  # every episode, held-out ones too, may use its whole token budget
-        checks = [("rollout.max_episode_tokens", ro.episode_token_limit, train_prompts + eval_prompts, "prompt")]
+    if ro.multi_turn.enabled:  # every episode, held-out ones too, may use its whole token budget
+        checks = [("rollout.multi_turn.max_episode_tokens", ro.episode_token_limit, train_prompts + eval_prompts, "prompt")]
     else:
         checks = [("rollout.max_new_tokens", ro.max_new_tokens,
                    train_prompts + (eval_prompts if eval_tokens is None else []), "prompt")]

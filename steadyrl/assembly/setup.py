@@ -177,10 +177,10 @@ def check_inputs(config: Config, resources: ExitStack) -> Inputs:
     check_engine_available(config.rollout.engine)
     check_rollout_dtype(config.rollout.dtype, device)
     check_backends_available(trainer.trackers)
-    if config.rollout.agent is not None:  # its signature, before any model (the demo's is built next)
+    if config.rollout.multi_turn.agent is not None:  # its signature, before any model (the demo's is built next)
         from ..gateway import load_agent
 
-        load_agent(config.rollout.agent)
+        load_agent(config.rollout.multi_turn.agent)
     train_records, eval_records, scorer, (train_parts, eval_parts) = task_inputs(config)
     resources.callback(scorer.close)
     inputs = Inputs(device=device, train_records=train_records, eval_records=eval_records, scorer=scorer,

@@ -54,7 +54,7 @@ class DataTask:
     def records(self, config: Config, for_eval: bool, quiet: bool = False):
         train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval, quiet=quiet)
         default = []
-        alone = config.rollout.environment is not None or config.rollout.agent is not None  # their rewards alone
+        alone = config.rollout.multi_turn.environment is not None or config.rollout.multi_turn.agent is not None  # their rewards alone
         if not config.rewards and not alone:  # built only when used: math_verify takes 0.5 s to load
             default = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
         return train, evals, train_parts, eval_parts, default
@@ -129,11 +129,11 @@ def task_inputs(config: Config, *, for_eval: bool = False):
     from ..rewards.scorer import Scorer
 
     train, evals, specs, parts = check_task(config, for_eval=for_eval)
-    alone = config.rollout.environment is not None or config.rollout.agent is not None  # their rewards alone
+    alone = config.rollout.multi_turn.environment is not None or config.rollout.multi_turn.agent is not None  # their rewards alone
     # a dry call of your own functions on the first row, before step 1 (episodes add columns: not there)
-    probe = None if alone or config.rollout.multi_turn else next(iter(train or evals or []), None)
-    # the demo's own reward, with no rewards: written, scores only what a rollout.agent left to it (None)
-    fallback = config.is_demo and not config.rewards and config.rollout.agent is not None
+    probe = None if alone or config.rollout.multi_turn.enabled else next(iter(train or evals or []), None)
+    # the demo's own reward, with no rewards: written, scores only what a rollout.multi_turn.agent left to it (None)
+    fallback = config.is_demo and not config.rewards and config.rollout.multi_turn.agent is not None
     return train, evals, Scorer(specs, allow_empty=alone, domain_key=config.data.domain_key, probe=probe,
                                 agent_fallback=fallback), parts
 
@@ -143,14 +143,14 @@ def check_task(config: Config, *, for_eval: bool = False, quiet: bool = False):
     checked: files, columns, reward specs, domains. Imports no torch unless a reward does (a reward
     model); ``quiet``: no console notes."""
     train, evals, train_parts, eval_parts, default_specs = task_of(config).records(config, for_eval, quiet)
-    environment = config.rollout.environment is not None
-    agent = config.rollout.agent is not None
+    environment = config.rollout.multi_turn.environment is not None
+    agent = config.rollout.multi_turn.agent is not None
     specs = build_rewards(config, default=default_specs)
     names = [s.name for s in specs] + (["environment"] if environment else []) + (["agent"] if agent else [])
     wanted = config.eval.accuracy_reward
     if wanted is not None and wanted not in names:
         raise ConfigError(f"eval.accuracy_reward = {wanted!r} is not one of the configured rewards {names}")
-    provided = ("turns",) if config.rollout.multi_turn else ()  # an episode's turn list, given at scoring
+    provided = ("turns",) if config.rollout.multi_turn.enabled else ()  # an episode's turn list, given at scoring
     parts = ([(f"data.train_sources {p.name!r}", p.records) for p in train_parts] if train_parts is not None
              else [("data.train_path", train)])
     parts += ([(f"data.eval_sources {p.name!r}", p.records) for p in eval_parts] if eval_parts is not None

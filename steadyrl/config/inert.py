@@ -154,8 +154,8 @@ def ratio_is_one(config: Config) -> bool:
     """The update's ratio pi / pi_old is exactly 1: one epoch, one optimizer step over the whole
     batch, old log-probs recomputed by the trainer (not the engine's: ``rollout.correction.bypass``)."""
     t, r = config.trainer, config.rollout
-    multi_turn = bool(r.tools or r.environment or r.agent)  # a step may hold more samples than P * G
-    one_batch = t.mini_batch_size is None or (not multi_turn and t.mini_batch_size >= r.prompts_per_step * r.group_size)
+    one_batch = t.mini_batch_size is None or (not r.multi_turn.enabled and  # a step may hold more than P * G
+                                               t.mini_batch_size >= r.prompts_per_step * r.group_size)
     return t.ppo_epochs == 1 and one_batch and not r.correction.bypass
 
 

@@ -15,19 +15,32 @@ Renamed so far:
   (off) otherwise. Each old key moves to ``rollout.tis_cap`` where it used to apply and is
   dropped where it was ignored (``rollout.vllm.tis_cap`` with asynchronous rollouts, and
   ``rollout.asynchronous.tis_cap`` without them).
+- The 19 keys of multi-turn episodes moved from ``rollout`` to ``rollout.multi_turn`` (0.1.0):
+  ``rollout.max_turns`` is ``rollout.multi_turn.max_turns`` and so on for each of
+  :data:`MULTI_TURN_KEYS`, and ``rollout.multi_turn_mode`` is ``rollout.multi_turn.mode``. One note
+  names every old key a config used; an old key and its new name both set is an error.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from ..errors import ConfigError
 
-__all__ = ["RENAMED_KEYS", "apply_renames"]
+__all__ = ["MULTI_TURN_KEYS", "RENAMED_KEYS", "apply_renames", "renamed_copy"]
+
+MULTI_TURN_KEYS: dict[str, str] = {old: old for old in (
+    "tools", "tool_parser", "environment", "agent", "agent_concurrency", "agent_timeout_s", "observation_role",
+    "turn_reward", "max_turns", "max_observation_tokens", "observation_truncation", "max_episode_tokens",
+    "tool_timeout_s", "max_tool_calls_per_turn", "tool_time_budget_s", "tool_isolation", "tool_workers",
+    "tool_limits")} | {"multi_turn_mode": "mode"}
+"""Old ``rollout.<key>`` -> its name under ``rollout.multi_turn``."""
 
 RENAMED_KEYS: dict[str, str] = {
     "rollout.vllm.tis_cap": "rollout.tis_cap",
     "rollout.asynchronous.tis_cap": "rollout.tis_cap",
+    **{f"rollout.{old}": f"rollout.multi_turn.{new}" for old, new in MULTI_TURN_KEYS.items()},
 }
 """Every old key name -> its new name (the pages may name an old key next to its new one)."""
 
@@ -66,6 +79,45 @@ def _tis_cap(raw: dict[str, Any]) -> list[str]:
     return notes
 
 
+def _multi_turn(raw: dict[str, Any]) -> list[str]:
+    rollout = _section(raw, "rollout")
+    found = [old for old in MULTI_TURN_KEYS if rollout is not None and old in rollout]
+    if not found:
+        return []
+    section = rollout.setdefault("multi_turn", {})
+    if section is None:  # `multi_turn:` with nothing under it, as YAML reads an empty section
+        section = rollout["multi_turn"] = {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"rollout.multi_turn = {section!r} is the section of the multi-turn keys (a mapping), "
+                          f"and {', '.join(f'rollout.{old}' for old in found)} (its keys' old names) are set too; "
+                          "write them under rollout.multi_turn")
+    both = [old for old in found if MULTI_TURN_KEYS[old] in section]
+    if both:
+        pairs = ", ".join(f"rollout.{old} and rollout.multi_turn.{MULTI_TURN_KEYS[old]}" for old in both)
+        raise ConfigError(f"{pairs} are both set: the first is the old name of the second; set only "
+                          "rollout.multi_turn." + MULTI_TURN_KEYS[both[0]])
+    for old in found:
+        section[MULTI_TURN_KEYS[old]] = rollout.pop(old)
+    moved = ", ".join(f"rollout.{old} -> rollout.multi_turn.{MULTI_TURN_KEYS[old]}" for old in found)
+    return [f"the multi-turn keys moved under rollout.multi_turn (deprecated names, read with the same meaning): "
+            f"{moved}; write them there (`steadyrl config show` prints the config with the new names)"]
+
+
+_RENAMES = (_tis_cap, _multi_turn)
+
+
 def apply_renames(raw: dict[str, Any]) -> list[str]:
-    """Move every old key of ``raw`` (changed in place) to its new name; one note per old key."""
-    return _tis_cap(raw)
+    """Move every old key of ``raw`` (changed in place) to its new name; one note per rename."""
+    return [note for rename in _RENAMES for note in rename(raw)]
+
+
+def renamed_copy(raw: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``raw`` with every old key at its new name (``raw`` unchanged): how a saved config
+    written before a rename is compared, key by key, with the config loaded from it."""
+    copy_ = copy.deepcopy(raw)
+    for rename in _RENAMES:
+        try:
+            rename(copy_)
+        except ConfigError:
+            pass  # an old and a new name both set: a config loaded from it was refused already
+    return copy_

@@ -6,7 +6,8 @@ max_grad_norm 1.0, ppo_epochs 1, difficulty mask (0.1, 0.95). Algorithm presets
 (:mod:`steadyrl.config.presets`) fill the ``algorithm`` section's unset keys explicitly.
 
 The sections live one module each in :mod:`steadyrl.config.sections` (``model``, ``data``, ``rewards``,
-``rollout``, ``algorithm``, ``trainer``, ``eval``, ``demo``; ``base`` the blocks they share); this module
+``rollout`` with ``multi_turn`` (its ``rollout.multi_turn``), ``algorithm``, ``trainer``, ``eval``, ``demo``;
+``base`` the blocks they share); this module
 is their face: it re-exports every section and holds :class:`Config`, the whole run, with the checks
 that read more than one section.
 
@@ -25,6 +26,7 @@ from .sections.base import ASYNC_TIS_CAP, Beta, F, MAX_MIB, MAX_PROCESSES, MAX_S
 from .sections.model import LoraConfig, ModelConfig, TeacherConfig  # noqa: F401
 from .sections.data import DataConfig, GENERATED, SourceConfig, check_generated_splits  # noqa: F401
 from .sections.rewards import RewardConfig, RewardLimitsConfig  # noqa: F401
+from .sections.multi_turn import MultiTurnConfig  # noqa: F401
 from .sections.rollout import AsynchronousConfig, CORRECTION_BOUNDS, CorrectionConfig, CorrectionMode, RolloutConfig, VLLMConfig  # noqa: F401
 from .sections.algorithm import AdvantageName, AlgorithmConfig, GROUPED_BY_ESTIMATOR, KLEstimator, LossAggMode, NormType, PolicyLossName, PresetName  # noqa: F401
 from .sections.trainer import OptimConfig, TrainerConfig  # noqa: F401
@@ -71,14 +73,14 @@ def _check_sources(config: "Config") -> None:
 def overlong_limit(config: "Config") -> int:
     """The length the overlong buffer ends at: a turn's budget, or the episode's (algorithm.overlong_scope)."""
     r = config.rollout
-    return r.episode_token_limit if r.multi_turn and config.algorithm.overlong_scope == "episode" else r.max_new_tokens
+    return r.episode_token_limit if r.multi_turn.enabled and config.algorithm.overlong_scope == "episode" else r.max_new_tokens
 
 
 def _check_overlong(config: "Config") -> None:
     buffer = config.algorithm.overlong_buffer
     if buffer is not None and buffer > overlong_limit(config):
         where = ("rollout.max_new_tokens" if config.algorithm.overlong_scope == "turn"
-                 else "the episode's token limit (rollout.max_new_tokens, or rollout.max_episode_tokens)")
+                 else "the episode's token limit (rollout.max_new_tokens, or rollout.multi_turn.max_episode_tokens)")
         raise ValueError(f"algorithm.overlong_buffer = {buffer} is longer than {where} = "
                          f"{overlong_limit(config)}: the buffer is the last tokens before that limit; set it at "
                          f"most to the limit (DAPO used 4096 of 20480)")

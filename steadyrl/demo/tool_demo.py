@@ -29,7 +29,7 @@ from .warmstart import train_supervised
 __all__ = ["TOOL_SPEC", "tool_schemas", "build_tool_demo"]
 
 TOOL_SPEC = "steadyrl.demo.calculator:calculate"
-"""How the tool demo's config names its tool (``rollout.tools``)."""
+"""How the tool demo's config names its tool (``rollout.multi_turn.tools``)."""
 
 MAX_POSITIONS = 128
 """Positions of the tool demo's model: a prompt (~17 tokens) and a whole episode fit."""

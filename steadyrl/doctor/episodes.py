@@ -1,4 +1,4 @@
-"""The detector of failed episodes: a multi-turn run (an environment, tools, a ``rollout.agent``)
+"""The detector of failed episodes: a multi-turn run (an environment, tools, a ``rollout.multi_turn.agent``)
 that keeps losing episodes to an agent or environment that raises, times out or returns no
 number. Those episodes are left out of the update, so the run goes on - and looked healthy with
 19-44% of its episodes failed per step (issue 33)."""
@@ -40,7 +40,7 @@ def failed_episodes(run: RunData, t: Thresholds) -> Finding | None:
          f"(most: {fmt(100 * worst[1])}% at step {fmt(worst[0])}; {len(hit)} of {len(series)} steps lost some), "
          f"above failed_episodes_max {fmt(100 * t.failed_episodes_max)}%"],
         "A failed episode (the agent or environment raised, timed out, or returned no number) is left out "
-        "of the update: read the traceback the run printed once (`the agent (rollout.agent) failed on some "
+        "of the update: read the traceback the run printed once (`the agent (rollout.multi_turn.agent) failed on some "
         "episodes` / `the environment ...`), check `rollout/agent/errors` and `rollout/agent/timeouts`, and raise "
-        f"`rollout.agent_timeout_s`{run.setting('rollout.agent_timeout_s')} if they time out.",
+        f"`rollout.multi_turn.agent_timeout_s`{run.setting('rollout.multi_turn.agent_timeout_s')} if they time out.",
         share / t.failed_episodes_max if t.failed_episodes_max else 10.0 * share / 0.01)

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config.renamed import renamed_copy
 from ..errors import ConfigError, DataError
 from ..files import read_text_nofollow
 from ..printable import printable
@@ -131,7 +132,8 @@ def _read_config(path: Path) -> dict:
         raise
     except (OSError, ValueError, yaml.YAMLError):
         return {}
-    return data if isinstance(data, dict) else {}
+    # a run of a version before a key was renamed: read under the new names the detectors quote
+    return renamed_copy(data) if isinstance(data, dict) else {}
 
 
 # --- shared statistics ----------------------------------------------------------------------------

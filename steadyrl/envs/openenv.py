@@ -1,4 +1,4 @@
-"""OpenEnv environments: ``rollout.environment: openenv:<base_url>[?options]``.
+"""OpenEnv environments: ``rollout.multi_turn.environment: openenv:<base_url>[?options]``.
 
 An OpenEnv environment is a server (a Docker image, a Hugging Face Space, or ``uvicorn`` on your
 machine) speaking OpenEnv's protocol; steadyrl talks to it with ``openenv-core``'s own client
@@ -40,7 +40,7 @@ from ..errors import ConfigError
 from ..printable import printable
 from .spec import parse_spec, require, take
 
-KEY = "rollout.environment"
+KEY = "rollout.multi_turn.environment"
 HIDDEN = ("done", "reward", "metadata")
 """Observation fields that are not shown to the policy (the driver gets done and reward itself)."""
 
@@ -185,5 +185,5 @@ class OpenEnvEpisode:
 
 
 def environment_class(text: str) -> type:
-    """The class for ``rollout.environment = 'openenv:<base_url>[?options]'``, the server checked."""
+    """The class for ``rollout.multi_turn.environment = 'openenv:<base_url>[?options]'``, the server checked."""
     return type("OpenEnvEpisode_", (OpenEnvEpisode,), {"settings": check_server(text), "__module__": __name__})

@@ -1,7 +1,7 @@
 """The options of every environment adapter spec, typed: names, types, bounds, defaults and help.
 
 An adapter spec is ``<adapter>:<target>?key=value&...`` (``steadyrl/envs/spec.py``), in
-``data.train_path`` / ``data.eval_path`` (rows) or ``rollout.environment`` (episodes). Each model
+``data.train_path`` / ``data.eval_path`` (rows) or ``rollout.multi_turn.environment`` (episodes). Each model
 here is the one declaration of an adapter's own options: the adapters read their defaults, types
 and bounds from it (:func:`steadyrl.envs.spec.take`), and docs/environments.md's option tables are
 generated from it (tools/gen_config_docs.py), like the rewards' (:mod:`steadyrl.config.reward_options`).
@@ -48,7 +48,7 @@ class ReasoningGymRows(_Options):
 
 
 class TextArenaEpisodes(_Options):
-    """``textarena:<GameId>?...`` in ``rollout.environment``."""
+    """``textarena:<GameId>?...`` in ``rollout.multi_turn.environment``."""
 
     player: int | None = O(None, "The policy's seat: 0 or 1 (0 in a single-player game). null: the row's "
                            "game_seed chooses (first when even, second when odd).", ge=0, le=1)
@@ -63,7 +63,7 @@ class TextArenaRows(TextArenaEpisodes):
 
 
 class OpenEnvServer(_Options):
-    """``openenv:<server URL>?...`` in ``rollout.environment``."""
+    """``openenv:<server URL>?...`` in ``rollout.multi_turn.environment``."""
 
     action_key: str = O("message", "The action field that carries the policy's text (echo and TextArena servers: "
                         "message; the coding server: code).")
@@ -74,7 +74,7 @@ class OpenEnvServer(_Options):
                               "to a vision-language policy after the text; null: none. A text policy given one "
                               "stops the run (docs/agents.md, Images in observations).")
     seed: bool = O(True, "Pass the episode's seed to reset (false for a server that refuses one).")
-    timeout_s: float = O(60.0, "The client's limit for one reply (rollout.tool_timeout_s still bounds the call).",
+    timeout_s: float = O(60.0, "The client's limit for one reply (rollout.multi_turn.tool_timeout_s still bounds the call).",
                          ge=1)
 
 

@@ -32,7 +32,7 @@ def generated_records(text: str, *, split: str | None, extra_keys: list[str] | N
         rows = game_records(spec, split, KEY)
     else:
         raise DataError(f"{spec.where(KEY)}: an {spec.adapter} spec is an environment, not data; give it as "
-                        f"rollout.environment and train on rows from a file")
+                        f"rollout.multi_turn.environment and train on rows from a file")
     if extra_keys is None:
         return rows
     columns = [c for c in rows[0] if c not in ("prompt", "answer")]

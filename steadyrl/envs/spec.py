@@ -70,7 +70,7 @@ def parse_spec(text: str, key: str) -> Spec:
 
 def require(adapter: str, where: str):
     """The adapter's package, imported; a :class:`ConfigError` naming the pip extra when missing.
-    ``where`` names the setting (``rollout.environment = 'textarena:TicTacToe-v0'``)."""
+    ``where`` names the setting (``rollout.multi_turn.environment = 'textarena:TicTacToe-v0'``)."""
     module, extra, _ = ADAPTERS[adapter]
     try:
         return importlib.import_module(module)

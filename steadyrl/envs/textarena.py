@@ -1,4 +1,4 @@
-"""TextArena games as environments (``rollout.environment: textarena:<GameId>``) and their starts
+"""TextArena games as environments (``rollout.multi_turn.environment: textarena:<GameId>``) and their starts
 as data rows (``data.train_path: textarena:<GameId>``).
 
 The policy plays one seat of the game; each of its turns is one ``step`` of the game. What it is
@@ -32,7 +32,7 @@ from .options import TextArenaRows
 from ..errors import ConfigError, DataError
 from .spec import Spec, parse_spec, require, take
 
-KEY = "rollout.environment"
+KEY = "rollout.multi_turn.environment"
 HELD_OUT_OFFSET = 1_000_000_007
 """Held-out game seeds are the data seed plus this (training games use ``seed + i``)."""
 GAME_ID = -1  # textarena's id of the game's own messages
@@ -163,7 +163,7 @@ class TextArenaGame:
 
 
 def environment_class(text: str) -> type:
-    """The class for ``rollout.environment = 'textarena:<GameId>[?player=0]'``, its game checked."""
+    """The class for ``rollout.multi_turn.environment = 'textarena:<GameId>[?player=0]'``, its game checked."""
     spec = parse_spec(text, KEY)
     settings = check_game(spec, spec.where(KEY))
     return type(f"TextArena_{''.join(ch for ch in spec.target if ch.isalnum())}", (TextArenaGame,),

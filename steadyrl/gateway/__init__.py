@@ -1,4 +1,4 @@
-"""An OpenAI-compatible gateway in front of the policy, and ``rollout.agent`` episodes run through it.
+"""An OpenAI-compatible gateway in front of the policy, and ``rollout.multi_turn.agent`` episodes run through it.
 
 During a rollout the current policy is served on loopback (:mod:`.server`; who may hold its
 connections: :mod:`.slots`) as

@@ -1,4 +1,4 @@
-"""``rollout.agent``: a user's function that runs an episode against the gateway, and the rollout
+"""``rollout.multi_turn.agent``: a user's function that runs an episode against the gateway, and the rollout
 that runs many of them at once.
 
 The function takes the data row (``{"prompt": ..., **columns}``, as an environment's ``reset``
@@ -9,7 +9,7 @@ functions score the transcript. Its signature is checked when the config is load
 model (:func:`load_agent`): anything else exits 2.
 
 Where it runs: in the trainer's process, ``async def`` functions on one event loop in a thread of
-their own, plain functions in a pool of threads; ``rollout.agent_concurrency`` episodes at once. An
+their own, plain functions in a pool of threads; ``rollout.multi_turn.agent_concurrency`` episodes at once. An
 agent file is the user's own code, trusted as a reward file is (``steadyrl eval --output-dir``
 of someone else's run refuses it without ``--trust-run-code``, :mod:`steadyrl.run.trust`); it is
 not sandboxed, because it must reach the gateway on loopback and may use any library. Code the
@@ -17,7 +17,7 @@ not sandboxed, because it must reach the gateway on loopback and may use any lib
 reward's, :mod:`steadyrl.sandbox`).
 
 An episode that raises, returns something that is not a number or None, makes no call, or runs
-past ``rollout.agent_timeout_s`` is failed: left out of the update and counted
+past ``rollout.multi_turn.agent_timeout_s`` is failed: left out of the update and counted
 (``rollout/failed_episodes``, ``rollout/agent/errors``, ``rollout/agent/timeouts``); the run goes
 on. An agent that raised because a call to the gateway was answered 5xx (503: no room) or its
 connection failed is told apart (:func:`call_failure`, ``rollout/agent/gateway_errors``): a run that
@@ -49,12 +49,12 @@ EXAMPLE = "async def run_episode(row, client) -> float | None"
 
 
 def _err(spec, what: str) -> ConfigError:
-    return ConfigError(f"rollout.agent = {spec!r}: {what}")
+    return ConfigError(f"rollout.multi_turn.agent = {spec!r}: {what}")
 
 
 def load_agent(spec: str):
     """``(fn, is_async, how)``: the agent function of ``spec`` and how it is called (``how``:
-    ``client`` or ``url``). Raises ``ConfigError`` naming ``rollout.agent``."""
+    ``client`` or ``url``). Raises ``ConfigError`` naming ``rollout.multi_turn.agent``."""
     if not isinstance(spec, str) or ":" not in spec:
         raise _err(spec, f"expected a function as {SPEC_FORMS}, e.g. {EXAMPLE}")
     fn = resolve_spec(spec.strip(), lambda what: _err(spec, what))
@@ -91,7 +91,7 @@ def load_agent(spec: str):
 
 
 class GatewayAgent(AgentBase):
-    """The agent of a run with ``rollout.agent``: :meth:`rollout` runs a step's episodes through
+    """The agent of a run with ``rollout.multi_turn.agent``: :meth:`rollout` runs a step's episodes through
     the gateway (started on first use, stopped by :meth:`shutdown` at the end of the run)."""
 
     drives_episodes = True  # steadyrl.rollout.driver hands it the whole rollout
@@ -195,7 +195,7 @@ class GatewayAgent(AgentBase):
                 e.failed = e.error is not None
             except asyncio.TimeoutError:
                 e.failed, e.timed_out = True, True
-                e.error = f"the agent ran past rollout.agent_timeout_s = {self.timeout_s:g} s"
+                e.error = f"the agent ran past rollout.multi_turn.agent_timeout_s = {self.timeout_s:g} s"
             except Exception as err:  # noqa: BLE001 - an agent's failure fails its episode, not the run
                 e.failed, e.error = True, _raised(err)
                 e.call_failure = call_failure(err, f"http://{HOST}:{self.gateway.port}/")

@@ -5,7 +5,7 @@
   sampled, and the chat template renders what follows after it) but not in its text;
 * ``stop``: the choice ends at the first stop sequence; its ids are cut after the token that
   completes it (the sampled ids up to there, nothing re-encoded), its text before the sequence;
-* with ``tools``, the text is read by ``rollout.tool_parser``: calls become ``tool_calls``
+* with ``tools``, the text is read by ``rollout.multi_turn.tool_parser``: calls become ``tool_calls``
   (``finish_reason: tool_calls``), the rest the message's ``content``; a call that cannot be read
   (or whose arguments are not JSON) stays in the content as written.
 """

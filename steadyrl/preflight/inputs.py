@@ -8,7 +8,7 @@ then imports the trainer. What is checked here, in the order the run itself chec
   ``--resume`` / ``--overwrite`` need of it;
 * the data: every file, split and column (:func:`steadyrl.assembly.task.check_task`), and the reward
   functions (loaded from their specs, checked against the columns they read);
-* ``rollout.tools`` / ``rollout.tool_parser`` / ``rollout.environment`` specs;
+* ``rollout.multi_turn.tools`` / ``rollout.multi_turn.tool_parser`` / ``rollout.multi_turn.environment`` specs;
 * every model directory or hub name the run loads (exists, is a ``save_pretrained`` directory,
   weight files whole; a hub name cached or the hub reachable);
 * ``train``: a precision that loses updates of large weights (plain AdamW on bfloat16 weights;

@@ -37,7 +37,7 @@ def _combined(result: ScoreResult) -> list[float | None]:
     """Each row's combined reward in float64 from the raw scores (None where invalid)."""
     applies = {name: result.applies(name) for name in result.names}
     valid = result.valid.tolist()
-    # a valid row may hold None for a reward that gave nothing there (a rollout.agent that returned None)
+    # a valid row may hold None for a reward that gave nothing there (a rollout.multi_turn.agent that returned None)
     return [math.fsum(result.weights[n] * result.raw[n][i] for n in result.names
                       if applies[n][i] and result.raw[n][i] is not None)
             if valid[i] else None for i in range(result.batch_size)]

@@ -25,7 +25,7 @@ from .scoring import FAILURE_KINDS, RewardScorer, RewardSpec, ScoreResult, score
 ENVIRONMENT_REWARD = "environment"
 """The name the environment's episode reward is logged (``reward/environment/mean``) and chosen by."""
 AGENT_REWARD = "agent"
-"""The name a ``rollout.agent``'s returned rewards are logged (``reward/agent/mean``) and chosen by."""
+"""The name a ``rollout.multi_turn.agent``'s returned rewards are logged (``reward/agent/mean``) and chosen by."""
 
 
 def completion_token_ids(response_ids, response_mask) -> list[list[int]]:
@@ -53,7 +53,7 @@ class Scorer:
         self._scorer = RewardScorer(specs, domain_key=domain_key) if specs else None
         self.names = [s.name for s in specs]
         self._first = True
-        # the functions score only the episodes whose rollout.agent returned None (the demo's default
+        # the functions score only the episodes whose rollout.multi_turn.agent returned None (the demo's default
         # reward): an agent's number is then the score alone, as with rewards: [] on a data task
         self.agent_fallback = agent_fallback
 
@@ -210,7 +210,7 @@ def _with_environment(result: ScoreResult, episodes) -> ScoreResult:
 
 
 def _with_agent(result: ScoreResult, episodes, *, fallback: bool = False) -> ScoreResult:
-    """``rollout.agent`` episodes: the reward the agent returned is added to the reward functions'
+    """``rollout.multi_turn.agent`` episodes: the reward the agent returned is added to the reward functions'
     score (as an environment's is; with ``rewards: []`` it is the score); an agent that returned
     None leaves the score to the reward functions (invalid when there are none); a failed episode
     (the agent raised, timed out, returned something else) is invalid. With ``fallback`` (the demo's

@@ -134,7 +134,7 @@ class EpisodeInfo:
     turns: int = 1
     turn_ends: list[int] = field(default_factory=list)  # response position of each turn's last token
     turn_rewards: list[float | None] = field(default_factory=list)  # the environment's, per turn
-    env_reward: float | None = None  # turn rewards combined (rollout.turn_reward); None = none given
+    env_reward: float | None = None  # turn rewards combined (rollout.multi_turn.turn_reward); None = none given
     failed: bool = False  # the environment crashed: the episode is left out of the update
     error: str | None = None
     truncation: str | None = None  # the limit that cut it: max_new_tokens, max_episode_tokens, max_observation_tokens, max_turns
@@ -147,9 +147,9 @@ class EpisodeInfo:
     # the same turns as the conversation keeps them (assistant turns parsed, with tool_calls): what
     # TRL's tool loop passes a reward as a completion, and what a TRL-style reward gets here
     chat: list[dict] = field(default_factory=list)
-    # rollout.multi_turn_mode stepwise: each turn as a sample (rollout.stepwise.TurnSample), else None
+    # rollout.multi_turn.mode stepwise: each turn as a sample (rollout.stepwise.TurnSample), else None
     samples: list | None = None
-    # rollout.agent episodes (steadyrl.gateway): what the agent returned and how its calls went
+    # rollout.multi_turn.agent episodes (steadyrl.gateway): what the agent returned and how its calls went
     gateway: bool = False
     agent_reward: float | None = None  # None: the reward functions score the transcript
     agent_calls: int = 0

@@ -3,7 +3,7 @@
 * :func:`episode_driver` chooses, once, when the run's task is built, what runs a step's episodes:
   :class:`TurnDriver` (:func:`steadyrl.rollout.episodes.run_episodes`, which generates each turn
   and hands it to the agent; one turn when there is no agent), or an agent that declares it drives
-  episodes itself (``drives_episodes``: the gateway's ``rollout.agent``);
+  episodes itself (``drives_episodes``: the gateway's ``rollout.multi_turn.agent``);
 * :func:`rollout` runs them through that driver with the turn limits of ``rollout.*``
   (:func:`turn_limits`);
 * environment instances are seeded from ``trainer.seed``, the step and the sample's global index
@@ -32,13 +32,13 @@ class Draw:
 
 
 def turn_limits(rollout_config, max_new_tokens: int | None = None) -> TurnLimits:
-    ro = rollout_config
-    per_turn = max_new_tokens or ro.max_new_tokens
-    episode = ro.episode_token_limit if ro.multi_turn else per_turn
-    return TurnLimits(max_turns=ro.max_turns if ro.multi_turn else 1, max_new_tokens=per_turn,
-                      max_observation_tokens=ro.max_observation_tokens,
-                      observation_truncation=ro.observation_truncation, episode_tokens=episode,
-                      turn_reward=ro.turn_reward)
+    mt = rollout_config.multi_turn
+    per_turn = max_new_tokens or rollout_config.max_new_tokens
+    episode = rollout_config.episode_token_limit if mt.enabled else per_turn
+    return TurnLimits(max_turns=mt.max_turns if mt.enabled else 1, max_new_tokens=per_turn,
+                      max_observation_tokens=mt.max_observation_tokens,
+                      observation_truncation=mt.observation_truncation, episode_tokens=episode,
+                      turn_reward=mt.turn_reward)
 
 
 def episode_seeds(seed: int, step: int, first_row: int, rows: int) -> list[int]:
@@ -62,7 +62,7 @@ class TurnDriver:
     """The episode driver of an agent that answers turns (or of no agent: one turn each):
     :func:`~steadyrl.rollout.episodes.run_episodes` generates each turn and hands it to ``agent``.
     ``processor``: a vision-language policy's (observations may hold images; None: a text policy,
-    an image in an observation is an error); it refuses ``rollout.multi_turn_mode: stepwise``."""
+    an image in an observation is an error); it refuses ``rollout.multi_turn.mode: stepwise``."""
 
     agent: object | None = None
     processor: object | None = None
@@ -80,7 +80,7 @@ class TurnDriver:
 def episode_driver(agent, processor=None) -> EpisodeDriver:
     """What runs the episodes of ``agent`` (None: one turn, no agent), chosen once when the run's
     task is built from the capability the agent declares (``drives_episodes``): the agent's own
-    ``rollout`` (the gateway's ``rollout.agent``), else a :class:`TurnDriver` (with the policy's
+    ``rollout`` (the gateway's ``rollout.multi_turn.agent``), else a :class:`TurnDriver` (with the policy's
     ``processor``, a vision-language model's)."""
     if agent is not None and agent.drives_episodes:
         return agent.rollout

@@ -6,13 +6,13 @@ image parts (:mod:`steadyrl.agents.images`) is rendered like any other (the text
 turn's end token in the chat template's rendering, :func:`~steadyrl.agents.templating.rendered_suffix`),
 its images as the template's placeholders, and that text is tokenized by the *processor* with the
 images, so each placeholder becomes the image's tokens: observation tokens (``policy_mask`` 0, never
-trained), counted against ``rollout.max_observation_tokens``. The processor's other outputs (pixel
+trained), counted against ``rollout.multi_turn.max_observation_tokens``. The processor's other outputs (pixel
 values, grids; not the token-aligned ones) join the episode's image inputs, which every later turn's
 ``engine.generate(..., image_inputs=, images=)`` receives and ``Generation.image_inputs`` carries
 to the trainer, one dict per row (each key concatenated along dim 0 in order).
 
 Without a processor (a text model) an observation with an image is an error naming the tool or
-environment that sent it: images are never dropped silently. ``rollout.multi_turn_mode: stepwise``
+environment that sent it: images are never dropped silently. ``rollout.multi_turn.mode: stepwise``
 is refused for a vision-language policy (:func:`check_mode`): its per-turn samples carry no image
 inputs.
 """
@@ -31,7 +31,7 @@ def check_mode(mode: str, processor) -> None:
     """A vision-language policy's episodes are one sequence each: ``stepwise`` is refused."""
     if processor is not None and mode == "stepwise":
         raise ConfigError(
-            "rollout.multi_turn_mode = 'stepwise' is not supported for a vision-language policy: its per-turn "
+            "rollout.multi_turn.mode = 'stepwise' is not supported for a vision-language policy: its per-turn "
             "samples are re-rendered contexts that carry no image inputs; use 'single' (an append-only template) "
             "or 'as_sampled'")
 

@@ -25,7 +25,7 @@ Each turn generates for the still-running episodes only; finished ones drop out.
   cut, so messages whose rendering with empty contents does not fit end the episode, truncated
   (start-up checks that one message fits).
 
-``rollout.multi_turn_mode`` (the agent's ``multi_turn_mode``, resolved at start-up): ``single`` is the
+``rollout.multi_turn.mode`` (the agent's ``multi_turn_mode``, resolved at start-up): ``single`` is the
 above; ``as_sampled`` the same sequence, each observation taken from the end of the template's
 rendering whatever it does to earlier turns (:func:`~steadyrl.agents.chat.observation_tail_ids`);
 ``stepwise`` generates each later turn from the template's rendering of the conversation so far and
@@ -376,7 +376,7 @@ def episode_metrics(episodes: list[EpisodeInfo] | None, tool_names: list[str] = 
         metrics[f"rollout/tool_errors/{name}"] = float(count)
     for reason in ("max_new_tokens", "max_episode_tokens", "max_observation_tokens", "max_turns"):
         metrics[f"rollout/truncated/{reason}"] = float(sum(e.truncation == reason for e in episodes))
-    if any(e.gateway for e in episodes):  # rollout.agent episodes (steadyrl.gateway)
+    if any(e.gateway for e in episodes):  # rollout.multi_turn.agent episodes (steadyrl.gateway)
         metrics.update({
             "rollout/agent/calls": float(sum(e.agent_calls for e in episodes)),
             "rollout/agent/non_append_calls": float(sum(e.non_append_calls for e in episodes)),

@@ -1,5 +1,5 @@
 """An episode's observation: the tokens of the new messages after a sampled turn, within
-``rollout.max_observation_tokens`` (:mod:`.episodes`).
+``rollout.multi_turn.max_observation_tokens`` (:mod:`.episodes`).
 
 The messages' text is shortened (``right``: keep the start, ``left``: keep the end) until the
 rendered observation fits; the template's own tokens and an image's tokens are never cut, so

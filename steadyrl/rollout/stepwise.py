@@ -1,4 +1,4 @@
-"""Step-wise samples: an episode whose turns are trained one sample each (``rollout.multi_turn_mode: stepwise``).
+"""Step-wise samples: an episode whose turns are trained one sample each (``rollout.multi_turn.mode: stepwise``).
 
 A thinking template (Qwen3, QwQ, DeepSeek-R1, GLM ...) renders earlier assistant turns without their
 reasoning, so an episode is not one sequence the template would render. In step-wise mode each turn

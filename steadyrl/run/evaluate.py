@@ -164,9 +164,9 @@ def evaluate_sets(engine, scorer, sets: dict[str, list], eval_config, rollout_co
 def _tally(engine, scorer, prompts: list, eval_config, rollout_config, driver, completions: list | None = None) -> dict:
     """Per prompt: greedy correctness (None: not applicable) and correct samples of ``num_samples``."""
     max_new = eval_config.max_new_tokens or rollout_config.max_new_tokens
-    environment = rollout_config.environment is not None
+    environment = rollout_config.multi_turn.environment is not None
     names = scorer.names + ([ENVIRONMENT_REWARD] if environment else []) + \
-        ([AGENT_REWARD] if rollout_config.agent is not None else [])
+        ([AGENT_REWARD] if rollout_config.multi_turn.agent is not None else [])
     name = eval_config.accuracy_reward or names[0]
     if name not in names:
         raise ValueError(f"eval.accuracy_reward {name!r} is not one of the rewards {names}")

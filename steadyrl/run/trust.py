@@ -2,7 +2,7 @@
 
 A run directory is not only data: its saved config names reward functions by file or module
 (``rewards/my.py:score`` is executed when loaded), tools, a tool-call parser or an environment
-the same way (``rollout.tools``, ``rollout.tool_parser``, ``rollout.environment``, ``rollout.agent``), and may set
+the same way (``rollout.multi_turn.tools``, ``rollout.multi_turn.tool_parser``, ``rollout.multi_turn.environment``, ``rollout.multi_turn.agent``), and may set
 ``model.trust_remote_code`` or ``teacher.trust_remote_code`` (the model's or the teacher's own Python
 files are executed when it loads). The
 built-in rewards' options can do as much (:func:`option_findings`): ``trust_remote_code`` at any
@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..config.loading import get_dotted, read_yaml_source
+from ..config.renamed import renamed_copy
 from ..config.schema import Config
 from ..errors import ConfigError
 from ..rewards import BUILTIN_REWARDS
@@ -61,7 +62,7 @@ BUILTIN_TOOLS = frozenset({"steadyrl.demo.calculator:calculate"})
 """Tools that are steadyrl's own code (the tool demo's calculator): naming them runs nothing new."""
 
 BUILTIN_ENVIRONMENTS = ("textarena:",)
-"""``rollout.environment`` adapters whose games are an installed package's code (docs/environments.md):
+"""``rollout.multi_turn.environment`` adapters whose games are an installed package's code (docs/environments.md):
 naming one runs nothing the evaluator did not install. ``openenv:`` names a server, so it counts."""
 
 CODE_OPTIONS = {
@@ -146,19 +147,20 @@ def run_code(config: Config, saved: dict) -> list[str]:
     config ``saved`` (a key the command line set is the user's own choice): user reward specs and
     built-in reward options (:func:`option_findings`), tools, a tool parser or an environment, and
     ``model.trust_remote_code`` / ``teacher.trust_remote_code``."""
+    saved = renamed_copy(saved)  # a config saved before a rename names its code under the old keys
     code = _reward_code(config, saved)
-    ro = config.rollout
-    saved_tools = get_dotted(saved, ["rollout", "tools"]) or []
-    code += [f"tool {t!r}" for t in ro.tools if t in saved_tools and t not in BUILTIN_TOOLS]
-    if ro.environment is not None and ro.environment == get_dotted(saved, ["rollout", "environment"]):
-        if ro.environment.startswith("openenv:"):  # a server the policy's turns are sent to
-            code.append(f"environment {ro.environment!r} (a server the episodes are sent to)")
-        elif not ro.environment.startswith(BUILTIN_ENVIRONMENTS):  # an installed package's games run no new code
-            code.append(f"environment {ro.environment!r}")
-    if ro.agent is not None and ro.agent == get_dotted(saved, ["rollout", "agent"]):
-        code.append(f"agent {ro.agent!r}")
-    if ":" in ro.tool_parser and ro.tool_parser == get_dotted(saved, ["rollout", "tool_parser"]):
-        code.append(f"tool parser {ro.tool_parser!r}")
+    mt = config.rollout.multi_turn
+    saved_tools = get_dotted(saved, ["rollout", "multi_turn", "tools"]) or []
+    code += [f"tool {t!r}" for t in mt.tools if t in saved_tools and t not in BUILTIN_TOOLS]
+    if mt.environment is not None and mt.environment == get_dotted(saved, ["rollout", "multi_turn", "environment"]):
+        if mt.environment.startswith("openenv:"):  # a server the policy's turns are sent to
+            code.append(f"environment {mt.environment!r} (a server the episodes are sent to)")
+        elif not mt.environment.startswith(BUILTIN_ENVIRONMENTS):  # an installed package's games run no new code
+            code.append(f"environment {mt.environment!r}")
+    if mt.agent is not None and mt.agent == get_dotted(saved, ["rollout", "multi_turn", "agent"]):
+        code.append(f"agent {mt.agent!r}")
+    if ":" in mt.tool_parser and mt.tool_parser == get_dotted(saved, ["rollout", "multi_turn", "tool_parser"]):
+        code.append(f"tool parser {mt.tool_parser!r}")
     if config.model.trust_remote_code and get_dotted(saved, ["model", "trust_remote_code"]) not in (None, False):
         code.append(MODEL_CODE)
     if config.teacher.name_or_path is not None and config.teacher.trust_remote_code and \

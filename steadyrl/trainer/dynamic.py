@@ -64,7 +64,7 @@ def draw_batch(run, engine, step: int, index: int) -> Draw:
                   temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k)
     t1 = time.perf_counter()
     samples = [p for p in prompts for _ in range(ro.group_size)]
-    result = score_episodes(run.task.scorer, samples, gen, environment=ro.environment is not None)
+    result = score_episodes(run.task.scorer, samples, gen, environment=ro.multi_turn.environment is not None)
     return Draw(prompts, gen, result, t1 - t0, time.perf_counter() - t1)
 
 

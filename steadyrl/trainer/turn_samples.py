@@ -1,4 +1,4 @@
-"""A step's episodes as turn samples (``rollout.multi_turn_mode: stepwise``), for reward processing and the update.
+"""A step's episodes as turn samples (``rollout.multi_turn.mode: stepwise``), for reward processing and the update.
 
 The rollout returns one row per episode (scored as an episode: rewards read the whole transcript)
 with each turn's sample in ``EpisodeInfo.samples``. Before the update, :func:`expand_turn_samples`
@@ -25,7 +25,7 @@ from ..rollout.stepwise import split_episodes
 
 def needs_turn_samples(agent, drawn) -> bool:
     """Whether this step trains turn samples: always in step-wise mode; with an agent through the
-    gateway (``rollout.agent``), when an episode of the step on any rank made more than one
+    gateway (``rollout.multi_turn.agent``), when an episode of the step on any rank made more than one
     trajectory (it rewrote its history: each trajectory is then a sample of the episode)."""
     if agent is None:
         return False

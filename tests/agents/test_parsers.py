@@ -138,7 +138,7 @@ def test_an_unknown_parser_name_names_the_field_the_value_and_the_valid_names():
     with pytest.raises(ConfigError) as err:
         load_parser("hermez")
     message = str(err.value)
-    assert "rollout.tool_parser" in message and "'hermez'" in message
+    assert "rollout.multi_turn.tool_parser" in message and "'hermez'" in message
     assert "'hermes'" in message and "'llama3_json'" in message
 
 
@@ -190,7 +190,7 @@ def test_a_user_parser_returning_something_else_is_a_type_error(parser_file):
     ("two_args", "fn(text)"),
 ])
 def test_a_bad_user_parser_is_refused_at_load(parser_file, attr, why):
-    with pytest.raises(ConfigError, match="rollout.tool_parser") as err:
+    with pytest.raises(ConfigError, match="rollout.multi_turn.tool_parser") as err:
         load_parser(f"{parser_file}:{attr}")
     assert why in str(err.value)
 

@@ -1,6 +1,6 @@
 """The chat templates other packages on the index publish (tests/support_pypi.py: vllm's examples,
 TRL's and axolotl's templates), with tools and with user observations, in every
-``rollout.multi_turn_mode``, judged as the sdist's are (tests/support_conformance.py), and classified
+``rollout.multi_turn.mode``, judged as the sdist's are (tests/support_conformance.py), and classified
 (``support_pypi.classify``): exact, refused, falsely refused, loud or silently wrong.
 
 The promise is the sdist suite's: no case accepted unless exact, none refused that its mode trains
@@ -84,7 +84,7 @@ def test_every_refusal_says_what_the_template_does(cases):
     for _, c in cases:
         if c.verdict != "exact":
             assert f"chat template of {c.family!r}" in c.verdict or "tool parser" in c.verdict, c.verdict
-            assert c.turn_mode == "single" or c.verdict.startswith(f"rollout.multi_turn_mode = {c.turn_mode!r}")
+            assert c.turn_mode == "single" or c.verdict.startswith(f"rollout.multi_turn.mode = {c.turn_mode!r}")
 
 
 @pytest.mark.parametrize("template, parser", [

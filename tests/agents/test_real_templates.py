@@ -1,7 +1,7 @@
 """Conformance on the chat templates models publish (llama.cpp's copies, downloaded once and cached).
 
 Every family of issue 21 the sdist has, with tools and with user-role observations, in every
-``rollout.multi_turn_mode``: the start-up probe's verdict, a scripted episode through the real
+``rollout.multi_turn.mode``: the start-up probe's verdict, a scripted episode through the real
 rollout judged in the mode's own terms (single: against ``apply_chat_template`` of the whole
 conversation; stepwise: each turn's sample against the rendering of its history; as_sampled: the
 contexts and observations against the template), and the parser round trip
@@ -50,7 +50,7 @@ def test_no_template_is_accepted_unless_its_episode_is_exact(templates, name, mo
         assert c.verdict != "exact"
     if c.verdict != "exact":  # a refusal says what the template does (and the mode key when it is not single)
         assert f"chat template of {name!r}" in c.verdict or "tool parser" in c.verdict
-        assert turn_mode == "single" or c.verdict.startswith(f"rollout.multi_turn_mode = {turn_mode!r}")
+        assert turn_mode == "single" or c.verdict.startswith(f"rollout.multi_turn.mode = {turn_mode!r}")
     if c.round_trip is not None:
         assert c.round_trip, f"{name}: the {c.parser} parser does not read back the template's call"
 
@@ -61,7 +61,7 @@ def test_hermes_tool_use_templates_are_refused_for_re_rendering_tool_results(tem
     verdict = case(templates, name, "tools").verdict
     assert "renders the conversation so far differently once an assistant turn follows it" in verdict
     assert "<|im_end|><|im_start|>assistant" in verdict and "per-turn samples" in verdict
-    assert "rollout.multi_turn_mode: stepwise" in verdict and "rollout.multi_turn_mode: as_sampled" in verdict
+    assert "rollout.multi_turn.mode: stepwise" in verdict and "rollout.multi_turn.mode: as_sampled" in verdict
 
 
 THINKING = [("Qwen3", "user"), ("Qwen3 (no thinking)", "tools"), ("Qwen3 (no thinking)", "user"), ("QwQ", "tools"),
@@ -84,7 +84,7 @@ def test_single_mode_refuses_them_naming_the_modes_that_work_and_auto_picks_step
     from support_realtemplates import family_tokenizer
 
     verdict = case(templates, name, mode).verdict
-    assert verdict != "exact" and "rollout.multi_turn_mode: stepwise" in verdict
+    assert verdict != "exact" and "rollout.multi_turn.mode: stepwise" in verdict
     family = next(f for f in FAMILIES if f.name == name)
     tok = family_tokenizer(family, templates)
     picked = check_mode(tok, "auto", tools=[add_tool().schema] if mode == "tools" else None,
@@ -110,7 +110,7 @@ def test_auto_keeps_one_sequence_for_append_only_templates(templates, name):
 def test_thinking_templates_with_user_observations_are_refused_naming_the_dropped_reasoning(templates):
     for name in ("Qwen3", "Qwen3.5", "GLM-4.6"):
         verdict = case(templates, name, "user").verdict
-        assert "drops their <think> blocks" in verdict and "rollout.observation_role: tool" in verdict, name
+        assert "drops their <think> blocks" in verdict and "rollout.multi_turn.observation_role: tool" in verdict, name
     assert "drops the reasoning the model writes" in case(templates, "DeepSeek-R1-Distill-Llama", "user").verdict
     assert "drops the reasoning the model writes" in case(templates, "gpt-oss", "tools").verdict
 

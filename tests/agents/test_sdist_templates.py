@@ -1,5 +1,5 @@
 """Every chat template of the llama-cpp-python sdist, with tools and with user observations, in every
-``rollout.multi_turn_mode`` (tests/support_sdist.py makes a family of each; tests/support_conformance.py
+``rollout.multi_turn.mode`` (tests/support_sdist.py makes a family of each; tests/support_conformance.py
 judges a case against the ground truth: ``apply_chat_template`` of the conversation as an
 OpenAI-style server with a reasoning parser holds it). The promise: each case is exact or refused
 with a message; none is accepted silently. docs/agents.md's table is generated from these cases.
@@ -50,7 +50,7 @@ def test_every_refusal_says_what_the_template_does(cases):
     for _, c in cases:
         if c.verdict != "exact":
             assert f"chat template of {c.family!r}" in c.verdict or "tool parser" in c.verdict, c.verdict
-            assert c.turn_mode == "single" or c.verdict.startswith(f"rollout.multi_turn_mode = {c.turn_mode!r}")
+            assert c.turn_mode == "single" or c.verdict.startswith(f"rollout.multi_turn.mode = {c.turn_mode!r}")
 
 
 @pytest.mark.parametrize("name", ["poolside-Laguna-XS-2.1", "poolside-Laguna-XS.2"])

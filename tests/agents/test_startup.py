@@ -1,5 +1,5 @@
 """The multi-turn start-up checks of :func:`steadyrl.assembly.agent.build_agent` that depend on the
-chat template: ``rollout.max_observation_tokens`` must leave room for content after the tokens the
+chat template: ``rollout.multi_turn.max_observation_tokens`` must leave room for content after the tokens the
 template needs to wrap one observation (below that, every long observation would lose its template
 tokens or its episode)."""
 
@@ -23,10 +23,10 @@ class Guess:
         return "higher", 0.0, False
 
 
-def config(tmp_path, **rollout):
+def config(tmp_path, **multi_turn):
     (tmp_path / "tools.py").write_text(ADD_TOOL_SOURCE)
-    base = {"tools": [f"{tmp_path / 'tools.py'}:add"]} if "environment" not in rollout else {}
-    ro = RolloutConfig(**{**base, "tool_isolation": "inline", **rollout})
+    base = {"tools": [f"{tmp_path / 'tools.py'}:add"]} if "environment" not in multi_turn else {}
+    ro = RolloutConfig(multi_turn={**base, "tool_isolation": "inline", **multi_turn})
     return SimpleNamespace(rollout=ro, data=SimpleNamespace(chat_template_kwargs={}))
 
 
@@ -37,7 +37,7 @@ def test_max_observation_tokens_below_the_templates_own_tokens_is_refused(tmp_pa
         with pytest.raises(ConfigError) as err:
             build_agent(config(tmp_path, max_observation_tokens=limit, tool_parser=parser), tok)
         message = str(err.value)
-        assert message.startswith(f"rollout.max_observation_tokens = {limit}:")
+        assert message.startswith(f"rollout.multi_turn.max_observation_tokens = {limit}:")
         assert f"needs {needed} tokens" in message and f"at least {needed + 1}" in message
         assert "\n" not in message
     agent = build_agent(config(tmp_path, max_observation_tokens=needed + 1, tool_parser=parser), tok)
@@ -61,7 +61,7 @@ def test_environment_observations_are_checked_in_their_own_role(tmp_path, monkey
 def test_a_tool_parser_that_cannot_read_the_templates_calls_is_refused_at_start_up(tmp_path):
     with pytest.raises(ConfigError) as err:  # Llama-3.1 teaches JSON calls; hermes reads <tool_call> tags
         build_agent(config(tmp_path, tool_parser="hermes"), llama31())
-    assert "set rollout.tool_parser to the template's format" in str(err.value)
+    assert "set rollout.multi_turn.tool_parser to the template's format" in str(err.value)
 
 
 def test_a_template_that_shows_no_tool_calls_keeps_calling_turns_as_plain_content(tmp_path):

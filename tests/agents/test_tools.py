@@ -120,19 +120,19 @@ def test_a_bad_tool_names_its_index_value_and_problem(tools_file, attr, why):
     with pytest.raises(ConfigError) as err:
         load_tools([f"{tools_file}:add", spec])
     message = str(err.value)
-    assert message.startswith(f"rollout.tools[1]={spec!r}: ")
+    assert message.startswith(f"rollout.multi_turn.tools[1]={spec!r}: ")
     assert why in message
 
 
 def test_a_missing_tool_file_or_module_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match=r"rollout.tools\[0\].*does not exist"):
+    with pytest.raises(ConfigError, match=r"rollout.multi_turn.tools\[0\].*does not exist"):
         load_tools([f"{tmp_path}/absent.py:f"])
-    with pytest.raises(ConfigError, match=r"rollout.tools\[0\].*no module named 'no_such_pkg'"):
+    with pytest.raises(ConfigError, match=r"rollout.multi_turn.tools\[0\].*no module named 'no_such_pkg'"):
         load_tools(["no_such_pkg.tools:f"])
 
 
 def test_a_tool_spec_without_a_colon_is_refused():
-    with pytest.raises(ConfigError, match=r"rollout.tools\[0\]='add': expected 'package.module:function'"):
+    with pytest.raises(ConfigError, match=r"rollout.multi_turn.tools\[0\]='add': expected 'package.module:function'"):
         load_tools(["add"])
 
 
@@ -147,14 +147,14 @@ def test_two_tools_with_one_name_are_refused(tools_file, tmp_path):
             """
             return x
     '''))
-    with pytest.raises(ConfigError, match=r"rollout.tools\[1\].*second tool named 'add'.*rollout.tools\[0\]"):
+    with pytest.raises(ConfigError, match=r"rollout.multi_turn.tools\[1\].*second tool named 'add'.*rollout.multi_turn.tools\[0\]"):
         load_tools([f"{tools_file}:add", f"{other}:add"])
 
 
 @pytest.mark.parametrize("name, counts", [("parse", "malformed tool calls"),
                                           ("unknown", "calls to tools that do not exist"),
-                                          ("max_calls", "calls past rollout.max_tool_calls_per_turn"),
-                                          ("time_budget", "calls past their turn's rollout.tool_time_budget_s")])
+                                          ("max_calls", "calls past rollout.multi_turn.max_tool_calls_per_turn"),
+                                          ("time_budget", "calls past their turn's rollout.multi_turn.tool_time_budget_s")])
 def test_a_tool_named_like_an_error_counter_is_refused(tmp_path, name, counts):
     path = tmp_path / "clash.py"
     path.write_text(textwrap.dedent(f'''
@@ -169,12 +169,12 @@ def test_a_tool_named_like_an_error_counter_is_refused(tmp_path, name, counts):
     with pytest.raises(ConfigError) as err:
         load_tools([f"{path}:{name}"])
     message = str(err.value)
-    assert message.startswith(f"rollout.tools[0]='{path}:{name}': the function is named '{name}'")
+    assert message.startswith(f"rollout.multi_turn.tools[0]='{path}:{name}': the function is named '{name}'")
     assert f"rollout/tool_errors/{name} counts {counts}" in message and "\n" not in message
 
 
 def test_tools_must_be_a_list():
-    with pytest.raises(ConfigError, match="rollout.tools="):
+    with pytest.raises(ConfigError, match="rollout.multi_turn.tools="):
         load_tools("my_tools.py:add")
 
 
@@ -262,7 +262,7 @@ def test_calls_past_max_tool_calls_per_turn_are_answered_with_an_error_and_count
     assert reply.tool_calls == 12 and reply.tool_errors == {"max_calls": 9} and not reply.done
     contents = [m["content"] for m in reply.messages]
     assert contents[:3] == ["0", "1", "2"] and len(contents) == 12
-    assert all("at most 3 tool calls" in c and "rollout.max_tool_calls_per_turn" in c for c in contents[3:])
+    assert all("at most 3 tool calls" in c and "rollout.multi_turn.max_tool_calls_per_turn" in c for c in contents[3:])
 
 
 def test_every_episodes_first_call_runs_before_any_episodes_second():
@@ -304,7 +304,7 @@ def test_forty_calls_to_a_hanging_tool_end_within_the_turns_time_budget(isolatio
     assert len(reply.messages) == 40 and sum(reply.tool_errors.values()) == 40
     if isolation == "process":  # waves of 4 workers: the first is cut at 2 s, the second at 3 s, the rest never run
         assert reply.tool_errors.get("time_budget", 0) >= 36
-        assert "rollout.tool_time_budget_s" in reply.messages[-1]["content"]
+        assert "rollout.multi_turn.tool_time_budget_s" in reply.messages[-1]["content"]
     else:  # a thread each, all at once: each one's own 2 s limit comes first
         assert reply.tool_errors == {"hang": 40}
 
@@ -312,6 +312,7 @@ def test_forty_calls_to_a_hanging_tool_end_within_the_turns_time_budget(isolatio
 def test_the_defaults_cap_a_turn_at_eight_calls_and_sixty_seconds():
     from steadyrl.config.schema import RolloutConfig
 
-    ro = RolloutConfig()
-    assert (ro.max_tool_calls_per_turn, ro.tool_time_budget_s) == (8, 60.0)
-    assert RolloutConfig(max_tool_calls_per_turn=None, tool_time_budget_s=None).tool_time_budget_s is None
+    mt = RolloutConfig().multi_turn
+    assert (mt.max_tool_calls_per_turn, mt.tool_time_budget_s) == (8, 60.0)
+    unset = {"max_tool_calls_per_turn": None, "tool_time_budget_s": None}
+    assert RolloutConfig(multi_turn=unset).multi_turn.tool_time_budget_s is None

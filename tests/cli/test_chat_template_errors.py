@@ -35,7 +35,7 @@ CASES = {
         ["data.chat_template=true", "data.train_path=BANGS"],
         "steadyrl: error: data.chat_template: the tokenizer's chat template failed on prompt", "no bangs"),
     "a multi-turn template check that fails on a variable": (
-        ["rollout.tools=[steadyrl.demo.calculator:calculate]", "data.chat_template_kwargs={strict: true}"],
+        ["rollout.multi_turn.tools=[steadyrl.demo.calculator:calculate]", "data.chat_template_kwargs={strict: true}"],
         "steadyrl: error: data.chat_template_kwargs = {'strict': True}: the chat template of", "strict mode"),
 }
 

@@ -123,18 +123,18 @@ def test_config_show_refuses_a_bad_tool_spec_with_the_error_train_gives(tmp_path
     tools = tmp_path / "tools.py"
     tools.write_text('def add(a: int, b: int) -> int:\n    """Add two numbers.\n\n    Args:\n        a: the first\n'
                      '        b: the second\n    """\n    return a + b\n')
-    bad = [str(tiny_run.config), f"rollout.tools=[{tools}:sub]"]
+    bad = [str(tiny_run.config), f"rollout.multi_turn.tools=[{tools}:sub]"]
     assert cli.main(["config", "show", *bad, "--trust-run-code"]) == 2  # loaded as train loads it (issue 30)
     shown = capsys.readouterr()
     assert shown.out == "" and len(shown.err.splitlines()) == 1
     assert cli.main(["train", *bad, "--output-dir", str(tmp_path / "run")]) == 2
-    assert capsys.readouterr().err == shown.err  # the same line, naming rollout.tools[0]
-    assert "rollout.tools[0]" in shown.err and "'sub'" in shown.err
-    assert cli.main(["config", "show", "rollout.tools=[calc]"]) == 2  # not a file.py:function spec
-    assert "rollout.tools[0]='calc'" in capsys.readouterr().err
-    assert cli.main(["config", "show", str(tiny_run.config), f"rollout.tools=[{tools}:add]"]) == 0
-    assert cli.main(["config", "show", str(tiny_run.config), f"rollout.tools=[{tools}:add]",
-                     "rollout.tool_parser=no_such_parser"]) == 2
+    assert capsys.readouterr().err == shown.err  # the same line, naming rollout.multi_turn.tools[0]
+    assert "rollout.multi_turn.tools[0]" in shown.err and "'sub'" in shown.err
+    assert cli.main(["config", "show", "rollout.multi_turn.tools=[calc]"]) == 2  # not a file.py:function spec
+    assert "rollout.multi_turn.tools[0]='calc'" in capsys.readouterr().err
+    assert cli.main(["config", "show", str(tiny_run.config), f"rollout.multi_turn.tools=[{tools}:add]"]) == 0
+    assert cli.main(["config", "show", str(tiny_run.config), f"rollout.multi_turn.tools=[{tools}:add]",
+                     "rollout.multi_turn.tool_parser=no_such_parser"]) == 2
     assert "no_such_parser" in capsys.readouterr().err
 
 

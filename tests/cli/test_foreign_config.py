@@ -3,7 +3,7 @@
 * ``steadyrl doctor RUN/config.yaml`` loads the model: a file that sets ``model.trust_remote_code``
   needs ``--trust-run-code``, with or without the run directory's ``.steadyrl-run`` marker (a file
   the run's author controls, so its absence grants nothing).
-* ``steadyrl config show CONFIG`` checks ``rollout.tools`` and ``rollout.environment`` without
+* ``steadyrl config show CONFIG`` checks ``rollout.multi_turn.tools`` and ``rollout.multi_turn.environment`` without
   importing the files they name; ``--trust-run-code`` loads them as train does.
 """
 
@@ -80,7 +80,7 @@ def planted(tmp_path):
 @pytest.mark.parametrize("key", ["tools", "environment"])
 def test_config_show_imports_nothing_the_config_names(tiny_run, planted, capsys, key):
     tools, env, marker = planted
-    item = f"rollout.tools=[{tools}:add]" if key == "tools" else f"rollout.environment={env}:Game"
+    item = f"rollout.multi_turn.tools=[{tools}:add]" if key == "tools" else f"rollout.multi_turn.environment={env}:Game"
     assert cli.main(["config", "show", str(tiny_run.config), item]) == 0, capsys.readouterr().err
     assert not marker.exists()
     assert cli.main(["config", "show", str(tiny_run.config), item, "--trust-run-code"]) == 0
@@ -88,10 +88,10 @@ def test_config_show_imports_nothing_the_config_names(tiny_run, planted, capsys,
 
 
 @pytest.mark.parametrize("item, said", [
-    ("rollout.tools=[{tools}:sub]", "has no attribute 'sub'"),
-    ("rollout.tools=[{tmp}/missing.py:add]", "does not exist"),
-    ("rollout.tools=[{bad}:add]", "is not valid Python"),
-    ("rollout.environment={env}:Nope", "has no attribute 'Nope'"),
+    ("rollout.multi_turn.tools=[{tools}:sub]", "has no attribute 'sub'"),
+    ("rollout.multi_turn.tools=[{tmp}/missing.py:add]", "does not exist"),
+    ("rollout.multi_turn.tools=[{bad}:add]", "is not valid Python"),
+    ("rollout.multi_turn.environment={env}:Nope", "has no attribute 'Nope'"),
 ])
 def test_config_show_still_refuses_a_bad_spec_without_running_it(tiny_run, planted, tmp_path, capsys, item, said):
     tools, env, marker = planted

@@ -1,4 +1,4 @@
-"""``steadyrl train`` with ``rollout.agent``: the tool demo's calculator episode written as an
+"""``steadyrl train`` with ``rollout.multi_turn.agent``: the tool demo's calculator episode written as an
 OpenAI-client agent trains end to end through the gateway; a wrong agent exits 2 before any model."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from .conftest import REPO
 
 FAST = ("demo.tool_skill_steps=4", "demo.warmstart_steps=2", "demo.num_train=64", "demo.num_eval=4",
         "demo.hidden_size=32", "rollout.prompts_per_step=2", "rollout.group_size=2", "trainer.max_steps=2")
-AGENT = f"rollout.agent={REPO / 'examples' / 'calculator_agent.py'}:run_episode"
+AGENT = f"rollout.multi_turn.agent={REPO / 'examples' / 'calculator_agent.py'}:run_episode"
 
 
 def test_tool_demo_trains_through_the_gateway_with_an_openai_client_agent(steadyrl_cli, tmp_path):
     pytest.importorskip("openai")
     out = tmp_path / "run"
-    proc = steadyrl_cli("train", "demo.task=tool", "rollout.tools=[]", AGENT, "--output-dir", str(out), *FAST,
+    proc = steadyrl_cli("train", "demo.task=tool", "rollout.multi_turn.tools=[]", AGENT, "--output-dir", str(out), *FAST,
                         timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -32,10 +32,10 @@ def test_tool_demo_trains_through_the_gateway_with_an_openai_client_agent(steady
 def test_an_agent_with_the_wrong_signature_exits_2_before_any_model_is_built(steadyrl_cli, tmp_path):
     agent = tmp_path / "agent.py"
     agent.write_text("def run_episode(row):\n    return 1.0\n")
-    proc = steadyrl_cli("train", "demo.task=tool", "rollout.tools=[]", f"rollout.agent={agent}:run_episode",
+    proc = steadyrl_cli("train", "demo.task=tool", "rollout.multi_turn.tools=[]", f"rollout.multi_turn.agent={agent}:run_episode",
                         "--output-dir", str(tmp_path / "run"), *FAST, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "rollout.agent" in proc.stderr and "neither 'client' nor 'base_url'" in proc.stderr
+    assert "rollout.multi_turn.agent" in proc.stderr and "neither 'client' nor 'base_url'" in proc.stderr
     assert "warm-start" not in proc.stdout  # the demo's model was never built
 
 
@@ -63,7 +63,7 @@ def test_an_agent_that_rewrites_its_history_trains_both_trajectories_end_to_end(
     agent = tmp_path / "rewriting_agent.py"
     agent.write_text(REWRITING_AGENT)
     out = tmp_path / "run"
-    proc = steadyrl_cli("train", "demo.task=tool", "rollout.tools=[]", f"rollout.agent={agent}:run_episode",
+    proc = steadyrl_cli("train", "demo.task=tool", "rollout.multi_turn.tools=[]", f"rollout.multi_turn.agent={agent}:run_episode",
                         "--output-dir", str(out), *FAST, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

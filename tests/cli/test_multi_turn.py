@@ -78,16 +78,18 @@ def agent_run(tmp_path_factory):
     base = {
         "model": {"name_or_path": str(root / "model")},
         "data": {"train_path": str(root / "train.jsonl"), "eval_path": str(root / "eval.jsonl")},
-        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8, "max_turns": 3,
-                    "max_observation_tokens": 40},
+        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8,
+                    "multi_turn": {"max_turns": 3, "max_observation_tokens": 40}},
         "trainer": {"max_steps": 2, "save_every": 0, "num_threads": 1, "samples_every": 1},
         "eval": {"num_samples": 2},
     }
     return root, base
 
 
-def _write(root, base, name, **sections):
+def _write(root, base, name, multi_turn=None, **sections):
+    """``base`` with ``sections`` merged in; ``multi_turn``: keys of rollout.multi_turn."""
     config = {k: dict(v) for k, v in base.items()}
+    config["rollout"]["multi_turn"] = {**config["rollout"]["multi_turn"], **(multi_turn or {})}
     for section, values in sections.items():
         config.setdefault(section, {}).update(values) if isinstance(values, dict) else config.update({section: values})
     path = root / name
@@ -116,7 +118,7 @@ def _metrics(out_dir):
 @pytest.mark.slow
 def test_environment_episodes_train_with_exact_tokens(agent_run, steadyrl_cli, tmp_path):
     root, base = agent_run
-    cfg = _write(root, base, "env.yaml", rollout={"environment": f"{root / 'env.py'}:TwoSteps"},
+    cfg = _write(root, base, "env.yaml", multi_turn={"environment": f"{root / 'env.py'}:TwoSteps"},
                  rewards=[{"name": f"{root / 'rewards.py'}:has_turns", "weight": 0.0}])
     out = tmp_path / "run"
     proc = steadyrl_cli("train", str(cfg), "--output-dir", str(out))
@@ -144,7 +146,7 @@ def test_tool_episodes_train(agent_run, steadyrl_cli, tmp_path, monkeypatch):
     root, base = agent_run
     # the template wraps a tool result in 53 tokens: the observation limit leaves room for content
     cfg = _write(root, base, "tools.yaml",
-                 rollout={"tools": [f"{root / 'tools.py'}:add"], "max_observation_tokens": 64},
+                 multi_turn={"tools": [f"{root / 'tools.py'}:add"], "max_observation_tokens": 64},
                  rewards=[{"name": "exact_match"}])
     out = tmp_path / "run"
     proc = steadyrl_cli("train", str(cfg), "--output-dir", str(out))
@@ -168,20 +170,20 @@ def test_tool_episodes_train(agent_run, steadyrl_cli, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("rollout, needle", [
     ({"environment": "{root}/env.py:NoStep"}, "no step method"),
-    ({"environment": "{root}/env.py:Missing"}, "rollout.environment"),
-    ({"tools": ["{root}/tools.py:undocumented"]}, "rollout.tools[0]"),
-    ({"tools": ["{root}/tools.py:add"], "tool_parser": "xml"}, "rollout.tool_parser"),
+    ({"environment": "{root}/env.py:Missing"}, "rollout.multi_turn.environment"),
+    ({"tools": ["{root}/tools.py:undocumented"]}, "rollout.multi_turn.tools[0]"),
+    ({"tools": ["{root}/tools.py:add"], "tool_parser": "xml"}, "rollout.multi_turn.tool_parser"),
     ({"tools": ["{root}/tools.py:add"], "environment": "{root}/env.py:TwoSteps"}, "both set"),
     ({"environment": "{root}/env.py:TwoSteps", "max_episode_tokens": 1}, "cannot fit one turn"),
-    ({"environment": "{root}/env.py:TwoSteps", "multi_turn_mode": "per_turn"}, "rollout.multi_turn_mode"),
+    ({"environment": "{root}/env.py:TwoSteps", "mode": "per_turn"}, "rollout.multi_turn.mode"),
     ({"tools": ["{root}/tools.py:add"], "max_observation_tokens": 40},
-     "rollout.max_observation_tokens = 40: the chat template of"),
+     "rollout.multi_turn.max_observation_tokens = 40: the chat template of"),
 ])
 def test_bad_multi_turn_inputs_exit_2_naming_the_key(agent_run, steadyrl_cli, tmp_path, rollout, needle):
     root, base = agent_run
     rollout = {k: ([x.format(root=root) for x in v] if isinstance(v, list) else
                    v.format(root=root) if isinstance(v, str) else v) for k, v in rollout.items()}
-    cfg = _write(root, base, "bad.yaml", rollout=rollout)
+    cfg = _write(root, base, "bad.yaml", multi_turn=rollout)
     proc = steadyrl_cli("train", str(cfg), "--output-dir", str(tmp_path / "run"))
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert needle in proc.stderr
@@ -191,7 +193,7 @@ def test_bad_multi_turn_inputs_exit_2_naming_the_key(agent_run, steadyrl_cli, tm
 def test_a_tokenizer_without_a_chat_template_is_refused_for_tools(agent_run, tiny_run, steadyrl_cli, tmp_path):
     root, base = agent_run
     cfg = _write(root, base, "notemplate.yaml", model={"name_or_path": str(tiny_run.model)},
-                 rollout={"tools": [f"{root / 'tools.py'}:add"]})
+                 multi_turn={"tools": [f"{root / 'tools.py'}:add"]})
     proc = steadyrl_cli("train", str(cfg), "--output-dir", str(tmp_path / "run"))
     assert proc.returncode == 2 and "chat template" in proc.stderr, proc.stderr[-2000:]
 
@@ -204,7 +206,7 @@ def test_environment_runs_resume_exactly(agent_run, tmp_path):
     from steadyrl.recipe import train
 
     root, base = agent_run
-    cfg = _write(root, base, "dice.yaml", rollout={"environment": f"{root / 'env.py'}:Dice"},
+    cfg = _write(root, base, "dice.yaml", multi_turn={"environment": f"{root / 'env.py'}:Dice"},
                  trainer={"max_steps": 4, "save_every": 2, "samples_every": 0}, eval={"num_samples": 0})
     full = tmp_path / "full"
     train(str(cfg), [], output_dir=str(full))
@@ -235,15 +237,15 @@ def test_a_template_that_re_renders_earlier_turns_is_refused_in_single_mode_nami
         agent_run, steadyrl_cli, tmp_path):
     """Qwen3's template drops earlier turns' <think> blocks once a user message follows them: with
     user-role observations one sequence would not be what the template shows, so
-    ``multi_turn_mode: single`` stops at start-up naming the behaviour and the modes that handle it."""
+    ``rollout.multi_turn.mode: single`` stops at start-up naming the behaviour and the modes that handle it."""
     root, base = agent_run
     cfg = _write(root, base, "qwen3.yaml", model={"name_or_path": str(_qwen3_model(root, tmp_path))},
-                 rollout={"environment": f"{root / 'env.py'}:TwoSteps", "observation_role": "user",
-                          "multi_turn_mode": "single"})
+                 multi_turn={"environment": f"{root / 'env.py'}:TwoSteps", "observation_role": "user",
+                          "mode": "single"})
     proc = steadyrl_cli("train", str(cfg), "--output-dir", str(tmp_path / "run"))
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "re-renders earlier assistant turns" in proc.stderr and "<think>" in proc.stderr
-    assert "rollout.multi_turn_mode: stepwise" in proc.stderr and "rollout.multi_turn_mode: as_sampled" in proc.stderr
+    assert "rollout.multi_turn.mode: stepwise" in proc.stderr and "rollout.multi_turn.mode: as_sampled" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
@@ -256,8 +258,8 @@ def test_a_thinking_template_trains_in_multi_turn(agent_run, tmp_path, mode):
 
     root, base = agent_run
     cfg = _write(root, base, f"qwen3_{mode}.yaml", model={"name_or_path": str(_qwen3_model(root, tmp_path))},
-                 rollout={"environment": f"{root / 'env.py'}:TwoSteps", "observation_role": "user",
-                          "multi_turn_mode": mode},
+                 multi_turn={"environment": f"{root / 'env.py'}:TwoSteps", "observation_role": "user",
+                          "mode": mode},
                  trainer={"max_steps": 1, "save_every": 0, "num_threads": 1, "samples_every": 0},
                  eval={"num_samples": 0})
     train(str(cfg), [], output_dir=str(tmp_path / "run"))

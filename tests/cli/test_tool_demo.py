@@ -19,10 +19,10 @@ FAST = ("demo.tool_skill_steps=4", "demo.warmstart_steps=2", "demo.num_train=64"
 def test_demo_task_tool_on_the_command_line_starts_from_the_tool_demo_config():
     config = load_config(None, ["demo.task=tool", "trainer.max_steps=7"])
     assert config.demo.task == "tool" and config.trainer.max_steps == 7
-    assert config.rollout.tools == DEMO_TOOL_CONFIG["rollout"]["tools"] and config.rollout.multi_turn
-    assert config.rollout.max_turns == DEMO_TOOL_CONFIG["rollout"]["max_turns"]
+    assert config.rollout.multi_turn.tools == DEMO_TOOL_CONFIG["rollout"]["multi_turn"]["tools"] and config.rollout.multi_turn.enabled
+    assert config.rollout.multi_turn.max_turns == DEMO_TOOL_CONFIG["rollout"]["multi_turn"]["max_turns"]
     reverse = load_config(None, [])
-    assert reverse.demo.task == "reverse" and not reverse.rollout.multi_turn
+    assert reverse.demo.task == "reverse" and not reverse.rollout.multi_turn.enabled
 
 
 def test_tool_demo_without_the_calculator_is_refused(tmp_path):
@@ -30,7 +30,7 @@ def test_tool_demo_without_the_calculator_is_refused(tmp_path):
 
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"demo": {"task": "tool"}}))
-    with pytest.raises(ConfigError, match=r"rollout\.tools"):
+    with pytest.raises(ConfigError, match=r"rollout\.multi_turn\.tools"):
         demo_task(load_config(path))
 
 
@@ -50,13 +50,13 @@ def test_tool_demo_trains_a_few_steps_and_shows_transcripts(steadyrl_cli, tmp_pa
             assert r.get("rollout/tool_errors/time_budget", 0) == 0 and r.get("rollout/tool_errors/max_calls", 0) == 0
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
     saved = yaml.safe_load((out / "config.yaml").read_text())
-    assert saved["demo"]["task"] == "tool" and saved["rollout"]["tools"] == ["steadyrl.demo.calculator:calculate"]
+    assert saved["demo"]["task"] == "tool" and saved["rollout"]["multi_turn"]["tools"] == ["steadyrl.demo.calculator:calculate"]
 
 
 def test_built_in_tools_are_the_tool_demos_and_need_no_trust_flag(steadyrl_cli, tmp_path):
     from steadyrl.run.trust import BUILTIN_TOOLS
 
-    assert BUILTIN_TOOLS == set(DEMO_TOOL_CONFIG["rollout"]["tools"])
+    assert BUILTIN_TOOLS == set(DEMO_TOOL_CONFIG["rollout"]["multi_turn"]["tools"])
     out = tmp_path / "run"
     assert steadyrl_cli("train", "demo.task=tool", "--output-dir", str(out), *FAST, timeout=300).returncode == 0
     proc = steadyrl_cli("eval", "--output-dir", str(out), timeout=300)  # steadyrl's own calculator: no flag

@@ -33,10 +33,10 @@ BODIES = {
 }
 ITEMS = {  # the config key naming each planted file, as a config.yaml holds it
     "reward": lambda f: {"rewards": [{"name": f"{f}:score"}]},
-    "tools": lambda f: {"rollout": {"tools": [f"{f}:add"]}},
-    "environment": lambda f: {"rollout": {"environment": f"{f}:Game"}},
-    "tool_parser": lambda f: {"rollout": {"tool_parser": f"{f}:Parser"}},
-    "agent": lambda f: {"rollout": {"agent": f"{f}:run_episode"}},
+    "tools": lambda f: {"rollout": {"multi_turn": {"tools": [f"{f}:add"]}}},
+    "environment": lambda f: {"rollout": {"multi_turn": {"environment": f"{f}:Game"}}},
+    "tool_parser": lambda f: {"rollout": {"multi_turn": {"tool_parser": f"{f}:Parser"}}},
+    "agent": lambda f: {"rollout": {"multi_turn": {"agent": f"{f}:run_episode"}}},
 }
 
 
@@ -57,14 +57,24 @@ def _plant(tmp_path, kind):
 def _merge(base: dict, extra: dict) -> dict:
     out = dict(base)
     for key, value in extra.items():
-        out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) else value
+        out[key] = _merge(out.get(key) or {}, value) if isinstance(value, dict) else value
     return out
 
 
-def _config_file(tiny_run, folder, kind, code, marker=False):
-    """``folder/config.yaml`` of the tiny run plus the key naming ``code``; the run marker if asked."""
+def _old_shape(saved: dict) -> dict:
+    """``saved`` as a config.yaml written before the multi-turn keys moved under rollout.multi_turn."""
+    rollout = dict(saved["rollout"])
+    for key, value in rollout.pop("multi_turn").items():
+        rollout["multi_turn_mode" if key == "mode" else key] = value
+    return {**saved, "rollout": rollout}
+
+
+def _config_file(tiny_run, folder, kind, code, marker=False, old_names=False):
+    """``folder/config.yaml`` of the tiny run plus the key naming ``code``; the run marker if asked;
+    ``old_names``: the multi-turn keys where steadyrl before 0.1.0 wrote them (rollout.tools, ...)."""
     folder.mkdir(parents=True, exist_ok=True)
     saved = _merge(yaml.safe_load(tiny_run.config.read_text()), ITEMS[kind](code))
+    saved = _old_shape(saved) if old_names else saved
     (folder / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
     if marker:
         (folder / MARKER).write_text('{"steadyrl_run": 1}')
@@ -87,6 +97,29 @@ def test_doctor_refuses_every_code_a_config_names_marker_or_not(tiny_run, tmp_pa
     code, trace = _plant(tmp_path, kind)
     path = _config_file(tiny_run, tmp_path / "theirs", kind, code, marker=marker)
     assert cli.main(["doctor", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "--trust-run-code" in err and str(code) in err, err
+    assert not trace.exists()
+
+
+@pytest.mark.parametrize("kind", ["tools", "environment", "tool_parser", "agent"])
+def test_a_config_with_the_old_multi_turn_key_names_is_held_to_the_same_rule(tiny_run, tmp_path, capsys, kind):
+    """A config.yaml in the shape steadyrl wrote before 0.1.0 (rollout.tools, rollout.environment, ...)
+    still loads, its keys read under rollout.multi_turn: the code it names is refused the same way."""
+    code, trace = _plant(tmp_path, kind)
+    path = _config_file(tiny_run, tmp_path / "theirs", kind, code, old_names=True)
+    assert "multi_turn" not in yaml.safe_load(path.read_text())["rollout"]
+    assert cli.main(["doctor", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "--trust-run-code" in err and str(code) in err, err
+    assert not trace.exists()
+    from steadyrl.run.directory import with_hash_line
+
+    run = tmp_path / "run"  # a run directory as such a version wrote it, its config's hash line included
+    run.mkdir()
+    (run / "config.yaml").write_text(with_hash_line(path.read_text()))
+    (run / MARKER).write_text('{"steadyrl_run": 1}')
+    assert cli.main(["eval", "--output-dir", str(run)]) == 2
     err = capsys.readouterr().err
     assert "--trust-run-code" in err and str(code) in err, err
     assert not trace.exists()

@@ -1,4 +1,4 @@
-"""Every config key the pages name exists: backticked keys (``rollout.max_turns``,
+"""Every config key the pages name exists: backticked keys (``rollout.multi_turn.max_turns``,
 ``trainer.padding_free=true``) and ``key=value`` overrides in command blocks, on every page of
 docs/ and in the README, and every YAML example made of whole sections loads as a config.
 
@@ -42,9 +42,9 @@ def named_keys(text: str) -> list[str]:
 
 
 def test_the_key_finder_finds_spans_and_overrides_and_skips_file_names():
-    text = ("Set `rollout.max_turns` or `trainer.padding_free: true`, see [rewards.md](rewards.md) and "
+    text = ("Set `rollout.multi_turn.max_turns` or `trainer.padding_free: true`, see [rewards.md](rewards.md) and "
             "`rewards[].weight`.\n```bash\nsteadyrl train c.yaml optim.lr=1e-6 --output-dir runs/x\n```\n")
-    assert named_keys(text) == ["rollout.max_turns", "trainer.padding_free", "rewards[].weight", "optim.lr"]
+    assert named_keys(text) == ["rollout.multi_turn.max_turns", "trainer.padding_free", "rewards[].weight", "optim.lr"]
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if p.name != "migrating.md"], ids=lambda p: p.name)

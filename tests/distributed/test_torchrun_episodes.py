@@ -48,8 +48,9 @@ def test_two_ranks_run_episodes_with_distinct_seeds(tmp_path, monkeypatch):
     config = {
         "model": {"name_or_path": str(tmp_path / "model")},
         "data": {"train_path": str(tmp_path / "train.jsonl")},
-        "rollout": {"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 6, "max_turns": 2,
-                    "max_observation_tokens": 32, "environment": f"{tmp_path / 'env.py'}:Seeds"},
+        "rollout": {"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 6,
+                    "multi_turn": {"max_turns": 2, "max_observation_tokens": 32,
+                                   "environment": f"{tmp_path / 'env.py'}:Seeds"}},
         "trainer": {"max_steps": 2, "save_every": 0, "device": "cpu", "num_threads": 1, "samples_every": 0},
         "eval": {"num_samples": 0},
     }

@@ -9,7 +9,7 @@ from steadyrl.envs.options import OpenEnvServer, ReasoningGymRows, TextArenaRows
 from steadyrl.envs.spec import parse_spec, take
 from steadyrl.errors import ConfigError
 
-KEY = "rollout.environment"
+KEY = "rollout.multi_turn.environment"
 
 
 @pytest.mark.parametrize("query, name, message", [

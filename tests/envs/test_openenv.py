@@ -90,7 +90,7 @@ def test_an_episode_ends_when_the_server_says_done(server_url):
 def test_bad_openenv_specs_are_config_errors(server_url, spec, needle):
     with pytest.raises(ConfigError) as err:
         load_environment(spec.format(url=server_url))
-    assert needle in str(err.value) and "rollout.environment" in str(err.value)
+    assert needle in str(err.value) and "rollout.multi_turn.environment" in str(err.value)
 
 
 def test_a_server_that_is_not_running_is_refused_at_start_up():
@@ -114,8 +114,9 @@ def test_training_on_an_openenv_server(server_url, chat_model, steadyrl_cli, tmp
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = {"model": {"name_or_path": str(chat_model)},
               "data": {"train_path": str(tmp_path / "train.jsonl")},
-              "rollout": {"environment": f"openenv:{server_url}", "prompts_per_step": 2, "group_size": 2,
-                          "max_new_tokens": 24, "max_turns": 4, "max_observation_tokens": 64},
+              "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 24,
+                          "multi_turn": {"environment": f"openenv:{server_url}", "max_turns": 4,
+                                         "max_observation_tokens": 64}},
               "trainer": {"max_steps": 2, "save_every": 0, "num_threads": 1, "samples_every": 1}}
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "run"

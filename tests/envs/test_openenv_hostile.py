@@ -62,7 +62,7 @@ def test_a_hostile_schema_is_a_config_error_naming_the_server(body, said):
         server.shutdown()
         server.server_close()
     message = str(caught.value)
-    assert "rollout.environment" in message and f"{url}/schema" in message and said in message, message
+    assert "rollout.multi_turn.environment" in message and f"{url}/schema" in message and said in message, message
 
 
 def test_field_names_from_the_server_are_shown_escaped_and_bounded():

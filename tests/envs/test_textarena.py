@@ -102,7 +102,7 @@ def test_game_rows_have_disjoint_train_and_held_out_seeds():
 def test_bad_game_specs_are_config_errors(spec, needle):
     with pytest.raises(ConfigError) as err:
         load_environment(spec)
-    assert needle in str(err.value) and "rollout.environment" in str(err.value)
+    assert needle in str(err.value) and "rollout.multi_turn.environment" in str(err.value)
 
 
 def test_a_missing_package_names_the_pip_extra(monkeypatch):

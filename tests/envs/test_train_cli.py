@@ -56,7 +56,8 @@ def test_training_on_tictactoe_against_the_seeded_opponent(chat_model, steadyrl_
     game = "textarena:TicTacToe-v0"
     cfg = _config(tmp_path / "ttt.yaml", chat_model,
                   data={"train_path": f"{game}?size=8&test_size=2", "eval_path": f"{game}?size=8&test_size=2"},
-                  rollout={"environment": game, "max_turns": 5, "max_new_tokens": 24, "max_observation_tokens": 400},
+                  rollout={"max_new_tokens": 24,
+                           "multi_turn": {"environment": game, "max_turns": 5, "max_observation_tokens": 400}},
                   eval={"num_samples": 0, "accuracy_reward": "environment"})
     out = tmp_path / "run"
     proc = steadyrl_cli("train", str(cfg), "--output-dir", str(out), timeout=600)
@@ -83,7 +84,7 @@ def test_training_on_tictactoe_against_the_seeded_opponent(chat_model, steadyrl_
     ({"data": {"train_path": "reasoning_gym:chain_sum"}, "rewards": [{"name": "reasoning_gym",
                                                                        "options": {"answer_tag": ""}}]},
      "rewards[0].options.answer_tag = ''"),
-    ({"data": {"train_path": "textarena:TicTacToe-v0"}, "rollout": {"environment": "textarena:TicTacToe-v9"}},
+    ({"data": {"train_path": "textarena:TicTacToe-v0"}, "rollout": {"multi_turn": {"environment": "textarena:TicTacToe-v9"}}},
      "TextArena has no game 'TicTacToe-v9'"),
     ({"data": {"train_path": "reasoning_gym:chain_sum", "eval_sources": [{"path": "reasoning_gym:chain_sum"}]},
       "rewards": [{"name": "reasoning_gym"}]}, "data.eval_sources[0].split"),

@@ -32,7 +32,7 @@ def test_the_failure_is_introduced_as_the_agents_not_a_reward_functions(capsys):
     report_step(run, 1, {}, {"result": result}, set(), 0)
     captured = capsys.readouterr()
     text = captured.out + captured.err
-    assert "the agent (rollout.agent) failed on some episodes (shown once)" in text
+    assert "the agent (rollout.multi_turn.agent) failed on some episodes (shown once)" in text
     assert "reward function" not in text
 
 

@@ -60,7 +60,7 @@ def test_max_tokens_cuts_a_choice_and_marks_it_length(tiny):
     ("def other(row, client):\n    pass\n", "has no attribute 'run_episode'"),
 ])
 def test_an_agent_with_the_wrong_signature_is_refused_naming_rollout_agent(agent_file, source, expected):
-    with pytest.raises(ConfigError, match="rollout.agent") as err:
+    with pytest.raises(ConfigError, match="rollout.multi_turn.agent") as err:
         load_agent(agent_file(source))
     assert expected in str(err.value)
 
@@ -100,13 +100,13 @@ def test_eval_of_a_run_directory_counts_its_agent_as_code_to_trust():
     from steadyrl.config import load_config
     from steadyrl.run.trust import run_code
 
-    config = load_config(None, ["demo.task=tool", "rollout.tools=[]", "rollout.agent=agent.py:run_episode"])
-    assert "agent 'agent.py:run_episode'" in run_code(config, {"rollout": {"agent": "agent.py:run_episode"}})
+    config = load_config(None, ["demo.task=tool", "rollout.multi_turn.tools=[]", "rollout.multi_turn.agent=agent.py:run_episode"])
+    assert "agent 'agent.py:run_episode'" in run_code(config, {"rollout": {"multi_turn": {"agent": "agent.py:run_episode"}}})
     assert run_code(config, {"rollout": {}}) == []  # given on the evaluator's own command line
 
 
 def test_an_agent_with_tools_or_an_environment_is_refused():
     from steadyrl.config import load_config
 
-    with pytest.raises(ConfigError, match="rollout.agent"):
-        load_config(None, ["demo.task=tool", "rollout.agent=agent.py:run_episode"])  # the demo's rollout.tools
+    with pytest.raises(ConfigError, match="rollout.multi_turn.agent"):
+        load_config(None, ["demo.task=tool", "rollout.multi_turn.agent=agent.py:run_episode"])  # the demo's rollout.multi_turn.tools

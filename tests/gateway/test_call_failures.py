@@ -176,7 +176,7 @@ def test_the_step_warning_says_the_agents_calls_failed_at_the_gateway(capsys):
     episodes = [SimpleNamespace(call_failure="HTTP 503"), SimpleNamespace(call_failure=None)]
     report.report_step(run, 1, {}, {"result": result, "episodes": episodes}, set(), 0)
     out = capsys.readouterr().out
-    assert "the agent (rollout.agent) failed on some episodes: 1 of 2 episodes ended because the agent's calls to " \
+    assert "the agent (rollout.multi_turn.agent) failed on some episodes: 1 of 2 episodes ended because the agent's calls to " \
            "the gateway were refused or failed (HTTP 503 x1) (shown once)" in out
 
 

@@ -1,4 +1,4 @@
-"""rollout.agent episodes through the gateway on a tiny model: the trained ids are the served ids,
+"""rollout.multi_turn.agent episodes through the gateway on a tiny model: the trained ids are the served ids,
 calls that extend the previous call's context make one trajectory, calls that do not are counted,
 calls of all episodes are batched into one generate per wave, and failing agents fail only their
 own episode."""
@@ -172,7 +172,7 @@ def test_an_agent_that_raises_or_times_out_fails_only_its_own_episode(engine, ti
     e = gen.episodes
     assert e[0].failed and "RuntimeError: the agent broke" in e[0].error and not e[0].timed_out
     assert "Traceback (most recent call last)" in e[0].error and "in run_episode" in e[0].error  # where it raised
-    assert e[1].failed and e[1].timed_out and "rollout.agent_timeout_s" in e[1].error
+    assert e[1].failed and e[1].timed_out and "rollout.multi_turn.agent_timeout_s" in e[1].error
     assert not e[2].failed and e[2].agent_reward == 0.5 and not e[3].failed
     metrics = episode_metrics(e)
     assert metrics["rollout/agent/timeouts"] == 1.0 and metrics["rollout/agent/errors"] == 1.0

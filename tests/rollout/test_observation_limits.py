@@ -1,4 +1,4 @@
-"""``rollout.max_observation_tokens``: contents are shortened, the chat template's own tokens never cut.
+"""``rollout.multi_turn.max_observation_tokens``: contents are shortened, the chat template's own tokens never cut.
 
 An observation longer than the limit keeps its template structure (headers, end tokens, the next
 generation prompt) and loses content only, so the episode's tokens stay exactly the template's

@@ -1,4 +1,4 @@
-"""Step-wise samples (``rollout.multi_turn_mode: stepwise``): each turn generated from and trained on
+"""Step-wise samples (``rollout.multi_turn.mode: stepwise``): each turn generated from and trained on
 the template's rendering of its history, the samples of an episode laid out in slots that share
 its reward, and the drift check that re-renders every context."""
 

@@ -110,7 +110,7 @@ def test_a_resumed_run_replays_the_uninterrupted_one(write_config, tmp_path):
 
 @pytest.mark.parametrize("override, what", [
     ("algorithm.dynamic_sampling=true", "dynamic_sampling"),
-    ("rollout.environment=env.py:Env", "multi-turn"),
+    ("rollout.multi_turn.environment=env.py:Env", "multi-turn"),
     ("model.lora.enabled=true", "lora"),
 ])
 def test_unsupported_combinations_are_refused_at_load(override, what):

@@ -126,9 +126,11 @@ def _runs(task_dir: Path, chat: Path) -> dict[str, tuple[dict, list[str]]]:
         "packed": ({"rewards": dense}, ["trainer.max_tokens_per_micro_batch=64", "trainer.padding_free=true"]),
         "dynamic": ({}, ["algorithm.dynamic_sampling=true"]),  # exact match: no sample of a tiny model is right
         "asynchronous": ({"rewards": dense}, ["rollout.asynchronous.max_staleness=1"]),
-        "tools": ({**multi_turn, "rollout": {"tools": [f"{chat / 'tools.py'}:add"], "max_turns": 2}}, []),
-        "environment": ({**multi_turn, "rollout": {"environment": f"{chat / 'env.py'}:TwoSteps", "max_turns": 2}}, []),
-        "agent": ({**multi_turn, "rollout": {"agent": f"{chat / 'agent.py'}:run_episode", "max_episode_tokens": 64}}, []),
+        "tools": ({**multi_turn, "rollout": {"multi_turn": {"tools": [f"{chat / 'tools.py'}:add"], "max_turns": 2}}}, []),
+        "environment": ({**multi_turn, "rollout": {"multi_turn": {"environment": f"{chat / 'env.py'}:TwoSteps",
+                                                                 "max_turns": 2}}}, []),
+        "agent": ({**multi_turn, "rollout": {"multi_turn": {"agent": f"{chat / 'agent.py'}:run_episode",
+                                                           "max_episode_tokens": 64}}}, []),
     }
 
 

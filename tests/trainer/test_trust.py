@@ -59,7 +59,8 @@ def _config_with_environment(spec: str):
 
     return SimpleNamespace(rewards=[], model=SimpleNamespace(trust_remote_code=False),
                            teacher=SimpleNamespace(name_or_path=None, trust_remote_code=False),
-                           rollout=SimpleNamespace(tools=[], environment=spec, agent=None, tool_parser="hermes"))
+                           rollout=SimpleNamespace(multi_turn=SimpleNamespace(tools=[], environment=spec, agent=None,
+                                                                      tool_parser="hermes")))
 
 
 def test_a_foreign_textarena_game_runs_no_new_code_but_an_openenv_server_or_a_user_class_needs_the_flag():
@@ -67,7 +68,8 @@ def test_a_foreign_textarena_game_runs_no_new_code_but_an_openenv_server_or_a_us
 
     for spec, needs_flag in [("textarena:TicTacToe-v0", False), ("openenv:http://10.0.0.1:8000", True),
                              ("their_env.py:Env", True)]:
-        saved = {"rollout": {"environment": spec}}
-        found = run_code(_config_with_environment(spec), saved)
-        assert bool(found) == needs_flag, (spec, found)
+        for saved in ({"rollout": {"multi_turn": {"environment": spec}}},
+                      {"rollout": {"environment": spec}}):  # a config.yaml saved before the keys moved
+            found = run_code(_config_with_environment(spec), saved)
+            assert bool(found) == needs_flag, (spec, saved, found)
         assert run_code(_config_with_environment(spec), {}) == []  # set on the command line: the user's own

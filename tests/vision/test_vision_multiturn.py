@@ -255,7 +255,7 @@ def test_an_image_counts_against_max_observation_tokens_and_is_never_cut(family)
 def test_stepwise_mode_is_refused_for_a_vision_language_policy(family):
     agent = picture_agent()
     agent.multi_turn_mode = "stepwise"
-    with pytest.raises(ConfigError, match="rollout.multi_turn_mode"):
+    with pytest.raises(ConfigError, match="rollout.multi_turn.mode"):
         TurnDriver(agent, family.processor)
     TurnDriver(agent)  # a text policy keeps it
 

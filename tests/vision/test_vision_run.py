@@ -79,8 +79,8 @@ def test_a_vision_runs_episode_driver_and_its_eval_driver_carry_the_processor(tm
 
     config = _user_run(tmp_path, "qwen2_vl")
     (tmp_path / "picture_env.py").write_text(PICTURE_ENV)
-    overrides = [f"rollout.environment={tmp_path / 'picture_env.py'}:PictureEnv", "rollout.max_turns=2",
-                 "rollout.max_episode_tokens=64", "data.max_prompt_tokens=64", "rewards=[]"]
+    overrides = [f"rollout.multi_turn.environment={tmp_path / 'picture_env.py'}:PictureEnv", "rollout.multi_turn.max_turns=2",
+                 "rollout.multi_turn.max_episode_tokens=64", "data.max_prompt_tokens=64", "rewards=[]"]
     run = build_run(load_config(str(config), overrides), tmp_path / "run")
     try:
         assert run.task.driver.processor is run.models.processor is not None

@@ -51,7 +51,7 @@ class AlgorithmConfig(Section):
     advantage_estimator: AdvantageName = F("grpo", "Advantage estimator (see steadyrl.functional.advantages).")
     norm_by_std: bool = F(True, "GRPO / pass@k: divide by the group std (false = Dr. GRPO).")
     group_stats: Literal["episode", "sample"] = F(
-        "episode", "How a multi-turn episode trained as several samples (rollout.multi_turn_mode: stepwise, or "
+        "episode", "How a multi-turn episode trained as several samples (rollout.multi_turn.mode: stepwise, or "
         "a gateway agent's several trajectories) counts in its group's statistics (grpo's mean and std, rloo's "
         "and reinforce_plus_plus_baseline's baseline): episode = once (its reward is one outcome; as SkyRL and "
         "prime-rl), sample = once per turn sample (an episode of t turns t times: the default until this key "
@@ -63,7 +63,7 @@ class AlgorithmConfig(Section):
     loss_agg_mode: LossAggMode = F("token-mean", "How per-token losses become one scalar.")
     norm_length: int | None = F(None, "Constant length of seq-mean-token-sum-norm; null = "
                                 "rollout.max_new_tokens, one turn's budget: in multi-turn runs set it (e.g. to "
-                                "rollout.max_episode_tokens) for a constant per episode.", ge=1, le=MAX_TOKENS)
+                                "rollout.multi_turn.max_episode_tokens) for a constant per episode.", ge=1, le=MAX_TOKENS)
     pg_clip: float = F(PG_CLIP, "PPO clip range: the ratio is kept in [1 - clip, 1 + clip]; at most 1 "
                        "(a larger clip would make the lower bound negative).", ge=0, le=1)
     pg_clip_low: float | None = F(None, "Lower clip range (asymmetric), at most 1 (1 = no lower bound, as "

@@ -1,5 +1,6 @@
 """``rollout.*``: generation (engine, sampling, cache, precision), importance correction, asynchronous
-rollouts, and multi-turn episodes (tools, environments, the gateway agent).
+rollouts; multi-turn episodes (tools, environments, the gateway agent) are ``rollout.multi_turn``
+(:mod:`.multi_turn`).
 
 Part of the typed configuration (:mod:`steadyrl.config.schema` re-exports every section).
 """
@@ -17,8 +18,8 @@ from ...functional.constants import (
     SEQ_LOG_RATIO_CLAMP,
     TIS_LOG_RATIO_CLAMP,
 )
-from .rewards import RewardLimitsConfig
-from .base import ASYNC_TIS_CAP, F, MAX_PROCESSES, MAX_SAMPLES, MAX_TOKENS, Section
+from .multi_turn import MultiTurnConfig
+from .base import ASYNC_TIS_CAP, F, MAX_SAMPLES, MAX_TOKENS, Section
 
 
 class VLLMConfig(Section):
@@ -151,68 +152,9 @@ class RolloutConfig(Section):
                                          description="Training-inference mismatch correction (docs/stability.md).")
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     asynchronous: AsynchronousConfig = Field(default_factory=AsynchronousConfig)
-    # --- multi-turn episodes (docs/agents.md); with neither tools nor an environment an episode
-    # is one turn and nothing below applies.
-    tools: list[str] = F([], "Tool functions the policy may call (file.py:fn or package.module:fn), with "
-                         "type hints and a docstring; their JSON schemas go to the chat template's tools=.")
-    tool_parser: str = F("hermes", "How tool calls are read from a turn: hermes (<tool_call>{json}</tool_call>, "
-                         "Qwen2.5/Qwen3/Hermes), llama3_json (Llama-3.1 JSON calls), qwen3_coder, mistral, "
-                         "glm45, kimi_k2, harmony, deepseek, pythonic, command_r, auto (the format a turn is "
-                         "written in) or a file.py:fn.")
-    environment: str | None = F(None, "An environment class (file.py:Class): one instance per episode, "
-                                "reset(**row) -> first observation or None, step(text) -> "
-                                "(observation, reward, done).")
-    agent: str | None = F(None, "An agent function (file.py:run_episode) that runs each episode against the "
-                          "OpenAI-compatible gateway serving the policy (docs/environments.md): (row, client) or "
-                          "(row, base_url, api_key) -> reward or None (None: the reward functions score it).")
-    agent_concurrency: int = F(256, "Episodes of rollout.agent that run at once; the calls of all running "
-                               "episodes are batched into one generate per wave.", ge=1, le=MAX_PROCESSES)
-    agent_timeout_s: float = F(600.0, "Time limit of one rollout.agent episode; one that exceeds it (or raises) "
-                               "is left out of the update and counted in rollout/agent/timeouts.", gt=0)
-    observation_role: Literal["user", "tool"] = F("user", "Role of an environment's text observations in "
-                                                  "the chat template (tool results are always 'tool').")
-    multi_turn_mode: Literal["auto", "single", "stepwise", "as_sampled"] = F(
-        "auto", "How an episode becomes training samples (docs/agents.md, Multi-turn modes): single (one "
-        "sequence, exactly the chat template's rendering of the whole conversation; needs a template that "
-        "only appends), stepwise (each turn a sample: the template's rendering of the history at that turn, "
-        "as at inference, plus the sampled ids; samples of an episode share its reward), as_sampled (one "
-        "sequence as the policy saw it while sampling, earlier turns never re-rendered), auto (single when "
-        "the start-up probe finds the template append-only, else stepwise).")
-    turn_reward: Literal["sum", "last"] = F("sum", "How an environment's per-turn rewards combine into the "
-                                           "episode's, which is added to the reward functions' score.")
-    max_turns: int = F(8, "Most policy turns in an episode; an episode still calling tools then is "
-                       "truncated.", ge=1, le=MAX_TOKENS)
-    max_observation_tokens: int = F(512, "Longest observation (tool result or environment message) in "
-                                    "tokens, the chat template's own tokens included; longer ones have "
-                                    "their contents shortened (the template's tokens are never cut, so "
-                                    "start-up refuses a limit not above what the template needs for one "
-                                    "empty observation).", ge=1, le=MAX_TOKENS)
-    observation_truncation: Literal["right", "left"] = F("right", "Which end of a long observation is cut: "
-                                                         "right keeps its start, left keeps its end.")
-    max_episode_tokens: int | None = F(None, "Most tokens after the prompt (turns and observations); an "
-                                       "episode that reaches it is truncated (so algorithm.mask_truncated "
-                                       "applies). null = max_turns * max_new_tokens + (max_turns - 1) * "
-                                       "max_observation_tokens.", ge=1, le=MAX_TOKENS)
-    tool_timeout_s: float = F(30.0, "Time limit of one tool or environment call; a tool that exceeds it "
-                              "returns an error to the model, an environment that does fails the episode.", gt=0)
-    max_tool_calls_per_turn: int | None = F(8, "Most tool calls of one turn that are run (verl's "
-                                            "multi_turn.max_parallel_calls); each further call is answered "
-                                            "with an error the model reads, counted in "
-                                            "rollout/tool_errors/max_calls. null = no cap.", ge=1)
-    tool_time_budget_s: float | None = F(60.0, "Time budget of all the tool calls of one turn, counted from "
-                                         "when they are sent: a call still running when it is spent is cut, "
-                                         "one not started is not run; both answer with an error, counted in "
-                                         "rollout/tool_errors/time_budget. null = each call only under "
-                                         "rollout.tool_timeout_s.", gt=0)
-    tool_isolation: Literal["process", "thread", "inline"] | None = F(
-        None, "Where tool and environment calls run, as rewards[].isolation: process (a contained sandbox "
-        "worker, killed with all it started on time-out; default on Linux), thread (a time-out abandons "
-        "the call; C code cannot be stopped), inline (no time limit, for debugging).")
-    tool_workers: int = F(8, "Sandbox workers for tool calls (process isolation): up to this many calls run "
-                          "at once. An environment gets a worker per running episode.", ge=1, le=MAX_PROCESSES)
-    tool_limits: RewardLimitsConfig = Field(default_factory=RewardLimitsConfig,
-                                            description="Resource limits of the tool and environment workers "
-                                                        "(process isolation), as rewards[].limits.")
+    multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig,
+                                        description="Multi-turn episodes: tools, an environment or an agent "
+                                                    "(docs/agents.md); off while none is set.")
 
     @model_validator(mode="before")
     @classmethod
@@ -254,14 +196,13 @@ class RolloutConfig(Section):
         return self
 
     @property
-    def multi_turn(self) -> bool:
-        return bool(self.tools) or self.environment is not None or self.agent is not None
-
-    @property
     def episode_token_limit(self) -> int:
-        if self.max_episode_tokens is not None:
-            return self.max_episode_tokens
-        return self.max_turns * self.max_new_tokens + (self.max_turns - 1) * self.max_observation_tokens
+        """Most tokens after the prompt in an episode: rollout.multi_turn.max_episode_tokens, else max_turns
+        * max_new_tokens + (max_turns - 1) * max_observation_tokens."""
+        mt = self.multi_turn
+        if mt.max_episode_tokens is not None:
+            return mt.max_episode_tokens
+        return mt.max_turns * self.max_new_tokens + (mt.max_turns - 1) * mt.max_observation_tokens
 
     @model_validator(mode="after")
     def _check_turns(self) -> "RolloutConfig":
@@ -269,14 +210,8 @@ class RolloutConfig(Section):
             raise ValueError(f"rollout.prompts_per_step x rollout.group_size = {self.prompts_per_step} x "
                              f"{self.group_size} = {self.prompts_per_step * self.group_size:,} samples per step; "
                              f"valid: at most {MAX_SAMPLES:,}")
-        if self.tools and self.environment is not None:
-            raise ValueError("rollout.tools and rollout.environment are both set: an episode is driven by "
-                             "either tools or an environment; an environment can call functions itself")
-        if self.agent is not None and (self.tools or self.environment is not None):
-            raise ValueError(f"rollout.agent = {self.agent!r} cannot be combined with rollout.tools or "
-                             "rollout.environment: the agent drives its episodes itself (it passes its tools to "
-                             "the gateway with tools=); set rollout.tools=[] and rollout.environment=null")
-        if self.multi_turn and self.episode_token_limit < 2:
-            raise ValueError(f"rollout.max_episode_tokens = {self.max_episode_tokens} cannot fit one turn; "
+        if self.multi_turn.enabled and self.episode_token_limit < 2:
+            raise ValueError(f"rollout.multi_turn.max_episode_tokens = {self.multi_turn.max_episode_tokens} "
+                             "cannot fit one turn; "
                              "valid: at least 2 (and enough for a turn and an observation)")
         return self

@@ -1,0 +1,118 @@
+"""The 19 multi-turn keys moved from ``rollout`` to ``rollout.multi_turn`` (steadyrl/config/renamed.py):
+an old name reads as its new one, with one deprecation note; a config or a run's saved config.yaml in
+the old shape loads to the same config; an old name beside its new one is an error naming both."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from steadyrl.config import config_notes, load_config
+from steadyrl.config.loading import dump_config
+from steadyrl.config.renamed import MULTI_TURN_KEYS, renamed_copy
+from steadyrl.errors import ConfigError
+
+VALUES = {  # a value other than the default for each old key (as a command-line override writes it)
+    "tools": "[steadyrl.demo.calculator:calculate]", "tool_parser": "llama3_json", "environment": "env.py:Game",
+    "agent": "agent.py:run_episode", "agent_concurrency": "3", "agent_timeout_s": "7.5", "observation_role": "tool",
+    "turn_reward": "last", "max_turns": "3", "max_observation_tokens": "33", "observation_truncation": "left",
+    "max_episode_tokens": "99", "tool_timeout_s": "4.5", "max_tool_calls_per_turn": "2", "tool_time_budget_s": "9.0",
+    "tool_isolation": "thread", "tool_workers": "3", "tool_limits": "{memory_mb: 512}", "multi_turn_mode": "stepwise",
+}
+
+
+def _deprecations(config) -> list[str]:
+    return [n for n in config_notes(config) if "deprecated" in n]
+
+
+def test_every_old_key_is_listed_once_with_its_new_name():
+    assert sorted(VALUES) == sorted(MULTI_TURN_KEYS) and len(MULTI_TURN_KEYS) == 19
+    assert MULTI_TURN_KEYS["multi_turn_mode"] == "mode"
+    assert all(new == old for old, new in MULTI_TURN_KEYS.items() if old != "multi_turn_mode")
+
+
+@pytest.mark.parametrize("old", sorted(VALUES))
+def test_an_old_key_reads_as_its_new_key_with_a_note(old):
+    new = MULTI_TURN_KEYS[old]
+    by_old = load_config(None, [f"rollout.{old}={VALUES[old]}"])
+    by_new = load_config(None, [f"rollout.multi_turn.{new}={VALUES[old]}"])
+    assert by_old.model_dump() == by_new.model_dump() != load_config(None, []).model_dump()
+    assert f"rollout.multi_turn.{new}" in by_old._written  # the user's own key, under its new name
+    assert not _deprecations(by_new)
+    notes = _deprecations(by_old)
+    assert len(notes) == 1 and f"rollout.{old} -> rollout.multi_turn.{new}" in notes[0]
+
+
+def test_a_config_file_in_the_old_shape_loads_to_the_same_config_with_one_note(tmp_path):
+    config = load_config(None, ["demo.task=tool", "rollout.multi_turn.mode=stepwise", "rollout.multi_turn.max_turns=3"])
+    raw = yaml.safe_load(dump_config(config))
+    old = dict(raw["rollout"])
+    for key, value in old.pop("multi_turn").items():
+        old["multi_turn_mode" if key == "mode" else key] = value
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({**raw, "rollout": old}))
+    loaded = load_config(str(path), [])
+    assert loaded.model_dump() == config.model_dump()
+    notes = _deprecations(loaded)
+    assert len(notes) == 1 and all(f"rollout.{k} -> " in notes[0] for k in MULTI_TURN_KEYS)
+    assert "multi_turn:" in dump_config(loaded) and "\n  max_turns:" not in dump_config(loaded)
+
+
+def test_an_old_key_beside_its_new_name_is_an_error_naming_both():
+    with pytest.raises(ConfigError, match=r"rollout.max_turns and rollout.multi_turn.max_turns are both set"):
+        load_config(None, ["rollout.max_turns=3", "rollout.multi_turn.max_turns=4"])
+    with pytest.raises(ConfigError, match=r"rollout.multi_turn_mode and rollout.multi_turn.mode are both set"):
+        load_config(None, ["rollout.multi_turn_mode=single", "rollout.multi_turn.mode=stepwise"])
+    # an old key beside other new ones is merged into the section
+    both = load_config(None, ["rollout.max_turns=3", "rollout.multi_turn.max_observation_tokens=40"])
+    assert (both.rollout.multi_turn.max_turns, both.rollout.multi_turn.max_observation_tokens) == (3, 40)
+
+
+def test_an_old_key_beside_a_multi_turn_value_that_is_no_section_is_an_error():
+    with pytest.raises(ConfigError, match=r"rollout.multi_turn = 3 is the section .* rollout.max_turns"):
+        load_config(None, ["rollout.multi_turn=3", "rollout.max_turns=2"])
+
+
+def test_a_bad_value_under_an_old_key_is_reported_under_the_new_one():
+    with pytest.raises(ConfigError, match=r"rollout.multi_turn.max_turns"):
+        load_config(None, ["rollout.max_turns=0"])
+
+
+def test_the_section_is_no_flag():
+    """``rollout.multi_turn`` was a true/false property before it was a section: asking a section
+    whether it is true would always say yes, so the question is refused, naming what to read."""
+    config = load_config(None, [])
+    assert config.rollout.multi_turn.enabled is False
+    assert load_config(None, ["demo.task=tool"]).rollout.multi_turn.enabled is True
+    with pytest.raises(TypeError, match=r"rollout.multi_turn.enabled"):
+        bool(config.rollout.multi_turn)
+
+
+def test_renamed_copy_leaves_the_saved_config_as_it_was():
+    saved = {"rollout": {"tools": ["x.py:f"], "multi_turn_mode": "single"}}
+    copy = renamed_copy(saved)
+    assert copy == {"rollout": {"multi_turn": {"tools": ["x.py:f"], "mode": "single"}}}
+    assert saved == {"rollout": {"tools": ["x.py:f"], "multi_turn_mode": "single"}}
+    conflicting = {"rollout": {"tools": ["x.py:f"], "multi_turn": {"tools": []}}}
+    assert renamed_copy(conflicting) == conflicting  # refused when loaded; the copy keeps both as written
+
+
+def test_config_show_of_an_old_config_prints_the_note_and_the_new_names(tmp_path, capsys):
+    from steadyrl import cli
+
+    path = tmp_path / "old.yaml"
+    path.write_text("rollout:\n  max_turns: 3\n  tools: [steadyrl.demo.calculator:calculate]\n")
+    assert cli.main(["config", "show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "rollout.max_turns -> rollout.multi_turn.max_turns" in out and "rollout.tools -> rollout.multi_turn.tools" in out
+    shown = yaml.safe_load(out)
+    assert shown["rollout"]["multi_turn"]["max_turns"] == 3 and "max_turns" not in shown["rollout"]
+
+
+def test_the_doctor_quotes_a_setting_of_an_old_run_under_its_new_name(tmp_path):
+    from steadyrl.doctor.run import load_run
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n')
+    (tmp_path / "config.yaml").write_text("rollout:\n  agent: agent.py:run_episode\n  agent_timeout_s: 42.0\n")
+    run = load_run(tmp_path)
+    assert run.setting("rollout.multi_turn.agent_timeout_s") == " (now 42.0)"
