@@ -53,7 +53,7 @@ def _setup(quick: bool):
     agents = {"driver": driver}
     for name, spec in AGENTS.items():
         agents[name] = build_agent(load_config(None, [*overrides, "rollout.tools=[]", f"rollout.agent={spec}"]), tokenizer)
-    prompts, _ = prepare_prompts(train[:64], tokenizer, source="bench", **prompt_options(config, driver))
+    prompts, _ = prepare_prompts(train[:64], tokenizer, prompt_options(config, driver), source="bench")
     return config, HFEngine(model, tokenizer), tokenizer, agents, prompts
 
 
