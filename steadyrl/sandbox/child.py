@@ -312,11 +312,9 @@ def _rebuild(recipe: dict):
 
 @dataclass(frozen=True)
 class _RunnerStart:
-    """What the keeper hands its runner, made once before the init is forked: the forked keeper's
-    ``target`` (or a fresh one's ``recipe`` to rebuild it from), the socket to the trainer, the
-    output pipe ``(read end, write end)`` (the runner writes, the keeper drains), the ``shared``
-    area (the runner only closes it), the ``limits`` and the user's process count ``tasks`` they
-    are applied with."""
+    """What the keeper hands its runner, made once before the init forks: the forked keeper's ``target``
+    (or a fresh one's ``recipe`` to rebuild it from), the socket to the trainer, the output pipe ``(read
+    end, write end)``, the ``shared`` area (the runner closes it), the ``limits`` and ``tasks`` for them."""
 
     target: object
     recipe: dict | None
