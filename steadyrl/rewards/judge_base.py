@@ -92,9 +92,10 @@ class JudgeBase:
     """What both backends share: the template, the parser, and the per-sample judge messages."""
 
     def setup_judge(self, judging: Judging, answer_key: str):
-        self.judging = judging
+        """``judging``: what the judge is asked; ``answer_key``: the gold answer's column, read when the
+        template asks for ``{answer}``."""
+        self.judging, self.rubric = judging, judging.rubric
         self.template, self.parser, self.system_prompt = judging.template, judging.parser, judging.system_prompt
-        self.rubric = judging.rubric
         self.needs_answer = "{answer}" in self.template
         wanted = (answer_key,) if self.needs_answer else ()
         rubric = self.rubric
