@@ -52,8 +52,9 @@ def _setup(quick: bool):
     driver = build_agent(config, tokenizer)
     agents = {"driver": driver}
     for name, spec in AGENTS.items():
-        agents[name] = build_agent(load_config(None, [*overrides, "rollout.multi_turn.tools=[]", f"rollout.multi_turn.agent={spec}"]), tokenizer)
-    prompts, _ = prepare_prompts(train[:64], tokenizer, source="bench", **prompt_options(config, driver))
+        overrides_for = [*overrides, "rollout.multi_turn.tools=[]", f"rollout.multi_turn.agent={spec}"]
+        agents[name] = build_agent(load_config(None, overrides_for), tokenizer)
+    prompts, _ = prepare_prompts(train[:64], tokenizer, prompt_options(config, driver), source="bench")
     return config, HFEngine(model, tokenizer), tokenizer, agents, prompts
 
 

@@ -13,11 +13,11 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .agent import build_agent
 from ..config.schema import Config
-from ..data.prompts import PromptItem, prepare_prompts
+from ..data.prompts import PromptFormat, PromptItem, prepare_prompts
 from ..data.images import ImageOptions, image_column_of, looks_like_image
 from ..errors import ConfigError, ModelLoadError
 from ..models import is_vision_model, load_tokenizer
@@ -30,7 +30,7 @@ def build_tokenizer(config: Config, model_path: str):
                           field="model.tokenizer" if m.tokenizer else "model.name_or_path")
 
 
-def prompt_options(config: Config, agent) -> dict:
+def prompt_options(config: Config, agent) -> PromptFormat:
     """How prompts are rendered: a multi-turn episode is a conversation, so its string prompts are
     user messages of the chat template (``data.chat_template`` null means true there), and the
     tools' schemas go to the template."""
@@ -41,8 +41,8 @@ def prompt_options(config: Config, agent) -> dict:
                               "episode a conversation, which only the chat template can render; set "
                               "data.chat_template to true or null")
         chat_template = True
-    return {"max_prompt_tokens": config.data.max_prompt_tokens, "chat_template": chat_template,
-            "tools": agent.tool_schemas if agent is not None else None, "template_kwargs": config.data.chat_template_kwargs}
+    return PromptFormat(config.data.max_prompt_tokens, chat_template, agent.tool_schemas if agent is not None else None,
+                        config.data.chat_template_kwargs)
 
 
 def build_processor(config: Config, model_path: str, *, train: bool = True):
@@ -167,15 +167,15 @@ def _render_prompts(config: Config, model_path: str, tokenizer, agent, inputs, p
                                 strict=False, source="data.eval_path")
     train_parts, eval_sets = None, None
     if inputs.train_parts is None:
-        train, dropped = prepare_prompts(inputs.train_records, tokenizer, source="data.train_path",
-                                         **with_images(options, processor, train_images))
+        train, dropped = prepare_prompts(inputs.train_records, tokenizer, with_images(options, processor, train_images),
+                                         source="data.train_path")
     else:  # each source on its own: the mixture samples from each source's prompts
         train_parts, dropped = tokenize_parts(inputs.train_parts, "data.train_sources", tokenizer,
                                               with_images(options, processor, train_images))
         train = [item for part in train_parts for item in part.records]
     if inputs.eval_parts is None:
-        evals, _ = prepare_prompts(inputs.eval_records, tokenizer, source="data.eval_path",
-                                   **with_images(options, processor, eval_images))
+        evals, _ = prepare_prompts(inputs.eval_records, tokenizer, with_images(options, processor, eval_images),
+                                   source="data.eval_path")
     else:
         parts, _ = tokenize_parts(inputs.eval_parts, "data.eval_sources", tokenizer,
                                   with_images(options, processor, eval_images))
@@ -188,12 +188,12 @@ def _render_prompts(config: Config, model_path: str, tokenizer, agent, inputs, p
                    skipped_images=skipped)
 
 
-def with_images(options: dict, processor, images: ImageOptions | None) -> dict:
+def with_images(options: PromptFormat, processor, images: ImageOptions | None) -> PromptFormat:
     """``options`` for :func:`prepare_prompts`, with the processor and image options when there are
     any (a text model's prompts: exactly the options they always had)."""
     if processor is None and images is None:
         return options
-    return {**options, "processor": processor, "images": images}
+    return replace(options, processor=processor, images=images)
 
 
 def check_context_length(config: Config, model_path: str, train_prompts: list[PromptItem],

@@ -276,7 +276,7 @@ def build_eval(config: Config, model_path: str, resources: ExitStack, *, of_run_
                                source="data.eval_path")
         options = with_images(prompt_options(config, agent), processor, images)
         if eval_parts is None:
-            prompts, _ = prepare_prompts(evals, tokenizer, source="data.eval_path", **options)
+            prompts, _ = prepare_prompts(evals, tokenizer, options, source="data.eval_path")
         else:  # data.eval_sources: a dict of held-out sets, each evaluated on its own
             prompts = {p.name: p.records for p in tokenize_parts(eval_parts, "data.eval_sources", tokenizer,
                                                                  options)[0]}

@@ -13,14 +13,14 @@ the start-up checks of ``data.domain_key`` against the rewards, and the training
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..config.schema import Config, SourceConfig
 from ..data import EVAL_SPLITS, MixtureSampler, PromptSampler, eval_split_of, load_records
 from ..errors import ConfigError, DataError
 from ..rewards import RewardSpec
-from ..data.prompts import prepare_prompts
+from ..data.prompts import PromptFormat, prepare_prompts
 
 
 @dataclass
@@ -135,14 +135,14 @@ def load_all_data(config: Config, *, for_eval: bool = False, demo: tuple[list, l
     return train, evals, train_parts, eval_parts
 
 
-def tokenize_parts(parts: list[Part], key: str, tokenizer, options: dict) -> tuple[list[Part], int]:
+def tokenize_parts(parts: list[Part], key: str, tokenizer, options: PromptFormat) -> tuple[list[Part], int]:
     """Each source's records rendered and tokenized on its own (:func:`prepare_prompts`); returns
     the parts holding :class:`~steadyrl.data.prompts.PromptItem` s and the prompts dropped."""
     out, dropped = [], 0
     for part in parts:
-        images = options.get("images")
-        part_options = options if images is None else {**options, "images": images.for_folder(part.folder)}
-        items, n = prepare_prompts(part.records, tokenizer, source=f"{key} {part.name!r}", **part_options)
+        images = options.images
+        part_options = options if images is None else replace(options, images=images.for_folder(part.folder))
+        items, n = prepare_prompts(part.records, tokenizer, part_options, source=f"{key} {part.name!r}")
         out.append(Part(part.name, items, part.weight, part.folder))
         dropped += n
     return out, dropped

@@ -26,8 +26,8 @@ from ..secrets import is_env_reference
 __all__ = ["REWARD_OPTIONS", "option_problems", "validated_options"]
 
 DEFAULT_CACHE_SIZE = 100_000
-"""Scores kept per reward (an LRU cache; 0 = off): :mod:`steadyrl.rewards.cached` (whose own copy the
-defaults test keeps equal)."""
+"""Scores kept per reward (an LRU cache; 0 = off): :mod:`steadyrl.rewards.cached` (whose own copy
+tests/rewards/test_reward_parameters.py keeps equal)."""
 
 JUDGE_TEMPLATE = (
     "Rate how well the response answers the question, from 0 (wrong or useless) to 10 (correct and "
@@ -282,7 +282,8 @@ REWARD_OPTIONS: dict[str, type[Options]] = {
     "http": HttpOptions, "code": CodeOptions,
 }
 """Every built-in reward's options (tests/rewards/test_reward_options.py keeps it equal to the
-factories' keyword parameters)."""
+factories' keyword parameters; a factory taking ``**options`` validates them with its model, and
+tests/rewards/test_reward_parameters.py checks that it reads every one)."""
 
 
 def _problem(name: str, model: type[Options], err: dict, options: dict) -> tuple[str | None, Any, str]:

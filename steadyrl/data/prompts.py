@@ -20,6 +20,7 @@ with no image is rendered and tokenized exactly as for a text model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import DataError
 from .chat import prompt_messages, render_prompt
@@ -40,37 +41,49 @@ class PromptItem:
     image_inputs: dict | None = None
 
 
-def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
-                    chat_template: bool | None, source: str,
-                    tools: list[dict] | None = None,
-                    template_kwargs: dict | None = None, processor=None,
-                    images: ImageOptions | None = None) -> tuple[list[PromptItem], int]:
-    """Render and tokenize ``records``; drop those over ``max_prompt_tokens``.
+@dataclass(frozen=True)
+class PromptFormat:
+    """How a run's records become prompts, built once (:func:`steadyrl.assembly.prompts.prompt_options`):
+    at most ``max_prompt_tokens`` tokens; rendered with the chat template or not (``chat_template``:
+    True, False, or None: when the prompt is a message list and the tokenizer has one), with the
+    ``tools``' schemas and ``template_kwargs`` passed to the template; a vision-language model's
+    ``processor`` and ``images`` (how the rows' images load), None for a text model."""
 
-    With ``processor`` (a vision-language model's) and ``images`` (how the rows' images load),
+    max_prompt_tokens: int
+    chat_template: bool | None
+    tools: list[dict] | None = None
+    template_kwargs: dict | None = None
+    processor: Any = None
+    images: ImageOptions | None = None
+
+
+def prepare_prompts(records: list[dict], tokenizer, form: PromptFormat, *,
+                    source: str) -> tuple[list[PromptItem], int]:
+    """Render and tokenize ``records`` as ``form`` says; drop those over ``form.max_prompt_tokens``.
+    ``source`` names the records in errors (``data.train_path``).
+
+    With a ``processor`` (a vision-language model's) and ``images`` (how the rows' images load),
     rows with images go through the processor (see the module docstring); a row whose image is
     bad is a :class:`DataError`, or, with ``images.bad == "skip"``, left out and its message
     appended to ``images.skipped``. Returns ``(items, dropped)`` (``dropped``: over the length
     limit). All prompts over the limit is a :class:`DataError`.
     """
     items, lengths = [], []
+    images, max_prompt_tokens = form.images, form.max_prompt_tokens
     for index, record in enumerate(records):
-        pictures, prompt = (), record["prompt"]
+        pictures, prompt, where = (), record["prompt"], f"{source} row {index + 1}"
         if images is not None:
             try:
-                prompt, pictures = prompt_with_images(record, images, f"{source} row {index + 1}")
+                prompt, pictures = prompt_with_images(record, images, where)
             except DataError as err:
                 if images.bad != "skip":
                     raise
                 images.skipped.append(str(err))
                 continue
         if pictures:
-            item = _vision_item(record, prompt, pictures, processor, tools=tools, template_kwargs=template_kwargs,
-                                lazy=(images, f"{source} row {index + 1}"),
-                                source=source, chat_template=chat_template)
+            item = _vision_item(record, prompt, pictures, form, source=source, where=where)
         else:
-            item = _text_item(record, prompt, tokenizer, chat_template=chat_template, tools=tools,
-                              template_kwargs=template_kwargs)
+            item = _text_item(record, prompt, tokenizer, form)
         lengths.append(len(item.ids))
         if len(item.ids) <= max_prompt_tokens:
             items.append(item)
@@ -83,10 +96,10 @@ def prepare_prompts(records: list[dict], tokenizer, *, max_prompt_tokens: int,
     return items, len(lengths) - len(items)
 
 
-def _text_item(record: dict, prompt, tokenizer, *, chat_template, tools, template_kwargs) -> PromptItem:
-    text = render_prompt(tokenizer, prompt, chat_template=chat_template, tools=tools,
-                         template_kwargs=template_kwargs)
-    templated = isinstance(prompt, list) or chat_template is True
+def _text_item(record: dict, prompt, tokenizer, form: PromptFormat) -> PromptItem:
+    text = render_prompt(tokenizer, prompt, chat_template=form.chat_template, tools=form.tools,
+                         template_kwargs=form.template_kwargs)
+    templated = isinstance(prompt, list) or form.chat_template is True
     # verbose=False: the tokenizer's "longer than the model's maximum" warning is ours to say
     ids = tokenizer(text, add_special_tokens=not templated, verbose=False)["input_ids"]
     columns = {k: v for k, v in record.items() if k != "prompt"}
@@ -95,18 +108,19 @@ def _text_item(record: dict, prompt, tokenizer, *, chat_template, tools, templat
                       conversation=prompt_messages(prompt) if templated else None)
 
 
-def _vision_item(record: dict, messages: list, pictures: tuple, processor, *, tools, template_kwargs,
-                 source: str, chat_template, lazy: tuple | None = None) -> PromptItem:
+def _vision_item(record: dict, messages: list, pictures: tuple, form: PromptFormat, *, source: str,
+                 where: str) -> PromptItem:
     """A row with images: rendered by the processor's chat template, tokenized by the processor.
-    With ``lazy`` (the row's ``ImageOptions`` and its name in errors) the item keeps where its
-    images come from, not their pixels (:mod:`steadyrl.data.lazy_images`)."""
+    The item keeps where its images come from (``form.images``, the row's name ``where`` in errors),
+    not their pixels (:mod:`steadyrl.data.lazy_images`)."""
     from ..vlm_inputs import TOKEN_ALIGNED_KEYS  # not at import: loading prompts stays torch-free
     from .chat import ChatTemplateError
 
+    processor, tools, template_kwargs = form.processor, form.tools, form.template_kwargs
     if processor is None:
         raise DataError(f"{source}: a row has images but the model has no image processor: it is a text-only "
                         "model (set model.name_or_path to a vision-language model, or remove the images)")
-    if chat_template is False:
+    if form.chat_template is False:
         raise DataError(f"{source}: data.chat_template = false, but a row has images, which only the "
                         "processor's chat template can place; set data.chat_template to true or null")
     try:
@@ -119,10 +133,9 @@ def _vision_item(record: dict, messages: list, pictures: tuple, processor, *, to
     ids = out["input_ids"][0].tolist()
     image_inputs = {k: v for k, v in out.items() if k not in TOKEN_ALIGNED_KEYS}
     columns = {k: v for k, v in record.items() if k != "prompt"}
-    if lazy is not None:
-        from .lazy_images import ImageSource, LazyImageInputs, LazyImages
+    from .lazy_images import ImageSource, LazyImageInputs, LazyImages
 
-        held = ImageSource(record, lazy[0], lazy[1], text, processor, len(pictures), tuple(image_inputs))
-        pictures, image_inputs = LazyImages(held), LazyImageInputs(held)
+    held = ImageSource(record, form.images, where, text, processor, len(pictures), tuple(image_inputs))
+    pictures, image_inputs = LazyImages(held), LazyImageInputs(held)
     return PromptItem(text=text, ids=ids, columns=columns, messages=messages, conversation=messages,
                       images=pictures, image_inputs=image_inputs)

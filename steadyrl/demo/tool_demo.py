@@ -24,7 +24,7 @@ from .chat_tokenizer import build_chat_tokenizer
 from .model import build_tiny_model
 from .tool_task import warmstart_transcripts
 from .tool_warmstart import encode_transcripts
-from .warmstart import train_supervised
+from .warmstart import SupervisedSettings, train_supervised
 
 __all__ = ["TOOL_SPEC", "tool_schemas", "build_tool_demo"]
 
@@ -65,8 +65,7 @@ def build_tool_demo(demo, train: list[dict], *, seed: int):
         if not steps:
             continue
         rows = encode_transcripts(tokenizer, warmstart_transcripts(train, fraction, seed=seed + k), tools)
-        out = train_supervised(model, *rows, steps=steps, lr=lr, batch_size=demo.warmstart_batch_size,
-                               seed=seed + k)
+        out = train_supervised(model, *rows, SupervisedSettings(steps, lr, demo.warmstart_batch_size, seed + k))
         info[name] = {"steps": steps, "loss_first": out["losses"][0], "loss_last": out["losses"][-1],
                       "seconds": out["seconds"]}
     info["seconds"] = time.perf_counter() - start

@@ -13,10 +13,11 @@ gets a fraction of the held-out answers right, and leave the rest for RL.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
-__all__ = ["IGNORE_INDEX", "encode_supervised", "warm_start", "train_supervised"]
+__all__ = ["IGNORE_INDEX", "SupervisedSettings", "encode_supervised", "warm_start", "train_supervised"]
 
 IGNORE_INDEX = -100
 """Label of the tokens the supervised loss skips (prompt and padding)."""
@@ -51,6 +52,24 @@ def _answer_loss(model, input_ids, attention_mask, labels) -> torch.Tensor:
     )
 
 
+@dataclass(frozen=True)
+class SupervisedSettings:
+    """One supervised run's settings: ``steps`` AdamW steps at learning rate ``lr`` (and
+    ``weight_decay``), ``batch_size`` rows a step drawn with replacement by a generator seeded with
+    ``seed``."""
+
+    steps: int
+    lr: float
+    batch_size: int
+    seed: int
+    weight_decay: float = 0.0
+
+    def __post_init__(self):
+        if self.steps < 0 or self.batch_size < 1 or not self.lr > 0:
+            raise ValueError(f"need steps >= 0, batch_size >= 1, lr > 0; got {self.steps}, {self.batch_size}, "
+                             f"{self.lr}")
+
+
 def warm_start(
     model,
     tokenizer,
@@ -69,42 +88,24 @@ def warm_start(
     """
     if not records:
         raise ValueError("records must not be empty")
-    _check_arguments(steps, lr, batch_size)
+    settings = SupervisedSettings(steps, lr, batch_size, seed, weight_decay)
     start = time.perf_counter()
-    encoded = encode_supervised(tokenizer, records)
-    info = train_supervised(model, *encoded, steps=steps, lr=lr, batch_size=batch_size, seed=seed,
-                            weight_decay=weight_decay)
+    info = train_supervised(model, *encode_supervised(tokenizer, records), settings)
     return {**info, "seconds": time.perf_counter() - start}
 
 
-def _check_arguments(steps: int, lr: float, batch_size: int) -> None:
-    if steps < 0 or batch_size < 1 or not lr > 0:
-        raise ValueError(f"need steps >= 0, batch_size >= 1, lr > 0; got {steps}, {batch_size}, {lr}")
-
-
-def train_supervised(
-    model,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    labels: torch.Tensor,
-    *,
-    steps: int,
-    lr: float,
-    batch_size: int,
-    seed: int,
-    weight_decay: float = 0.0,
-) -> dict:
+def train_supervised(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor,
+                     settings: SupervisedSettings) -> dict:
     """:func:`warm_start` on already encoded, right-padded rows (labels -100 where not trained)."""
-    _check_arguments(steps, lr, batch_size)
     if input_ids.shape[0] == 0:
         raise ValueError("there are no rows to train on")
     start = time.perf_counter()
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    generator = torch.Generator().manual_seed(settings.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     model.train()
     losses = []
-    for _ in range(steps):
-        idx = torch.randint(input_ids.shape[0], (batch_size,), generator=generator)
+    for _ in range(settings.steps):
+        idx = torch.randint(input_ids.shape[0], (settings.batch_size,), generator=generator)
         width = int(attention_mask[idx].sum(-1).max())
         loss = _answer_loss(model, input_ids[idx, :width], attention_mask[idx, :width], labels[idx, :width])
         optimizer.zero_grad(set_to_none=True)
@@ -112,4 +113,4 @@ def train_supervised(
         optimizer.step()
         losses.append(loss.item())
     model.eval()
-    return {"losses": losses, "seconds": time.perf_counter() - start, "steps": steps}
+    return {"losses": losses, "seconds": time.perf_counter() - start, "steps": settings.steps}

@@ -43,7 +43,7 @@ from ..userfn import SPEC_FORMS, resolve_spec
 from .assemble import assemble, check_reward
 from .record import EpisodeRecord
 from .server import HOST, Gateway, ServerLimits
-from .waves import WAVE_WAIT_S, Waves
+from .waves import WAVE_WAIT_S, Serving, Waves
 
 EXAMPLE = "async def run_episode(row, client) -> float | None"
 
@@ -128,10 +128,10 @@ class GatewayAgent(AgentBase):
             self._thread.start()
         episodes = [EpisodeRecord({"prompt": p.messages if p.messages is not None else p.text, **p.columns}, "")
                     for p in prompts for _ in range(n)]
-        waves = Waves(engine, tokenizer, episodes, sampling=sampling,
-                      max_new_tokens=min(limits.max_new_tokens, limits.episode_tokens), parser=self.parser,
-                      template_kwargs=self.template_kwargs, timeout_s=self.timeout_s, concurrency=self.concurrency,
-                      wave_wait_s=self.wave_wait_s, processor=self.processor)
+        serving = Serving(self.parser, self.template_kwargs, self.timeout_s, self.concurrency, self.wave_wait_s,
+                          self.processor)
+        waves = Waves(engine, tokenizer, episodes, serving, sampling=sampling,
+                      max_new_tokens=min(limits.max_new_tokens, limits.episode_tokens))
         self.gateway.submit = waves.submit
         running = asyncio.run_coroutine_threadsafe(self._main(episodes, waves), self._loop)
         running.add_done_callback(lambda _: waves.all_over())

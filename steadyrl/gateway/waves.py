@@ -34,6 +34,21 @@ MAX_WAVE_WAIT_S = 1.0
 """Most time it waits: as long as the last generate took (a wave sent early costs another one), within this."""
 
 
+@dataclass(frozen=True)
+class Serving:
+    """How a rollout's calls are answered, the same for every call: the agent's tool-call ``parser``,
+    the chat template's ``template_kwargs`` (and a VLM's ``processor``, None for a text model), a
+    call's ``timeout_s``, the ``concurrency`` of episodes and the least ``wave_wait_s`` of a wave
+    (module docstring)."""
+
+    parser: object
+    template_kwargs: dict
+    timeout_s: float
+    concurrency: int
+    wave_wait_s: float = WAVE_WAIT_S
+    processor: object = None
+
+
 @dataclass
 class _Pending:
     episode: EpisodeRecord
@@ -48,13 +63,15 @@ class _Pending:
 class Waves:
     """The calls of one rollout: queued by :meth:`submit` (HTTP threads), answered by :meth:`serve`."""
 
-    def __init__(self, engine, tokenizer, episodes: list[EpisodeRecord], *, sampling: dict, max_new_tokens: int,
-                 parser, template_kwargs: dict, timeout_s: float, concurrency: int, wave_wait_s: float = WAVE_WAIT_S,
-                 processor=None):
-        self.engine, self.tokenizer, self.processor = engine, tokenizer, processor
+    def __init__(self, engine, tokenizer, episodes: list[EpisodeRecord], serving: Serving, *, sampling: dict,
+                 max_new_tokens: int):
+        """``sampling``: the run's sampling settings (``temperature``, ``top_p``, ``top_k``); ``max_new_tokens``:
+        the cap of a call's ``max_tokens``."""
+        self.engine, self.tokenizer, self.processor = engine, tokenizer, serving.processor
         self.episodes: dict[str, EpisodeRecord] = {}  # the token of each running episode's slot
-        self.sampling, self.max_new_tokens, self.parser = sampling, max_new_tokens, parser
-        self.template_kwargs, self.timeout_s, self.wave_wait_s = template_kwargs, timeout_s, wave_wait_s
+        self.sampling, self.max_new_tokens, self.parser = sampling, max_new_tokens, serving.parser
+        self.template_kwargs, self.timeout_s = serving.template_kwargs, serving.timeout_s
+        self.wave_wait_s, concurrency = serving.wave_wait_s, serving.concurrency
         self.eos = set(engine.eos_ids)
         self.end_texts = [tokenizer.decode([i]) for i in sorted(self.eos)]
         self.cond = threading.Condition()

@@ -26,7 +26,7 @@ with the run's rewards (their code runs, as in the run).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -113,10 +113,10 @@ def _prompts(config: Config, tokenizer, count: int, processor=None):
     if not train:
         raise ConfigError("doctor: the config has no training prompt (data.train_path / data.train_sources)")
     records = train[:count]
-    options = {**prompt_options(config, None), "tools": None}
+    options = replace(prompt_options(config, None), tools=None)
     images = image_options(config, records, processor, config.model.name_or_path, data_folder(config.data.train_path))
-    items, _ = prepare_prompts(records, tokenizer, source="data.train_path", **with_images(options, processor, images))
-    chats = [prompt_messages(r["prompt"]) if uses_chat_template(tokenizer, r["prompt"], options["chat_template"])
+    items, _ = prepare_prompts(records, tokenizer, with_images(options, processor, images), source="data.train_path")
+    chats = [prompt_messages(r["prompt"]) if uses_chat_template(tokenizer, r["prompt"], options.chat_template)
              else None for r in records]
     # an image prompt's chat is the one the processor rendered (its image parts where the images go)
     chats = [item.messages if item.image_inputs is not None else chat for item, chat in zip(items, chats)]

@@ -34,14 +34,15 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ConfigError
-from .cached import DEFAULT_CACHE_SIZE, CachedReward
+from .cached import CachedReward
 from .http_client import RequestFailed, api_key_from_env, check_reachable, checked_url, post_json
+from .params import Caching, Endpoint, LocalModel, RequestLimits
 from .registry import register_reward
 from .rubric import Rubric
-from .judge_base import DEFAULT_TEMPLATE, RUBRIC_TEMPLATE, JudgeBase, ScoreParser, fill_template  # noqa: F401
+from .judge_base import DEFAULT_TEMPLATE, RUBRIC_TEMPLATE, JudgeBase, Judging, ScoreParser, fill_template  # noqa: F401
 
-__all__ = ["ScoreParser", "fill_template", "HttpJudge", "llm_judge", "DEFAULT_TEMPLATE", "RUBRIC_TEMPLATE",
-           "RUBRIC_MAX_NEW_TOKENS", "SCORE_MAX_NEW_TOKENS"]
+__all__ = ["ScoreParser", "Judging", "fill_template", "HttpJudge", "llm_judge", "judging_of", "DEFAULT_TEMPLATE",
+           "RUBRIC_TEMPLATE", "RUBRIC_MAX_NEW_TOKENS", "SCORE_MAX_NEW_TOKENS"]
 SCORE_MAX_NEW_TOKENS = 16
 """The judge's reply length in score mode (``max_new_tokens: null``): a number."""
 RUBRIC_MAX_NEW_TOKENS = 1024
@@ -52,32 +53,32 @@ line, the verdict (a reply cut before it holds no verdict and scores 0)."""
 class HttpJudge(JudgeBase, CachedReward):
     """``llm_judge`` with ``backend: openai``: one chat-completions request per sample."""
 
-    def __init__(self, *, base_url: str, model: str, api_key_env: str | None, parser: ScoreParser, template: str,
-                 system_prompt, answer_key: str, max_new_tokens: int, concurrency: int, retries: int,
-                 backoff_s: float, request_timeout_s: float, check_url: bool, cache_size: int,
-                 rubric: Rubric | None = None, rubric_template: str = RUBRIC_TEMPLATE):
-        CachedReward.__init__(self, "llm_judge", cache_size=cache_size, answer_key=answer_key)
-        self.setup_judge(template, parser, system_prompt, answer_key, rubric, rubric_template)
+    def __init__(self, judging: Judging, endpoint: Endpoint, limits: RequestLimits, caching: Caching, *, model: str):
+        """``model``: the served model's name, sent in every request."""
+        CachedReward.__init__(self, "llm_judge", cache_size=caching.size, answer_key=caching.answer_key)
+        self.setup_judge(judging, caching.answer_key)
+        base_url = endpoint.url
         if not isinstance(base_url, str) or not base_url:
             raise ConfigError("llm_judge reward: backend 'openai' needs the option base_url (e.g. "
                               "http://localhost:8000/v1)")
         base_url = checked_url("llm_judge reward: option base_url", base_url)
         self.url, self.model = base_url.rstrip("/") + "/chat/completions", model
         self.headers = {}
-        if api_key_env is not None:
-            self.headers["Authorization"] = "Bearer " + api_key_from_env("llm_judge", api_key_env)
-        self.max_new_tokens, self.concurrency, self.retries = max_new_tokens, concurrency, retries
-        self.backoff_s, self.request_timeout_s = float(backoff_s), float(request_timeout_s)
-        if check_url:
+        if endpoint.api_key_env is not None:
+            self.headers["Authorization"] = "Bearer " + api_key_from_env("llm_judge", endpoint.api_key_env)
+        self.limits = limits
+        if endpoint.check_url:
             check_reachable("llm_judge reward: option base_url", base_url)
 
     def __repr__(self) -> str:  # never shows the headers (the key)
         return f"HttpJudge(url={self.url!r}, model={self.model!r})"
 
     def _reply(self, messages: list[dict]) -> str:
-        body = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": self.max_new_tokens}
-        reply = post_json(self.url, body, headers=self.headers, timeout_s=self.request_timeout_s,
-                          retries=self.retries, backoff_s=self.backoff_s)
+        body = {"model": self.model, "messages": messages, "temperature": 0.0,
+                "max_tokens": self.judging.max_new_tokens}
+        limits = self.limits
+        reply = post_json(self.url, body, headers=self.headers, timeout_s=limits.request_timeout_s,
+                          retries=limits.retries, backoff_s=limits.backoff_s)
         try:
             return str(reply["choices"][0]["message"]["content"])
         except (KeyError, IndexError, TypeError):
@@ -97,39 +98,43 @@ class HttpJudge(JudgeBase, CachedReward):
             return err
 
     def _ask(self, questions: list[list[dict]]) -> list:
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(questions)))) as pool:
+        with ThreadPoolExecutor(max_workers=min(self.limits.concurrency, max(1, len(questions)))) as pool:
             return list(pool.map(self._ask_one, questions))
 
     def score_new(self, prompts: list, completions: list, columns: dict) -> list:
         if self.rubric is not None:
             return self.score_rubric(prompts, completions, columns, self._ask)
         answers = columns.get(self.answer_key) or [None] * len(completions)
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(completions)))) as pool:
+        with ThreadPoolExecutor(max_workers=min(self.limits.concurrency, max(1, len(completions)))) as pool:
             return list(pool.map(self._judge_one, prompts, completions, answers))
 
 
+def judging_of(options) -> Judging:
+    """What the judge is asked, from the checked options (a
+    :class:`~steadyrl.config.reward_options.LlmJudgeOptions`): the score parser, the rubric in rubric
+    mode (and its template), and the reply's length (``max_new_tokens: null``: :data:`SCORE_MAX_NEW_TOKENS`
+    or :data:`RUBRIC_MAX_NEW_TOKENS`)."""
+    o = options
+    parser = ScoreParser(o.pattern, o.min_score, o.max_score, o.scale)
+    if o.mode != "rubric":
+        return Judging(o.template, o.system_prompt, parser, o.max_new_tokens or SCORE_MAX_NEW_TOKENS)
+    criteria = None if o.criteria is None else [c.model_dump() for c in o.criteria]
+    return Judging(o.rubric_template, o.system_prompt, parser, o.max_new_tokens or RUBRIC_MAX_NEW_TOKENS,
+                   Rubric(criteria, o.criteria_key))
+
+
 @register_reward("llm_judge")
-def llm_judge(*, backend: str = "openai", model: str, base_url: str | None = None, api_key_env: str | None = None,
-              template: str = DEFAULT_TEMPLATE, system_prompt: str | None = None, pattern: str | None = None,
-              min_score: float = 0, max_score: float = 10, scale: bool = True, answer_key: str = "answer",
-              max_new_tokens: int | None = None, concurrency: int = 8, retries: int = 3, backoff_s: float = 1.0,
-              request_timeout_s: float = 30.0, check_url: bool = True, batch_size: int = 8,
-              revision: str | None = None, device: str = "auto", dtype: str = "auto",
-              cache_size: int = DEFAULT_CACHE_SIZE, mode: str = "score", criteria: list | None = None,
-              criteria_key: str | None = None, rubric_template: str = RUBRIC_TEMPLATE):
-    """An LLM judge's score of each completion (module docstring)."""
-    parser = ScoreParser(pattern, min_score, max_score, scale)  # options checked: LlmJudgeOptions
-    rubric = Rubric(criteria, criteria_key) if mode == "rubric" else None
-    if max_new_tokens is None:
-        max_new_tokens = SCORE_MAX_NEW_TOKENS if rubric is None else RUBRIC_MAX_NEW_TOKENS
-    judged = {"rubric": rubric, "rubric_template": rubric_template}
-    if backend == "local":
+def llm_judge(**options):
+    """An LLM judge's score of each completion (module docstring); ``options``:
+    :class:`steadyrl.config.reward_options.LlmJudgeOptions`, whose names and defaults they are, grouped
+    once into the judge's parameter objects (:class:`Judging`, :mod:`steadyrl.rewards.params`)."""
+    from ..config.reward_options import LlmJudgeOptions  # steadyrl.config imports the rewards
+
+    o = LlmJudgeOptions(**options)
+    judging, caching = judging_of(o), Caching.of(o)
+    if o.backend == "local":
         from .judge_local import LocalJudge
 
-        return LocalJudge(model=model, revision=revision, device=device, dtype=dtype, parser=parser,
-                          template=template, system_prompt=system_prompt, answer_key=answer_key,
-                          max_new_tokens=max_new_tokens, batch_size=batch_size, cache_size=cache_size, **judged)
-    return HttpJudge(base_url=base_url, model=model, api_key_env=api_key_env, parser=parser, template=template,
-                     system_prompt=system_prompt, answer_key=answer_key, max_new_tokens=max_new_tokens,
-                     concurrency=concurrency, retries=retries, backoff_s=backoff_s,
-                     request_timeout_s=request_timeout_s, check_url=check_url, cache_size=cache_size, **judged)
+        return LocalJudge(judging, LocalModel.of(o), caching, batch_size=o.batch_size)
+    return HttpJudge(judging, Endpoint(o.base_url, o.api_key_env, o.check_url), RequestLimits.of(o), caching,
+                     model=o.model)

@@ -1,12 +1,13 @@
 """What both backends of ``llm_judge`` share (:mod:`.judge` for the HTTP one, :mod:`.judge_local` for
 the local one): the default templates, filling a template, reading a score from a reply
-(:class:`ScoreParser`), and :class:`JudgeBase`'s judge messages and rubric scoring. The formulas are in
-:mod:`.judge`'s docstring.
+(:class:`ScoreParser`), what the judge is asked (:class:`Judging`, built once from the options), and
+:class:`JudgeBase`'s judge messages and rubric scoring. The formulas are in :mod:`.judge`'s docstring.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from ..config.reward_options import JUDGE_TEMPLATE as DEFAULT_TEMPLATE
 from ..config.reward_options import RUBRIC_TEMPLATE
@@ -15,7 +16,7 @@ from .http_client import RequestFailed
 from .reward_model import message_text
 from .rubric import Rubric, defuse_verdicts
 
-__all__ = ["ScoreParser", "JudgeBase", "fill_template", "DEFAULT_TEMPLATE", "RUBRIC_TEMPLATE"]
+__all__ = ["ScoreParser", "Judging", "JudgeBase", "fill_template", "DEFAULT_TEMPLATE", "RUBRIC_TEMPLATE"]
 
 _PLACEHOLDER = re.compile(r"\{(prompt|completion|answer|criterion)\}")
 _NUMBER = r"(-?\d+(?:\.\d+)?)"
@@ -63,23 +64,41 @@ class ScoreParser:
         return (x - self.min) / (self.max - self.min) if self.scale else x
 
 
+@dataclass(frozen=True)
+class Judging:
+    """What the judge is asked and how its reply is read, the same for both backends: the user
+    message ``template`` (``rubric_template`` in rubric mode, with ``rubric`` its criteria; score
+    mode: ``rubric`` None), a ``system_prompt`` before it, the reply's length ``max_new_tokens``
+    and the ``parser`` that reads the score (score mode)."""
+
+    template: str
+    system_prompt: str | None
+    parser: ScoreParser
+    max_new_tokens: int
+    rubric: Rubric | None = None
+
+    def __post_init__(self):
+        if self.rubric is not None:
+            if not isinstance(self.template, str) or not all(
+                    key in self.template for key in ("{completion}", "{criterion}")):
+                raise ConfigError("llm_judge reward: option rubric_template must be a string containing "
+                                  "{completion} and {criterion} (and usually {prompt})")
+        elif not isinstance(self.template, str) or "{completion}" not in self.template:
+            raise ConfigError("llm_judge reward: option template must be a string containing {completion} "
+                              "(and usually {prompt}, {answer})")
+
+
 class JudgeBase:
     """What both backends share: the template, the parser, and the per-sample judge messages."""
 
-    def setup_judge(self, template: str, parser: ScoreParser, system_prompt: str | None, answer_key: str,
-                    rubric: Rubric | None = None, rubric_template: str = RUBRIC_TEMPLATE):
-        if rubric is not None:
-            if not isinstance(rubric_template, str) or not all(
-                    key in rubric_template for key in ("{completion}", "{criterion}")):
-                raise ConfigError("llm_judge reward: option rubric_template must be a string containing "
-                                  "{completion} and {criterion} (and usually {prompt})")
-            template = rubric_template
-        elif not isinstance(template, str) or "{completion}" not in template:
-            raise ConfigError("llm_judge reward: option template must be a string containing {completion} "
-                              "(and usually {prompt}, {answer})")
-        self.template, self.parser, self.system_prompt, self.rubric = template, parser, system_prompt, rubric
-        self.needs_answer = "{answer}" in template
+    def setup_judge(self, judging: Judging, answer_key: str):
+        """``judging``: what the judge is asked; ``answer_key``: the gold answer's column, read when the
+        template asks for ``{answer}``."""
+        self.judging, self.rubric = judging, judging.rubric
+        self.template, self.parser, self.system_prompt = judging.template, judging.parser, judging.system_prompt
+        self.needs_answer = "{answer}" in self.template
         wanted = (answer_key,) if self.needs_answer else ()
+        rubric = self.rubric
         self.reads_columns = wanted + ((rubric.key,) if rubric is not None and rubric.key else ())
 
     def messages(self, prompt, completion, answer, criterion: str | None = None) -> list[dict]:

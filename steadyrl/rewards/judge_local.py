@@ -15,7 +15,8 @@ import torch
 
 from ..errors import ConfigError
 from .http_client import RequestFailed
-from .judge_base import RUBRIC_TEMPLATE, JudgeBase, ScoreParser
+from .judge_base import JudgeBase, Judging
+from .params import Caching, LocalModel
 from .reward_model import DeviceReward, load_model_config
 
 __all__ = ["LocalJudge"]
@@ -24,19 +25,16 @@ __all__ = ["LocalJudge"]
 class LocalJudge(JudgeBase, DeviceReward):
     """The local backend of ``llm_judge`` (module docstring)."""
 
-    def __init__(self, *, model: str, revision, device: str, dtype: str, parser: ScoreParser, template: str,
-                 system_prompt, answer_key: str, max_new_tokens: int, batch_size: int, cache_size: int,
-                 rubric=None, rubric_template: str = RUBRIC_TEMPLATE):
-        DeviceReward.__init__(self, "llm_judge", device=device, dtype=dtype, cache_size=cache_size,
-                              answer_key=answer_key)
-        self.setup_judge(template, parser, system_prompt, answer_key, rubric, rubric_template)
-        self.source, self.revision = model, revision
-        self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
-        config = load_model_config("llm_judge", model, revision, False)
+    def __init__(self, judging: Judging, model: LocalModel, caching: Caching, *, batch_size: int):
+        """``batch_size``: judge prompts per ``generate``."""
+        DeviceReward.__init__(self, "llm_judge", model, caching)
+        self.setup_judge(judging, caching.answer_key)
+        self.batch_size = batch_size
+        config = load_model_config("llm_judge", model.source, model.revision, False)
         archs = list(getattr(config, "architectures", None) or [])
         if archs and not any(a.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for a in archs):
-            raise ConfigError(f"llm_judge reward: option model={model!r} is not a causal language model (its "
-                              f"config.json names architectures {archs})")
+            raise ConfigError(f"llm_judge reward: option model={model.source!r} is not a causal language model "
+                              f"(its config.json names architectures {archs})")
         self.tokenizer = None
 
     def load(self):
@@ -57,7 +55,7 @@ class LocalJudge(JudgeBase, DeviceReward):
 
         ids = [self.tokenizer(t, add_special_tokens=not tp)["input_ids"] for t, tp in zip(texts, templated)]
         batch = self.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
-        config = GenerationConfig(do_sample=False, max_new_tokens=self.max_new_tokens,
+        config = GenerationConfig(do_sample=False, max_new_tokens=self.judging.max_new_tokens,
                                   pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id)
         with torch.no_grad():
             out = model.generate(input_ids=batch["input_ids"].to(self.device),

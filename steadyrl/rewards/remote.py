@@ -22,8 +22,9 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 
 from ..secrets import Secret
-from .cached import DEFAULT_CACHE_SIZE, CachedReward
+from .cached import CachedReward
 from .http_client import RequestFailed, api_key_from_env, check_reachable, checked_url, post_json
+from .params import Caching, Endpoint, RequestLimits
 from .registry import register_reward
 
 __all__ = ["HttpReward", "http_reward"]
@@ -45,19 +46,17 @@ def _scores_of(reply, size: int) -> list:
 class HttpReward(CachedReward):
     """The ``http`` reward (module docstring)."""
 
-    def __init__(self, *, url: str, batch_size: int, concurrency: int, columns, headers, api_key_env,
-                 retries: int, backoff_s: float, request_timeout_s: float, check_url: bool, answer_key: str,
-                 cache_size: int):
-        super().__init__("http", cache_size=cache_size, answer_key=answer_key)
-        self.url = checked_url("http reward: option url", url)
-        self.batch_size, self.concurrency, self.columns = batch_size, concurrency, columns
+    def __init__(self, endpoint: Endpoint, limits: RequestLimits, caching: Caching, *, batch_size: int,
+                 columns: list[str] | None):
+        super().__init__("http", cache_size=caching.size, answer_key=caching.answer_key)
+        self.url = checked_url("http reward: option url", endpoint.url)
+        self.limits, self.batch_size, self.columns = limits, batch_size, columns
         self.reads_columns = tuple(columns or ())
         # a header given as {env: NAME} stays a Secret until the request is sent (post_json reveals it)
-        self.headers = {str(k): v if isinstance(v, Secret) else str(v) for k, v in (headers or {}).items()}
-        if api_key_env is not None:
-            self.headers["Authorization"] = "Bearer " + api_key_from_env("http", api_key_env)
-        self.retries, self.backoff_s, self.request_timeout_s = retries, float(backoff_s), float(request_timeout_s)
-        if check_url:
+        self.headers = {str(k): v if isinstance(v, Secret) else str(v) for k, v in (endpoint.headers or {}).items()}
+        if endpoint.api_key_env is not None:
+            self.headers["Authorization"] = "Bearer " + api_key_from_env("http", endpoint.api_key_env)
+        if endpoint.check_url:
             check_reachable("http reward: option url", self.url)
 
     def __repr__(self) -> str:  # never shows the headers (a key)
@@ -65,8 +64,9 @@ class HttpReward(CachedReward):
 
     def _post(self, body: dict, size: int) -> list:
         try:
-            reply = post_json(self.url, body, headers=self.headers, timeout_s=self.request_timeout_s,
-                              retries=self.retries, backoff_s=self.backoff_s)
+            limits = self.limits
+            reply = post_json(self.url, body, headers=self.headers, timeout_s=limits.request_timeout_s,
+                              retries=limits.retries, backoff_s=limits.backoff_s)
             scores = _scores_of(reply, size)
         except RequestFailed as err:
             self.count_failure(err.reason, size)
@@ -84,18 +84,18 @@ class HttpReward(CachedReward):
             body = {k: v[part] for k, v in keep.items()}
             body.update(prompts=list(prompts[part]), completions=list(completions[part]))
             bodies.append(body), sizes.append(len(completions[part]))
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(bodies)))) as pool:
+        with ThreadPoolExecutor(max_workers=min(self.limits.concurrency, max(1, len(bodies)))) as pool:
             parts = list(pool.map(self._post, bodies, sizes))
         return [x for part in parts for x in part]
 
 
 @register_reward("http")
-def http_reward(*, url: str, batch_size: int = 64, concurrency: int = 4, columns: list[str] | None = None,
-                headers: dict | None = None, api_key_env: str | None = None, retries: int = 3,
-                backoff_s: float = 1.0, request_timeout_s: float = 60.0, check_url: bool = True,
-                answer_key: str = "answer", cache_size: int = DEFAULT_CACHE_SIZE) -> HttpReward:
-    """Scores from the user's reward server (module docstring)."""
-    return HttpReward(url=url, batch_size=batch_size, concurrency=concurrency, columns=columns, headers=headers,
-                      api_key_env=api_key_env, retries=retries, backoff_s=backoff_s,
-                      request_timeout_s=request_timeout_s, check_url=check_url, answer_key=answer_key,
-                      cache_size=cache_size)
+def http_reward(**options) -> HttpReward:
+    """Scores from the user's reward server (module docstring); ``options``:
+    :class:`steadyrl.config.reward_options.HttpOptions`, whose names and defaults they are, grouped
+    once into the reward's parameter objects."""
+    from ..config.reward_options import HttpOptions  # steadyrl.config imports the rewards
+
+    o = HttpOptions(**options)
+    return HttpReward(Endpoint(o.url, o.api_key_env, o.check_url, o.headers), RequestLimits.of(o), Caching.of(o),
+                      batch_size=o.batch_size, columns=o.columns)

@@ -26,17 +26,19 @@ from __future__ import annotations
 import math
 import os
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..functional.constants import NORM_EPS
-from .cached import DEFAULT_CACHE_SIZE, CachedReward
+from .cached import CachedReward
+from .params import Caching, LocalModel
 from .registry import register_reward
 
 if TYPE_CHECKING:  # torch is imported where it is used: reading a config stays torch-free
     import torch
 
-__all__ = ["RewardModel", "DeviceReward", "reward_model"]
+__all__ = ["RewardModel", "DeviceReward", "TextScoring", "Normalization", "reward_model"]
 
 
 def message_text(item) -> str:
@@ -55,14 +57,16 @@ class DeviceReward(CachedReward):
 
     preferred_isolation = "inline"
 
-    def __init__(self, name: str, *, device: str, dtype: str, cache_size: int, answer_key: str = "answer"):
+    def __init__(self, name: str, model: LocalModel, caching: Caching):
         import torch
 
-        super().__init__(name, cache_size=cache_size, answer_key=answer_key)
+        super().__init__(name, cache_size=caching.size, answer_key=caching.answer_key)
+        device = model.device
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"{name} reward: option device={device!r} but no CUDA device is available; use 'auto' "
                               "(the trainer's device) or 'cpu'")
-        self._device_option, self._dtype_option = device, dtype
+        self.source, self.revision, self.trust_remote_code = model.source, model.revision, model.trust_remote_code
+        self._device_option, self._dtype_option = device, model.dtype
         self._trainer: tuple[torch.device, torch.dtype] | None = None
         self._pid = os.getpid()
         self._load_lock = threading.Lock()
@@ -123,33 +127,56 @@ def load_model_config(reward: str, model: str, revision, trust_remote_code: bool
                           "directory written by save_pretrained, or a hub name that is cached or reachable)") from None
 
 
+@dataclass(frozen=True)
+class TextScoring:
+    """How the reward model reads the samples: ``batch_size`` texts per forward pass, each cut from the
+    left to ``max_length`` tokens (None: the model's ``max_position_embeddings``), made with the model's
+    chat template when ``chat_template`` (and it has one), and the logit ``label_index`` read (None: the
+    only one)."""
+
+    batch_size: int
+    max_length: int | None
+    chat_template: bool
+    label_index: int | None
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """What is done to a batch's scores (module docstring)::
+
+        none:   r_i
+        batch:  (r_i - mean_B(r)) / (std_B(r) + NORM_EPS)      (population std over the finite scores)
+        fixed:  (r_i - mean) / std
+    """
+
+    mode: str
+    mean: float | None = None
+    std: float | None = None
+
+    def apply(self, scores: list) -> list:
+        if self.mode == "fixed":
+            return [None if s is None else (s - self.mean) / self.std for s in scores]
+        if self.mode == "batch":
+            values = [s for s in scores if s is not None and math.isfinite(s)]
+            if not values:
+                return scores
+            mu = math.fsum(values) / len(values)
+            sd = math.sqrt(math.fsum((v - mu) ** 2 for v in values) / len(values))
+            return [None if s is None else (s - mu) / (sd + NORM_EPS) for s in scores]
+        return scores
+
+
 class RewardModel(DeviceReward):
     """The ``reward_model`` reward (see the module docstring)."""
 
-    def __init__(self, *, model: str, revision, device: str, dtype: str, batch_size: int, max_length,
-                 normalize: str, mean, std, label_index, chat_template: bool, trust_remote_code: bool,
-                 cache_size: int):
-        super().__init__("reward_model", device=device, dtype=dtype, cache_size=cache_size)
-        self.source, self.revision, self.trust_remote_code = model, revision, trust_remote_code
+    def __init__(self, model: LocalModel, scoring: TextScoring, normalization: Normalization, caching: Caching):
+        super().__init__("reward_model", model, caching)
         # types, ranges and normalize with mean / std: steadyrl.config.reward_options.RewardModelOptions
-        self.batch_size, self.max_length, self.chat_template = batch_size, max_length, chat_template
-        self.normalize = normalize
-        self.mean, self.std = (float(mean), float(std)) if normalize == "fixed" else (None, None)
-        config = load_model_config("reward_model", model, revision, trust_remote_code)
-        archs = list(getattr(config, "architectures", None) or [])
-        if not any(a.endswith("ForSequenceClassification") for a in archs):
-            raise ConfigError(f"reward_model reward: option model={model!r} is not a sequence classifier (its "
-                              f"config.json names architectures {archs}); a reward model is saved as "
-                              "...ForSequenceClassification (e.g. LlamaForSequenceClassification)")
-        labels = int(getattr(config, "num_labels", 1))
-        if label_index is None and labels > 1:
-            raise ConfigError(f"reward_model reward: the model has {labels} logits; set the option label_index "
-                              f"to the one that is the reward (0..{labels - 1})")
-        index = 0 if label_index is None else label_index
-        if index >= labels:
-            raise ConfigError(f"reward_model reward: option label_index={index} is out of range for a model with "
-                              f"{labels} logit(s) (0..{labels - 1})")
-        self.label_index = index
+        self.scoring, self.normalization = scoring, normalization
+        self.batch_size, self.chat_template = scoring.batch_size, scoring.chat_template
+        self.max_length = scoring.max_length  # None: the model's positions, read when it loads
+        config = load_model_config("reward_model", model.source, model.revision, model.trust_remote_code)
+        self.label_index = _label_index(model.source, config, scoring.label_index)
         self.tokenizer = None
 
     def load(self):
@@ -204,25 +231,36 @@ class RewardModel(DeviceReward):
         return scores
 
     def finish(self, scores: list) -> list:
-        if self.normalize == "fixed":
-            return [None if s is None else (s - self.mean) / self.std for s in scores]
-        if self.normalize == "batch":
-            values = [s for s in scores if s is not None and math.isfinite(s)]
-            if not values:
-                return scores
-            mu = math.fsum(values) / len(values)
-            sd = math.sqrt(math.fsum((v - mu) ** 2 for v in values) / len(values))
-            return [None if s is None else (s - mu) / (sd + NORM_EPS) for s in scores]
-        return scores
+        return self.normalization.apply(scores)
+
+
+def _label_index(source: str, config, label_index: int | None) -> int:
+    """The logit that is the reward, checked against the model's ``config.json`` (a sequence
+    classifier with that many logits)."""
+    archs = list(getattr(config, "architectures", None) or [])
+    if not any(a.endswith("ForSequenceClassification") for a in archs):
+        raise ConfigError(f"reward_model reward: option model={source!r} is not a sequence classifier (its "
+                          f"config.json names architectures {archs}); a reward model is saved as "
+                          "...ForSequenceClassification (e.g. LlamaForSequenceClassification)")
+    labels = int(getattr(config, "num_labels", 1))
+    if label_index is None and labels > 1:
+        raise ConfigError(f"reward_model reward: the model has {labels} logits; set the option label_index "
+                          f"to the one that is the reward (0..{labels - 1})")
+    index = 0 if label_index is None else label_index
+    if index >= labels:
+        raise ConfigError(f"reward_model reward: option label_index={index} is out of range for a model with "
+                          f"{labels} logit(s) (0..{labels - 1})")
+    return index
 
 
 @register_reward("reward_model")
-def reward_model(*, model: str, revision: str | None = None, device: str = "auto", dtype: str = "auto",
-                 batch_size: int = 8, max_length: int | None = None, normalize: str = "none",
-                 mean: float | None = None, std: float | None = None, label_index: int | None = None,
-                 chat_template: bool = True, trust_remote_code: bool = False,
-                 cache_size: int = DEFAULT_CACHE_SIZE) -> RewardModel:
-    """A sequence-classifier reward model: its logit for prompt + completion (module docstring)."""
-    return RewardModel(model=model, revision=revision, device=device, dtype=dtype, batch_size=batch_size,
-                       max_length=max_length, normalize=normalize, mean=mean, std=std, label_index=label_index,
-                       chat_template=chat_template, trust_remote_code=trust_remote_code, cache_size=cache_size)
+def reward_model(**options) -> RewardModel:
+    """A sequence-classifier reward model: its logit for prompt + completion (module docstring);
+    ``options``: :class:`steadyrl.config.reward_options.RewardModelOptions`, whose names and defaults
+    they are, grouped once into the reward's parameter objects."""
+    from ..config.reward_options import RewardModelOptions  # steadyrl.config imports the rewards
+
+    o = RewardModelOptions(**options)  # mean and std: given with normalize: fixed, and only then
+    mean, std = (None if x is None else float(x) for x in (o.mean, o.std))
+    return RewardModel(LocalModel.of(o), TextScoring(o.batch_size, o.max_length, o.chat_template, o.label_index),
+                       Normalization(o.normalize, mean, std), Caching.of(o))

@@ -49,6 +49,7 @@ import termios
 import time
 import traceback
 import types
+from dataclasses import dataclass
 
 from . import nsinit, procs
 from .frames import encode_reply, recv_request, send_frame
@@ -207,12 +208,13 @@ def keeper_main(target, sock: socket.socket, shared: Shared, limits: Limits, pas
         os.environ[procs.TAG_VAR] = tag
         tasks = user_tasks() if limits.processes is not None else 0  # the whole machine's, not the namespace's
         namespace = nsinit.new_pid_namespace()
+        runner = _RunnerStart(target, recipe, sock, (out_r, out_w), shared, limits, tasks)
         init = os.fork()
         if init == 0:
             def start_runner(parent: int, own_proc: bool) -> None:
                 shared.set_isolation(("fresh" if recipe else "forked") + (f",{namespace}" if namespace else "")
                                      + (",proc" if own_proc else ""))
-                _runner_main(target, recipe, sock, out_r, out_w, shared, limits, parent, tasks)
+                _runner_main(runner, parent)
 
             nsinit.init_main(start_runner, lambda status: shared.set_status(describe_status(status)),
                              namespace, (out_r, out_w, sock.fileno()))
@@ -308,28 +310,46 @@ def _rebuild(recipe: dict):
         return _Unbuilt(traceback.format_exc(limit=-8))
 
 
-def _runner_main(target, recipe, sock, out_r, out_w, shared: Shared, limits: Limits, parent: int,
-                 tasks: int) -> None:
+@dataclass(frozen=True)
+class _RunnerStart:
+    """What the keeper hands its runner, made once before the init forks: the forked keeper's ``target``
+    (or a fresh one's ``recipe`` to rebuild it from), the socket to the trainer, the output pipe ``(read
+    end, write end)``, the ``shared`` area (the runner closes it), the ``limits`` and ``tasks`` for them."""
+
+    target: object
+    recipe: dict | None
+    sock: socket.socket
+    output: tuple[int, int]
+    shared: Shared
+    limits: Limits
+    tasks: int
+
+
+def _runner_main(start: _RunnerStart, parent: int) -> None:
+    """The runner's whole life (never returns): its stdio, its target, its limits, then requests
+    until end-of-file; ``parent``: the init's pid (a runner whose parent already died exits)."""
     code = 1
     try:
         procs.prctl(procs.PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(1)
         signal.signal(signal.SIGUSR1, signal.SIG_DFL)  # the keeper's handler is not the user's
+        out_r, out_w = start.output
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
         for fd in (null, out_r, out_w):
             os.close(fd)
-        shared.close()
+        start.shared.close()
         sys.stdout = open(1, "w", buffering=1, closefd=False, errors="replace")
         sys.stderr = open(2, "w", buffering=1, closefd=False, errors="replace")
-        if recipe is not None:
-            target = _rebuild(recipe)  # before the limits: building (imports, models) is not a call
-            send_frame(sock, encode_reply({"ready": True}))  # the first call's time starts now
-        apply_limits(limits, tasks)
-        _serve(target, sock, limits)
+        target = start.target
+        if start.recipe is not None:
+            target = _rebuild(start.recipe)  # before the limits: building (imports, models) is not a call
+            send_frame(start.sock, encode_reply({"ready": True}))  # the first call's time starts now
+        apply_limits(start.limits, start.tasks)
+        _serve(target, start.sock, start.limits)
         code = 0
     except BaseException:  # noqa: BLE001
         traceback.print_exc()

@@ -35,6 +35,8 @@ packed sequence; both would give other numbers than the plain forward, so neithe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -51,6 +53,22 @@ HIDDEN_IMPLS = {"fused": logprobs_from_hidden, "chunked_grad": logprobs_from_hid
 """The ``trainer.logprob_impl`` values that read the last hidden states and the LM-head weight."""
 
 
+@dataclass(frozen=True)
+class LogprobSettings:
+    """How :class:`PolicyLogprobs` computes the response log-probs, the same for every micro-batch of a
+    call: ``log p(x_t) = log_softmax(logits_t / temperature)[x_t]`` by path ``impl``
+    (:data:`HIDDEN_IMPLS` or ``naive``, module docstring) in token chunks of ``chunk_size`` (None: the
+    function's default), the entropy too (``with_entropy``), each distinct prompt computed once
+    (``share_prefix``) or the micro-batch packed into one row without padding (``padding_free``)."""
+
+    temperature: float = 1.0
+    impl: str = "fused"
+    chunk_size: int | None = None
+    with_entropy: bool = False
+    share_prefix: bool = True
+    padding_free: bool = False
+
+
 class PolicyLogprobs(nn.Module):
     """``forward(...) -> (logprobs [B, R], entropy [B, R] or None)``, float32, for a causal LM.
 
@@ -63,12 +81,14 @@ class PolicyLogprobs(nn.Module):
         self.model = model
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, response_ids=None, *,
-                temperature: float = 1.0, impl: str = "fused", chunk_size: int | None = None,
-                with_entropy: bool = False, share_prefix: bool = True, padding_free: bool = False,
-                generate: dict | None = None, image_inputs: dict | None = None):
-        """``image_inputs``: the micro-batch's collated image inputs (a VLM's; module doc)."""
+                how: LogprobSettings = LogprobSettings(), generate: dict | None = None,
+                image_inputs: dict | None = None):
+        """``how``: the path and its settings; ``image_inputs``: the micro-batch's collated image inputs
+        (a VLM's; module doc)."""
         if generate is not None:
             return self.model.generate(**generate)
+        impl, temperature, chunk_size, with_entropy = how.impl, how.temperature, how.chunk_size, how.with_entropy
+        share_prefix, padding_free = how.share_prefix, how.padding_free
         p, r = input_ids.shape[1] - response_ids.shape[1], response_ids.shape[1]
         parts = lm_backbone_and_head(self.model) if impl in HIDDEN_IMPLS else None
         images = None
@@ -135,9 +155,8 @@ def response_logprobs(model, batch: TrainBatch, *, temperature: float, impl: str
     module = as_logprob_module(model)
     images = collate_image_inputs(batch.image_inputs)  # the rows' images, in row order (None: text rows)
     extra = {} if images is None else {"image_inputs": images}  # a text batch calls the module as before
-    return module(batch.input_ids, batch.attention_mask, batch.position_ids, batch.response_ids,
-                  temperature=temperature, impl=impl, chunk_size=chunk_size, with_entropy=with_entropy,
-                  share_prefix=share_prefix, padding_free=padding_free, **extra)
+    how = LogprobSettings(temperature, impl, chunk_size, with_entropy, share_prefix, padding_free)
+    return module(batch.input_ids, batch.attention_mask, batch.position_ids, batch.response_ids, how=how, **extra)
 
 
 def critic_values(critic, batch: TrainBatch) -> torch.Tensor:

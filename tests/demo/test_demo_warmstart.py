@@ -1,11 +1,12 @@
 """The supervised warm start: loss on the answer only, deterministic, and it learns."""
 
+import pytest
 import torch
 
 from steadyrl.demo.model import build_tiny_model
 from steadyrl.demo.task import VOCAB_CHARS, make_splits
 from steadyrl.demo.tokenizer import build_char_tokenizer
-from steadyrl.demo.warmstart import IGNORE_INDEX, encode_supervised, warm_start
+from steadyrl.demo.warmstart import IGNORE_INDEX, SupervisedSettings, encode_supervised, warm_start
 
 
 def _setup(seed=0):
@@ -51,3 +52,11 @@ def test_zero_steps_leaves_the_model_unchanged():
     before = [p.clone() for p in model.parameters()]
     assert warm_start(model, tok, train, steps=0, lr=1e-3, batch_size=8, seed=0)["losses"] == []
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_bad_supervised_settings_are_refused_before_any_step():
+    tok, model, train = _setup()
+    with pytest.raises(ValueError, match=r"need steps >= 0, batch_size >= 1, lr > 0; got 5, 0, 0.001"):
+        warm_start(model, tok, train, steps=5, lr=1e-3, batch_size=0, seed=0)
+    with pytest.raises(ValueError, match="lr > 0"):
+        SupervisedSettings(steps=1, lr=0.0, batch_size=1, seed=0)

@@ -270,10 +270,10 @@ def test_a_rubric_judge_has_room_to_reason_before_its_verdict_line():
     """The default question lets the judge reason before its last line; 16 tokens (the score mode's
     default) cut almost every such reply before its verdict, scoring it 0."""
     fn = http_rubric(criteria=CRITERIA)
-    assert fn.max_new_tokens >= 512
-    assert http_rubric(criteria=CRITERIA, max_new_tokens=40).max_new_tokens == 40
+    assert fn.judging.max_new_tokens >= 512
+    assert http_rubric(criteria=CRITERIA, max_new_tokens=40).judging.max_new_tokens == 40
     score = load_reward("llm_judge", model="judge", base_url="http://127.0.0.1:9/v1", check_url=False)
-    assert score.max_new_tokens == 16
+    assert score.judging.max_new_tokens == 16
 
 
 def test_a_rubric_template_that_does_not_ask_for_the_verdict_line_gets_a_note(tmp_path):

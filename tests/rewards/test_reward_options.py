@@ -22,7 +22,8 @@ def test_every_built_in_reward_has_an_options_model():
 def test_the_model_has_the_factorys_options_with_its_defaults_and_help(name):
     params = inspect.signature(BUILTIN_REWARDS[name]).parameters
     fields = REWARD_OPTIONS[name].model_fields
-    if [p.kind for p in params.values()] == [inspect.Parameter.VAR_KEYWORD]:  # code: factory(**options) -> the model
+    if [p.kind for p in params.values()] == [inspect.Parameter.VAR_KEYWORD]:  # factory(**options) -> the model
+        # (code, llm_judge, http, reward_model; test_reward_parameters: every option is read)
         assert all(field.description for field in fields.values())
         return
     assert list(sorted(fields)) == sorted(params)

@@ -15,7 +15,7 @@ from steadyrl.agents.toolagent import ToolAgent
 from steadyrl.agents.tools import Tool
 from steadyrl.rollout.base import Generation, response_mask_from_ids
 from steadyrl.rollout.episodes import TurnLimits, episode_metrics, run_episodes
-from steadyrl.data.prompts import prepare_prompts
+from steadyrl.data.prompts import PromptFormat, prepare_prompts
 from agents.templates import llama31, llama32_dated, qwen25
 
 QWEN_HEADER, LLAMA_HEADER = "<|im_start|>assistant", "<|start_header_id|>assistant"
@@ -73,8 +73,8 @@ def tool_agent(isolation="inline", timeout_s=5.0, parser="hermes"):
 
 
 def prompts_for(tok, agent, texts=("What is 1+2?",)):
-    items, _ = prepare_prompts([{"prompt": t, "answer": "3"} for t in texts], tok, max_prompt_tokens=5000,
-                               chat_template=True, source="test", tools=agent.tool_schemas if agent else None)
+    form = PromptFormat(5000, chat_template=True, tools=agent.tool_schemas if agent else None)
+    items, _ = prepare_prompts([{"prompt": t, "answer": "3"} for t in texts], tok, form, source="test")
     return items
 
 

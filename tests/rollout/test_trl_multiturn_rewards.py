@@ -9,7 +9,7 @@ import torch
 
 from agents.templates import qwen25
 from rollout.test_episodes import CALL, LIMITS, ScriptedEngine, tool_agent
-from steadyrl.data.prompts import prepare_prompts
+from steadyrl.data.prompts import PromptFormat, prepare_prompts
 from steadyrl.rewards import RewardSpec
 from steadyrl.rewards.scorer import Scorer, score_episodes
 from steadyrl.rollout.episodes import run_episodes
@@ -38,8 +38,8 @@ def _episodes(script):
     tok = qwen25()
     agent = tool_agent()
     records = [{"prompt": [{"role": "user", "content": "What is 1+2?"}], "answer": "3"}]
-    prompts, _ = prepare_prompts(records, tok, max_prompt_tokens=5000, chat_template=True, source="test",
-                                 tools=agent.tool_schemas)
+    prompts, _ = prepare_prompts(records, tok, PromptFormat(5000, chat_template=True, tools=agent.tool_schemas),
+                                 source="test")
     gen = run_episodes(ScriptedEngine(tok, script), tok, prompts, 2, agent=agent, limits=LIMITS)
     return [p for p in prompts for _ in range(2)], gen
 

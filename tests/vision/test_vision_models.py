@@ -10,7 +10,7 @@ from PIL import Image
 
 from steadyrl.config.schema import LoraConfig
 from steadyrl.data.images import ImageOptions
-from steadyrl.data.prompts import prepare_prompts
+from steadyrl.data.prompts import PromptFormat, prepare_prompts
 from steadyrl.demo.vision_model import build_tiny_llava, build_tiny_qwen2_vl, build_vision_tokenizer
 from steadyrl.errors import ConfigError, ModelLoadError
 from steadyrl.models import (
@@ -49,9 +49,8 @@ def png() -> bytes:
 
 def batch(family, path, model):
     processor = load_processor(path, local_files_only=True)
-    (item,), _ = prepare_prompts([{"prompt": "ab", "images": [png()]}], processor.tokenizer, max_prompt_tokens=99,
-                                 chat_template=None, source="s", processor=processor,
-                                 images=ImageOptions(column="images"))
+    form = PromptFormat(99, chat_template=None, processor=processor, images=ImageOptions(column="images"))
+    (item,), _ = prepare_prompts([{"prompt": "ab", "images": [png()]}], processor.tokenizer, form, source="s")
     ids = torch.tensor([item.ids])
     extra = {"mm_token_type_ids": (ids == model.config.image_token_id).long()} if family == "qwen2_vl" else {}
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), **item.image_inputs, **extra}

@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from steadyrl.data.images import ImageOptions
-from steadyrl.data.prompts import prepare_prompts
+from steadyrl.data.prompts import PromptFormat, prepare_prompts
 from steadyrl.vlm_inputs import TOKEN_ALIGNED_KEYS
 from steadyrl.demo.vision_model import build_tiny_llava, build_tiny_qwen2_vl, build_vision_tokenizer
 from steadyrl.errors import DataError
@@ -33,8 +33,9 @@ def png(color=(200, 10, 10), size=(28, 28)) -> bytes:
 
 def prepare(records, tok, processor, **kw):
     options = kw.pop("images", None) or ImageOptions(column="images")
-    return prepare_prompts(records, tok, max_prompt_tokens=kw.pop("max_prompt_tokens", 200), chat_template=None,
-                           source="data.train_path", processor=processor, images=options, **kw)
+    form = PromptFormat(kw.pop("max_prompt_tokens", 200), chat_template=None, processor=processor, images=options,
+                        **kw)
+    return prepare_prompts(records, tok, form, source="data.train_path")
 
 
 def image_token_id(model):
@@ -81,7 +82,7 @@ def test_a_text_row_through_a_vlm_is_tokenized_as_for_a_text_model(family):
     _, tok, _, processor = family
     records = [{"prompt": [{"role": "user", "content": "abc"}]}, {"prompt": "plain text"}]
     with_processor, _ = prepare(records, tok, processor)
-    text_only, _ = prepare_prompts(records, tok, max_prompt_tokens=200, chat_template=None, source="s")
+    text_only, _ = prepare_prompts(records, tok, PromptFormat(200, chat_template=None), source="s")
     assert [(p.text, p.ids, p.messages, p.conversation) for p in with_processor] == \
         [(p.text, p.ids, p.messages, p.conversation) for p in text_only]
     assert all(p.image_inputs is None and p.images == () for p in with_processor)
