@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  **page)
     show.add_argument("items", nargs="*", metavar="CONFIG|key=value")
     show.add_argument("--trust-run-code", action="store_true",
-                      help="also load rollout.multi_turn.tools / tool_parser / environment to check them as train does (this "
+                      help="also load rollout.multi_turn.tools / tool_parser / environment to check them as train "
+                           "does (this "
                            "imports and runs their files); without it they are checked without running anything")
 
     convert = sub.add_parser("convert", help="a GGUF file (llama.cpp) into a model directory for "

@@ -4,7 +4,8 @@ A :class:`CallRunner` runs ``target(request)`` for a list of requests and return
 :class:`CallResult`: ``("ok", value)``, ``("error", text)``, ``("timeout", text)`` or, when the
 requests share a time budget (``budget_s``: all of them are over that long after they were
 sent, whatever each one's own limit), ``("budget", text)`` for a call cut by it or never started.
-Nothing a call does propagates to the caller. Isolations, as for reward functions (``rollout.multi_turn.tool_isolation``):
+Nothing a call does propagates to the caller. Isolations, as for reward functions
+(``rollout.multi_turn.tool_isolation``):
 
 * ``process`` (the default on Linux): each call runs in a :class:`~steadyrl.sandbox.Sandbox` worker
   (its own session, resource limits ``rollout.multi_turn.tool_limits``, credentials removed from its

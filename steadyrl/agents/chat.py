@@ -107,7 +107,8 @@ def check_observation_room(tokenizer, limit: int, *, tools: list[dict] | None, o
                                     end_texts=end_texts, template_kwargs=template_kwargs, mode=mode)
     if limit <= overhead:
         raise ConfigError(
-            f"rollout.multi_turn.max_observation_tokens = {limit}: the chat template of {template_name(tokenizer)!r} alone needs "
+            f"rollout.multi_turn.max_observation_tokens = {limit}: the chat template of "
+            f"{template_name(tokenizer)!r} alone needs "
             f"{overhead} tokens to wrap one empty {observation_role!r} message and the next generation prompt, "
             f"so no content would fit; set it to at least {overhead + 1}")
 

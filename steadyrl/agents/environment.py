@@ -47,7 +47,8 @@ def load_environment(spec: str) -> type:
         return adapter_environment(spec)
 
     def err(what: str) -> ConfigError:
-        return ConfigError(f"rollout.multi_turn.environment = {spec!r}: {what}; valid: {SPEC_FORMS.replace('function', 'Class')}")
+        return ConfigError(f"rollout.multi_turn.environment = {spec!r}: {what}; valid: "
+                           f"{SPEC_FORMS.replace('function', 'Class')}")
 
     cls = resolve_spec(str(spec).strip(), err, prefix="_steadyrl_env")
     if not inspect.isclass(cls):

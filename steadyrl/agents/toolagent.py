@@ -2,7 +2,8 @@
 
 A turn is parsed by ``rollout.multi_turn.tool_parser`` (:mod:`.parsers`). No call and no malformed call: the
 policy has answered and the episode ends. Otherwise every call of every running episode runs at
-once (:class:`.calls.CallRunner`, under ``rollout.multi_turn.tool_isolation`` and ``rollout.multi_turn.tool_timeout_s``) and
+once (:class:`.calls.CallRunner`, under ``rollout.multi_turn.tool_isolation`` and
+``rollout.multi_turn.tool_timeout_s``) and
 each result comes back as a ``tool`` message, in the order of the calls. A call that raises, times
 out, names an unknown tool or passes bad arguments returns its error text to the model (it can
 recover) and is counted by tool name; a malformed call is counted as ``parse``, a call to a tool

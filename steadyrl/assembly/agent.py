@@ -1,4 +1,5 @@
-"""Building a run's agent from its config: ``rollout.multi_turn.tools`` (with ``rollout.multi_turn.tool_parser``) or
+"""Building a run's agent from its config: ``rollout.multi_turn.tools`` (with
+``rollout.multi_turn.tool_parser``) or
 ``rollout.multi_turn.environment``, with the chat template checked to carry them, before any model loads; or
 ``rollout.multi_turn.agent``, a function run against the gateway (:mod:`steadyrl.gateway`)."""
 
@@ -54,7 +55,8 @@ def build_agent(config, tokenizer, processor=None):
 
 
 def check_agent_specs(config) -> None:
-    """``rollout.multi_turn.tools`` (each function loaded, its schema read, names unique), ``rollout.multi_turn.tool_parser``
+    """``rollout.multi_turn.tools`` (each function loaded, its schema read, names unique),
+    ``rollout.multi_turn.tool_parser``
     and a ``file.py:Class`` / ``module:Class`` ``rollout.multi_turn.environment`` loaded and checked: what
     :func:`build_agent` loads, without a tokenizer or torch (``config show`` and the checks made
     before torch is imported). An adapter environment (``openenv:URL``...) is checked when built."""

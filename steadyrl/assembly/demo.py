@@ -42,10 +42,12 @@ def _tool_demo_task(config: Config) -> tuple[list[dict], list[dict], list[Reward
     from ..demo.tool_task import make_tool_splits, tool_answer_reward
 
     demo = config.demo
-    if not config.rollout.multi_turn.tools and config.rollout.multi_turn.agent is None:  # an agent brings its own calculator
+    mt = config.rollout.multi_turn
+    if not mt.tools and mt.agent is None:  # an agent brings its own calculator
         from ..demo.tool_demo import TOOL_SPEC
 
-        raise ConfigError(f"demo.task = 'tool' needs the calculator in rollout.multi_turn.tools (rollout.multi_turn.tools=[{TOOL_SPEC}]); "
+        raise ConfigError(f"demo.task = 'tool' needs the calculator in rollout.multi_turn.tools "
+                          f"(rollout.multi_turn.tools=[{TOOL_SPEC}]); "
                           "'steadyrl train demo.task=tool' without a config file sets it")
     try:
         train, evals = make_tool_splits(demo.num_train, demo.num_eval, seed=config.trainer.seed)

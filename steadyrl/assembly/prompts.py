@@ -37,7 +37,8 @@ def prompt_options(config: Config, agent) -> PromptFormat:
     chat_template = config.data.chat_template
     if config.rollout.multi_turn.enabled:
         if chat_template is False:
-            raise ConfigError("data.chat_template = false, but rollout.multi_turn.tools / rollout.multi_turn.environment make every "
+            raise ConfigError("data.chat_template = false, but rollout.multi_turn.tools / "
+                              "rollout.multi_turn.environment make every "
                               "episode a conversation, which only the chat template can render; set "
                               "data.chat_template to true or null")
         chat_template = True
@@ -212,7 +213,8 @@ def check_context_length(config: Config, model_path: str, train_prompts: list[Pr
         return
     ro, eval_tokens = config.rollout, config.eval.max_new_tokens
     if ro.multi_turn.enabled:  # every episode, held-out ones too, may use its whole token budget
-        checks = [("rollout.multi_turn.max_episode_tokens", ro.episode_token_limit, train_prompts + eval_prompts, "prompt")]
+        checks = [("rollout.multi_turn.max_episode_tokens", ro.episode_token_limit, train_prompts + eval_prompts,
+                   "prompt")]
     else:
         checks = [("rollout.max_new_tokens", ro.max_new_tokens,
                    train_prompts + (eval_prompts if eval_tokens is None else []), "prompt")]

@@ -54,7 +54,8 @@ class DataTask:
     def records(self, config: Config, for_eval: bool, quiet: bool = False):
         train, evals, train_parts, eval_parts = load_all_data(config, for_eval=for_eval, quiet=quiet)
         default = []
-        alone = config.rollout.multi_turn.environment is not None or config.rollout.multi_turn.agent is not None  # their rewards alone
+        mt = config.rollout.multi_turn
+        alone = mt.environment is not None or mt.agent is not None  # their rewards alone
         if not config.rewards and not alone:  # built only when used: math_verify takes 0.5 s to load
             default = [RewardSpec(name="math", fn=load_reward("math"), weight=1.0, timeout_s=60.0)]
         return train, evals, train_parts, eval_parts, default
@@ -129,7 +130,8 @@ def task_inputs(config: Config, *, for_eval: bool = False):
     from ..rewards.scorer import Scorer
 
     train, evals, specs, parts = check_task(config, for_eval=for_eval)
-    alone = config.rollout.multi_turn.environment is not None or config.rollout.multi_turn.agent is not None  # their rewards alone
+    mt = config.rollout.multi_turn
+    alone = mt.environment is not None or mt.agent is not None  # their rewards alone
     # a dry call of your own functions on the first row, before step 1 (episodes add columns: not there)
     probe = None if alone or config.rollout.multi_turn.enabled else next(iter(train or evals or []), None)
     # the demo's own reward, with no rewards: written, scores only what a rollout.multi_turn.agent left to it (None)

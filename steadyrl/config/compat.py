@@ -91,7 +91,8 @@ def _asynchronous_with(config: Config) -> str | None:
     refused = [
         (config.rollout.engine != "hf", f"rollout.engine = {config.rollout.engine!r} (the worker runs the hf "
          "engine; a vLLM engine as the rollout worker is not written yet)"),
-        (config.rollout.multi_turn.enabled, "multi-turn episodes (rollout.multi_turn.tools / rollout.multi_turn.environment: the agent's "
+        (config.rollout.multi_turn.enabled, "multi-turn episodes (rollout.multi_turn.tools / "
+                                            "rollout.multi_turn.environment: the agent's "
          "tools and environments do not run in the rollout worker yet)"),
         (config.algorithm.dynamic_sampling, "algorithm.dynamic_sampling (its extra draws are decided after "
          "scoring, which the worker's queue of batches cannot wait for yet)"),

@@ -64,7 +64,8 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "vllm_importance_sampling_mode": (_TRL, "rollout.correction.mode and rollout.correction.level "
                                             "(token_truncate = level token, mode truncate; sequence_mask = "
                                             "level sequence, mode mask)"),
-    "max_tool_calling_iterations": (_TRL, "rollout.multi_turn.max_turns (policy turns: TRL's tool-calling iterations + 1)"),
+    "max_tool_calling_iterations": (_TRL, "rollout.multi_turn.max_turns (policy turns: TRL's tool-calling "
+                                          "iterations + 1)"),
     "environment_factory": (_TRL, "rollout.multi_turn.environment (a class, file.py:Class)"),
     "num_train_epochs": (_TRL, "trainer.max_epochs"),
     "lr_scheduler_type": (_BOTH, "optim.schedule"),
@@ -175,15 +176,18 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "lr_warmup_steps_ratio": (_VERL, "optim.warmup_steps (a number of steps)"),
     "warmup_style": (_VERL, "optim.schedule"),
     # verl multi-turn (actor_rollout_ref.rollout.multi_turn.*)
-    "multi_turn.enable": (_VERL, "rollout.multi_turn.tools or rollout.multi_turn.environment (episodes are multi-turn when either is set)"),
+    "multi_turn.enable": (_VERL, "rollout.multi_turn.tools or rollout.multi_turn.environment (episodes are "
+                                 "multi-turn when either is set)"),
     "max_assistant_turns": (_VERL, "rollout.multi_turn.max_turns"),
     "max_user_turns": (_VERL, "rollout.multi_turn.max_turns (policy turns; an episode has one observation fewer)"),
     "tool_config_path": (_VERL, "rollout.multi_turn.tools (Python functions, file.py:fn, not a YAML of tool classes)"),
     "multi_turn.format": (_VERL, "rollout.multi_turn.tool_parser (hermes in both)"),
-    "max_parallel_calls": (_VERL, "rollout.multi_turn.max_tool_calls_per_turn (calls past it are answered with an error, "
+    "max_parallel_calls": (_VERL, "rollout.multi_turn.max_tool_calls_per_turn (calls past it are answered with an "
+                                  "error, "
                                   "not dropped)"),
     "max_tool_response_length": (_VERL, "rollout.multi_turn.max_observation_tokens (tokens; verl counts characters)"),
-    "tool_response_truncate_side": (_VERL, "rollout.multi_turn.observation_truncation (verl's left, keep the start, is right "
+    "tool_response_truncate_side": (_VERL, "rollout.multi_turn.observation_truncation (verl's left, keep the "
+                                           "start, is right "
                                            "here; verl's right is left; no middle)"),
     "interaction_config_path": (_VERL, "rollout.multi_turn.environment (a class, file.py:Class)"),
     "adv_estimator": (_VERL, "algorithm.advantage_estimator"),

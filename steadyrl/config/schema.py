@@ -73,7 +73,8 @@ def _check_sources(config: "Config") -> None:
 def overlong_limit(config: "Config") -> int:
     """The length the overlong buffer ends at: a turn's budget, or the episode's (algorithm.overlong_scope)."""
     r = config.rollout
-    return r.episode_token_limit if r.multi_turn.enabled and config.algorithm.overlong_scope == "episode" else r.max_new_tokens
+    episode = r.multi_turn.enabled and config.algorithm.overlong_scope == "episode"
+    return r.episode_token_limit if episode else r.max_new_tokens
 
 
 def _check_overlong(config: "Config") -> None:

@@ -30,6 +30,7 @@ def adapter_environment(text: str) -> type:
     elif spec.adapter == "openenv":
         from .openenv import environment_class
     else:
-        raise ConfigError(f"rollout.multi_turn.environment = {text!r}: {spec.adapter} gives data rows, not an environment; "
+        raise ConfigError(f"rollout.multi_turn.environment = {text!r}: {spec.adapter} gives data rows, not an "
+                          "environment; "
                           f"use it as data.train_path, or use textarena:<GameId> / openenv:<base_url> here")
     return environment_class(text)

@@ -74,7 +74,8 @@ class OpenEnvServer(_Options):
                               "to a vision-language policy after the text; null: none. A text policy given one "
                               "stops the run (docs/agents.md, Images in observations).")
     seed: bool = O(True, "Pass the episode's seed to reset (false for a server that refuses one).")
-    timeout_s: float = O(60.0, "The client's limit for one reply (rollout.multi_turn.tool_timeout_s still bounds the call).",
+    timeout_s: float = O(60.0, "The client's limit for one reply (rollout.multi_turn.tool_timeout_s still bounds "
+                               "the call).",
                          ge=1)
 
 

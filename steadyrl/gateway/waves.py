@@ -92,7 +92,8 @@ class Waves:
         item = _Pending(episode, request, threading.Event(), since=time.monotonic())
         with self.cond:
             if episode.closed:
-                raise RequestError("this episode is over (it returned, raised or ran out of rollout.multi_turn.agent_timeout_s)",
+                raise RequestError("this episode is over (it returned, raised or ran out of "
+                                   "rollout.multi_turn.agent_timeout_s)",
                                    status=410)
             self.pending.append(item)
             self.cond.notify_all()

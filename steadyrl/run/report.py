@@ -119,7 +119,8 @@ def halt_if_stuck(run: Run, step: int) -> None:
             f"{limit} steps in a row had no sample with a valid reward (last at step {step}): the gateway refused "
             f"or failed the agent's calls ({run.state.empty_cause}), so those episodes never reached the reward "
             "functions. HTTP 503 means the gateway had no free connection (another local process holding its "
-            "connections, or an agent opening more than rollout.multi_turn.agent_concurrency needs); connection errors mean "
+            "connections, or an agent opening more than rollout.multi_turn.agent_concurrency needs); connection "
+            "errors mean "
             "it closed or dropped them. The first agent traceback is printed above; rollout/agent/gateway_errors "
             f"counts them. The state is saved in {path}. See the gateway's limits in docs/environments.md, then "
             "--resume.")

@@ -2,7 +2,8 @@
 
 A run directory is not only data: its saved config names reward functions by file or module
 (``rewards/my.py:score`` is executed when loaded), tools, a tool-call parser or an environment
-the same way (``rollout.multi_turn.tools``, ``rollout.multi_turn.tool_parser``, ``rollout.multi_turn.environment``, ``rollout.multi_turn.agent``), and may set
+the same way (``rollout.multi_turn.tools``, ``rollout.multi_turn.tool_parser``, ``rollout.multi_turn.environment``,
+``rollout.multi_turn.agent``), and may set
 ``model.trust_remote_code`` or ``teacher.trust_remote_code`` (the model's or the teacher's own Python
 files are executed when it loads). The
 built-in rewards' options can do as much (:func:`option_findings`): ``trust_remote_code`` at any

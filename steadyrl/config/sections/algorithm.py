@@ -63,7 +63,8 @@ class AlgorithmConfig(Section):
     loss_agg_mode: LossAggMode = F("token-mean", "How per-token losses become one scalar.")
     norm_length: int | None = F(None, "Constant length of seq-mean-token-sum-norm; null = "
                                 "rollout.max_new_tokens, one turn's budget: in multi-turn runs set it (e.g. to "
-                                "rollout.multi_turn.max_episode_tokens) for a constant per episode.", ge=1, le=MAX_TOKENS)
+                                "rollout.multi_turn.max_episode_tokens) for a constant per episode.",
+                                ge=1, le=MAX_TOKENS)
     pg_clip: float = F(PG_CLIP, "PPO clip range: the ratio is kept in [1 - clip, 1 + clip]; at most 1 "
                        "(a larger clip would make the lower bound negative).", ge=0, le=1)
     pg_clip_low: float | None = F(None, "Lower clip range (asymmetric), at most 1 (1 = no lower bound, as "
