@@ -20,7 +20,6 @@ inputs.
 from __future__ import annotations
 
 from ..agents.images import MAX_IMAGES_PER_EPISODE, ImageContentError, has_images, split_images
-from ..agents.templating import rendered_suffix, rendered_tail
 from ..errors import ConfigError
 from ..vlm_inputs import TOKEN_ALIGNED_KEYS
 
@@ -97,17 +96,11 @@ def processed(processor, text: str, images: list) -> tuple[list[int], dict | Non
     return out["input_ids"][0].tolist(), (inputs if images else None)
 
 
-def image_observation_ids(template, processor, history, assistant, messages, images, *, tools, end_texts,
-                          template_kwargs, end, mode: str) -> tuple[list[int], dict | None]:
-    """As :func:`~steadyrl.agents.chat.observation_ids` (``mode`` single) or
-    :func:`~steadyrl.agents.chat.observation_tail_ids` (else) for messages whose ``{"type": "image"}``
-    parts stand for ``images``: the rendered text tokenized by the processor with them."""
-    if mode == "single":
-        roles = "/".join(sorted({str(m.get("role")) for m in messages}))
-        text = rendered_suffix(template, history, assistant, messages, tools, end_texts,
-                               f"the next {roles} message(s)", template_kwargs, end)
-    else:
-        text = rendered_tail(template, history, assistant, messages, tools, end_texts, template_kwargs, end)
+def image_observation_ids(processor, text: str, images: list) -> tuple[list[int], dict | None]:
+    """An observation's ids and image inputs: ``text``, the template's rendering of messages whose
+    ``{"type": "image"}`` parts stand for ``images`` (as :func:`~steadyrl.agents.chat.observation_ids`
+    or :func:`~steadyrl.agents.chat.observation_tail_ids` render them), tokenized by the processor
+    with the images."""
     try:
         return processed(processor, text, images)
     except (ValueError, RuntimeError, TypeError) as err:  # placeholders and images that do not match ...

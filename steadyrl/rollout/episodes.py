@@ -49,7 +49,7 @@ from ..agents.messages import text_message
 from ..agents.turns import shape_turn
 from .base import EpisodeInfo, Generation
 from .episode_images import check_mode, generate_images, observation_images, processed, row_image_inputs, template_of
-from .observations import observation
+from .observations import ObservationRendering, observation
 from .stepwise import step_context, stepwise_drift, turn_drift, turn_samples, written_history
 
 
@@ -112,6 +112,7 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
     _start(agent, tokenizer, episodes, seeds or list(range(len(episodes))), processor)
     eos = set(engine.eos_ids)
     end_texts = [tokenizer.decode([i]) for i in sorted(eos)]
+    rendering = ObservationRendering(tokenizer, agent, limits, end_texts, mode, processor)
     shared = all(e.prompt_ids == list(prompts[i // n].ids) for i, e in enumerate(episodes))
     # an engine that gives the GPU back after generating (vLLM's sleep mode) keeps it between turns
     awake = getattr(engine, "awake", contextlib.nullcontext)
@@ -130,7 +131,7 @@ def run_episodes(engine, tokenizer, prompts: list, n: int, *, agent=None, limits
                 running = [i for i, e in enumerate(episodes) if e.running]
                 if not running:
                     break
-                _respond(agent, tokenizer, [episodes[i] for i in running], limits, end_texts, mode, processor)
+                _respond(rendering, [episodes[i] for i in running])
                 running = [i for i in running if episodes[i].running]
                 if not running:
                     break
@@ -246,9 +247,9 @@ def _record(episodes: list[_Episode], rows: list[int], gen: Generation, limits: 
             e.info.chat.append({"role": "assistant", "content": e.text})
 
 
-def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end_texts: list[str],
-             mode: str = "single", processor=None) -> None:
+def _respond(r: ObservationRendering, episodes: list[_Episode]) -> None:
     """The agent's replies to the latest turns, appended as observation tokens."""
+    agent, tokenizer, limits, processor = r.agent, r.tokenizer, r.limits, r.processor
     last = [e.info.turns >= limits.max_turns for e in episodes]  # a tool call then could never be read
     replies = agent.respond([e.state for e in episodes], [e.text for e in episodes], last)
     for e, reply in zip(episodes, replies):
@@ -279,8 +280,7 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
             continue
         try:  # images: decoded and checked; a text policy raises (ConfigError), never drops them
             reply.messages, images = observation_images(reply.messages, agent, processor, len(e.images))
-            obs, chunk = observation(tokenizer, e, kept, reply.messages, agent, limits, end_texts, mode,
-                                     processor, images)
+            obs, chunk = observation(r, e, kept, reply.messages, images)
         except (TemplateError, ImageContentError) as err:  # a template behaviour the probe did not see,
             info.failed, info.error, e.running = True, str(err), False  # an unreadable image: this episode only
             continue
@@ -301,7 +301,7 @@ def _respond(agent, tokenizer, episodes: list[_Episode], limits: TurnLimits, end
         e.policy += [0] * len(obs)
         e.logprobs += [0.0] * len(obs)
         info.observation_tokens += len(obs)
-        if mode == "stepwise" and e.history is not None:
+        if r.mode == "stepwise" and e.history is not None:
             e.step_context = step_context(tokenizer, e.history, agent)
 
 
