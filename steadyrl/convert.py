@@ -204,6 +204,38 @@ def _quiet_transformers():
         hf_logging.set_verbosity(verbosity)
 
 
+@contextmanager
+def _parsed_once():
+    """Within the block, one ``gguf.GGUFReader`` per file and one tensor-name map per architecture.
+
+    A conversion reads the GGUF four times (its metadata here, then transformers for the config,
+    the tokenizer and the weights, a ``GGUFReader`` each: some 4 s apiece for a 49k-token
+    vocabulary) and builds gguf's tensor-name map once per module of the model (hundreds of
+    times). A reader is a read-only memory map and a name map a read-only table, so both are made
+    once and shared; measured on SmolLM2-135M's Q4_1 GGUF, the conversion took 37 s before."""
+    gguf = _import_gguf()
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict = {}
+    maps: dict = {}
+
+    def reader(path, mode="r"):
+        key = (str(Path(path).resolve()), mode)
+        if key not in readers:
+            readers[key] = real_reader(path, mode)
+        return readers[key]
+
+    def name_map(arch, n_blocks):
+        if (arch, n_blocks) not in maps:
+            maps[arch, n_blocks] = real_map(arch, n_blocks)
+        return maps[arch, n_blocks]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
+
+
 def causal_lm_architectures() -> list[str]:
     """The GGUF architectures transformers de-quantises into a causal LM."""
     from transformers import AutoConfig
@@ -287,11 +319,12 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, *, dtype: str = "fl
     """Write the GGUF's model, tokenizer, chat template and generation config to ``out_dir``."""
     if dtype not in DTYPES:
         raise ModelLoadError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    info = read_gguf(gguf_path)
-    check_causal_lm(info)
-    out = Path(out_dir).expanduser()
-    _check_out_dir(out, overwrite)  # before the slow part
-    model, tokenizer = load_gguf(info, dtype)
+    with _parsed_once():
+        info = read_gguf(gguf_path)
+        check_causal_lm(info)
+        out = Path(out_dir).expanduser()
+        _check_out_dir(out, overwrite)  # before the slow part
+        model, tokenizer = load_gguf(info, dtype)
     if out.is_dir():
         shutil.rmtree(out)
     out.mkdir(parents=True)

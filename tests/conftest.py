@@ -4,6 +4,8 @@
   derandomized hypothesis profile without deadlines (CI machines are slow and noisy).
 * ``tests/`` on ``sys.path``, so any test imports the shared helpers as ``import support``.
 * Session fixtures: a tiny model saved to disk and a character tokenizer.
+* The test runner's own pipes (a pytest-xdist worker's channel) are not the tests' to replace or
+  close (``support_runner_fds``).
 """
 
 import os
@@ -16,6 +18,7 @@ import torch
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from support_runner_fds import pytest_sessionfinish, pytest_sessionstart  # noqa: E402,F401 - hooks
 torch.set_num_threads(1)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

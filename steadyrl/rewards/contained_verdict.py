@@ -177,12 +177,12 @@ def _evaluate(args, kwargs):
 
 def _in_fork(write_fd, args, kwargs):
     """The fork's body (never returns): no verdict descriptor, then the ``eval``, then its value."""
-    try:
-        os.close(VERDICT_FD)
-    except OSError:
-        pass
     code = 1
     try:
+        try:
+            os.close(VERDICT_FD)
+        except OSError:
+            pass
         os.setpgid(0, 0)
         builtins.eval = _ORIGINAL_EVAL
         try:
@@ -214,13 +214,36 @@ def _receive(read_fd):
     return data[8:8 + struct.unpack(">Q", data[:8])[0]]
 
 
+def _fork(read_fd, write_fd, args, kwargs):
+    """Fork; the child never returns here: signals are blocked across the ``fork()`` (no handler
+    of the scorer's runs in the child) and the child's first statement is a ``try`` that ends in
+    ``os._exit`` (no exception, ``atexit`` function or buffered output of the scorer's follows it)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()  # else the fork's print would write the scorer's buffered text again
+        except Exception:  # noqa: BLE001
+            pass
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    pid = -1
+    try:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                os.close(read_fd)
+                _in_fork(write_fd, args, kwargs)
+            finally:
+                os._exit(1)
+    finally:
+        if pid != 0:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return pid
+
+
 def contained_eval(*args, **kwargs):
     """``eval(*args, **kwargs)`` in a fork without the verdict descriptor; its value, decoded."""
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        _in_fork(write_fd, args, kwargs)
+    pid = _fork(read_fd, write_fd, args, kwargs)
     os.close(write_fd)
     try:
         data = _receive(read_fd)

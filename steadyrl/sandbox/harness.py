@@ -124,13 +124,15 @@ class _Child:
         rep_r, rep_w = os.pipe() if calls or verdict else (None, None)
         req_r, req_w = os.pipe() if calls else (None, None)
         self.pid = os.fork()
-        if self.pid == 0:
+        if self.pid == 0:  # the child never returns into the harness's loop, whatever the program does
+            code = 121
             try:
                 _enter_child(job, isolation, stdin_fd, out_w, err_w,
                              (rep_w, req_r) if calls or verdict else None, nproc, cpu_s)
-            except BaseException:  # noqa: BLE001
-                os._exit(121)
-            run_program(job)
+                code = 1
+                run_program(job)
+            finally:
+                os._exit(code)
         for fd in (stdin_fd, out_w, err_w, rep_w, req_r):
             if fd is not None:
                 os.close(fd)

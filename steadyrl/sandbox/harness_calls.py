@@ -182,10 +182,14 @@ def _finish(code):
 
 def run_program(job):
     """The child's body: run the program, end it as the interpreter would (:func:`_finish`), flush
-    its output; never returns."""
-    code = _finish(_run(job))
+    its output; never returns, not even when the program's error handling raises (its own
+    ``sys.stderr`` raising in ``traceback.print_exc``): that ends the child with status 1."""
+    code = 1
     try:
-        sys.stdout.flush(), sys.stderr.flush()
-    except BaseException:  # noqa: BLE001
-        pass
-    os._exit(code)
+        code = _finish(_run(job))
+        try:
+            sys.stdout.flush(), sys.stderr.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+    finally:
+        os._exit(code)

@@ -73,13 +73,16 @@ def _start_init():
     pid = os.fork()
     if pid:
         return pid
-    LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    os.closerange(0, 65536)
-    while True:
-        try:
-            os.wait()
-        except ChildProcessError:
-            time.sleep(0.05)
+    try:  # never returns into the caller
+        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        os.closerange(0, 65536)
+        while True:
+            try:
+                os.wait()
+            except ChildProcessError:
+                time.sleep(0.05)
+    finally:
+        os._exit(0)
 
 
 HIDDEN = ("/tmp", "/var/tmp", "/run", "/home", "/root", "/mnt", "/media", "/srv")
@@ -267,41 +270,48 @@ def _nproc(job):
     return _tasks_of(uid) + job["processes"] + job.get("threads", 0)
 
 
+def _probe_child(job, r, w):
+    """The probe's child: what it got, as JSON on ``w``."""
+    os.close(r)
+    got = {"network": False, "readonly_fs": False, "pid": False, "ipc": False}
+    try:
+        user = "nobody" if _as_nobody() or (job.get("view") and os.getuid() == 0) else "same"
+        _enter_view(job)
+        if _as_nobody():
+            os.chmod(os.path.dirname(job["workdir"]), 0o711)
+            os.chown(job["workdir"], NOBODY, NOBODY)
+            _become_nobody()
+        got = _namespaces(job)
+        if got["pid"]:
+            init = _start_init()  # the pid namespace needs its first process before any other
+            kid = os.fork()
+            if kid == 0:
+                try:
+                    _seal(got)
+                    os._exit(0 if os.path.exists("/proc/self") != got["readonly_fs"] else 1)
+                except BaseException:  # noqa: BLE001
+                    os._exit(1)
+            if os.waitstatus_to_exitcode(os.waitpid(kid, 0)[1]) != 0:
+                got = {"network": False, "readonly_fs": False, "pid": False, "ipc": False}
+            # killed here: its parent-death signal can come too early (before its prctl) or
+            # never, and a reaper left behind would outlive the trainer
+            os.kill(init, signal.SIGKILL)
+            os.waitpid(init, 0)
+    except BaseException:  # noqa: BLE001
+        user = "unknown"
+    os.write(w, json.dumps({**got, "user": user}).encode())
+
+
 def _probe(job):
     """What a program gets: the same steps in a throw-away child, down to a sealed grandchild
     (asked once, when the reward is built)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(r)
-        got = {"network": False, "readonly_fs": False, "pid": False, "ipc": False}
-        try:
-            user = "nobody" if _as_nobody() or (job.get("view") and os.getuid() == 0) else "same"
-            _enter_view(job)
-            if _as_nobody():
-                os.chmod(os.path.dirname(job["workdir"]), 0o711)
-                os.chown(job["workdir"], NOBODY, NOBODY)
-                _become_nobody()
-            got = _namespaces(job)
-            if got["pid"]:
-                init = _start_init()  # the pid namespace needs its first process before any other
-                kid = os.fork()
-                if kid == 0:
-                    try:
-                        _seal(got)
-                        os._exit(0 if os.path.exists("/proc/self") != got["readonly_fs"] else 1)
-                    except BaseException:  # noqa: BLE001
-                        os._exit(1)
-                if os.waitstatus_to_exitcode(os.waitpid(kid, 0)[1]) != 0:
-                    got = {"network": False, "readonly_fs": False, "pid": False, "ipc": False}
-                # killed here: its parent-death signal can come too early (before its prctl) or
-                # never, and a reaper left behind would outlive the trainer
-                os.kill(init, signal.SIGKILL)
-                os.waitpid(init, 0)
-        except BaseException:  # noqa: BLE001
-            user = "unknown"
-        os.write(w, json.dumps({**got, "user": user}).encode())
-        os._exit(0)
+        try:  # never returns into the caller (a failed write included)
+            _probe_child(job, r, w)
+        finally:
+            os._exit(0)
     os.close(w)
     data = b""
     while True:

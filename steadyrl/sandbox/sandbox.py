@@ -17,13 +17,13 @@ import socket
 import subprocess
 import sys
 import time
-import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Literal
 
 from . import procs
 from .child import Shared, describe_status, keeper_main
+from .forking import fork_child
 from .frames import MAX_FRAME_BYTES, FrameError, FrameReader, deadline_after, send_frame
 from .limits import Limits, worker_environment
 
@@ -142,15 +142,9 @@ class _Proc:
         self.reader = FrameReader(mine, max_frame)
 
     def _fork(self, target, theirs, limits: Limits, passthrough) -> int:
-        _flush_std_streams()  # else buffered output would be written twice
-        with warnings.catch_warnings():
-            # Python >= 3.12 warns on fork in a multi-threaded process: the child runs only the
-            # target, and a lock left held by another thread ends in a time-out, not a hang.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:
-            keeper_main(target, theirs, self.shared, limits, tuple(passthrough), self.tag, os.getppid())
-        return pid
+        # the keeper never returns into the caller's stack, whatever happens (forking.py)
+        return fork_child(keeper_main, target, theirs, self.shared, limits, tuple(passthrough), self.tag,
+                          os.getpid())
 
     def _exec(self, recipe: bytes, mine, theirs, limits: Limits, passthrough) -> int:
         if not sys.executable or self.shared.fd is None:
@@ -212,14 +206,6 @@ class _Proc:
             pass
         if self.wait_keeper(REAP_GRACE_S) is None:
             self.kill()
-
-
-def _flush_std_streams() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a closed or odd stream must not stop the call
-            pass
 
 
 def _close_slot(slot: list) -> None:

@@ -34,9 +34,16 @@ def test_tool_demo_without_the_calculator_is_refused(tmp_path):
         demo_task(load_config(path))
 
 
-def test_tool_demo_trains_a_few_steps_and_shows_transcripts(steadyrl_cli, tmp_path):
-    out = tmp_path / "run"
-    proc = steadyrl_cli("train", "demo.task=tool", "--output-dir", str(out), *FAST, timeout=300)
+@pytest.fixture(scope="module")
+def tool_run(steadyrl_cli, tmp_path_factory):
+    """``(train's CompletedProcess, run directory)``: the tool demo trained once for this file's tests
+    (each of two tests trained the same run before, 10-27 s apiece)."""
+    out = tmp_path_factory.mktemp("tool_demo") / "run"
+    return steadyrl_cli("train", "demo.task=tool", "--output-dir", str(out), *FAST, timeout=300), out
+
+
+def test_tool_demo_trains_a_few_steps_and_shows_transcripts(tool_run):
+    proc, out = tool_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout
     assert "warm-start (skill 4 steps" in text and "preference 2 steps" in text
@@ -53,12 +60,12 @@ def test_tool_demo_trains_a_few_steps_and_shows_transcripts(steadyrl_cli, tmp_pa
     assert saved["demo"]["task"] == "tool" and saved["rollout"]["multi_turn"]["tools"] == ["steadyrl.demo.calculator:calculate"]
 
 
-def test_built_in_tools_are_the_tool_demos_and_need_no_trust_flag(steadyrl_cli, tmp_path):
+def test_built_in_tools_are_the_tool_demos_and_need_no_trust_flag(steadyrl_cli, tool_run):
     from steadyrl.run.trust import BUILTIN_TOOLS
 
     assert BUILTIN_TOOLS == set(DEMO_TOOL_CONFIG["rollout"]["multi_turn"]["tools"])
-    out = tmp_path / "run"
-    assert steadyrl_cli("train", "demo.task=tool", "--output-dir", str(out), *FAST, timeout=300).returncode == 0
+    trained, out = tool_run
+    assert trained.returncode == 0, trained.stderr[-3000:]
     proc = steadyrl_cli("eval", "--output-dir", str(out), timeout=300)  # steadyrl's own calculator: no flag
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["num_prompts"] == 4

@@ -4,13 +4,17 @@ evaluated; a fork that exits, prints, or runs past its time gives no value."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from steadyrl.rewards import contained_verdict as cv
 
+REPO = str(Path(__file__).resolve().parents[2])
 linux = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "fork"), reason="needs fork")
 
 
@@ -57,37 +61,39 @@ def test_a_fork_past_its_time_is_killed(monkeypatch):
         cv.contained_eval("exec('while True: pass')")
 
 
+HOLDS_VERDICT_FD = r"""
+import fcntl, json, os
+from steadyrl.rewards import contained_verdict as cv
+
+r, w = os.pipe()
+read_fd = fcntl.fcntl(r, fcntl.F_DUPFD, 10)  # clear of the verdict descriptor's number
+os.close(r)
+os.dup2(w, cv.VERDICT_FD)
+os.close(w)
+try:
+    got = repr(cv.contained_eval("__import__('os').write(3, b'{\"score\": 1.0}\\n')"))
+except ValueError as err:  # EBADF in the fork: its eval failed
+    got = str(err)
+os.close(cv.VERDICT_FD)
+os.set_blocking(read_fd, False)
+try:
+    leaked = os.read(read_fd, 100)
+except BlockingIOError:
+    leaked = b""
+print(json.dumps({"got": got, "leaked": leaked.decode("latin-1")}))
+"""
+
+
 @linux
-def test_the_fork_holds_no_verdict_descriptor(tmp_path):
-    read_fd, write_fd = os.pipe()
-    saved = os.dup(cv.VERDICT_FD) if _is_open(cv.VERDICT_FD) else None
-    os.dup2(write_fd, cv.VERDICT_FD)
-    try:
-        got = cv.contained_eval("__import__('os').write(3, b'{\"score\": 1.0}\\n')")
-    except ValueError as err:  # EBADF in the fork: its eval failed
-        got = str(err)
-    finally:
-        if saved is None:
-            os.close(cv.VERDICT_FD)
-        else:
-            os.dup2(saved, cv.VERDICT_FD)
-            os.close(saved)
-        os.close(write_fd)
-    os.set_blocking(read_fd, False)
-    try:
-        leaked = os.read(read_fd, 100)
-    except BlockingIOError:
-        leaked = b""
-    os.close(read_fd)
-    assert leaked == b"" and "Bad file descriptor" in str(got)
-
-
-def _is_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-        return True
-    except OSError:
-        return False
+def test_the_fork_holds_no_verdict_descriptor():
+    """Run in an interpreter of its own, whose fd 3 the test may take: in a pytest-xdist worker fd 3
+    is the worker's channel from the controller, and a pipe put there while a message arrived
+    ended the worker's reading (the worker then reported "finished" with tests still pending)."""
+    out = subprocess.run([sys.executable, "-c", HOLDS_VERDICT_FD], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": REPO})
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["leaked"] == "" and "Bad file descriptor" in report["got"], report
 
 
 @linux
