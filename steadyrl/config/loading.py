@@ -28,7 +28,7 @@ from ..secrets import redact_secrets
 from .foreign import foreign_name
 from .inert import written_in_file, written_keys
 from .presets import DEMO_CONFIG, DEMO_CONFIGS, apply_preset
-from .renamed import RENAMED_KEYS, apply_renames
+from .renamed import RENAMED_KEYS, apply_renames, move_multi_turn, multi_turn_note, new_path
 from .schema import Config
 from .yaml_limits import AliasBombError, NumberTooLongError, check_expansion, check_int_text
 
@@ -442,15 +442,19 @@ def load_config(
         source = None
         written = set()  # the built-in demo's keys are not the user's
     typed: dict[str, Any] = {}
-    for text in overrides or []:
-        keys, value = parse_override(text)
-        set_dotted(raw, keys, value)
+    parsed = [parse_override(text) for text in overrides or []]
+    for keys, value in parsed:
         set_dotted(typed, keys, value)
     written |= written_keys(typed)
     mine = [typed, raw] if path is not None else [typed]  # raw holds the demo's keys when there is no file
     written |= {new for old, new in RENAMED_KEYS.items()  # an old key name written counts under its new name
                 if any(get_dotted(d, old.split(".")) is not None for d in mine)}
-    renamed_notes = apply_renames(raw)
+    # the file's old multi-turn names, then the command line's, each at its new name: an override in either
+    # name replaces the file's value in either name (old and new both in the file, or both typed: an error)
+    moved = move_multi_turn(raw) + move_multi_turn(copy.deepcopy(typed))
+    for keys, value in parsed:
+        set_dotted(raw, new_path(keys), value)
+    renamed_notes = multi_turn_note(moved) + apply_renames(raw)
     raw, preset_keys = apply_preset(_drop_empty_sections(raw))
     problems = check_unknown_keys(raw)
     try:

@@ -116,3 +116,56 @@ def test_the_doctor_quotes_a_setting_of_an_old_run_under_its_new_name(tmp_path):
     (tmp_path / "config.yaml").write_text("rollout:\n  agent: agent.py:run_episode\n  agent_timeout_s: 42.0\n")
     run = load_run(tmp_path)
     assert run.setting("rollout.multi_turn.agent_timeout_s") == " (now 42.0)"
+
+
+def _old_run_config(tmp_path, **overrides):
+    """A config.yaml as steadyrl before 0.1.0 wrote it into a run directory: every key, the multi-turn ones
+    directly under ``rollout``."""
+    raw = yaml.safe_load(dump_config(load_config(None, ["demo.task=tool"])))
+    old = dict(raw["rollout"])
+    for key, value in old.pop("multi_turn").items():
+        old["multi_turn_mode" if key == "mode" else key] = value
+    old.update(overrides)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({**raw, "rollout": old}))
+    return path
+
+
+def test_a_command_line_key_in_the_new_name_replaces_an_old_run_s_value_in_the_old_name(tmp_path):
+    """Resuming a run saved before 0.1.0 (its config.yaml names every key, the old way) with an override
+    written the new way, as the note asks: the override wins, as an override always did; no 'both set'."""
+    path = _old_run_config(tmp_path)
+    config = load_config(str(path), ["rollout.multi_turn.max_turns=5", "rollout.multi_turn.mode=stepwise",
+                                     "rollout.multi_turn.tool_limits.memory_mb=700"])
+    mt = config.rollout.multi_turn
+    assert (mt.max_turns, mt.mode, mt.tool_limits.memory_mb) == (5, "stepwise", 700)
+    assert mt.tools == ["steadyrl.demo.calculator:calculate"]  # the file's other old keys still read
+    assert len(_deprecations(config)) == 1
+
+
+def test_a_command_line_key_in_the_old_name_replaces_a_new_run_s_value(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(dump_config(load_config(None, ["demo.task=tool"])))
+    config = load_config(str(path), ["rollout.max_turns=5", "rollout.multi_turn_mode=stepwise"])
+    assert (config.rollout.multi_turn.max_turns, config.rollout.multi_turn.mode) == (5, "stepwise")
+    notes = _deprecations(config)
+    assert len(notes) == 1 and "rollout.max_turns -> rollout.multi_turn.max_turns" in notes[0]
+
+
+def test_an_old_key_beside_its_new_name_in_one_file_is_still_an_error(tmp_path):
+    path = _old_run_config(tmp_path, multi_turn={"max_turns": 4})
+    with pytest.raises(ConfigError, match=r"rollout.max_turns and rollout.multi_turn.max_turns are both set"):
+        load_config(str(path), [])
+
+
+def test_the_code_a_command_line_tool_replaces_is_not_loaded_nor_judged_the_run_s(tmp_path):
+    """An old run's tools replaced on the command line under the new name: the config holds the user's
+    tools only, so the trust rule finds nothing of the file's to refuse, and nothing of it is loaded."""
+    from steadyrl.run.trust import run_code
+
+    path = _old_run_config(tmp_path, tools=["theirs.py:evil"])
+    config = load_config(str(path), ["rollout.multi_turn.tools=[mine.py:tool]"])
+    assert config.rollout.multi_turn.tools == ["mine.py:tool"]
+    assert run_code(config, yaml.safe_load(path.read_text())) == []
+    kept = load_config(str(path), [])  # without the override the file's tool is judged, under its old name
+    assert run_code(kept, yaml.safe_load(path.read_text())) == ["tool 'theirs.py:evil'"]
