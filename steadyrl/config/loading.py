@@ -28,7 +28,7 @@ from ..secrets import redact_secrets
 from .foreign import foreign_name
 from .inert import written_in_file, written_keys
 from .presets import DEMO_CONFIG, DEMO_CONFIGS, apply_preset
-from .renamed import RENAMED_KEYS, apply_renames, move_multi_turn, multi_turn_note, new_path
+from .renamed import RENAMED_KEYS, apply_renames, move_multi_turn, multi_turn_note, new_path, renamed_copy
 from .schema import Config
 from .yaml_limits import AliasBombError, NumberTooLongError, check_expansion, check_int_text
 
@@ -436,7 +436,7 @@ def load_config(
     if path is not None:
         raw, text, digest = read_yaml_source(path)  # one read: what is loaded is what the trust rule judges
         source = (str(path), digest, copy.deepcopy(raw))
-        written = written_in_file(text, raw)
+        written = written_in_file(text, renamed_copy(raw))  # a file's old key names counted under their new ones
     else:
         raw = _demo_base(overrides or []) if demo else {}
         source = None
@@ -446,9 +446,8 @@ def load_config(
     for keys, value in parsed:
         set_dotted(typed, keys, value)
     written |= written_keys(typed)
-    mine = [typed, raw] if path is not None else [typed]  # raw holds the demo's keys when there is no file
-    written |= {new for old, new in RENAMED_KEYS.items()  # an old key name written counts under its new name
-                if any(get_dotted(d, old.split(".")) is not None for d in mine)}
+    written |= {new for old, new in RENAMED_KEYS.items()  # an old key name typed counts under its new name
+                if get_dotted(typed, old.split(".")) is not None}
     # the file's old multi-turn names, then the command line's, each at its new name: an override in either
     # name replaces the file's value in either name (old and new both in the file, or both typed: an error)
     moved = move_multi_turn(raw) + move_multi_turn(copy.deepcopy(typed))

@@ -169,3 +169,41 @@ def test_the_code_a_command_line_tool_replaces_is_not_loaded_nor_judged_the_run_
     assert run_code(config, yaml.safe_load(path.read_text())) == []
     kept = load_config(str(path), [])  # without the override the file's tool is judged, under its old name
     assert run_code(kept, yaml.safe_load(path.read_text())) == ["tool 'theirs.py:evil'"]
+
+
+def _old_run_dir_config(tmp_path, marker: str | None, *overrides: str):
+    """A run directory's config.yaml as steadyrl before 0.1.0 wrote it: the line naming the keys the user
+    wrote (old names), the whole config with the multi-turn keys under ``rollout``, the hash line."""
+    from steadyrl.config.inert import WRITTEN_MARKER
+    from steadyrl.run.directory import with_hash_line
+
+    raw = yaml.safe_load(dump_config(load_config(None, list(overrides))))
+    old = dict(raw["rollout"])
+    for key, value in old.pop("multi_turn").items():
+        old["multi_turn_mode" if key == "mode" else key] = value
+    body = yaml.safe_dump({**raw, "rollout": old}, sort_keys=False)
+    path = tmp_path / "config.yaml"
+    path.write_text(with_hash_line(body) if marker is None else with_hash_line(f"{WRITTEN_MARKER} {marker}\n" + body))
+    return path
+
+
+@pytest.mark.parametrize("marker, overrides, written", [
+    ("algorithm.kl_coef", ["algorithm.kl_coef=0.01"], {"algorithm.kl_coef"}),
+    ("demo.task rollout.max_turns", ["demo.task=tool", "rollout.multi_turn.max_turns=3"],
+     {"demo.task", "rollout.multi_turn.max_turns"}),
+    ("demo.task rollout.multi_turn_mode", ["demo.task=tool", "rollout.multi_turn.mode=stepwise"],
+     {"demo.task", "rollout.multi_turn.mode"}),
+])
+def test_an_old_run_s_written_keys_are_the_ones_its_marker_names_under_their_new_names(tmp_path, marker, overrides,
+                                                                                       written):
+    """Before: every multi-turn key of an old run's config.yaml (all of them: it is a whole config) counted
+    as written by the user, so its resume wrote them all on its own marker line and notes would name them."""
+    config = load_config(str(_old_run_dir_config(tmp_path, marker, *overrides)), [])
+    assert set(config._written) == written
+
+
+def test_an_old_whole_config_without_its_marker_counts_the_keys_that_differ_from_the_defaults(tmp_path):
+    path = _old_run_dir_config(tmp_path, None, "algorithm.kl_coef=0.01", "rollout.multi_turn.max_turns=3")
+    path.write_text(path.read_text().rsplit("# steadyrl-sha256:", 1)[0])  # a copy edited since: no hash line
+    config = load_config(str(path), [])
+    assert {k for k in config._written if "multi_turn" in k} == {"rollout.multi_turn.max_turns"}
