@@ -28,7 +28,8 @@ from ..secrets import redact_secrets
 from .foreign import foreign_name
 from .inert import written_in_file, written_keys
 from .presets import DEMO_CONFIG, DEMO_CONFIGS, apply_preset
-from .renamed import RENAMED_KEYS, apply_renames, move_multi_turn, multi_turn_note, new_path, renamed_copy
+from .renamed import (RENAMED_KEYS, apply_renames, move_multi_turn, multi_turn_note, new_path, old_names_in,
+                      renamed_copy)
 from .schema import Config
 from .yaml_limits import AliasBombError, NumberTooLongError, check_expansion, check_int_text
 
@@ -265,11 +266,13 @@ def _unknown_key(path: str, value: Any, siblings: list[str], everywhere: list[st
         if same:
             return f"unknown config key {candidate!r}; did you mean {same[0]!r}?"
     leaf = _leaf(path)
-    for pool, cutoff in ((siblings, 0.6), (everywhere, 0.75)):
+    renamed = old_names_in(path.rpartition(".")[0])  # a miss of an old name suggests the new one
+    for pool, cutoff in ((siblings + list(renamed), 0.6), (everywhere, 0.75)):
         leaves = [_leaf(p) for p in pool]
         close = difflib.get_close_matches(leaf, leaves, n=1, cutoff=cutoff)
         if close:
-            return f"unknown config key {path!r}; did you mean {pool[leaves.index(close[0])]!r}?"
+            meant = pool[leaves.index(close[0])]
+            return f"unknown config key {path!r}; did you mean {renamed.get(meant, meant)!r}?"
     return f"unknown config key {path!r}; valid keys here: {', '.join(_leaf(p) for p in siblings)}"
 
 

@@ -33,7 +33,7 @@ from typing import Any
 from ..errors import ConfigError
 
 __all__ = ["MULTI_TURN_KEYS", "RENAMED_KEYS", "apply_renames", "move_multi_turn", "multi_turn_note", "new_path",
-           "renamed_copy"]
+           "old_names_in", "renamed_copy"]
 
 MULTI_TURN_KEYS: dict[str, str] = {old: old for old in (
     "tools", "tool_parser", "environment", "agent", "agent_concurrency", "agent_timeout_s", "observation_role",
@@ -123,6 +123,18 @@ def new_path(keys: list[str]) -> list[str]:
     if len(keys) >= 2 and keys[0] == "rollout" and keys[1] in MULTI_TURN_KEYS:
         return ["rollout", "multi_turn", MULTI_TURN_KEYS[keys[1]], *keys[2:]]
     return keys
+
+
+def old_names_in(section: str) -> dict[str, str]:
+    """For the unknown-key hint of a key in ``section`` (``rollout``, ``rollout.multi_turn``): each old name
+    a typo there may be close to (``rollout.max_turns``; ``rollout.multi_turn.multi_turn_mode``, the old
+    name written inside the section) -> the key to suggest, its new name."""
+    if section == "rollout":
+        return {f"rollout.{old}": f"rollout.multi_turn.{new}" for old, new in MULTI_TURN_KEYS.items()}
+    if section == "rollout.multi_turn":
+        return {f"rollout.multi_turn.{old}": f"rollout.multi_turn.{new}" for old, new in MULTI_TURN_KEYS.items()
+                if old != new}
+    return {}
 
 
 def _multi_turn(raw: dict[str, Any]) -> list[str]:

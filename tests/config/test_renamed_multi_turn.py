@@ -207,3 +207,17 @@ def test_an_old_whole_config_without_its_marker_counts_the_keys_that_differ_from
     path.write_text(path.read_text().rsplit("# steadyrl-sha256:", 1)[0])  # a copy edited since: no hash line
     config = load_config(str(path), [])
     assert {k for k in config._written if "multi_turn" in k} == {"rollout.multi_turn.max_turns"}
+
+
+@pytest.mark.parametrize("typed, meant", [
+    ("rollout.max_turn=3", "rollout.multi_turn.max_turns"),  # a typo of an old name: before, 'rollout.max_turns'
+    ("rollout.tool=[x.py:f]", "rollout.multi_turn.tools"),
+    ("rollout.multi_turn_modes=single", "rollout.multi_turn.mode"),
+    ("rollout.multi_turn.multi_turn_mode=single", "rollout.multi_turn.mode"),  # the old name inside the section
+    ("rollout.multi_turn.max_turn=3", "rollout.multi_turn.max_turns"),
+])
+def test_a_close_miss_of_a_multi_turn_key_suggests_its_new_name(typed, meant):
+    """Before: 'rollout.max_turn' got "did you mean 'rollout.multi_turn'?" (the section's own name)."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [typed])
+    assert f"did you mean {meant!r}?" in str(err.value), str(err.value)
