@@ -221,3 +221,14 @@ def test_a_close_miss_of_a_multi_turn_key_suggests_its_new_name(typed, meant):
     with pytest.raises(ConfigError) as err:
         load_config(None, [typed])
     assert f"did you mean {meant!r}?" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("typed", ["rollout.multi_turn.enable=true", "rollout.multi_turn.enabled=true"])
+def test_switching_multi_turn_on_by_a_flag_names_the_three_keys_that_do(typed):
+    """``rollout.multi_turn.enabled`` is read, not written; before, it got "did you mean 'model.lora.enabled'?"
+    and verl's ``enable`` a hint without the agent."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [typed])
+    said = str(err.value)
+    assert all(f"rollout.multi_turn.{k}" in said for k in ("tools", "environment", "agent")), said
+    assert "lora" not in said
