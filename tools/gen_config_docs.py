@@ -107,7 +107,9 @@ RENAMED_NOTE = """\
 Keys steadyrl itself renamed keep working: a config (or a run directory's saved `config.yaml`,
 which `--resume` reads) that uses an old name loads with the same meaning, and the run prints one
 deprecation note naming each old key and its new name, as `steadyrl config show` does. Writing an
-old name and its new name both is an error. `steadyrl config show` prints the config with the new
+old name and its new name both in one file, or both on the command line, is an error; a command-line
+key in either name replaces the file's value in either name (`--resume` of a run saved before 0.1.0
+with `rollout.multi_turn.max_turns=5`). `steadyrl config show` prints the config with the new
 names.
 
 | old name | new name |

@@ -176,8 +176,11 @@ FOREIGN_NAMES: dict[str, tuple[str | None, str]] = {
     "lr_warmup_steps_ratio": (_VERL, "optim.warmup_steps (a number of steps)"),
     "warmup_style": (_VERL, "optim.schedule"),
     # verl multi-turn (actor_rollout_ref.rollout.multi_turn.*)
-    "multi_turn.enable": (_VERL, "rollout.multi_turn.tools or rollout.multi_turn.environment (episodes are "
-                                 "multi-turn when either is set)"),
+    "multi_turn.enable": (_VERL, "rollout.multi_turn.tools, rollout.multi_turn.environment or "
+                                 "rollout.multi_turn.agent (episodes are multi-turn when one is set)"),
+    "multi_turn.enabled": (_VERL, "rollout.multi_turn.tools, rollout.multi_turn.environment or "
+                                  "rollout.multi_turn.agent (episodes are multi-turn when one is set; "
+                                  "rollout.multi_turn.enabled is read from them, not written)"),
     "max_assistant_turns": (_VERL, "rollout.multi_turn.max_turns"),
     "max_user_turns": (_VERL, "rollout.multi_turn.max_turns (policy turns; an episode has one observation fewer)"),
     "tool_config_path": (_VERL, "rollout.multi_turn.tools (Python functions, file.py:fn, not a YAML of tool classes)"),

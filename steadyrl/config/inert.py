@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .presets import ALGORITHM_PRESETS, DEFAULT_PRESET
+from .renamed import RENAMED_KEYS
 from .schema import Config
 
 WRITTEN_MARKER = "# steadyrl-written-keys:"
@@ -91,8 +92,8 @@ def written_in_file(text: str, raw: dict[str, Any]) -> set[str]:
     """The keys the user wrote, for a config file's ``text`` (``raw``: its mapping).
 
     A run's ``config.yaml`` names them on its :data:`WRITTEN_MARKER` line, trusted while the file's
-    hash line still matches. A run's file written before that line existed, or one edited since (a
-    copy used as a new config: it holds every key resolved), counts the keys whose value differs
+    hash line still matches (an old name on it counts under its new one). A run's file written before
+    that line existed, or one edited since (a copy used as a new config: it holds every key resolved), counts the keys whose value differs
     from the defaults of its preset (the preset itself counts when it is not the default one), and so
     does any other dump of a whole config (:func:`_is_dump`: ``steadyrl config show``'s output). Any
     other file: every key in it."""
@@ -104,7 +105,8 @@ def written_in_file(text: str, raw: dict[str, Any]) -> set[str]:
     intact = recorded == [hashlib.sha256(text[:at + 1].encode("utf-8")).hexdigest()]
     first = text[:text.find("\n") + 1 or len(text)]
     if intact and first.startswith(WRITTEN_MARKER):  # a foreign run dir's line: only names of keys are kept
-        return {k for k in first[len(WRITTEN_MARKER):].split() if _KEY.match(k) and _names_a_key(k)}
+        named = (RENAMED_KEYS.get(k, k) for k in first[len(WRITTEN_MARKER):].split())  # a run before a rename
+        return {k for k in named if _KEY.match(k) and _names_a_key(k)}
     return _differs_from_defaults(raw)
 
 

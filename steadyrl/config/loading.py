@@ -28,7 +28,8 @@ from ..secrets import redact_secrets
 from .foreign import foreign_name
 from .inert import written_in_file, written_keys
 from .presets import DEMO_CONFIG, DEMO_CONFIGS, apply_preset
-from .renamed import RENAMED_KEYS, apply_renames
+from .renamed import (RENAMED_KEYS, apply_renames, move_multi_turn, multi_turn_note, new_path, old_names_in,
+                      renamed_copy)
 from .schema import Config
 from .yaml_limits import AliasBombError, NumberTooLongError, check_expansion, check_int_text
 
@@ -265,11 +266,13 @@ def _unknown_key(path: str, value: Any, siblings: list[str], everywhere: list[st
         if same:
             return f"unknown config key {candidate!r}; did you mean {same[0]!r}?"
     leaf = _leaf(path)
-    for pool, cutoff in ((siblings, 0.6), (everywhere, 0.75)):
+    renamed = old_names_in(path.rpartition(".")[0])  # a miss of an old name suggests the new one
+    for pool, cutoff in ((siblings + list(renamed), 0.6), (everywhere, 0.75)):
         leaves = [_leaf(p) for p in pool]
         close = difflib.get_close_matches(leaf, leaves, n=1, cutoff=cutoff)
         if close:
-            return f"unknown config key {path!r}; did you mean {pool[leaves.index(close[0])]!r}?"
+            meant = pool[leaves.index(close[0])]
+            return f"unknown config key {path!r}; did you mean {renamed.get(meant, meant)!r}?"
     return f"unknown config key {path!r}; valid keys here: {', '.join(_leaf(p) for p in siblings)}"
 
 
@@ -436,21 +439,24 @@ def load_config(
     if path is not None:
         raw, text, digest = read_yaml_source(path)  # one read: what is loaded is what the trust rule judges
         source = (str(path), digest, copy.deepcopy(raw))
-        written = written_in_file(text, raw)
+        written = written_in_file(text, renamed_copy(raw))  # a file's old key names counted under their new ones
     else:
         raw = _demo_base(overrides or []) if demo else {}
         source = None
         written = set()  # the built-in demo's keys are not the user's
     typed: dict[str, Any] = {}
-    for text in overrides or []:
-        keys, value = parse_override(text)
-        set_dotted(raw, keys, value)
+    parsed = [parse_override(text) for text in overrides or []]
+    for keys, value in parsed:
         set_dotted(typed, keys, value)
     written |= written_keys(typed)
-    mine = [typed, raw] if path is not None else [typed]  # raw holds the demo's keys when there is no file
-    written |= {new for old, new in RENAMED_KEYS.items()  # an old key name written counts under its new name
-                if any(get_dotted(d, old.split(".")) is not None for d in mine)}
-    renamed_notes = apply_renames(raw)
+    written |= {new for old, new in RENAMED_KEYS.items()  # an old key name typed counts under its new name
+                if get_dotted(typed, old.split(".")) is not None}
+    # the file's old multi-turn names, then the command line's, each at its new name: an override in either
+    # name replaces the file's value in either name (old and new both in the file, or both typed: an error)
+    moved = move_multi_turn(raw) + move_multi_turn(copy.deepcopy(typed))
+    for keys, value in parsed:
+        set_dotted(raw, new_path(keys), value)
+    renamed_notes = multi_turn_note(moved) + apply_renames(raw)
     raw, preset_keys = apply_preset(_drop_empty_sections(raw))
     problems = check_unknown_keys(raw)
     try:

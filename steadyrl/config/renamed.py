@@ -18,7 +18,11 @@ Renamed so far:
 - The 19 keys of multi-turn episodes moved from ``rollout`` to ``rollout.multi_turn`` (0.1.0):
   ``rollout.max_turns`` is ``rollout.multi_turn.max_turns`` and so on for each of
   :data:`MULTI_TURN_KEYS`, and ``rollout.multi_turn_mode`` is ``rollout.multi_turn.mode``. One note
-  names every old key a config used; an old key and its new name both set is an error.
+  names every old key a config used; an old key and its new name both set in the file, or both on the
+  command line, is an error. The file's old keys move before the command line's keys are set, and a
+  command-line key moves to its new name as it is set (:func:`new_path`), so an override in either name
+  replaces the file's value in either name, as an override always did (resuming a run saved before 0.1.0
+  with ``rollout.multi_turn.max_turns=5``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from typing import Any
 
 from ..errors import ConfigError
 
-__all__ = ["MULTI_TURN_KEYS", "RENAMED_KEYS", "apply_renames", "renamed_copy"]
+__all__ = ["MULTI_TURN_KEYS", "RENAMED_KEYS", "apply_renames", "move_multi_turn", "multi_turn_note", "new_path",
+           "old_names_in", "renamed_copy"]
 
 MULTI_TURN_KEYS: dict[str, str] = {old: old for old in (
     "tools", "tool_parser", "environment", "agent", "agent_concurrency", "agent_timeout_s", "observation_role",
@@ -79,7 +84,9 @@ def _tis_cap(raw: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _multi_turn(raw: dict[str, Any]) -> list[str]:
+def move_multi_turn(raw: dict[str, Any]) -> list[str]:
+    """Move the old multi-turn keys of ``raw`` (changed in place) under ``rollout.multi_turn``; returns the
+    old names found. An old key and its new name both set in ``raw`` is an error naming both."""
     rollout = _section(raw, "rollout")
     found = [old for old in MULTI_TURN_KEYS if rollout is not None and old in rollout]
     if not found:
@@ -98,9 +105,40 @@ def _multi_turn(raw: dict[str, Any]) -> list[str]:
                           "rollout.multi_turn." + MULTI_TURN_KEYS[both[0]])
     for old in found:
         section[MULTI_TURN_KEYS[old]] = rollout.pop(old)
-    moved = ", ".join(f"rollout.{old} -> rollout.multi_turn.{MULTI_TURN_KEYS[old]}" for old in found)
+    return found
+
+
+def multi_turn_note(found: list[str]) -> list[str]:
+    """The one deprecation note naming the old multi-turn keys ``found`` (none: no note)."""
+    if not found:
+        return []
+    moved = ", ".join(f"rollout.{old} -> rollout.multi_turn.{MULTI_TURN_KEYS[old]}" for old in dict.fromkeys(found))
     return [f"the multi-turn keys moved under rollout.multi_turn (deprecated names, read with the same meaning): "
             f"{moved}; write them there (`steadyrl config show` prints the config with the new names)"]
+
+
+def new_path(keys: list[str]) -> list[str]:
+    """A command-line key's path at its new name (``rollout.max_turns`` -> ``rollout.multi_turn.max_turns``,
+    ``rollout.tool_limits.memory_mb`` -> ``rollout.multi_turn.tool_limits.memory_mb``); others unchanged."""
+    if len(keys) >= 2 and keys[0] == "rollout" and keys[1] in MULTI_TURN_KEYS:
+        return ["rollout", "multi_turn", MULTI_TURN_KEYS[keys[1]], *keys[2:]]
+    return keys
+
+
+def old_names_in(section: str) -> dict[str, str]:
+    """For the unknown-key hint of a key in ``section`` (``rollout``, ``rollout.multi_turn``): each old name
+    a typo there may be close to (``rollout.max_turns``; ``rollout.multi_turn.multi_turn_mode``, the old
+    name written inside the section) -> the key to suggest, its new name."""
+    if section == "rollout":
+        return {f"rollout.{old}": f"rollout.multi_turn.{new}" for old, new in MULTI_TURN_KEYS.items()}
+    if section == "rollout.multi_turn":
+        return {f"rollout.multi_turn.{old}": f"rollout.multi_turn.{new}" for old, new in MULTI_TURN_KEYS.items()
+                if old != new}
+    return {}
+
+
+def _multi_turn(raw: dict[str, Any]) -> list[str]:
+    return multi_turn_note(move_multi_turn(raw))
 
 
 _RENAMES = (_tis_cap, _multi_turn)

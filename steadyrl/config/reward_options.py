@@ -21,9 +21,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ..errors import ConfigError
 from ..secrets import is_env_reference
 
-__all__ = ["REWARD_OPTIONS", "option_problems", "validated_options"]
+__all__ = ["REWARD_OPTIONS", "checked_options", "option_problems", "validated_options"]
 
 DEFAULT_CACHE_SIZE = 100_000
 """Scores kept per reward (an LRU cache; 0 = off): :mod:`steadyrl.rewards.cached` (whose own copy
@@ -344,6 +345,22 @@ def validated_options(name: str, options: dict) -> dict:
     not added; raises ``ValueError`` with every problem (``option = value: problem``)."""
     problems = option_problems(name, options)
     if problems:
-        raise ValueError("; ".join(f"option {k}={v!r}: {p}" if k is not None and v is not None else
-                                   f"option {k}: {p}" if k is not None else p for k, v, p in problems))
+        raise ValueError(_said(problems))
     return dict(options)
+
+
+def _said(problems: list[tuple[str | None, Any, str]]) -> str:
+    return "; ".join(f"option {k}={v!r}: {p}" if k is not None and v is not None else
+                     f"option {k}: {p}" if k is not None else p for k, v, p in problems)
+
+
+def checked_options(name: str, options: dict) -> Options:
+    """The options of built-in ``name`` as its typed model, defaults filled: how its factory reads them.
+    A bad one, in a direct call from Python too, is a one-line :class:`~steadyrl.errors.ConfigError` naming
+    the reward, the option, its value and what is valid (the words of :func:`validated_options`)."""
+    model = REWARD_OPTIONS[name]
+    try:
+        return model(**options)
+    except ValidationError as exc:
+        said = _said(option_problems(name, options)) or str(exc).splitlines()[0]
+        raise ConfigError(f"{name} reward: {said}") from None

@@ -220,6 +220,6 @@ def _message_text(item) -> str:
 def code_reward(**options) -> CodeReward:
     """Pass rate of the completion's program on the row's tests (module docstring; docs/rewards.md);
     ``options``: :class:`steadyrl.config.reward_options.CodeOptions`, whose names and defaults they are."""
-    from ..config.reward_options import CodeOptions  # steadyrl.config imports the rewards
+    from ..config.reward_options import checked_options  # steadyrl.config imports the rewards
 
-    return CodeReward(CodeOptions(**options))
+    return CodeReward(checked_options("code", options))

@@ -128,9 +128,9 @@ def llm_judge(**options):
     """An LLM judge's score of each completion (module docstring); ``options``:
     :class:`steadyrl.config.reward_options.LlmJudgeOptions`, whose names and defaults they are, grouped
     once into the judge's parameter objects (:class:`Judging`, :mod:`steadyrl.rewards.params`)."""
-    from ..config.reward_options import LlmJudgeOptions  # steadyrl.config imports the rewards
+    from ..config.reward_options import checked_options  # steadyrl.config imports the rewards
 
-    o = LlmJudgeOptions(**options)
+    o = checked_options("llm_judge", options)
     judging, caching = judging_of(o), Caching.of(o)
     if o.backend == "local":
         from .judge_local import LocalJudge

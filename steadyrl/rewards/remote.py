@@ -94,8 +94,8 @@ def http_reward(**options) -> HttpReward:
     """Scores from the user's reward server (module docstring); ``options``:
     :class:`steadyrl.config.reward_options.HttpOptions`, whose names and defaults they are, grouped
     once into the reward's parameter objects."""
-    from ..config.reward_options import HttpOptions  # steadyrl.config imports the rewards
+    from ..config.reward_options import checked_options  # steadyrl.config imports the rewards
 
-    o = HttpOptions(**options)
+    o = checked_options("http", options)
     return HttpReward(Endpoint(o.url, o.api_key_env, o.check_url, o.headers), RequestLimits.of(o), Caching.of(o),
                       batch_size=o.batch_size, columns=o.columns)

@@ -258,9 +258,9 @@ def reward_model(**options) -> RewardModel:
     """A sequence-classifier reward model: its logit for prompt + completion (module docstring);
     ``options``: :class:`steadyrl.config.reward_options.RewardModelOptions`, whose names and defaults
     they are, grouped once into the reward's parameter objects."""
-    from ..config.reward_options import RewardModelOptions  # steadyrl.config imports the rewards
+    from ..config.reward_options import checked_options  # steadyrl.config imports the rewards
 
-    o = RewardModelOptions(**options)  # mean and std: given with normalize: fixed, and only then
+    o = checked_options("reward_model", options)  # mean and std: given with normalize: fixed, and only then
     mean, std = (None if x is None else float(x) for x in (o.mean, o.std))
     return RewardModel(LocalModel.of(o), TextScoring(o.batch_size, o.max_length, o.chat_template, o.label_index),
                        Normalization(o.normalize, mean, std), Caching.of(o))

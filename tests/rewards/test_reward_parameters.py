@@ -34,6 +34,9 @@ def recording(monkeypatch, name: str) -> set:
             return super().__getattribute__(attr)
 
     monkeypatch.setattr(reward_options, name, Recording)
+    for reward, options in list(reward_options.REWARD_OPTIONS.items()):  # the factories read it from there
+        if options is model:
+            monkeypatch.setitem(reward_options.REWARD_OPTIONS, reward, Recording)
     return read
 
 
