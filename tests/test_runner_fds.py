@@ -38,6 +38,9 @@ def test_a_test_that_puts_a_pipe_on_fd_3():
 def test_a_test_that_closes_fd_4():
     os.close(4)
 
+def test_a_test_that_closes_a_range_over_the_channel():
+    os.closerange(3, 5)
+
 def test_a_forked_child_may_use_any_descriptor():
     pid = os.fork()
     if pid == 0:
@@ -64,7 +67,8 @@ def test_a_test_cannot_replace_or_close_the_xdist_workers_channel(tmp_path):
                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
     text = out.stdout + out.stderr
     assert "INTERNALERROR" not in text, text
-    assert "2 failed, 7 passed" in text, text
+    assert "3 failed, 7 passed" in text, text
     assert text.count("is the test runner's") >= 2, text
     assert "os.dup2(" in text and ", 3): fd 3 is the test runner's" in text, text
     assert "os.close(4): fd 4 is the test runner's" in text, text
+    assert "os.closerange(3, 5): fd 3 is the test runner's" in text, text
