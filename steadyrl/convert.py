@@ -165,12 +165,16 @@ def check_dimensions(info: GGUFInfo) -> None:
     max(embedding, expert_feed_forward)`` (``feed_forward`` where it states none: transformers builds
     every expert, for Qwen MoEs at its own default width whatever the file states; released MoEs'
     experts are at least a quarter of the embedding wide), at most :data:`WEIGHT_SLACK` times the
-    elements its tensors hold (plus 2^20)."""
+    elements its tensors hold (plus 2^20). The width and the layer count bound nothing when they are
+    0 or missing (transformers then builds its default width, 4,096), so both must be stated, the
+    width at least 1 and the layers at most the file's tensors (a layer holds at least one):
+    :func:`_check_width_and_layers`."""
     where = f"GGUF file {str(info.path)!r}"
     for key, value in info.dimensions.items():
         if not 0 <= value <= MAX_DIMENSION:
             raise ModelLoadError(f"{where}: {key} = {value:,} is not a model dimension steadyrl builds (at most "
                                  f"{MAX_DIMENSION:,}); refused before the model is allocated")
+    _check_width_and_layers(info, where)
     dim = {k.split(".", 1)[1]: v for k, v in info.dimensions.items()}
     width = dim.get("embedding_length", 0)
     blocks, inner = dim.get("block_count", 0), dim.get("ssm.inner_size", 0)
@@ -188,6 +192,25 @@ def check_dimensions(info: GGUFInfo) -> None:
         raise ModelLoadError(f"{where}: its metadata ({stated}) implies at least {implied:,} weights, but its "
                              f"tensors hold {info.n_elements:,}; the dimensions do not describe this file's "
                              "weights, refused before the model is allocated")
+
+
+def _check_width_and_layers(info: GGUFInfo, where: str) -> None:
+    """``<arch>.embedding_length`` and ``<arch>.block_count`` stated, the width at least 1, the
+    layers at most :attr:`GGUFInfo.n_tensors` (:func:`check_dimensions`)."""
+    for key in ("embedding_length", "block_count"):
+        if f"{info.architecture}.{key}" not in info.dimensions:
+            raise ModelLoadError(f"{where}: its metadata states no {info.architecture}.{key} (an integer): "
+                                 "transformers would build its default instead of this file's model; refused "
+                                 "before the model is allocated")
+    width = info.dimensions[f"{info.architecture}.embedding_length"]
+    blocks = info.dimensions[f"{info.architecture}.block_count"]
+    if width < 1:
+        raise ModelLoadError(f"{where}: {info.architecture}.embedding_length = {width:,} is not a model width (at "
+                             "least 1); refused before the model is allocated")
+    if blocks > info.n_tensors:
+        raise ModelLoadError(f"{where}: {info.architecture}.block_count = {blocks:,} layers, but the file holds "
+                             f"{info.n_tensors:,} tensors (a layer is at least one); refused before the model is "
+                             "allocated")
 
 
 @contextmanager
@@ -260,8 +283,8 @@ def check_causal_lm(info: GGUFInfo) -> None:
     where = f"GGUF file {str(info.path)!r}"
     if info.n_tensors == 0:
         raise ModelLoadError(f"{where} holds no weights (a vocabulary-only file?): it is not a causal LM")
-    check_dimensions(info)
     if _ARCH_ALIASES.get(info.architecture, info.architecture.replace("-", "_")) in causal_lm_architectures():
+        check_dimensions(info)  # an architecture's own dimensions: after it is known to be one
         return
     raise ModelLoadError(f"{where} is not a causal LM that transformers can load: general.architecture = "
                          f"{info.architecture!r}; steadyrl converts these GGUF architectures: "

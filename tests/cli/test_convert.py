@@ -159,7 +159,8 @@ def test_convert_refuses_a_gguf_that_is_not_a_causal_lm(tmp_path, capsys):
 def test_llama_cpp_names_of_causal_lms_pass_the_architecture_check(arch, tmp_path):
     from steadyrl.convert import GGUFInfo, check_causal_lm
 
-    check_causal_lm(GGUFInfo(path=tmp_path / "m.gguf", architecture=arch, name=None, n_tensors=3, bos_token_id=None))
+    check_causal_lm(GGUFInfo(path=tmp_path / "m.gguf", architecture=arch, name=None, n_tensors=3, bos_token_id=None,
+                             dimensions={f"{arch}.embedding_length": 8, f"{arch}.block_count": 1}))
 
 
 def test_convert_refuses_a_vocabulary_only_gguf(tmp_path, capsys):

@@ -27,11 +27,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def write_llama(path, **stated) -> None:
-    """The tiny one-layer Llama of test_convert.py, its metadata's dimensions overridden by ``stated``."""
+    """The tiny one-layer Llama of test_convert.py, its metadata's dimensions overridden by ``stated``
+    (``None``: not stated at all)."""
     dims = {"context_length": 64, "embedding_length": HIDDEN, "block_count": LAYERS, "feed_forward_length": FFN,
             "head_count": HEADS, "head_count_kv": HEADS, **stated}
     writer = _writer(path, "llama")
     for key, value in dims.items():
+        if value is None:
+            continue
         if value < 2 ** 32:
             getattr(writer, f"add_{key}")(value)
         else:  # a uint64 value: GGUF allows any integer type, and transformers reads it
@@ -63,6 +66,14 @@ def never_built(monkeypatch):
     ({"embedding_length": 65_536}, "llama.embedding_length = 65,536"),  # within the bound, not within the file
     ({"block_count": 100_000}, "llama.block_count = 100,000"),
     ({"feed_forward_length": 10_000_000}, "implies at least"),
+    # a zero or missing width implied no weights at all, so 2^24 layers (or transformers' default width,
+    # 4,096, in 32 layers: 6.7e9 weights from a 7 KB file) passed the checks and were built until memory ran out
+    ({"embedding_length": 0, "block_count": 2 ** 24}, "llama.embedding_length = 0 is not a model width"),
+    ({"embedding_length": None}, "states no llama.embedding_length"),
+    ({"block_count": None}, "states no llama.block_count"),
+    # a width of 1 implies few weights: 262,144 layers of modules passed (a layer is at least one tensor)
+    ({"embedding_length": 1, "feed_forward_length": 1, "block_count": 2 ** 18},
+     "llama.block_count = 262,144 layers, but the file holds 12 tensors"),
 ])
 def test_absurd_dimensions_are_refused_naming_the_key_before_the_model_is_built(tmp_path, never_built, stated, said):
     path = tmp_path / "big.gguf"
