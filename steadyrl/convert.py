@@ -326,6 +326,13 @@ def load_gguf(info: GGUFInfo, dtype: str = "float32"):
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"GGUF file {str(info.path)!r} could not be converted: "
                              f"{type(exc).__name__}: {first}") from None
+    except RuntimeError as exc:  # transformers' "size mismatch" (its report is among the warnings silenced)
+        if "mismatched_sizes" not in str(exc) and "size mismatch" not in str(exc):
+            raise
+        stated = ", ".join(f"{k} = {v}" for k, v in info.dimensions.items())
+        raise ModelLoadError(f"GGUF file {str(info.path)!r} could not be converted: its tensors' shapes do not "
+                             f"match the model its metadata states ({stated}); the file is damaged or its "
+                             "metadata belongs to another model") from None
     config = loaded.config
     config.architectures = [type(loaded).__name__]
     for key in ("quantization_config", "_model_name_or_path"):  # the GGUF loading path, not the model

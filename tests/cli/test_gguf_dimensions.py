@@ -194,3 +194,37 @@ def test_a_real_moe_shape_passes(tmp_path):
     path = tmp_path / "moe.gguf"
     write_moe(path, 4, FFN)
     convert.check_dimensions(convert.read_gguf(path))
+
+
+def test_tensors_whose_shapes_differ_from_the_stated_dimensions_exit_2_with_one_error_line(tmp_path, capsys):
+    """``llama.feed_forward_length`` twice its tensors' width: transformers builds the stated model and
+    refuses the file's tensors; at d175cfe its RuntimeError came out as a traceback (no exit 2).
+    (transformers' progress bars come before the error line.)"""
+    path = tmp_path / "mismatched.gguf"
+    write_llama(path, feed_forward_length=2 * FFN)
+    assert cli.main(["convert", str(path), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("steadyrl: error: ")]
+    assert len(errors) == 1 and errors[0] == err[-1] and "Traceback" not in "\n".join(err), err
+    assert "mismatched.gguf" in errors[0] and "do not match" in errors[0], err
+    assert f"llama.feed_forward_length = {2 * FFN}" in errors[0], err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("write", [write_llama, write_mamba], ids=["llama", "mamba"])
+def test_a_conversion_that_parses_once_writes_the_bytes_one_that_parses_per_reader_writes(tmp_path, monkeypatch, write):
+    """The shared reader and name map of ``_parsed_once`` (420c2db) change no byte of the output
+    (the tiny Mamba lacks tensors transformers then initialises: the seed is fixed for both)."""
+    import contextlib
+
+    import torch
+
+    write(tmp_path / "m.gguf")
+    torch.manual_seed(0)
+    convert.convert_gguf(tmp_path / "m.gguf", tmp_path / "once")
+    monkeypatch.setattr(convert, "_parsed_once", contextlib.nullcontext)
+    torch.manual_seed(0)
+    convert.convert_gguf(tmp_path / "m.gguf", tmp_path / "per-reader")
+    once = {p.name: p.read_bytes() for p in (tmp_path / "once").iterdir()}
+    assert "model.safetensors" in once
+    assert once == {p.name: p.read_bytes() for p in (tmp_path / "per-reader").iterdir()}
