@@ -23,6 +23,7 @@ terabytes), and an ``OUT_DIR`` that already holds files (unless ``--overwrite``)
 from __future__ import annotations
 
 import shutil
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,6 +228,10 @@ def _quiet_transformers():
         hf_logging.set_verbosity(verbosity)
 
 
+_PARSING = threading.RLock()
+"""Held by a conversion while gguf's ``GGUFReader`` / ``get_tensor_name_map`` are its caching ones."""
+
+
 @contextmanager
 def _parsed_once():
     """Within the block, one ``gguf.GGUFReader`` per file and one tensor-name map per architecture.
@@ -235,28 +240,32 @@ def _parsed_once():
     the tokenizer and the weights, a ``GGUFReader`` each: some 4 s apiece for a 49k-token
     vocabulary) and builds gguf's tensor-name map once per module of the model (hundreds of
     times). A reader is a read-only memory map and a name map a read-only table, so both are made
-    once and shared; measured on SmolLM2-135M's Q4_1 GGUF, the conversion took 37 s before."""
-    gguf = _import_gguf()
-    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
-    readers: dict = {}
-    maps: dict = {}
+    once and shared; measured on SmolLM2-135M's Q4_1 GGUF, the conversion took 37 s before. The
+    names are gguf's module attributes, so one conversion at a time holds them (:data:`_PARSING`):
+    a second one entering meanwhile would take the first's caching names for gguf's own and put them
+    back last, for every later reader of the process."""
+    with _PARSING:
+        gguf = _import_gguf()
+        real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+        readers: dict = {}
+        maps: dict = {}
 
-    def reader(path, mode="r"):
-        key = (str(Path(path).resolve()), mode)
-        if key not in readers:
-            readers[key] = real_reader(path, mode)
-        return readers[key]
+        def reader(path, mode="r"):
+            key = (str(Path(path).resolve()), mode)
+            if key not in readers:
+                readers[key] = real_reader(path, mode)
+            return readers[key]
 
-    def name_map(arch, n_blocks):
-        if (arch, n_blocks) not in maps:
-            maps[arch, n_blocks] = real_map(arch, n_blocks)
-        return maps[arch, n_blocks]
+        def name_map(arch, n_blocks):
+            if (arch, n_blocks) not in maps:
+                maps[arch, n_blocks] = real_map(arch, n_blocks)
+            return maps[arch, n_blocks]
 
-    gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
 
 
 def causal_lm_architectures() -> list[str]:
