@@ -14,15 +14,14 @@ TORCH_SPEC ?= $(if $(HAVE_CUDA),torch>=2.4,torch==2.13.0)
 PYTEST_ARGS ?=
 # The test files are spread over the cores with pytest-xdist (a file's tests kept on one worker, so its module
 # fixtures are built once). TEST_WORKERS=auto, the default: one worker per core, at most 4 and at most one per
-# TEST_WORKER_MIB of available memory (the largest process of a measured run peaked at 4.0 GiB resident); where
-# that comes to 1 (a 1-core or small machine) the tests run in this process, one at a time. TEST_WORKERS=0 runs
-# serially anyway, TEST_WORKERS=N runs N workers. On 2 cores: 14 min 16 s with 2 workers, 19 min 6 s serially
+# TEST_WORKER_MIB of available memory (the largest process of a measured run peaked at 4.0 GiB resident), a
+# container's cgroup limits on memory and CPU counted (tools/xdist_workers.py); where that comes to 1 (a 1-core
+# or small machine) the tests run in this process, one at a time. TEST_WORKERS=0 or 1 runs serially anyway,
+# TEST_WORKERS=N runs N workers (at most 4). On 2 cores: 14 min 16 s with 2 workers, 19 min 6 s serially
 # (README.md, "make test").
 TEST_WORKERS    ?= auto
 TEST_WORKER_MIB ?= 4096
-AUTO_WORKERS = $(shell n=$$(nproc 2>/dev/null || echo 1); \
-  m=$$(awk '/^MemAvailable:/ {print int($$2 / 1024 / $(TEST_WORKER_MIB))}' /proc/meminfo 2>/dev/null); \
-  [ -n "$$m" ] && [ "$$m" -lt "$$n" ] && n=$$m; [ "$$n" -gt 4 ] && n=4; [ "$$n" -lt 1 ] && n=1; echo $$n)
+AUTO_WORKERS = $(shell $(PYTHON) tools/xdist_workers.py $(TEST_WORKER_MIB) 2>/dev/null || echo 1)
 WORKERS = $(if $(filter auto,$(TEST_WORKERS)),$(AUTO_WORKERS),$(TEST_WORKERS))
 XDIST = $(if $(filter 0 1,$(WORKERS)),,-n $(WORKERS) --maxprocesses 4 --dist loadfile)
 

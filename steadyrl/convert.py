@@ -23,6 +23,7 @@ terabytes), and an ``OUT_DIR`` that already holds files (unless ``--overwrite``)
 from __future__ import annotations
 
 import shutil
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,12 +166,16 @@ def check_dimensions(info: GGUFInfo) -> None:
     max(embedding, expert_feed_forward)`` (``feed_forward`` where it states none: transformers builds
     every expert, for Qwen MoEs at its own default width whatever the file states; released MoEs'
     experts are at least a quarter of the embedding wide), at most :data:`WEIGHT_SLACK` times the
-    elements its tensors hold (plus 2^20)."""
+    elements its tensors hold (plus 2^20). The width and the layer count bound nothing when they are
+    0 or missing (transformers then builds its default width, 4,096), so both must be stated, the
+    width at least 1 and the layers at most the file's tensors (a layer holds at least one):
+    :func:`_check_width_and_layers`."""
     where = f"GGUF file {str(info.path)!r}"
     for key, value in info.dimensions.items():
         if not 0 <= value <= MAX_DIMENSION:
             raise ModelLoadError(f"{where}: {key} = {value:,} is not a model dimension steadyrl builds (at most "
                                  f"{MAX_DIMENSION:,}); refused before the model is allocated")
+    _check_width_and_layers(info, where)
     dim = {k.split(".", 1)[1]: v for k, v in info.dimensions.items()}
     width = dim.get("embedding_length", 0)
     blocks, inner = dim.get("block_count", 0), dim.get("ssm.inner_size", 0)
@@ -190,6 +195,25 @@ def check_dimensions(info: GGUFInfo) -> None:
                              "weights, refused before the model is allocated")
 
 
+def _check_width_and_layers(info: GGUFInfo, where: str) -> None:
+    """``<arch>.embedding_length`` and ``<arch>.block_count`` stated, the width at least 1, the
+    layers at most :attr:`GGUFInfo.n_tensors` (:func:`check_dimensions`)."""
+    for key in ("embedding_length", "block_count"):
+        if f"{info.architecture}.{key}" not in info.dimensions:
+            raise ModelLoadError(f"{where}: its metadata states no {info.architecture}.{key} (an integer): "
+                                 "transformers would build its default instead of this file's model; refused "
+                                 "before the model is allocated")
+    width = info.dimensions[f"{info.architecture}.embedding_length"]
+    blocks = info.dimensions[f"{info.architecture}.block_count"]
+    if width < 1:
+        raise ModelLoadError(f"{where}: {info.architecture}.embedding_length = {width:,} is not a model width (at "
+                             "least 1); refused before the model is allocated")
+    if blocks > info.n_tensors:
+        raise ModelLoadError(f"{where}: {info.architecture}.block_count = {blocks:,} layers, but the file holds "
+                             f"{info.n_tensors:,} tensors (a layer is at least one); refused before the model is "
+                             "allocated")
+
+
 @contextmanager
 def _quiet_transformers():
     """transformers warns while it validates placeholder configs (gpt2's token ids in a smaller
@@ -204,6 +228,10 @@ def _quiet_transformers():
         hf_logging.set_verbosity(verbosity)
 
 
+_PARSING = threading.RLock()
+"""Held by a conversion while gguf's ``GGUFReader`` / ``get_tensor_name_map`` are its caching ones."""
+
+
 @contextmanager
 def _parsed_once():
     """Within the block, one ``gguf.GGUFReader`` per file and one tensor-name map per architecture.
@@ -212,28 +240,32 @@ def _parsed_once():
     the tokenizer and the weights, a ``GGUFReader`` each: some 4 s apiece for a 49k-token
     vocabulary) and builds gguf's tensor-name map once per module of the model (hundreds of
     times). A reader is a read-only memory map and a name map a read-only table, so both are made
-    once and shared; measured on SmolLM2-135M's Q4_1 GGUF, the conversion took 37 s before."""
-    gguf = _import_gguf()
-    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
-    readers: dict = {}
-    maps: dict = {}
+    once and shared; measured on SmolLM2-135M's Q4_1 GGUF, the conversion took 37 s before. The
+    names are gguf's module attributes, so one conversion at a time holds them (:data:`_PARSING`):
+    a second one entering meanwhile would take the first's caching names for gguf's own and put them
+    back last, for every later reader of the process."""
+    with _PARSING:
+        gguf = _import_gguf()
+        real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+        readers: dict = {}
+        maps: dict = {}
 
-    def reader(path, mode="r"):
-        key = (str(Path(path).resolve()), mode)
-        if key not in readers:
-            readers[key] = real_reader(path, mode)
-        return readers[key]
+        def reader(path, mode="r"):
+            key = (str(Path(path).resolve()), mode)
+            if key not in readers:
+                readers[key] = real_reader(path, mode)
+            return readers[key]
 
-    def name_map(arch, n_blocks):
-        if (arch, n_blocks) not in maps:
-            maps[arch, n_blocks] = real_map(arch, n_blocks)
-        return maps[arch, n_blocks]
+        def name_map(arch, n_blocks):
+            if (arch, n_blocks) not in maps:
+                maps[arch, n_blocks] = real_map(arch, n_blocks)
+            return maps[arch, n_blocks]
 
-    gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
 
 
 def causal_lm_architectures() -> list[str]:
@@ -260,8 +292,8 @@ def check_causal_lm(info: GGUFInfo) -> None:
     where = f"GGUF file {str(info.path)!r}"
     if info.n_tensors == 0:
         raise ModelLoadError(f"{where} holds no weights (a vocabulary-only file?): it is not a causal LM")
-    check_dimensions(info)
     if _ARCH_ALIASES.get(info.architecture, info.architecture.replace("-", "_")) in causal_lm_architectures():
+        check_dimensions(info)  # an architecture's own dimensions: after it is known to be one
         return
     raise ModelLoadError(f"{where} is not a causal LM that transformers can load: general.architecture = "
                          f"{info.architecture!r}; steadyrl converts these GGUF architectures: "
@@ -303,6 +335,13 @@ def load_gguf(info: GGUFInfo, dtype: str = "float32"):
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"GGUF file {str(info.path)!r} could not be converted: "
                              f"{type(exc).__name__}: {first}") from None
+    except RuntimeError as exc:  # transformers' "size mismatch" (its report is among the warnings silenced)
+        if "mismatched_sizes" not in str(exc) and "size mismatch" not in str(exc):
+            raise
+        stated = ", ".join(f"{k} = {v}" for k, v in info.dimensions.items())
+        raise ModelLoadError(f"GGUF file {str(info.path)!r} could not be converted: its tensors' shapes do not "
+                             f"match the model its metadata states ({stated}); the file is damaged or its "
+                             "metadata belongs to another model") from None
     config = loaded.config
     config.architectures = [type(loaded).__name__]
     for key in ("quantization_config", "_model_name_or_path"):  # the GGUF loading path, not the model

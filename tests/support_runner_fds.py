@@ -8,9 +8,10 @@ it had, reported "finished", and the controller, which had sent it more, failed 
 (``INTERNALERROR ... assert not crashitem``), in about 1 run of 3.
 
 So, in the test process itself (a child it forks is left alone: a sandbox's keeper replaces every
-descriptor it inherited), ``os.dup2`` onto and ``os.close`` of a pipe or socket that was open when the
-session started raise :class:`RunnerDescriptorError` until it ends. A test that needs a given descriptor number
-runs in an interpreter of its own.
+descriptor it inherited), ``os.dup2`` onto, ``os.close`` of and ``os.closerange`` over a pipe or socket
+that was open when the session started raise :class:`RunnerDescriptorError` until it ends. A test that
+needs a given descriptor number runs in an interpreter of its own. (A descriptor closed through an
+object that owns it, ``socket.socket(fileno=3).close()`` or ``os.fdopen(3).close()``, is not seen.)
 """
 
 from __future__ import annotations
@@ -45,14 +46,14 @@ def _runner_descriptors() -> frozenset[int]:
     return frozenset(kept)
 
 
-_ORIGINAL = {"dup2": os.dup2, "close": os.close}
+_ORIGINAL = {"dup2": os.dup2, "close": os.close, "closerange": os.closerange}
 
 
 def protect_runner_descriptors() -> frozenset[int]:
     """Guard the runner's descriptors in this process until :func:`release_runner_descriptors`
     (pytest's own copies of stdio, closed as the session ends, are among them); returns them."""
     guarded, owner = _runner_descriptors(), os.getpid()
-    dup2, close = _ORIGINAL["dup2"], _ORIGINAL["close"]
+    dup2, close, closerange = _ORIGINAL["dup2"], _ORIGINAL["close"], _ORIGINAL["closerange"]
 
     def refuse(call: str, fd: int) -> None:
         if fd in guarded and os.getpid() == owner:
@@ -69,13 +70,19 @@ def protect_runner_descriptors() -> frozenset[int]:
         refuse(f"os.close({fd})", fd)
         return close(fd)
 
-    os.dup2, os.close = guarded_dup2, guarded_close
+    def guarded_closerange(fd_low, fd_high):
+        for fd in sorted(guarded):
+            if fd_low <= fd < fd_high:
+                refuse(f"os.closerange({fd_low}, {fd_high})", fd)
+        return closerange(fd_low, fd_high)
+
+    os.dup2, os.close, os.closerange = guarded_dup2, guarded_close, guarded_closerange
     return guarded
 
 
 def release_runner_descriptors() -> None:
-    """``os.dup2`` and ``os.close`` as they were."""
-    os.dup2, os.close = _ORIGINAL["dup2"], _ORIGINAL["close"]
+    """``os.dup2``, ``os.close`` and ``os.closerange`` as they were."""
+    os.dup2, os.close, os.closerange = _ORIGINAL["dup2"], _ORIGINAL["close"], _ORIGINAL["closerange"]
 
 
 @pytest.hookimpl(tryfirst=True)

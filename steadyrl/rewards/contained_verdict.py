@@ -236,14 +236,34 @@ def _fork(read_fd, write_fd, args, kwargs):
                 os._exit(1)
     finally:
         if pid != 0:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            _restore_mask(mask, pid)
     return pid
+
+
+def _restore_mask(mask, pid):
+    """The mask as it was; when the handler of a signal held across the fork raises, the fork (whose
+    pid the caller will never get) is killed and reaped first (``steadyrl/sandbox/forking.py``)."""
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    except BaseException:
+        if pid > 0:
+            for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                try:
+                    kill()
+                except OSError:
+                    pass
+            os.waitpid(pid, 0)
+        raise
 
 
 def contained_eval(*args, **kwargs):
     """``eval(*args, **kwargs)`` in a fork without the verdict descriptor; its value, decoded."""
     read_fd, write_fd = os.pipe()
-    pid = _fork(read_fd, write_fd, args, kwargs)
+    try:
+        pid = _fork(read_fd, write_fd, args, kwargs)
+    except BaseException:  # no fork (EAGAIN under the harness's process limit): the pipe is not kept
+        os.close(read_fd), os.close(write_fd)
+        raise
     os.close(write_fd)
     try:
         data = _receive(read_fd)

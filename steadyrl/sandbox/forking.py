@@ -16,7 +16,11 @@ controller a second worker's messages). So:
 * every signal is blocked across the ``fork()`` in the forking thread and unblocked in the child
   only inside that guard, so none of the caller's Python signal handlers (``KeyboardInterrupt``,
   a ``SIGTERM`` handler that raises) can run in the child before it; the parent's mask is
-  restored as it was;
+  restored as it was (also when ``fork()`` raises);
+* a signal that arrived while they were blocked is handled as the mask is restored, in the
+  parent, right after the fork: when its handler raises (``KeyboardInterrupt``), no caller will
+  ever get the child's pid, so the child is killed and reaped before the exception goes on (else
+  the trainer, interrupted during the fork, would keep a keeper nobody knows of);
 * ``sys.stdout`` / ``sys.stderr`` are flushed before the fork, so text the caller had buffered is
   not written a second time by a child that prints.
 """
@@ -58,8 +62,23 @@ def fork_child(body, *args) -> int:
                 _child(body, args, mask)
     finally:
         if pid != 0:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            _restore_mask(mask, pid)
     return pid
+
+
+def _restore_mask(mask, pid: int) -> None:
+    """The parent's signal mask as it was; when a handler of a signal held across the fork raises,
+    the child ``pid`` (when there is one) is killed and reaped first, then the exception goes on."""
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # the mask is set before any handler runs
+    except BaseException:
+        if pid > 0:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            os.waitpid(pid, 0)
+        raise
 
 
 def _child(body, args, mask) -> None:

@@ -159,7 +159,8 @@ def test_convert_refuses_a_gguf_that_is_not_a_causal_lm(tmp_path, capsys):
 def test_llama_cpp_names_of_causal_lms_pass_the_architecture_check(arch, tmp_path):
     from steadyrl.convert import GGUFInfo, check_causal_lm
 
-    check_causal_lm(GGUFInfo(path=tmp_path / "m.gguf", architecture=arch, name=None, n_tensors=3, bos_token_id=None))
+    check_causal_lm(GGUFInfo(path=tmp_path / "m.gguf", architecture=arch, name=None, n_tensors=3, bos_token_id=None,
+                             dimensions={f"{arch}.embedding_length": 8, f"{arch}.block_count": 1}))
 
 
 def test_convert_refuses_a_vocabulary_only_gguf(tmp_path, capsys):
@@ -195,3 +196,39 @@ def test_convert_without_accelerate_names_the_extra_before_loading(tmp_path, cap
     error = _error(capsys)
     assert "accelerate" in error and "steadyrl[gguf]" in error
     assert not (tmp_path / "out").exists()
+
+
+def test_two_conversions_at_once_leave_gguf_as_it_was(tmp_path):
+    """Two threads in ``_parsed_once`` at the same time: at d175cfe the second saved the first's
+    caching reader as gguf's own and put it back last, so every later ``GGUFReader(path)`` of the
+    process returned the reader of the file once at that path (its old contents) and kept it mapped."""
+    import threading
+
+    import gguf
+
+    from steadyrl import convert
+
+    real = gguf.GGUFReader, gguf.get_tensor_name_map
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with convert._parsed_once():
+            first_in.set()
+            second_in.wait(1.0)  # the second enters now, or (one at a time) after this one leaves
+        first_out.set()
+
+    def second():
+        first_in.wait(10)
+        with convert._parsed_once():
+            second_in.set()
+            first_out.wait(10)  # the second leaves last
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    left = gguf.GGUFReader, gguf.get_tensor_name_map
+    gguf.GGUFReader, gguf.get_tensor_name_map = real  # the other tests of this process get gguf's own
+    assert second_in.is_set()
+    assert left == real

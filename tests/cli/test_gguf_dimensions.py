@@ -27,11 +27,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def write_llama(path, **stated) -> None:
-    """The tiny one-layer Llama of test_convert.py, its metadata's dimensions overridden by ``stated``."""
+    """The tiny one-layer Llama of test_convert.py, its metadata's dimensions overridden by ``stated``
+    (``None``: not stated at all)."""
     dims = {"context_length": 64, "embedding_length": HIDDEN, "block_count": LAYERS, "feed_forward_length": FFN,
             "head_count": HEADS, "head_count_kv": HEADS, **stated}
     writer = _writer(path, "llama")
     for key, value in dims.items():
+        if value is None:
+            continue
         if value < 2 ** 32:
             getattr(writer, f"add_{key}")(value)
         else:  # a uint64 value: GGUF allows any integer type, and transformers reads it
@@ -63,6 +66,14 @@ def never_built(monkeypatch):
     ({"embedding_length": 65_536}, "llama.embedding_length = 65,536"),  # within the bound, not within the file
     ({"block_count": 100_000}, "llama.block_count = 100,000"),
     ({"feed_forward_length": 10_000_000}, "implies at least"),
+    # a zero or missing width implied no weights at all, so 2^24 layers (or transformers' default width,
+    # 4,096, in 32 layers: 6.7e9 weights from a 7 KB file) passed the checks and were built until memory ran out
+    ({"embedding_length": 0, "block_count": 2 ** 24}, "llama.embedding_length = 0 is not a model width"),
+    ({"embedding_length": None}, "states no llama.embedding_length"),
+    ({"block_count": None}, "states no llama.block_count"),
+    # a width of 1 implies few weights: 262,144 layers of modules passed (a layer is at least one tensor)
+    ({"embedding_length": 1, "feed_forward_length": 1, "block_count": 2 ** 18},
+     "llama.block_count = 262,144 layers, but the file holds 12 tensors"),
 ])
 def test_absurd_dimensions_are_refused_naming_the_key_before_the_model_is_built(tmp_path, never_built, stated, said):
     path = tmp_path / "big.gguf"
@@ -183,3 +194,37 @@ def test_a_real_moe_shape_passes(tmp_path):
     path = tmp_path / "moe.gguf"
     write_moe(path, 4, FFN)
     convert.check_dimensions(convert.read_gguf(path))
+
+
+def test_tensors_whose_shapes_differ_from_the_stated_dimensions_exit_2_with_one_error_line(tmp_path, capsys):
+    """``llama.feed_forward_length`` twice its tensors' width: transformers builds the stated model and
+    refuses the file's tensors; at d175cfe its RuntimeError came out as a traceback (no exit 2).
+    (transformers' progress bars come before the error line.)"""
+    path = tmp_path / "mismatched.gguf"
+    write_llama(path, feed_forward_length=2 * FFN)
+    assert cli.main(["convert", str(path), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("steadyrl: error: ")]
+    assert len(errors) == 1 and errors[0] == err[-1] and "Traceback" not in "\n".join(err), err
+    assert "mismatched.gguf" in errors[0] and "do not match" in errors[0], err
+    assert f"llama.feed_forward_length = {2 * FFN}" in errors[0], err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("write", [write_llama, write_mamba], ids=["llama", "mamba"])
+def test_a_conversion_that_parses_once_writes_the_bytes_one_that_parses_per_reader_writes(tmp_path, monkeypatch, write):
+    """The shared reader and name map of ``_parsed_once`` (420c2db) change no byte of the output
+    (the tiny Mamba lacks tensors transformers then initialises: the seed is fixed for both)."""
+    import contextlib
+
+    import torch
+
+    write(tmp_path / "m.gguf")
+    torch.manual_seed(0)
+    convert.convert_gguf(tmp_path / "m.gguf", tmp_path / "once")
+    monkeypatch.setattr(convert, "_parsed_once", contextlib.nullcontext)
+    torch.manual_seed(0)
+    convert.convert_gguf(tmp_path / "m.gguf", tmp_path / "per-reader")
+    once = {p.name: p.read_bytes() for p in (tmp_path / "once").iterdir()}
+    assert "model.safetensors" in once
+    assert once == {p.name: p.read_bytes() for p in (tmp_path / "per-reader").iterdir()}

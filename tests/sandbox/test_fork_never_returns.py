@@ -135,3 +135,75 @@ def test_a_program_whose_error_handling_raises_never_returns_into_the_harness():
     """)
     parent = only_the_parent(lines)
     assert [parent, "child", "1"] in lines, lines
+
+
+SIGNAL_DURING_THE_FORK = """
+import signal, time
+real, made = os.fork, []
+
+def fork():  # the trainer's SIGINT arrives while every signal is blocked across the fork
+    pid = real()
+    if pid:
+        made.append(pid)
+        os.kill(os.getpid(), signal.SIGINT)
+    return pid
+
+def left_running(pid):
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    os.kill(pid, signal.SIGKILL), os.waitpid(pid, 0)
+    return True
+
+os.fork = fork
+try:
+    say("returned", FORK())
+except KeyboardInterrupt:
+    say("interrupted", "left-running" if left_running(made[0]) else "reaped")
+say("mask", sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+"""
+
+
+@pytest.mark.parametrize("fork", ["fork_child(time.sleep, 60)", "contained_eval('[1] * 3')"])
+def test_a_signal_during_the_fork_raises_in_the_parent_and_leaves_no_child(fork):
+    """A SIGINT held across the fork runs its handler as the mask is restored, after the child was
+    made: the ``KeyboardInterrupt`` still reaches the caller, and the child, whose pid the caller
+    never gets, is killed and reaped (at d175cfe it was left running: a keeper nobody knew of)."""
+    lines = run_user("from steadyrl.sandbox.forking import fork_child\n"
+                     "from steadyrl.rewards.contained_verdict import contained_eval\n"
+                     + SIGNAL_DURING_THE_FORK.replace("FORK()", fork))
+    parent = only_the_parent(lines)
+    assert [parent, "interrupted", "reaped"] in lines and [parent, "mask", "[]"] in lines, lines
+
+
+def test_a_fork_that_fails_restores_the_mask_and_leaks_no_descriptor():
+    """``fork()`` failing (``EAGAIN`` under ``RLIMIT_NPROC``), in the main thread or another: the
+    ``OSError`` reaches the caller, the thread's signal mask is as it was and a contained ``eval``
+    keeps none of its pipe's descriptors (at d175cfe it kept both, each time)."""
+    lines = run_user("""
+        import errno, signal, threading
+        from steadyrl.sandbox.forking import fork_child
+        from steadyrl.rewards.contained_verdict import contained_eval
+
+        def no_fork():
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+        def attempt(where):
+            for name, call in (("fork_child", lambda: fork_child(print)), ("eval", lambda: contained_eval("1"))):
+                fds = len(os.listdir("/proc/self/fd"))
+                try:
+                    call()
+                except OSError as err:
+                    say(where, name, errno.errorcode[err.errno], len(os.listdir("/proc/self/fd")) - fds,
+                        sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+
+        os.fork = no_fork
+        attempt("main")
+        thread = threading.Thread(target=attempt, args=("thread",))
+        thread.start(), thread.join()
+    """)
+    parent = only_the_parent(lines)
+    for where in ("main", "thread"):
+        for name in ("fork_child", "eval"):
+            assert [parent, where, name, "EAGAIN", "0", "[]"] in lines, lines
