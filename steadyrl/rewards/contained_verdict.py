@@ -240,6 +240,16 @@ def _fork(read_fd, write_fd, args, kwargs):
     return pid
 
 
+def _kill_and_reap(pid):
+    """The fork ``pid`` and its process group killed, then reaped."""
+    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            kill()
+        except OSError:
+            pass
+    os.waitpid(pid, 0)
+
+
 def _restore_mask(mask, pid):
     """The mask as it was; when the handler of a signal held across the fork raises, the fork (whose
     pid the caller will never get) is killed and reaped first (``steadyrl/sandbox/forking.py``)."""
@@ -247,12 +257,7 @@ def _restore_mask(mask, pid):
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     except BaseException:
         if pid > 0:
-            for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-                try:
-                    kill()
-                except OSError:
-                    pass
-            os.waitpid(pid, 0)
+            _kill_and_reap(pid)
         raise
 
 
@@ -269,12 +274,7 @@ def contained_eval(*args, **kwargs):
         data = _receive(read_fd)
     finally:
         os.close(read_fd)
-        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-            try:
-                kill()
-            except OSError:
-                pass
-        os.waitpid(pid, 0)
+        _kill_and_reap(pid)
     if data is None:
         raise ValueError("the evaluated answer gave no value")
     message = json.loads(data)
