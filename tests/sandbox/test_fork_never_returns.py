@@ -139,6 +139,9 @@ def test_a_program_whose_error_handling_raises_never_returns_into_the_harness():
 
 SIGNAL_DURING_THE_FORK = """
 import signal, time
+# Python's own SIGINT handler, whatever this process inherited: a test runner started in the background
+# by a non-interactive shell (nohup, `cmd &`) has SIGINT ignored, and then no KeyboardInterrupt exists
+signal.signal(signal.SIGINT, signal.default_int_handler)
 real, made = os.fork, []
 
 def fork():  # the trainer's SIGINT arrives while every signal is blocked across the fork
