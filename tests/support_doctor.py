@@ -121,3 +121,15 @@ def write_run(path: Path, rows: list[dict], samples: list[dict] | None = None, c
     if samples is not None:
         (path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples))
     return path
+
+
+def replay_live(path: Path, rows: list[dict], *, every: int = 10, finish: bool = True) -> None:
+    """The in-run doctor of the run at ``path`` fed ``rows`` after the first, as train feeds it each
+    step's metrics (no halting, default thresholds); ``finish``: then the end of the run. It prints."""
+    from steadyrl.doctor.live import LiveDoctor
+
+    doctor = LiveDoctor(path, {}, every=every, halt_on=[], thresholds={})
+    for row in rows[1:]:
+        doctor.check(row["step"], {k: v for k, v in row.items() if k != "step"})
+    if finish:
+        doctor.finish()

@@ -4,15 +4,11 @@ Detectors that the final report quiets on a solved run wait while the reward is 
 
 import math
 
-from support_doctor import INJECTIONS, healthy_rows
-
-from steadyrl.doctor.live import LiveDoctor
+from support_doctor import INJECTIONS, healthy_rows, replay_live
 
 
 def _printed(tmp_path, rows, capsys) -> str:
-    doctor = LiveDoctor(tmp_path, {}, every=10, halt_on=[], thresholds={})
-    for row in rows[1:]:
-        doctor.check(row["step"], {k: v for k, v in row.items() if k != "step"})
+    replay_live(tmp_path, rows, finish=False)
     return capsys.readouterr().out
 
 
@@ -48,10 +44,7 @@ def test_a_live_finding_the_final_report_does_not_make_is_withdrawn_at_the_end(t
 
     rows = _collapsing(lambda s: 0.5 if s <= 20 else 0.97)
     write_run(tmp_path, rows)
-    doctor = LiveDoctor(tmp_path, {}, every=10, halt_on=[], thresholds={})
-    for row in rows[1:]:
-        doctor.check(row["step"], {k: v for k, v in row.items() if k != "step"})
-    doctor.finish()
+    replay_live(tmp_path, rows)
     out = capsys.readouterr().out
     assert "doctor: step 20, so far: Entropy collapsed" in out
     assert "doctor: withdrawn: Entropy collapsed (`entropy_collapse`, printed at step 20)" in out
@@ -63,9 +56,6 @@ def test_a_live_finding_the_final_report_keeps_is_not_withdrawn(tmp_path, capsys
 
     rows = _collapsing(lambda s: 0.5)
     write_run(tmp_path, rows)
-    doctor = LiveDoctor(tmp_path, {}, every=10, halt_on=[], thresholds={})
-    for row in rows[1:]:
-        doctor.check(row["step"], {k: v for k, v in row.items() if k != "step"})
-    doctor.finish()
+    replay_live(tmp_path, rows)
     out = capsys.readouterr().out
     assert "withdrawn" not in out and "first: Entropy collapsed" in out

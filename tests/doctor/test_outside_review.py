@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import random
 
-from support_doctor import INJECTIONS, healthy_rows, write_run
+from support_doctor import INJECTIONS, healthy_rows, replay_live, write_run
 
 from steadyrl.doctor import diagnose, doctor_cli, load_run, write_report
 from steadyrl.doctor.live import LiveDoctor
@@ -80,10 +80,7 @@ def test_a_live_finding_whose_claim_the_final_report_changes_is_revised_at_the_e
         s = r["step"]
         r["response/truncated_frac"] = 0.05 + 0.03 * s if s <= 20 else 0.65 - 0.03 * (s - 20)
     write_run(tmp_path, rows)
-    doctor = LiveDoctor(tmp_path, {}, every=10, halt_on=[], thresholds={})
-    for row in rows[1:]:
-        doctor.check(row["step"], {k: v for k, v in row.items() if k != "step"})
-    doctor.finish()
+    replay_live(tmp_path, rows)
     out = capsys.readouterr().out
     assert "so far: Truncation rate rising" in out
     final = load_run(tmp_path)
@@ -98,10 +95,7 @@ def test_more_spikes_at_the_end_than_mid_run_is_the_same_claim_not_a_revision(tm
     for s in (12, 25, 33):
         rows[s]["actor/grad_norm"] = 30.0
     write_run(tmp_path, rows)
-    doctor = LiveDoctor(tmp_path, {}, every=20, halt_on=[], thresholds={})
-    for row in rows[1:]:
-        doctor.check(row["step"], {k: v for k, v in row.items() if k != "step"})
-    doctor.finish()
+    replay_live(tmp_path, rows, every=20)
     out = capsys.readouterr().out
     assert "so far: Gradient-norm spikes (1)" in out and "first: Gradient-norm spikes (3)" in out
     assert "revised" not in out and "withdrawn" not in out
